@@ -1,0 +1,1 @@
+"""Celery-compatible facade over akadze_core (see the Celery facade issue)."""

@@ -1,0 +1,56 @@
+"""akadze_core: a Postgres-backed job queue.
+
+Jobs are rows; workers claim them with ``FOR UPDATE SKIP LOCKED``, heartbeat, rescue each
+other's lost jobs, and write outcomes fenced by ``run_count`` so a late run never wins.
+"""
+
+from .app import App
+from .context import JobContext, current
+from .control import request_cancel, request_cancel_sync, requeue, requeue_sync
+from .errors import (
+    AkadzeError,
+    Cancel,
+    ConfigurationError,
+    Fail,
+    InvalidArgs,
+    JobTimeout,
+    NotOwner,
+    ResultNotJson,
+    Retry,
+    SchemaMissing,
+    Snooze,
+    UnstorableOutcome,
+)
+from .jobs import Job
+from .retry import BackoffPolicy, default_backoff
+from .tasks import Task, TaskCall
+from .worker import Worker, WorkerError
+
+__all__ = [
+    "AkadzeError",
+    "App",
+    "BackoffPolicy",
+    "Cancel",
+    "ConfigurationError",
+    "Fail",
+    "InvalidArgs",
+    "Job",
+    "JobContext",
+    "JobTimeout",
+    "NotOwner",
+    "ResultNotJson",
+    "Retry",
+    "SchemaMissing",
+    "Snooze",
+    "Task",
+    "TaskCall",
+    "UnstorableOutcome",
+    "Worker",
+    "WorkerError",
+    "current",
+    "default_backoff",
+    "request_cancel",
+    "request_cancel_sync",
+    "requeue",
+    "requeue_sync",
+]

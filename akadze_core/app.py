@@ -1,0 +1,235 @@
+"""The App: the task registry, the database it talks to, and its connection pools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar, overload
+
+import psycopg
+import psycopg_pool
+
+from .dsn import configured_url, password_of, redact_password
+from .embedded import embedded_url
+from .errors import ConfigurationError
+from .migrations import migrate
+from .retry import BackoffPolicy
+from .serialization import DEFAULT_MAX_ARGS_BYTES, Dumps, Loads, strict_dumps
+from .tasks import Task
+
+logger = logging.getLogger("akadze.app")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _seconds(value: timedelta | float | int | None) -> float | None:
+    if value is None:
+        return None
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+class App:
+    """Tasks and the database that queues them.
+
+    ``App(url)`` uses that Postgres; ``App()`` reads ``AKADZE_DATABASE_URL`` and, when that is
+    not set either, starts the embedded Postgres under ``.akadze/`` and applies the schema.
+    """
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        default_queue: str = "default",
+        max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+        succeeded_retention: timedelta | float = timedelta(days=1),
+        failed_retention: timedelta | float = timedelta(days=7),
+        json_dumps: Dumps = strict_dumps,
+        json_loads: Loads = json.loads,
+        pool_size: int = 10,
+    ) -> None:
+        self._explicit_url = database_url
+        self._url: str | None = None
+        self.default_queue = default_queue
+        self.max_args_bytes = max_args_bytes
+        self.succeeded_retention = _seconds(succeeded_retention) or 0.0
+        self.failed_retention = _seconds(failed_retention) or 0.0
+        self.json_dumps = json_dumps
+        self.json_loads = json_loads
+        self.pool_size = pool_size
+        self.tasks: dict[str, Task] = {}
+        self._lock = threading.Lock()
+        self._pool: psycopg_pool.ConnectionPool | None = None
+        self._async_pools: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, psycopg_pool.AsyncConnectionPool
+        ] = weakref.WeakKeyDictionary()
+
+    # --- tasks -------------------------------------------------------------------------------
+
+    @overload
+    def task(self, name: F, /) -> Task: ...
+
+    @overload
+    def task(
+        self,
+        name: str | None = None,
+        /,
+        *,
+        queue: str | None = None,
+        max_attempts: int = 3,
+        timeout: timedelta | float | None = None,
+        backoff: BackoffPolicy | None = None,
+        priority: int = 0,
+    ) -> Callable[[F], Task]: ...
+
+    def task(
+        self,
+        name: Any = None,
+        /,
+        *,
+        queue: str | None = None,
+        max_attempts: int = 3,
+        timeout: timedelta | float | None = None,
+        backoff: BackoffPolicy | None = None,
+        priority: int = 0,
+    ) -> Any:
+        """Register a task: ``@app.task("name", queue=..., max_attempts=3, ...)``.
+
+        Works on ``async def`` and plain ``def`` functions (plain ones run in a thread pool).
+        Without a name the task is called ``module.function``.
+        """
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1 (it includes the first run)")
+
+        def register(func: F) -> Task:
+            task_name = name or f"{func.__module__}.{func.__qualname__}"
+            task = Task(self, task_name, func, queue=queue or self.default_queue,
+                        max_attempts=max_attempts, timeout=_seconds(timeout), backoff=backoff,
+                        priority=priority)
+            self.tasks[task_name] = task
+            return task
+
+        if callable(name):
+            func, name = name, None
+            return register(func)
+        return register
+
+    # --- database ------------------------------------------------------------------------------
+
+    @property
+    def database_url(self) -> str:
+        """The Postgres URL, starting the embedded server (and migrating it) if none is set."""
+        with self._lock:
+            if self._url is None:
+                url = configured_url(self._explicit_url)
+                if url is None:
+                    url = embedded_url()
+                    with psycopg.connect(url, autocommit=True) as connection:
+                        migrate(connection)
+                self._url = url
+            return self._url
+
+    def redact(self, text: str) -> str:
+        """``text`` with this app's database password scrubbed out."""
+        return redact_password(text, password_of(self._url or self._explicit_url or ""))
+
+    def connect(self, **kwargs: Any) -> psycopg.Connection:
+        """A new sync connection to the database (the caller closes it)."""
+        return psycopg.connect(self.database_url, **kwargs)
+
+    async def connect_async(self, **kwargs: Any) -> psycopg.AsyncConnection:
+        """A new async connection to the database (the caller closes it)."""
+        return await psycopg.AsyncConnection.connect(self.database_url, **kwargs)
+
+    def migrate(self) -> list[int]:
+        """Apply the schema; returns the versions applied."""
+        with self.connect(autocommit=True) as connection:
+            return migrate(connection)
+
+    def pool(self) -> psycopg_pool.ConnectionPool:
+        """The shared sync pool of autocommit connections (for enqueue from sync code)."""
+        with self._lock:
+            pool = self._pool
+        if pool is None:
+            url = self.database_url
+            # Connect once directly: a wrong URL fails now with the server's own message,
+            # not after a pool timeout.
+            try:
+                psycopg.connect(url, connect_timeout=10).close()
+            except psycopg.Error as exc:
+                message = self.redact(f"cannot connect to Postgres: {exc}")
+                raise ConfigurationError(message) from None
+            with self._lock:
+                if self._pool is None:
+                    self._pool = psycopg_pool.ConnectionPool(
+                        url, min_size=1, max_size=self.pool_size, timeout=10,
+                        kwargs={"autocommit": True}, name="akadze", open=True,
+                    )
+                pool = self._pool
+        return pool
+
+    def async_pool(self) -> psycopg_pool.AsyncConnectionPool:
+        """The async pool of autocommit connections for the running event loop."""
+        loop = asyncio.get_running_loop()
+        pool = self._async_pools.get(loop)
+        if pool is None:
+            pool = psycopg_pool.AsyncConnectionPool(
+                self.database_url, min_size=1, max_size=self.pool_size, timeout=10,
+                kwargs={"autocommit": True}, name="akadze-async", open=False,
+            )
+            self._async_pools[loop] = pool
+        return pool
+
+    def use_async_pool(self, pool: psycopg_pool.AsyncConnectionPool) -> None:
+        """Make ``pool`` this loop's pool (the worker shares its pool with the tasks it runs)."""
+        self._async_pools[asyncio.get_running_loop()] = pool
+
+    async def _opened_async_pool(self) -> psycopg_pool.AsyncConnectionPool:
+        pool = self.async_pool()
+        if pool.closed:
+            try:
+                await pool.open(wait=True, timeout=10)
+            except psycopg_pool.PoolTimeout:
+                # The background connection attempts never surfaced their error: ask directly.
+                try:
+                    await (await psycopg.AsyncConnection.connect(
+                        self.database_url, connect_timeout=10)).close()
+                except psycopg.Error as exc:
+                    raise ConfigurationError(
+                        self.redact(f"cannot connect to Postgres: {exc}")) from None
+                raise
+        return pool
+
+    def close(self) -> None:
+        """Close the sync pool (async pools close with ``aclose`` on their loop)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    async def aclose(self) -> None:
+        """Close this loop's async pool and the sync pool."""
+        pool = self._async_pools.pop(asyncio.get_running_loop(), None)
+        if pool is not None and not pool.closed:
+            await pool.close()
+        self.close()
+
+    # --- the async pool, exposed to the rest of the package ---------------------------------
+
+    async def run_async(self, call: Callable[[psycopg.AsyncConnection], Any]) -> Any:
+        """Run ``await call(connection)`` on a pooled autocommit connection of this loop."""
+        pool = await self._opened_async_pool()
+        async with pool.connection() as connection:
+            return await call(connection)
+
+    def run_sync(self, call: Callable[[psycopg.Connection], Any]) -> Any:
+        """Run ``call(connection)`` on a pooled autocommit connection."""
+        with self.pool().connection() as connection:
+            return call(connection)
+
+
+__all__ = ["App"]

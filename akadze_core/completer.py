@@ -1,0 +1,115 @@
+"""Write run outcomes in batches (River's completer): one fenced UPDATE per flush.
+
+Outcomes that arrive while a flush is in flight are written together by the next one, so an
+idle worker writes at once and a busy one batches by itself. A transient failure keeps the
+batch and retries it with backoff: the write is fenced, so retrying can never clobber a newer
+run, and the job is never re-run just because its outcome was slow to land.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+
+from . import database
+from .dberrors import is_transient
+from .errors import UnstorableOutcome
+from .outcomes import FAIL, Outcome, error_entry
+
+logger = logging.getLogger("akadze.worker")
+
+Connect = Callable[[], Any]  # returns an async context manager yielding a connection
+Written = Callable[[Sequence[Outcome], list[dict[str, Any]]], None]
+
+
+class Completer:
+    """Batches outcomes and writes them with ``job_complete_many``."""
+
+    def __init__(self, connection: Connect, on_written: Written, max_batch: int = 1000,
+                 retry_cap: float = 5.0) -> None:
+        self._connection = connection
+        self._on_written = on_written
+        self._max_batch = max_batch
+        self._retry_cap = retry_cap
+        self._pending: list[Outcome] = []
+        self._arrived = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closing = False
+
+    @property
+    def pending(self) -> int:
+        """Outcomes not written yet (the worker stops claiming when this grows too large)."""
+        return len(self._pending)
+
+    def submit(self, outcome: Outcome) -> None:
+        """Queue an outcome for the next flush."""
+        self._pending.append(outcome)
+        self._idle.clear()
+        self._arrived.set()
+
+    async def run(self) -> None:
+        """Flush until ``close`` is called and everything is written."""
+        failures = 0
+        while True:
+            if not self._pending:
+                self._idle.set()
+                if self._closing:
+                    return
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
+            batch = self._pending[: self._max_batch]
+            try:
+                await self._write(batch)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                failures += 1
+                delay = min(self._retry_cap, 0.05 * 2 ** failures) * (0.5 + random.random() / 2)
+                logger.warning("writing %d outcomes failed (%s); retrying in %.2fs",
+                               len(batch), type(exc).__name__, delay)
+                await asyncio.sleep(delay)
+                continue
+            failures = 0
+            del self._pending[: len(batch)]
+
+    async def _write(self, batch: list[Outcome]) -> None:
+        async with self._connection() as connection:
+            try:
+                rows = await database.complete_many(connection, batch)
+            except psycopg.DataError:
+                # Something in the batch cannot be stored: write the rows one by one so only
+                # the offending outcome is replaced by a failure.
+                rows = []
+                for outcome in batch:
+                    rows.extend(await self._write_one(connection, outcome))
+        self._on_written(batch, rows)
+
+    async def _write_one(self, connection: Any, outcome: Outcome) -> list[dict[str, Any]]:
+        try:
+            return await database.complete_many(connection, [outcome])
+        except psycopg.DataError as exc:
+            error = UnstorableOutcome(f"the outcome could not be stored: {exc}")
+            failed = Outcome(outcome.job_id, outcome.run_count, FAIL,
+                             error=error_entry(error))
+            return await database.complete_many(connection, [failed])
+
+    async def close(self, timeout: float | None = None) -> bool:
+        """Stop after writing what is pending; returns False if that did not finish in time."""
+        self._closing = True
+        self._arrived.set()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def wait_idle(self) -> None:
+        """Wait until every submitted outcome is written."""
+        await self._idle.wait()

@@ -1,0 +1,163 @@
+"""``current()``: what the running job is, and ``complete_tx`` to finish it in your transaction."""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from .errors import NotOwner
+from .queries import query
+
+if TYPE_CHECKING:
+    from .app import App
+    from .jobs import Job
+
+_current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("akadze_current_job")
+
+
+@dataclass
+class JobContext:
+    """The running job as its task sees it."""
+
+    app: App
+    job: Job
+    worker_id: int | None = None
+    #: Set once complete_tx committed the job's success; the worker then writes nothing.
+    completed: bool = field(default=False, init=False)
+
+    @property
+    def id(self) -> int:
+        """The job id."""
+        return self.job.id
+
+    @property
+    def attempt(self) -> int:
+        """This run's attempt number (1 for the first)."""
+        return self.job.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        """The job's attempt budget, the first run included."""
+        return self.job.max_attempts
+
+    @property
+    def run_count(self) -> int:
+        """How many times the job was claimed, this run included (the fencing token)."""
+        return self.job.run_count
+
+    @property
+    def task(self) -> str:
+        """The task name."""
+        return self.job.task
+
+    @property
+    def queue(self) -> str:
+        """The queue the job was claimed from."""
+        return self.job.queue
+
+    @property
+    def args(self) -> Any:
+        """The job's arguments, decoded."""
+        return self.job.args
+
+    def complete_tx(self) -> CompleteTx:
+        """A connection whose transaction also moves this job to succeeded.
+
+        ``async with current().complete_tx() as connection:`` (or ``with`` in a sync task):
+        your writes and the job's success commit together or not at all. If this run no longer
+        owns the job, ``NotOwner`` is raised and your writes roll back.
+        """
+        return CompleteTx(self)
+
+
+class CompleteTx:
+    """The context manager behind ``JobContext.complete_tx`` (async and sync)."""
+
+    def __init__(self, context: JobContext) -> None:
+        self._context = context
+        self._pool_cm: Any = None
+        self._tx: Any = None
+
+    def _params(self) -> dict[str, Any]:
+        return {"id": self._context.id, "run_count": self._context.run_count, "result": None}
+
+    def _owner_lost(self) -> NotOwner:
+        return NotOwner(f"job {self._context.id} run {self._context.run_count} no longer owns "
+                        "the job (it was rescued or already finished); nothing was committed")
+
+    async def __aenter__(self) -> psycopg.AsyncConnection:
+        pool = await self._context.app._opened_async_pool()
+        self._pool_cm = pool.connection()
+        connection = await self._pool_cm.__aenter__()
+        self._tx = connection.transaction()
+        await self._tx.__aenter__()
+        self._connection = connection
+        return connection
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        try:
+            if exc is None:
+                try:
+                    cursor = await self._connection.execute(
+                        query("job_complete_in_tx"), self._params())
+                    if await cursor.fetchone() is None:
+                        raise self._owner_lost()
+                except BaseException as error:
+                    await self._tx.__aexit__(type(error), error, error.__traceback__)
+                    raise
+                await self._tx.__aexit__(None, None, None)
+                self._context.completed = True
+            else:
+                await self._tx.__aexit__(exc_type, exc, tb)
+        finally:
+            await self._pool_cm.__aexit__(None, None, None)
+
+    def __enter__(self) -> psycopg.Connection:
+        self._pool_cm = self._context.app.pool().connection()
+        connection = self._pool_cm.__enter__()
+        self._tx = connection.transaction()
+        self._tx.__enter__()
+        self._sync_connection = connection
+        return connection
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        try:
+            if exc is None:
+                try:
+                    row = self._sync_connection.execute(
+                        query("job_complete_in_tx"), self._params()).fetchone()
+                    if row is None:
+                        raise self._owner_lost()
+                except BaseException as error:
+                    self._tx.__exit__(type(error), error, error.__traceback__)
+                    raise
+                self._tx.__exit__(None, None, None)
+                self._context.completed = True
+            else:
+                self._tx.__exit__(exc_type, exc, tb)
+        finally:
+            self._pool_cm.__exit__(None, None, None)
+
+
+def current() -> JobContext:
+    """The job the calling task is running. Raises ``LookupError`` outside a job."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise LookupError("current() is only available inside a running akadze job") from None
+
+
+def set_current(context: JobContext) -> contextvars.Token[JobContext]:
+    """Make ``context`` the current job (used by the worker)."""
+    return _current.set(context)
+
+
+def reset_current(token: contextvars.Token[JobContext]) -> None:
+    """Undo ``set_current``."""
+    _current.reset(token)

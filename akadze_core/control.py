@@ -1,0 +1,36 @@
+"""Operations on existing jobs: cancel and requeue, in the caller's transaction."""
+
+from __future__ import annotations
+
+import psycopg
+
+from .queries import query
+
+
+async def request_cancel(connection: psycopg.AsyncConnection, job_id: int) -> bool:
+    """Request cancellation of a queued or running job; returns False when it is not active.
+
+    A queued job is cancelled at once. A running job is not interrupted: if its body returns a
+    value it succeeds; if it raises (Retry and Snooze included) it ends cancelled.
+    """
+    cursor = await connection.execute(query("job_request_cancel"), {"id": job_id})
+    return await cursor.fetchone() is not None
+
+
+def request_cancel_sync(connection: psycopg.Connection, job_id: int) -> bool:
+    """Sync twin of ``request_cancel``."""
+    return connection.execute(query("job_request_cancel"), {"id": job_id}).fetchone() is not None
+
+
+async def requeue(connection: psycopg.AsyncConnection, job_id: int) -> bool:
+    """Move a failed job back to queued; returns False when the job is not failed.
+
+    attempt, errors and args are kept; max_attempts grows by one if no attempt is left.
+    """
+    cursor = await connection.execute(query("job_requeue"), {"id": job_id})
+    return await cursor.fetchone() is not None
+
+
+def requeue_sync(connection: psycopg.Connection, job_id: int) -> bool:
+    """Sync twin of ``requeue``."""
+    return connection.execute(query("job_requeue"), {"id": job_id}).fetchone() is not None

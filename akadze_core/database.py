@@ -1,0 +1,183 @@
+"""The one module that executes SQL. Sync and async faces share every statement and its
+parameters; only the awaiting differs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .migrations import SCHEMA_EXISTS, SCHEMA_VERSION, check_version
+from .outcomes import Outcome
+from .queries import query
+from .retry import DEFAULT_BACKOFF_CAP
+
+NOTIFY_CHANNEL = "akadze_jobs"
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """One job to insert; ``args`` and ``meta`` are already-validated JSON text."""
+
+    task: str
+    queue: str
+    args: str
+    priority: int = 0
+    scheduled_at: datetime | None = None
+    delay: float = 0.0
+    max_attempts: int = 3
+    expires_at: datetime | None = None
+    unique_key: str | None = None
+    meta: str = "{}"
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "task": self.task, "queue": self.queue, "args": self.args,
+            "priority": self.priority, "scheduled_at": self.scheduled_at, "delay": self.delay,
+            "max_attempts": self.max_attempts, "expires_at": self.expires_at,
+            "unique_key": self.unique_key, "meta": self.meta,
+        }
+
+
+def _many_params(requests: Sequence[JobRequest]) -> dict[str, list[Any]]:
+    if any(request.unique_key for request in requests):
+        raise ValueError("unique_key is not supported by bulk enqueue; enqueue those one by one")
+    return {
+        "task": [r.task for r in requests], "queue": [r.queue for r in requests],
+        "args": [r.args for r in requests], "priority": [r.priority for r in requests],
+        "scheduled_at": [r.scheduled_at for r in requests],
+        "delay": [r.delay for r in requests],
+        "max_attempts": [r.max_attempts for r in requests],
+        "expires_at": [r.expires_at for r in requests], "meta": [r.meta for r in requests],
+    }
+
+
+def _outcome_params(outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:
+    return {
+        "id": [o.job_id for o in outcomes], "run_count": [o.run_count for o in outcomes],
+        "kind": [o.kind for o in outcomes], "result": [o.result for o in outcomes],
+        "delay": [o.delay for o in outcomes], "error": [o.error for o in outcomes],
+    }
+
+
+# --- sync face (enqueue from sync code, CLI) -------------------------------------------------
+
+def insert_job(connection: psycopg.Connection, request: JobRequest) -> int:
+    """Insert one job (or find the active one holding its unique key); returns its id."""
+    while True:
+        row = connection.execute(query("job_insert"), request.params()).fetchone()
+        if row is not None:
+            return int(row[0])
+        # The key's holder committed after our snapshot was taken: look again.
+
+
+def insert_jobs(connection: psycopg.Connection, requests: Sequence[JobRequest]) -> list[int]:
+    """Insert many jobs in one statement; returns their ids in order."""
+    if not requests:
+        return []
+    row = connection.execute(query("job_insert_many"), _many_params(requests)).fetchone()
+    return list(row[0]) if row else []
+
+
+def fetch_one(connection: psycopg.Connection, name: str, /, **params: Any) -> dict[str, Any] | None:
+    """Run a named query and return its first row as a dict."""
+    with connection.cursor(row_factory=dict_row) as cursor:
+        return cursor.execute(query(name), params).fetchone()
+
+
+def fetch_all(connection: psycopg.Connection, name: str, /, **params: Any) -> list[dict[str, Any]]:
+    """Run a named query and return every row as a dict."""
+    with connection.cursor(row_factory=dict_row) as cursor:
+        return cursor.execute(query(name), params).fetchall()
+
+
+def check_schema(connection: psycopg.Connection) -> None:
+    """Raise ``SchemaMissing`` unless the schema is applied and current."""
+    exists = connection.execute(SCHEMA_EXISTS).fetchone()
+    version = connection.execute(SCHEMA_VERSION).fetchone() if exists and exists[0] else None
+    check_version(version[0] if version else None)
+
+
+# --- async face (worker, async enqueue) ------------------------------------------------------
+
+async def insert_job_async(connection: psycopg.AsyncConnection, request: JobRequest) -> int:
+    """Async twin of ``insert_job``."""
+    while True:
+        cursor = await connection.execute(query("job_insert"), request.params())
+        row = await cursor.fetchone()
+        if row is not None:
+            return int(row[0])
+
+
+async def insert_jobs_async(
+    connection: psycopg.AsyncConnection, requests: Sequence[JobRequest]
+) -> list[int]:
+    """Async twin of ``insert_jobs``."""
+    if not requests:
+        return []
+    cursor = await connection.execute(query("job_insert_many"), _many_params(requests))
+    row = await cursor.fetchone()
+    return list(row[0]) if row else []
+
+
+async def fetch_one_async(
+    connection: psycopg.AsyncConnection, name: str, /, **params: Any
+) -> dict[str, Any] | None:
+    """Async twin of ``fetch_one``."""
+    async with connection.cursor(row_factory=dict_row) as cursor:
+        await cursor.execute(query(name), params)
+        return await cursor.fetchone()
+
+
+async def fetch_all_async(
+    connection: psycopg.AsyncConnection, name: str, /, **params: Any
+) -> list[dict[str, Any]]:
+    """Async twin of ``fetch_all``."""
+    async with connection.cursor(row_factory=dict_row) as cursor:
+        await cursor.execute(query(name), params)
+        return await cursor.fetchall()
+
+
+async def check_schema_async(connection: psycopg.AsyncConnection) -> None:
+    """Async twin of ``check_schema``."""
+    exists = await (await connection.execute(SCHEMA_EXISTS)).fetchone()
+    version = None
+    if exists and exists[0]:
+        version = await (await connection.execute(SCHEMA_VERSION)).fetchone()
+    check_version(version[0] if version else None)
+
+
+async def claim_jobs(
+    connection: psycopg.AsyncConnection, queue: str, limit: int, worker_id: int, fair: bool
+) -> list[dict[str, Any]]:
+    """Claim up to ``limit`` due jobs of ``queue`` (running ones and cancelled-at-claim ones)."""
+    return await fetch_all_async(
+        connection, "job_claim_fair" if fair else "job_claim",
+        queue=queue, limit=limit, worker_id=worker_id,
+    )
+
+
+async def complete_many(
+    connection: psycopg.AsyncConnection, outcomes: Sequence[Outcome]
+) -> list[dict[str, Any]]:
+    """Write a batch of fenced outcomes; returns the rows that changed."""
+    return await fetch_all_async(connection, "job_complete_many", **_outcome_params(outcomes))
+
+
+async def return_many(
+    connection: psycopg.AsyncConnection, runs: Sequence[tuple[int, int]]
+) -> list[dict[str, Any]]:
+    """Put unfinished runs back in the queue without spending their attempt."""
+    return await fetch_all_async(
+        connection, "job_return_many",
+        id=[job_id for job_id, _ in runs], run_count=[run_count for _, run_count in runs],
+    )
+
+
+async def rescue_jobs(connection: psycopg.AsyncConnection) -> list[dict[str, Any]]:
+    """Return the running jobs of dead workers to the queue (or fail them if out of attempts)."""
+    return await fetch_all_async(connection, "job_rescue", cap=DEFAULT_BACKOFF_CAP)

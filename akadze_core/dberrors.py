@@ -1,0 +1,66 @@
+"""Which database errors are worth retrying (seed 000, behaviour of 0.6.0)."""
+
+from __future__ import annotations
+
+import psycopg
+import psycopg_pool
+
+from .errors import SchemaMissing
+
+# Retry these: the server restarted or failed over, the connection dropped, it is full,
+# or the statement lost a deadlock / serialization race.
+_TRANSIENT_SQLSTATES = {
+    "40001",  # serialization_failure
+    "40P01",  # deadlock_detected
+    "53300",  # too_many_connections
+    "53000",  # insufficient_resources
+    "55P03",  # lock_not_available
+    "57P01",  # admin_shutdown
+    "57P02",  # crash_shutdown
+    "57P03",  # cannot_connect_now
+    "57014",  # query_canceled (statement_timeout, pg_cancel_backend)
+}
+_TRANSIENT_CLASSES = ("08",)  # connection_exception
+
+# Connection failures that no amount of waiting fixes.
+_FATAL_CONNECT_MESSAGES = (
+    "password authentication failed",
+    "no pg_hba.conf entry",
+    "does not exist",  # role or database
+    "invalid dsn",
+    "invalid connection option",
+    "missing \"=\" after",
+    "invalid uri",
+    "permission denied",
+    "ssl is not enabled",
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors a worker should log and retry with backoff."""
+    if isinstance(exc, psycopg_pool.PoolTimeout | TimeoutError | ConnectionError):
+        return True
+    if not isinstance(exc, psycopg.Error) or isinstance(exc, psycopg.ProgrammingError):
+        return False
+    sqlstate = exc.sqlstate
+    if sqlstate:
+        return sqlstate in _TRANSIENT_SQLSTATES or sqlstate.startswith(_TRANSIENT_CLASSES)
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        message = str(exc).lower()
+        return not any(fatal in message for fatal in _FATAL_CONNECT_MESSAGES)
+    return False
+
+
+def fatal_message(exc: BaseException) -> str:
+    """One line telling the user what is wrong (passwords are scrubbed by the caller)."""
+    if isinstance(exc, SchemaMissing):
+        return str(exc)
+    if isinstance(exc, psycopg.Error):
+        if exc.sqlstate in ("42P01", "3F000"):
+            return "the akadze schema is not applied: run `akadze migrate`"
+        if exc.sqlstate == "42501":
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "permission denied"
+            return f"permission denied: {first}"
+        text = " ".join(str(exc).split())
+        return f"database error: {text}" if text else f"database error: {type(exc).__name__}"
+    return f"{type(exc).__name__}: {exc}"

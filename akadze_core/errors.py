@@ -1,0 +1,82 @@
+"""Exceptions a task raises to steer its job, and the errors akadze raises to its callers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+
+def _seconds(delay: timedelta | float | int) -> float:
+    if isinstance(delay, timedelta):
+        return delay.total_seconds()
+    return float(delay)
+
+
+class JobOutcome(Exception):
+    """Base of the exceptions a task raises on purpose to decide what happens to its job."""
+
+
+class Retry(JobOutcome):
+    """Spend this attempt and run again after ``delay``, whatever the task's backoff policy.
+
+    The delay is used as given (not clamped). Out of attempts, the job fails.
+    """
+
+    def __init__(self, delay: timedelta | float = 0.0, message: str | None = None) -> None:
+        self.delay = _seconds(delay)
+        super().__init__(message or f"retry in {self.delay:g}s")
+
+
+class Snooze(JobOutcome):
+    """Not ready yet: run again after ``delay`` without spending an attempt (for polling)."""
+
+    def __init__(self, delay: timedelta | float = 0.0) -> None:
+        self.delay = _seconds(delay)
+        super().__init__(f"snoozed for {self.delay:g}s")
+
+
+class Fail(JobOutcome):
+    """Fail the job now, with no further attempts."""
+
+    def __init__(self, reason: str = "failed by the task") -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Cancel(JobOutcome):
+    """Cancel the job now; it will not run again."""
+
+    def __init__(self, reason: str = "cancelled by the task") -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class ResultNotJson(Exception):
+    """The task returned a value that is not JSON; the attempt is spent and the job retried."""
+
+
+class UnstorableOutcome(Exception):
+    """The outcome can never be stored (e.g. a NUL character in the result): the job fails."""
+
+
+class JobTimeout(Exception):
+    """The run took longer than the task's ``timeout``; the attempt is spent."""
+
+
+class AkadzeError(Exception):
+    """Base of the errors akadze raises to callers."""
+
+
+class InvalidArgs(AkadzeError, ValueError):
+    """Job arguments that cannot be stored: not JSON, NUL characters, lone surrogates, too big."""
+
+
+class NotOwner(AkadzeError):
+    """This run no longer owns its job (rescued by another worker, or finished already)."""
+
+
+class SchemaMissing(AkadzeError):
+    """The akadze schema is not applied (or is older than this version): run ``akadze migrate``."""
+
+
+class ConfigurationError(AkadzeError):
+    """A setting is missing or wrong."""

@@ -1,0 +1,87 @@
+"""Run one claimed job and classify how it ended (River's executor, in asyncio)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import logging
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, Any
+
+from . import outcomes
+from .context import JobContext, reset_current, set_current
+from .errors import Fail, JobTimeout
+from .jobs import Job
+
+if TYPE_CHECKING:
+    from .app import App
+
+logger = logging.getLogger("akadze.worker")
+
+
+def decode_job(app: App, row: dict[str, Any]) -> tuple[Job, str | None]:
+    """The Job of a claimed row, and a decode error message if its args are unusable.
+
+    Args arrive as raw JSON text and are decoded here with the app's loader, so a row
+    written by hand (garbage, a pickle blob in a string) fails cleanly: nothing is unpickled.
+    """
+    try:
+        args = app.json_loads(row["args"])
+    except Exception as exc:
+        return Job.from_row({**row, "args": None}), f"cannot decode the job's args: {exc}"
+    job = Job.from_row({**row, "args": args})
+    if not isinstance(args, dict):
+        return job, f"the job's args must decode to an object, got {type(args).__name__}"
+    return job, None
+
+
+async def execute(
+    app: App, row: dict[str, Any], worker_id: int | None, threads: Executor
+) -> outcomes.Outcome | None:
+    """Run the job of ``row``; returns the outcome to write, or None when nothing must be
+    written (complete_tx already committed it)."""
+    job, decode_error = decode_job(app, row)
+    task = app.tasks.get(job.task)
+    if task is None:
+        error = Fail(f"unknown task {job.task!r}: it is not registered in this worker")
+        return outcomes.Outcome(job.id, job.run_count, outcomes.FAIL,
+                                error=outcomes.error_entry(error, "NotRegistered"))
+    if decode_error is not None:
+        return outcomes.Outcome(job.id, job.run_count, outcomes.FAIL,
+                                error=outcomes.error_entry(Fail(decode_error), "ArgsDecodeError"))
+
+    context = JobContext(app, job, worker_id)
+    token = set_current(context)
+    try:
+        value = await _call(task, job.args, threads)
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # a task's SystemExit must not take the worker down
+        if context.completed:
+            logger.warning("job %s raised after complete_tx committed it: %r", job.id, exc)
+            return None
+        return outcomes.raised(job.id, job.run_count, job.attempt, exc, task.backoff)
+    finally:
+        reset_current(token)
+    if context.completed:
+        return None
+    return outcomes.succeeded(job.id, job.run_count, job.attempt, value, task.backoff,
+                              app.json_dumps)
+
+
+async def _call(task: Any, args: dict[str, Any], threads: Executor) -> Any:
+    if task.is_async:
+        call = task.func(**args)
+    else:
+        loop = asyncio.get_running_loop()
+        # Threads do not inherit context variables: carry current() over explicitly.
+        context = contextvars.copy_context()
+        call = loop.run_in_executor(threads, functools.partial(context.run, task.func, **args))
+    if task.timeout is None:
+        return await call
+    try:
+        return await asyncio.wait_for(call, task.timeout)
+    except asyncio.TimeoutError:
+        # A sync body's thread cannot be killed: it runs on, and its result is discarded.
+        raise JobTimeout(f"the task ran longer than its timeout of {task.timeout:g}s") from None

@@ -1,0 +1,53 @@
+"""The Job record, as read from the jobs table."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
+ACTIVE_STATES = ("queued", "running")
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One row of ``akadze.jobs``. ``attempt`` counts the attempts spent so far."""
+
+    id: int
+    task: str
+    queue: str
+    args: Any
+    state: str
+    priority: int
+    scheduled_at: datetime
+    attempt: int
+    max_attempts: int
+    run_count: int
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    result: Any = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    expires_at: datetime | None = None
+    cancel_requested: bool = False
+    unique_key: str | None = None
+    worker_id: int | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Job:
+        """Build from a dict row; JSON columns may arrive as text (the worker reads them raw)."""
+        values = {name: row[name] for name in cls.__dataclass_fields__ if name in row}
+        for name in ("errors", "meta"):
+            if isinstance(values.get(name), str):
+                values[name] = json.loads(values[name])
+        return cls(**values)
+
+    def to_json(self) -> dict[str, Any]:
+        """The job's fields by their plain names, times in ISO 8601."""
+        return {
+            name: value.isoformat() if isinstance(value, datetime) else value
+            for name, value in asdict(self).items()
+        }

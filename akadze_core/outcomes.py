@@ -1,0 +1,75 @@
+"""Classify how a run ended into the outcome the completer writes (pure, no database)."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import Cancel, Fail, JobTimeout, ResultNotJson, Retry, Snooze
+from .retry import BackoffPolicy, backoff_delay
+from .serialization import check_storable, sanitize_text, strict_dumps
+
+SUCCESS, RETRY, SNOOZE, FAIL, CANCEL = "success", "retry", "snooze", "fail", "cancel"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What to write for one run: ``kind`` is one of success, retry, snooze, fail, cancel.
+
+    ``retry`` spends the attempt (out of attempts it becomes failed in SQL, where the row's
+    attempt count is known for sure); ``snooze`` gives the attempt back.
+    """
+
+    job_id: int
+    run_count: int
+    kind: str
+    result: str | None = None
+    delay: float = 0.0
+    error: str | None = None
+
+
+def error_entry(exc: BaseException, type_name: str | None = None) -> str:
+    """The JSON of one ``errors`` entry; the database adds attempt and time."""
+    formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return strict_dumps({
+        "type": type_name or type(exc).__name__,
+        "message": sanitize_text(str(exc)),
+        "traceback": sanitize_text(formatted),
+    })
+
+
+def succeeded(
+    job_id: int, run_count: int, attempt: int, value: Any,
+    policy: BackoffPolicy | None, dumps: Callable[[Any], str] = strict_dumps,
+) -> Outcome:
+    """The outcome of a body that returned ``value``."""
+    try:
+        text = dumps(value)
+    except (TypeError, ValueError) as exc:
+        error = ResultNotJson(f"the task returned a value that is not JSON: {exc}")
+        return Outcome(job_id, run_count, RETRY, delay=backoff_delay(policy, attempt),
+                       error=error_entry(error))
+    try:
+        check_storable(text, "the result")
+    except ValueError as exc:
+        return Outcome(job_id, run_count, FAIL, error=error_entry(exc, "UnstorableOutcome"))
+    return Outcome(job_id, run_count, SUCCESS, result=text)
+
+
+def raised(
+    job_id: int, run_count: int, attempt: int, exc: BaseException, policy: BackoffPolicy | None
+) -> Outcome:
+    """The outcome of a body that raised ``exc``."""
+    if isinstance(exc, Snooze):
+        return Outcome(job_id, run_count, SNOOZE, delay=exc.delay)
+    if isinstance(exc, Retry):
+        return Outcome(job_id, run_count, RETRY, delay=exc.delay, error=error_entry(exc))
+    if isinstance(exc, Fail):
+        return Outcome(job_id, run_count, FAIL, error=error_entry(exc))
+    if isinstance(exc, Cancel):
+        return Outcome(job_id, run_count, CANCEL, error=error_entry(exc))
+    type_name = "JobTimeout" if isinstance(exc, JobTimeout) else None
+    return Outcome(job_id, run_count, RETRY, delay=backoff_delay(policy, attempt),
+                   error=error_entry(exc, type_name))

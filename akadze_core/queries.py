@@ -1,0 +1,34 @@
+"""Load the named SQL blocks of ``sql/queries.sql`` (one source for sync and async code)."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+@cache
+def all_queries() -> dict[str, str]:
+    """Every query by name, parsed once."""
+    text = resources.files("akadze_core").joinpath("sql/queries.sql").read_text("utf-8")
+    parts = _NAME.split(text)
+    # parts = [preamble, name1, body1, name2, body2, ...]
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def query(name: str) -> str:
+    """The SQL text of one named block."""
+    return all_queries()[name]
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, name, sql) of every migration file, in order."""
+    folder = resources.files("akadze_core").joinpath("sql/migrations")
+    found = []
+    for entry in folder.iterdir():
+        match = re.match(r"^(\d+)_(\w+)\.sql$", entry.name)
+        if match:
+            found.append((int(match[1]), match[2], entry.read_text("utf-8")))
+    return sorted(found)

@@ -1,0 +1,66 @@
+"""JSON in and out of the jobs table, with the checks Postgres' jsonb would fail on later.
+
+Postgres rejects ``\\u0000`` and lone surrogates inside jsonb; checking here turns a late,
+confusing database error into a clear one before anything is inserted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+Dumps = Callable[[Any], str]
+Loads = Callable[[str], Any]
+
+DEFAULT_MAX_ARGS_BYTES = 1024 * 1024
+
+# An escaped NUL preceded by an even number of backslashes (an odd number would mean the
+# backslash itself was escaped, i.e. the text "\u0000" and not the character).
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+# NUL and the surrogate range: neither can be stored in a Postgres text or jsonb value.
+_UNSTORABLE_CHARACTER = re.compile("[\x00\ud800-\udfff]")
+
+
+def strict_dumps(value: Any) -> str:
+    """Plain JSON, refusing NaN/Infinity and anything the json module cannot encode."""
+    return json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
+def check_storable(text: str, what: str) -> str:
+    """Raise ValueError if ``text`` (encoded JSON) cannot be stored in a jsonb column."""
+    if _ESCAPED_NUL.search(text) or "\x00" in text:
+        raise ValueError(f"{what} contain a NUL character, which Postgres cannot store")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} contain a lone surrogate, which is not valid UTF-8") from exc
+    return text
+
+
+def encode_args(
+    args: Any, dumps: Dumps = strict_dumps, max_bytes: int = DEFAULT_MAX_ARGS_BYTES
+) -> str:
+    """Encode a job's arguments, or raise ``InvalidArgs`` with a clear reason."""
+    from .errors import InvalidArgs
+
+    if not isinstance(args, dict) or not all(isinstance(key, str) for key in args):
+        raise InvalidArgs("job arguments must be a mapping with string keys")
+    try:
+        text = dumps(args)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgs(f"job arguments are not JSON: {exc}") from exc
+    try:
+        check_storable(text, "job arguments")
+    except ValueError as exc:
+        raise InvalidArgs(str(exc)) from exc
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise InvalidArgs(f"job arguments are {size} bytes, over the limit of {max_bytes} bytes")
+    return text
+
+
+def sanitize_text(text: str) -> str:
+    """Make any text storable in jsonb: NULs and lone surrogates become U+FFFD."""
+    return _UNSTORABLE_CHARACTER.sub("\ufffd", text)

@@ -1,0 +1,302 @@
+-- Every statement akadze runs, one named block each (`-- name: <noun>_<verb>`).
+-- Parameters are bound by name (%(name)s); values are never formatted into SQL.
+
+-- name: job_insert
+-- Insert one job; with a unique_key, return the active job holding that key instead.
+-- The NOTIFY is deduplicated by Postgres per transaction, channel and payload, so a
+-- transaction that enqueues many jobs wakes the workers of each queue once, at commit.
+WITH inserted AS (
+    INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts,
+                             expires_at, unique_key, meta)
+    VALUES (%(task)s, %(queue)s, %(args)s::jsonb, %(priority)s,
+            coalesce(%(scheduled_at)s::timestamptz, now() + %(delay)s::float8 * interval '1 second'),
+            %(max_attempts)s, %(expires_at)s::timestamptz, %(unique_key)s, %(meta)s::jsonb)
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running')
+    DO NOTHING
+    RETURNING id, queue, scheduled_at <= now() AS due
+)
+SELECT id, CASE WHEN due THEN pg_notify('akadze_jobs', queue) END AS notified, true AS inserted
+FROM inserted
+UNION ALL
+SELECT id, NULL, false
+FROM akadze.jobs
+WHERE %(unique_key)s::text IS NOT NULL AND unique_key = %(unique_key)s
+  AND state IN ('queued', 'running') AND NOT EXISTS (SELECT 1 FROM inserted)
+LIMIT 1;
+
+-- name: job_insert_many
+-- Bulk insert from parallel arrays (one round trip); returns the ids in input order.
+WITH rows AS (
+    SELECT * FROM unnest(%(task)s::text[], %(queue)s::text[], %(args)s::text[],
+                         %(priority)s::int[], %(scheduled_at)s::timestamptz[],
+                         %(delay)s::float8[], %(max_attempts)s::int[],
+                         %(expires_at)s::timestamptz[], %(meta)s::text[])
+        WITH ORDINALITY AS r(task, queue, args, priority, scheduled_at, delay, max_attempts,
+                             expires_at, meta, ord)
+),
+inserted AS (
+    INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts,
+                             expires_at, meta)
+    SELECT task, queue, args::jsonb, priority,
+           coalesce(scheduled_at, now() + delay * interval '1 second'),
+           max_attempts, expires_at, meta::jsonb
+    FROM rows ORDER BY ord
+    RETURNING id, queue, scheduled_at <= now() AS due
+),
+notified AS (
+    SELECT count(pg_notify('akadze_jobs', queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted WHERE due) AS due_queues
+)
+SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids, (SELECT n FROM notified) AS notified
+FROM inserted;
+
+-- name: job_claim
+-- Claim up to %(limit)s due jobs of one queue. The locking SELECT sits in a CTE so the
+-- planner cannot lock more rows than LIMIT (a bare IN (subquery LIMIT) may be re-run).
+-- Jobs cancelled or expired before they start end here as cancelled, without running.
+WITH picked AS (
+    SELECT id
+    FROM akadze.jobs
+    WHERE state = 'queued' AND queue = %(queue)s AND scheduled_at <= now()
+    ORDER BY priority, scheduled_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE akadze.jobs AS j
+    SET state = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                     THEN 'cancelled' ELSE 'running' END,
+        run_count = j.run_count + CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                       THEN 0 ELSE 1 END,
+        attempt = j.attempt + CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                   THEN 0 ELSE 1 END,
+        worker_id = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                         THEN NULL ELSE %(worker_id)s END,
+        started_at = now(),
+        finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                           THEN now() END
+    FROM picked
+    WHERE j.id = picked.id
+    RETURNING j.*
+)
+SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
+       max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at
+FROM claimed
+ORDER BY priority, scheduled_at, id;
+
+-- name: job_claim_fair
+-- Like job_claim, but rotates across the task names of the queue: each task's oldest job
+-- first, then each task's second, and so on, so a flooding task cannot starve the others.
+-- The distinct task names come from a loose index scan of jobs_fair_claim_idx.
+WITH RECURSIVE tasks AS (
+    (SELECT task FROM akadze.jobs
+     WHERE state = 'queued' AND queue = %(queue)s ORDER BY task LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.task FROM akadze.jobs AS j
+            WHERE j.state = 'queued' AND j.queue = %(queue)s AND j.task > tasks.task
+            ORDER BY j.task LIMIT 1)
+    FROM tasks WHERE tasks.task IS NOT NULL
+),
+candidates AS (
+    SELECT c.id, c.priority, c.scheduled_at,
+           row_number() OVER (PARTITION BY tasks.task
+                              ORDER BY c.priority, c.scheduled_at, c.id) AS turn
+    FROM tasks
+    CROSS JOIN LATERAL (
+        SELECT id, priority, scheduled_at FROM akadze.jobs AS j
+        WHERE j.state = 'queued' AND j.queue = %(queue)s AND j.task = tasks.task
+          AND j.scheduled_at <= now()
+        ORDER BY j.priority, j.scheduled_at, j.id
+        LIMIT %(limit)s
+    ) AS c
+    WHERE tasks.task IS NOT NULL
+),
+picked AS (
+    SELECT j.id
+    FROM akadze.jobs AS j JOIN candidates AS c ON c.id = j.id
+    WHERE j.state = 'queued'
+    ORDER BY c.turn, c.priority, c.scheduled_at, c.id
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+),
+claimed AS (
+    UPDATE akadze.jobs AS j
+    SET state = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                     THEN 'cancelled' ELSE 'running' END,
+        run_count = j.run_count + CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                       THEN 0 ELSE 1 END,
+        attempt = j.attempt + CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                   THEN 0 ELSE 1 END,
+        worker_id = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                         THEN NULL ELSE %(worker_id)s END,
+        started_at = now(),
+        finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                           THEN now() END
+    FROM picked
+    WHERE j.id = picked.id
+    RETURNING j.*
+)
+SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
+       max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at
+FROM claimed;
+
+-- name: job_complete_many
+-- Write a batch of run outcomes in one statement. Every row is fenced: it changes only while
+-- the job is still running under the run_count it was claimed with, so a late run changes
+-- nothing. Outcome kinds: success, retry (spends the attempt), snooze (gives it back),
+-- fail, cancel. A run that raised while cancel was requested or the job expired ends
+-- cancelled without spending its attempt; a returned value still wins (side effects happened).
+WITH outcome AS (
+    SELECT * FROM unnest(%(id)s::bigint[], %(run_count)s::int[], %(kind)s::text[],
+                         %(result)s::text[], %(delay)s::float8[], %(error)s::text[])
+        AS o(id, run_count, kind, result, delay, error)
+),
+decided AS (
+    SELECT o.*, j.attempt,
+           CASE
+               WHEN o.kind = 'success' THEN 'succeeded'
+               WHEN o.kind = 'cancel' THEN 'cancelled'
+               WHEN j.cancel_requested OR j.expires_at <= now() THEN 'cancelled'
+               WHEN o.kind = 'fail' THEN 'failed'
+               WHEN o.kind = 'snooze' THEN 'queued'
+               WHEN j.attempt >= j.max_attempts THEN 'failed'
+               ELSE 'queued'
+           END AS next_state,
+           (o.kind = 'snooze'
+            OR (o.kind IN ('retry', 'fail') AND (j.cancel_requested OR j.expires_at <= now())))
+               AS gives_back_attempt
+    FROM outcome AS o JOIN akadze.jobs AS j ON j.id = o.id
+    WHERE j.run_count = o.run_count AND j.state = 'running'
+    ORDER BY j.id
+    FOR UPDATE OF j
+)
+UPDATE akadze.jobs AS j
+SET state = d.next_state,
+    attempt = j.attempt - CASE WHEN d.gives_back_attempt THEN 1 ELSE 0 END,
+    result = CASE WHEN d.kind = 'success' THEN d.result::jsonb ELSE j.result END,
+    errors = CASE WHEN d.error IS NULL THEN j.errors
+                  ELSE j.errors || jsonb_build_array(
+                      d.error::jsonb || jsonb_build_object('attempt', j.attempt, 'at', now()))
+             END,
+    scheduled_at = CASE WHEN d.next_state = 'queued'
+                        THEN now() + d.delay * interval '1 second' ELSE j.scheduled_at END,
+    worker_id = NULL,
+    finished_at = CASE WHEN d.next_state = 'queued' THEN NULL ELSE now() END
+FROM decided AS d
+WHERE j.id = d.id AND j.run_count = d.run_count AND j.state = 'running'
+RETURNING j.id, j.run_count, j.state;
+
+-- name: job_complete_in_tx
+-- complete_tx: the job succeeds in the caller's transaction, whatever cancel or expiry
+-- happened meanwhile. Fenced like every outcome write.
+UPDATE akadze.jobs
+SET state = 'succeeded', result = %(result)s::jsonb, worker_id = NULL, finished_at = now()
+WHERE id = %(id)s AND run_count = %(run_count)s AND state = 'running'
+RETURNING id;
+
+-- name: job_return_many
+-- Graceful stop: unfinished runs go back to queued, due now, without spending the attempt.
+UPDATE akadze.jobs AS j
+SET state = 'queued', attempt = j.attempt - 1, worker_id = NULL, scheduled_at = now()
+FROM unnest(%(id)s::bigint[], %(run_count)s::int[]) AS o(id, run_count)
+WHERE j.id = o.id AND j.run_count = o.run_count AND j.state = 'running'
+RETURNING j.id, pg_notify('akadze_jobs', j.queue) IS NULL AS notified;
+
+-- name: job_rescue
+-- Return the running jobs of dead workers (heartbeat older than their own TTL) and of
+-- workers that no longer exist. The dead worker rows are deleted in the same statement, so
+-- two rescuers racing each other rescue every job once: the second one's DELETE finds
+-- nothing and its SKIP LOCKED passes over rows the first one holds. The attempt stays
+-- spent and the default backoff curve applies; out of attempts means failed.
+WITH dead AS (
+    DELETE FROM akadze.workers
+    WHERE heartbeat_at < now() - heartbeat_ttl
+    RETURNING id
+),
+lost AS (
+    SELECT j.id
+    FROM akadze.jobs AS j
+    WHERE j.state = 'running'
+      AND (j.worker_id IN (SELECT id FROM dead)
+           OR NOT EXISTS (SELECT 1 FROM akadze.workers AS w WHERE w.id = j.worker_id))
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE akadze.jobs AS j
+SET state = CASE WHEN j.cancel_requested OR j.expires_at <= now() THEN 'cancelled'
+                 WHEN j.attempt >= j.max_attempts THEN 'failed'
+                 ELSE 'queued' END,
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempt, 'at', now(), 'type', 'WorkerLost',
+        'message', 'the worker running this job stopped heartbeating', 'traceback', NULL,
+        'worker_id', j.worker_id)),
+    scheduled_at = now() + least(power(2, greatest(j.attempt - 1, 0)), %(cap)s::float8)
+                           * (0.5 + random() * 0.5) * interval '1 second',
+    worker_id = NULL,
+    finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                         OR j.attempt >= j.max_attempts THEN now() END
+FROM lost
+WHERE j.id = lost.id
+RETURNING j.id, j.state, j.queue;
+
+-- name: job_request_cancel
+-- Mark a queued or running job. A queued job is cancelled right away; a running one finishes
+-- its body and the outcome rules decide (see job_complete_many).
+UPDATE akadze.jobs
+SET cancel_requested = true,
+    state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
+    finished_at = CASE WHEN state = 'queued' THEN now() ELSE finished_at END
+WHERE id = %(id)s AND state IN ('queued', 'running')
+RETURNING id, state;
+
+-- name: job_requeue
+-- failed -> queued, keeping attempt, errors and args; one more attempt if none are left.
+UPDATE akadze.jobs
+SET state = 'queued', scheduled_at = now(), finished_at = NULL, cancel_requested = false,
+    max_attempts = greatest(max_attempts, attempt + 1)
+WHERE id = %(id)s AND state = 'failed'
+RETURNING id, pg_notify('akadze_jobs', queue) IS NULL AS notified;
+
+-- name: job_prune
+-- Delete a batch of finished jobs older than their retention, oldest first.
+WITH doomed AS (
+    SELECT id FROM akadze.jobs
+    WHERE (state IN ('succeeded', 'cancelled')
+           AND finished_at < now() - %(finished_retention)s::float8 * interval '1 second')
+       OR (state = 'failed' AND finished_at < now() - %(failed_retention)s::float8 * interval '1 second')
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM akadze.jobs AS j USING doomed WHERE j.id = doomed.id;
+
+-- name: job_get
+SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
+       errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
+       created_at, started_at, finished_at
+FROM akadze.jobs WHERE id = %(id)s;
+
+-- name: job_list
+SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
+       errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
+       created_at, started_at, finished_at
+FROM akadze.jobs
+WHERE (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: job_stats
+SELECT queue, state, count(*) AS jobs FROM akadze.jobs GROUP BY queue, state ORDER BY queue, state;
+
+-- name: worker_register
+INSERT INTO akadze.workers (name, hostname, pid, queues, heartbeat_ttl)
+VALUES (%(name)s, %(hostname)s, %(pid)s, %(queues)s, %(heartbeat_ttl)s::float8 * interval '1 second')
+RETURNING id;
+
+-- name: worker_heartbeat
+-- One row per worker, one UPDATE per interval. No row means another worker judged this one
+-- dead and rescued its jobs: the caller must not resurrect it.
+UPDATE akadze.workers SET heartbeat_at = now() WHERE id = %(id)s RETURNING id;
+
+-- name: worker_unregister
+DELETE FROM akadze.workers WHERE id = %(id)s;

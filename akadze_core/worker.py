@@ -1,0 +1,511 @@
+"""The worker: claims jobs into free slots, runs them, and keeps the fleet healthy.
+
+Collaborators, each small (after River): the claim loop here, ``executor.execute`` that runs
+one job and classifies its outcome, the ``Completer`` that writes outcomes in batches, a
+listener that turns NOTIFY into wake-ups, and the maintenance round (heartbeat, rescue,
+prune, schedules) that every worker runs, so the fleet needs no separate supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import random
+import signal
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import psycopg_pool
+from psycopg import sql
+
+from . import database
+from .completer import Completer
+from .database import NOTIFY_CHANNEL
+from .dberrors import fatal_message, is_transient
+from .errors import AkadzeError, SchemaMissing
+from .executor import execute
+from .outcomes import RETRY, Outcome, error_entry
+from .retry import default_backoff
+
+if TYPE_CHECKING:
+    from .app import App
+
+logger = logging.getLogger("akadze.worker")
+
+Seconds = timedelta | float | int
+Hook = Callable[[dict[str, Any]], Awaitable[None] | None]
+Maintenance = Callable[[psycopg.AsyncConnection], Awaitable[None]]
+
+
+class WorkerError(AkadzeError):
+    """The worker stopped on an error that retrying cannot fix; the message says what to do."""
+
+
+def _seconds(value: Seconds) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+@dataclass
+class _Run:
+    job_id: int
+    run_count: int
+    queue: str
+    task: str
+    attempt: int
+    started: float
+    future: asyncio.Task[None]
+
+
+class Worker:
+    """Runs the jobs of ``queues`` with ``slots`` concurrent runs per queue.
+
+    ``slots`` is an int for every queue or a mapping ``{queue: slots}``. ``fair=True``
+    rotates claims across the task names of a queue so one flooding task cannot starve the
+    others (at the cost of a slightly heavier claim query).
+    """
+
+    def __init__(
+        self,
+        app: App,
+        queues: Iterable[str] = ("default",),
+        slots: int | Mapping[str, int] = 1,
+        heartbeat_interval: Seconds = 5,
+        heartbeat_ttl: Seconds = 30,
+        poll_interval: Seconds = 1,
+        shutdown_timeout: Seconds = 10,
+        fair: bool = False,
+        *,
+        name: str | None = None,
+        prune_interval: Seconds = 60,
+        prune_batch: int = 1000,
+        on_startup: Iterable[Hook] = (),
+        on_shutdown: Iterable[Hook] = (),
+        health_file: str | os.PathLike[str] | None = None,
+        max_pending_outcomes: int = 10_000,
+    ) -> None:
+        self.app = app
+        self.queues = list(dict.fromkeys(queues))
+        if not self.queues:
+            raise ValueError("a worker needs at least one queue")
+        if isinstance(slots, Mapping):
+            self.slots = {queue: int(slots.get(queue, 1)) for queue in self.queues}
+        else:
+            self.slots = dict.fromkeys(self.queues, int(slots))
+        if min(self.slots.values()) < 1:
+            raise ValueError("slots must be at least 1 per queue")
+        self.heartbeat_interval = _seconds(heartbeat_interval)
+        self.heartbeat_ttl = _seconds(heartbeat_ttl)
+        if self.heartbeat_ttl <= self.heartbeat_interval:
+            raise ValueError("heartbeat_ttl must be longer than heartbeat_interval")
+        self.poll_interval = _seconds(poll_interval)
+        self.shutdown_timeout = _seconds(shutdown_timeout)
+        self.fair = fair
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.prune_interval = _seconds(prune_interval)
+        self.prune_batch = prune_batch
+        self.on_startup = list(on_startup)
+        self.on_shutdown = list(on_shutdown)
+        self.health_file = Path(health_file) if health_file else None
+        self.max_pending_outcomes = max_pending_outcomes
+        #: Shared with the startup/shutdown hooks (ARQ's ctx): put your clients here.
+        self.context: dict[str, Any] = {}
+        #: Extra maintenance run each round while healthy (schedules hook in here).
+        self.maintenance: list[Maintenance] = []
+        self.worker_id: int | None = None
+        self._running: dict[int, _Run] = {}
+        self._busy = dict.fromkeys(self.queues, 0)
+        # Runs whose outcome is waiting in the completer, for the one log line per outcome.
+        self._finished: dict[tuple[int, int], _Run] = {}
+        # asyncio.Event binds to a loop only when first awaited, so these can exist before
+        # run() and request_stop() works from any point.
+        self._stop = asyncio.Event()
+        self._stop_now = asyncio.Event()
+        self._wake = asyncio.Event()
+
+    # --- public control -------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop gracefully; a second call stops at once (running jobs go back to the queue)."""
+        if self._stop.is_set():
+            logger.warning("second stop request: returning running jobs and exiting now")
+            self._stop_now.set()
+        else:
+            logger.info("stopping: no new claims; waiting up to %gs for %d running jobs",
+                        self.shutdown_timeout, len(self._running))
+            self._stop.set()
+        self._wake.set()
+
+    def run_sync(self, install_signal_handlers: bool = True) -> int:
+        """Run in a new event loop until stopped; returns the exit code (0, or 1)."""
+
+        async def main() -> int:
+            if install_signal_handlers:
+                loop = asyncio.get_running_loop()
+                for signum in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(signum, self.request_stop)
+            return await self.run()
+
+        return asyncio.run(main())
+
+    async def run(self) -> int:
+        """Run until stopped. Returns 0, or 1 when the database was lost for longer than the
+        heartbeat TTL; raises ``WorkerError`` on errors that retrying cannot fix."""
+        self._exit_code = 0
+        self._fatal: str | None = None
+        total_slots = sum(self.slots.values())
+        self._threads = ThreadPoolExecutor(max_workers=total_slots * 2 + 4,
+                                           thread_name_prefix="akadze-task")
+        started = await self._start(total_slots)
+        try:
+            if started:
+                await self._loop()
+        finally:
+            await self._shutdown(started)
+        if self._fatal:
+            raise WorkerError(self._fatal)
+        return self._exit_code
+
+    # --- start and stop --------------------------------------------------------------------
+
+    async def _start(self, total_slots: int) -> bool:
+        url = self.app.database_url
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                connection = await psycopg.AsyncConnection.connect(
+                    url, autocommit=True, connect_timeout=5)
+                await database.check_schema_async(connection)
+                self.worker_id = await self._register(connection)
+                await connection.close()
+                break
+            except Exception as exc:
+                if isinstance(exc, SchemaMissing) or not is_transient(exc):
+                    self._fatal = self.app.redact(fatal_message(exc))
+                    return False
+                failures += 1
+                delay = self._backoff(failures)
+                logger.warning("cannot reach the database (%s); retrying in %.1fs",
+                               self.app.redact(" ".join(str(exc).split()) or type(exc).__name__),
+                               delay)
+                await self._pause(delay)
+        else:
+            return False
+        self._pool = psycopg_pool.AsyncConnectionPool(
+            url, min_size=2, max_size=min(total_slots, 16) + 4, timeout=5,
+            kwargs={"autocommit": True}, name=f"akadze-worker-{self.worker_id}", open=False)
+        await self._pool.open(wait=False)
+        self.app.use_async_pool(self._pool)
+        self._completer = Completer(self._pool.connection, self._outcomes_written)
+        self._completer_task = asyncio.create_task(self._completer.run(), name="completer")
+        self._listener_task = asyncio.create_task(self._listen(url), name="listener")
+        self._healthy = True
+        self._last_heartbeat_ok = time.monotonic()
+        self._heartbeat_failures = 0
+        self._next_heartbeat = time.monotonic() + self.heartbeat_interval
+        self._next_prune = time.monotonic() + random.uniform(0, self.prune_interval)
+        self._rescue_pending = True
+        for hook in self.on_startup:
+            await _maybe_await(hook(self.context))
+        if self.health_file:
+            self.health_file.touch()
+        logger.info("worker %s (id %s) started: queues %s, slots %s%s", self.name,
+                    self.worker_id, ",".join(self.queues), total_slots,
+                    ", fair" if self.fair else "")
+        return True
+
+    async def _register(self, connection: psycopg.AsyncConnection) -> int:
+        row = await database.fetch_one_async(
+            connection, "worker_register", name=self.name, hostname=socket.gethostname(),
+            pid=os.getpid(), queues=self.queues, heartbeat_ttl=self.heartbeat_ttl)
+        assert row is not None
+        return int(row["id"])
+
+    async def _shutdown(self, started: bool) -> None:
+        if started:
+            await self._drain()
+            for hook in self.on_shutdown:
+                try:
+                    await _maybe_await(hook(self.context))
+                except Exception:
+                    logger.exception("on_shutdown hook failed")
+            self._listener_task.cancel()
+            await asyncio.gather(self._listener_task, return_exceptions=True)
+            await self._pool.close()
+        if self.health_file:
+            self.health_file.unlink(missing_ok=True)
+        # A sync task's thread cannot be stopped; do not wait for it.
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        logger.info("worker %s stopped", self.name)
+
+    async def _drain(self) -> None:
+        """Seed 000's stop: wait up to shutdown_timeout, then return what is left unspent."""
+        if self._running and not self._stop_now.is_set():
+            all_done = asyncio.ensure_future(
+                asyncio.wait([run.future for run in self._running.values()]))
+            stop_now = asyncio.ensure_future(self._stop_now.wait())
+            await asyncio.wait({all_done, stop_now}, timeout=self.shutdown_timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+            all_done.cancel()
+            stop_now.cancel()
+        unfinished = list(self._running.values())
+        for run in unfinished:
+            run.future.cancel()
+        await asyncio.gather(*(run.future for run in unfinished), return_exceptions=True)
+        flushed = await self._completer.close(timeout=5)
+        self._completer_task.cancel()
+        await asyncio.gather(self._completer_task, return_exceptions=True)
+        returned = await self._return_jobs([(run.job_id, run.run_count) for run in unfinished])
+        if flushed and returned:
+            await self._unregister()
+        else:
+            logger.warning("could not hand back every job: they are rescued once this "
+                           "worker's heartbeat is older than %gs", self.heartbeat_ttl)
+
+    async def _return_jobs(self, runs: list[tuple[int, int]]) -> bool:
+        if not runs:
+            return True
+        try:
+            async with self._pool.connection(timeout=5) as connection:
+                rows = await database.return_many(connection, runs)
+        except Exception as exc:
+            logger.warning("returning %d jobs failed: %s", len(runs), type(exc).__name__)
+            return False
+        logger.info("returned %d unfinished jobs to the queue without spending an attempt",
+                    len(rows))
+        return True
+
+    async def _unregister(self) -> None:
+        try:
+            async with self._pool.connection(timeout=5) as connection:
+                await connection.execute(database.query("worker_unregister"),
+                                         {"id": self.worker_id})
+        except Exception as exc:
+            logger.warning("unregistering failed: %s", type(exc).__name__)
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            if self._completer_task.done():
+                self._completer_failed()
+                return
+            await self._round()
+            if self._fatal or self._stop.is_set():
+                return
+            await self._sleep()
+
+    async def _round(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_heartbeat:
+            await self._heartbeat()
+        if not self._healthy or self._fatal:
+            return
+        if self._rescue_pending:
+            await self._guard(self._rescue, "rescue")
+        if now >= self._next_prune:
+            self._next_prune = now + self.prune_interval * random.uniform(0.9, 1.1)
+            await self._guard(self._prune, "prune")
+        for hook in self.maintenance:
+            await self._guard(hook, "maintenance")
+        await self._claim()
+
+    async def _sleep(self) -> None:
+        now = time.monotonic()
+        free = any(self._busy[queue] < self.slots[queue] for queue in self.queues)
+        timeout = random.uniform(self.poll_interval / 2, self.poll_interval) if free \
+            else self.heartbeat_interval
+        timeout = min(timeout, max(0.0, self._next_heartbeat - now),
+                      max(0.0, self._next_prune - now))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _guard(self, step: Callable[[psycopg.AsyncConnection], Awaitable[Any]],
+                     what: str) -> bool:
+        """Run one database step; transient errors make the worker unhealthy (no claims
+        until a heartbeat succeeds), other errors stop it with a clear message."""
+        try:
+            async with self._pool.connection() as connection:
+                await step(connection)
+            return True
+        except Exception as exc:
+            if not is_transient(exc):
+                self._fatal = self.app.redact(fatal_message(exc))
+                logger.error("%s failed: %s", what, self._fatal)
+                self._stop.set()
+                return False
+            logger.warning("%s failed (%s): no claims until a heartbeat succeeds", what,
+                           self.app.redact(" ".join(str(exc).split()) or type(exc).__name__))
+            self._healthy = False
+            self._next_heartbeat = min(self._next_heartbeat, time.monotonic()
+                                       + self._backoff(self._heartbeat_failures + 1))
+            return False
+
+    async def _heartbeat(self) -> None:
+        ok = await self._guard(self._beat, "heartbeat")
+        now = time.monotonic()
+        if ok:
+            self._healthy = True
+            self._heartbeat_failures = 0
+            self._last_heartbeat_ok = now
+            self._next_heartbeat = now + self.heartbeat_interval
+            self._rescue_pending = True
+            return
+        self._heartbeat_failures += 1
+        self._next_heartbeat = now + min(self.heartbeat_interval,
+                                         self._backoff(self._heartbeat_failures))
+        if now - self._last_heartbeat_ok > self.heartbeat_ttl and not self._fatal:
+            logger.error("no heartbeat for longer than heartbeat_ttl (%gs): stopping",
+                         self.heartbeat_ttl)
+            self._exit_code = 1
+            self._stop.set()
+            self._stop_now.set()
+
+    async def _beat(self, connection: psycopg.AsyncConnection) -> None:
+        row = await database.fetch_one_async(connection, "worker_heartbeat", id=self.worker_id)
+        if row is None:
+            # Another worker judged us dead and rescued our jobs. Our runs still in flight
+            # will have their outcomes rejected by fencing; we go on under a new identity.
+            old = self.worker_id
+            self.worker_id = await self._register(connection)
+            logger.warning("worker id %s was declared dead by another worker and its jobs "
+                           "rescued; continuing as worker id %s", old, self.worker_id)
+
+    async def _rescue(self, connection: psycopg.AsyncConnection) -> None:
+        rows = await database.rescue_jobs(connection)
+        self._rescue_pending = False
+        for row in rows:
+            logger.warning("rescued job %s from a dead worker: now %s", row["id"], row["state"])
+
+    async def _prune(self, connection: psycopg.AsyncConnection) -> None:
+        for _ in range(10):  # bounded, so a huge backlog of old rows cannot stall the round
+            cursor = await connection.execute(database.query("job_prune"), {
+                "finished_retention": self.app.succeeded_retention,
+                "failed_retention": self.app.failed_retention,
+                "limit": self.prune_batch,
+            })
+            if cursor.rowcount < self.prune_batch:
+                break
+
+    async def _claim(self) -> None:
+        for queue in self.queues:
+            while not self._stop.is_set() and self._healthy:
+                free = self.slots[queue] - self._busy[queue]
+                if free <= 0 or self._completer.pending >= self.max_pending_outcomes:
+                    break
+                rows: list[dict[str, Any]] = []
+
+                async def claim(connection: psycopg.AsyncConnection, limit: int = free,
+                                queue: str = queue, rows: list[dict[str, Any]] = rows) -> None:
+                    assert self.worker_id is not None
+                    rows.extend(await database.claim_jobs(connection, queue, limit,
+                                                          self.worker_id, self.fair))
+
+                if not await self._guard(claim, "claim"):
+                    return
+                for row in rows:
+                    if row["state"] == "cancelled":
+                        logger.info("job %s %s cancelled before it started", row["id"],
+                                    row["task"])
+                    else:
+                        self._start_run(row)
+                if len(rows) < free:
+                    break  # the queue is drained; a full claim means claim again at once
+
+    def _start_run(self, row: dict[str, Any]) -> None:
+        queue = row["queue"]
+        self._busy[queue] += 1
+        future = asyncio.create_task(self._run_job(row), name=f"job-{row['id']}")
+        self._running[row["id"]] = _Run(row["id"], row["run_count"], queue, row["task"],
+                                        row["attempt"], time.monotonic(), future)
+
+    async def _run_job(self, row: dict[str, Any]) -> None:
+        try:
+            outcome = await execute(self.app, row, self.worker_id, self._threads)
+        except asyncio.CancelledError:
+            return  # stopping: the job goes back to the queue unspent
+        except Exception as exc:  # a bug in akadze itself: keep the job, spend the attempt
+            logger.exception("job %s: internal error while running it", row["id"])
+            outcome = Outcome(row["id"], row["run_count"], RETRY,
+                              delay=default_backoff(row["attempt"]), error=error_entry(exc))
+        finally:
+            run = self._running.pop(row["id"], None)
+            self._busy[row["queue"]] -= 1
+            self._wake.set()
+        if outcome is not None:
+            if run is not None:
+                self._finished[(run.job_id, run.run_count)] = run
+            self._completer.submit(outcome)
+        elif run is not None:
+            logger.info("job %s %s succeeded in %.3fs (attempt %s, completed in transaction)",
+                        run.job_id, run.task, time.monotonic() - run.started, run.attempt)
+
+    def _outcomes_written(self, batch: Any, rows: list[dict[str, Any]]) -> None:
+        changed = {(row["id"], row["run_count"]): row["state"] for row in rows}
+        for outcome in batch:
+            key = (outcome.job_id, outcome.run_count)
+            run = self._finished.pop(key, None)
+            label = f"job {outcome.job_id} {run.task if run else ''}".rstrip()
+            state = changed.get(key)
+            if state is None:
+                logger.warning("%s: outcome of run %s rejected, the run no longer owns the job",
+                               label, outcome.run_count)
+                continue
+            took = f" in {time.monotonic() - run.started:.3f}s" if run else ""
+            logger.info("%s %s%s (attempt %s, %s)", label, state, took,
+                        run.attempt if run else "?", outcome.kind)
+
+    def _completer_failed(self) -> None:
+        exc = self._completer_task.exception()
+        self._fatal = self.app.redact(fatal_message(exc) if exc else "the completer stopped")
+        logger.error("writing outcomes failed: %s", self._fatal)
+        self._stop.set()
+
+    # --- notifications -----------------------------------------------------------------------
+
+    async def _listen(self, url: str) -> None:
+        """Wake the loop when a job is enqueued on one of our queues (polling is the
+        fallback, so a lost LISTEN connection only costs latency)."""
+        queues = set(self.queues)
+        failures = 0
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                        url, autocommit=True, connect_timeout=5) as connection:
+                    await connection.execute(
+                        sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+                    failures = 0
+                    async for notify in connection.notifies():
+                        if notify.payload in queues:
+                            self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                logger.debug("LISTEN connection lost (%s); polling meanwhile",
+                             type(exc).__name__)
+                await asyncio.sleep(self._backoff(failures))
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _backoff(self, failures: int) -> float:
+        return min(self.heartbeat_interval, 0.1 * 2 ** failures) * random.uniform(0.5, 1.0)
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+
+
+async def _maybe_await(value: Any) -> None:
+    if inspect.isawaitable(value):
+        await value

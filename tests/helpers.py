@@ -1,0 +1,54 @@
+"""Test helpers: run a worker in-process until the database says we are done."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from akadze_core import Worker
+
+
+def job(db: psycopg.Connection, job_id: int) -> dict[str, Any]:
+    """The job row as a dict."""
+    with db.cursor(row_factory=dict_row) as cursor:
+        row = cursor.execute("SELECT * FROM akadze.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None, f"job {job_id} is gone"
+    return row
+
+
+def states(db: psycopg.Connection) -> dict[int, str]:
+    """id -> state of every job."""
+    return dict(db.execute("SELECT id, state FROM akadze.jobs ORDER BY id").fetchall())
+
+
+async def run_worker_until(
+    worker: Worker, done: Callable[[], bool], timeout: float = 20.0
+) -> int:
+    """Run ``worker`` until ``done()`` is true (checked every 20 ms), then stop it."""
+    runner = asyncio.create_task(worker.run())
+    deadline = time.monotonic() + timeout
+    try:
+        while not done():
+            if runner.done():
+                return runner.result()
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out waiting for the worker")
+            await asyncio.sleep(0.02)
+    finally:
+        if not runner.done():
+            worker.request_stop()
+    return await asyncio.wait_for(runner, 30)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, interval: float = 0.05) -> None:
+    """Block until ``predicate()`` is true."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(interval)
