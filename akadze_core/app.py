@@ -184,9 +184,22 @@ class App:
             self._async_pools[loop] = pool
         return pool
 
-    def use_async_pool(self, pool: psycopg_pool.AsyncConnectionPool) -> None:
-        """Make ``pool`` this loop's pool (the worker shares its pool with the tasks it runs)."""
-        self._async_pools[asyncio.get_running_loop()] = pool
+    async def use_async_pool(self, pool: psycopg_pool.AsyncConnectionPool) -> None:
+        """Make ``pool`` this loop's pool (the worker shares its pool with the tasks it runs).
+
+        A pool this loop had before is closed: nothing else holds it.
+        """
+        loop = asyncio.get_running_loop()
+        previous = self._async_pools.get(loop)
+        self._async_pools[loop] = pool
+        if previous is not None and previous is not pool and not previous.closed:
+            await previous.close()
+
+    def forget_async_pool(self, pool: psycopg_pool.AsyncConnectionPool) -> None:
+        """Stop using ``pool`` for this loop (its owner is closing it)."""
+        loop = asyncio.get_running_loop()
+        if self._async_pools.get(loop) is pool:
+            del self._async_pools[loop]
 
     async def _opened_async_pool(self) -> psycopg_pool.AsyncConnectionPool:
         pool = self.async_pool()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from pathlib import Path
 
 from .errors import ConfigurationError
@@ -25,14 +26,21 @@ def embedded_url(directory: str | os.PathLike[str] | None = None) -> str:
     server = _servers.get(path)
     if server is None:
         try:
-            import pgserver  # type: ignore[import-untyped]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                import pgserver  # type: ignore[import-untyped]
         except ImportError as exc:
             raise ConfigurationError(
                 "no database configured: set AKADZE_DATABASE_URL, pass a URL, or install "
                 "the embedded Postgres with `pip install akadze[embedded]`"
             ) from exc
         path.parent.mkdir(parents=True, exist_ok=True)
-        server = pgserver.get_server(path, cleanup_mode="stop")
+        # pgserver narrates every initdb/pg_ctl call at INFO; one line of ours is enough.
+        logging.getLogger("pgserver").setLevel(logging.WARNING)
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset and falls back to /tmp: fine.
+            warnings.simplefilter("ignore", UserWarning)
+            server = pgserver.get_server(path, cleanup_mode="stop")
         _servers[path] = server
         logger.info("no database configured: using the embedded Postgres in %s", path)
     return server.get_uri()  # type: ignore[attr-defined,no-any-return]

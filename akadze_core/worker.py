@@ -204,7 +204,7 @@ class Worker:
             url, min_size=2, max_size=min(total_slots, 16) + 4, timeout=5,
             kwargs={"autocommit": True}, name=f"akadze-worker-{self.worker_id}", open=False)
         await self._pool.open(wait=False)
-        self.app.use_async_pool(self._pool)
+        await self.app.use_async_pool(self._pool)
         self._completer = Completer(self._pool.connection, self._outcomes_written)
         self._completer_task = asyncio.create_task(self._completer.run(), name="completer")
         self._listener_task = asyncio.create_task(self._listen(url), name="listener")
@@ -240,6 +240,7 @@ class Worker:
                     logger.exception("on_shutdown hook failed")
             self._listener_task.cancel()
             await asyncio.gather(self._listener_task, return_exceptions=True)
+            self.app.forget_async_pool(self._pool)
             await self._pool.close()
         if self.health_file:
             self.health_file.unlink(missing_ok=True)
