@@ -1,0 +1,104 @@
+"""Schema migrations: versioned, idempotent, safe when several processes run them at once;
+and the embedded Postgres used when no database is configured."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from akadze_core import App, SchemaMissing
+from akadze_core.database import check_schema
+from akadze_core.migrations import latest_version, migrate
+
+
+def test_migrate_applies_once_and_is_idempotent(empty_database_url: str) -> None:
+    with psycopg.connect(empty_database_url, autocommit=True) as connection:
+        with pytest.raises(SchemaMissing, match="akadze migrate"):
+            check_schema(connection)
+        assert migrate(connection) == list(range(1, latest_version() + 1))
+        assert migrate(connection) == []
+        check_schema(connection)
+        versions = connection.execute("SELECT version FROM akadze.migrations").fetchall()
+        assert [row[0] for row in versions] == list(range(1, latest_version() + 1))
+
+
+def test_concurrent_migrations_apply_each_version_once(empty_database_url: str) -> None:
+    results: list[list[int]] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def run() -> None:
+        try:
+            with psycopg.connect(empty_database_url, autocommit=True) as connection:
+                barrier.wait()
+                results.append(migrate(connection))
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(results, key=len) == [[], [], [], list(range(1, latest_version() + 1))]
+
+
+def test_older_schema_is_reported(database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("DELETE FROM akadze.migrations WHERE version = %s",
+                           (latest_version(),))
+        if latest_version() == 1:
+            with pytest.raises(SchemaMissing, match="not applied"):
+                check_schema(connection)
+        else:
+            with pytest.raises(SchemaMissing, match="run `akadze migrate`"):
+                check_schema(connection)
+
+
+@pytest.mark.slow
+def test_app_without_url_uses_the_embedded_postgres(tmp_path: Path) -> None:
+    """No URL anywhere: App() starts pgserver under the project's .akadze/ and migrates it.
+
+    Run in a subprocess so the embedded server stops with it (pgserver's cleanup).
+    """
+    script = (
+        "import logging\n"
+        "logging.basicConfig(level=logging.INFO, format='%(name)s: %(message)s')\n"
+        "from akadze_core import App\n"
+        "app = App()\n"
+        "@app.task('ping')\n"
+        "def ping() -> str:\n"
+        "    return 'pong'\n"
+        "job_id = ping.enqueue()\n"
+        "with app.connect() as connection:\n"
+        "    print('state', connection.execute('SELECT state FROM akadze.jobs WHERE id = %s',"
+        " (job_id,)).fetchone()[0])\n"
+        "app.close()\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "AKADZE_DATABASE_URL"}
+    completed = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    assert "state queued" in completed.stdout
+    assert (tmp_path / ".akadze" / "pgdata" / "PG_VERSION").exists()
+    embedded_lines = [line for line in completed.stderr.splitlines()
+                      if line.startswith("akadze.embedded")]
+    assert len(embedded_lines) == 1, completed.stderr
+    assert "embedded Postgres" in embedded_lines[0]
+
+
+def test_logging_never_shows_the_password(caplog: pytest.LogCaptureFixture) -> None:
+    app = App("postgresql://postgres:Hunter2Secret@127.0.0.1:1/nope")
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(Exception) as raised:
+        app.pool()
+    assert "Hunter2Secret" not in str(raised.value)
+    assert "Hunter2Secret" not in caplog.text
