@@ -67,6 +67,10 @@ class App:
         self._async_pools: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, psycopg_pool.AsyncConnectionPool
         ] = weakref.WeakKeyDictionary()
+        # The async pools this app opened itself (not those a worker handed in), the only
+        # ones use_async_pool may close.
+        self._own_async_pools: weakref.WeakSet[psycopg_pool.AsyncConnectionPool] = \
+            weakref.WeakSet()
 
     # --- tasks -------------------------------------------------------------------------------
 
@@ -133,6 +137,15 @@ class App:
                 self._url = url
             return self._url
 
+    def set_database_url(self, url: str) -> None:
+        """Point the app at another database (``akadze --database-url`` overrides the URL
+        the app was built with). Only before the app has opened a pool."""
+        with self._lock:
+            if self._pool is not None or len(self._async_pools):
+                raise ConfigurationError("set_database_url: the app is already connected")
+            self._explicit_url = url
+            self._url = None
+
     def redact(self, text: str) -> str:
         """``text`` with this app's database password scrubbed out."""
         return redact_password(text, password_of(self._url or self._explicit_url or ""))
@@ -182,17 +195,20 @@ class App:
                 kwargs={"autocommit": True}, name="akadze-async", open=False,
             )
             self._async_pools[loop] = pool
+            self._own_async_pools.add(pool)
         return pool
 
     async def use_async_pool(self, pool: psycopg_pool.AsyncConnectionPool) -> None:
         """Make ``pool`` this loop's pool (the worker shares its pool with the tasks it runs).
 
-        A pool this loop had before is closed: nothing else holds it.
+        A pool this app opened for the loop before is closed: nothing else holds it. Another
+        worker's pool is left alone (two workers of one app may share a loop).
         """
         loop = asyncio.get_running_loop()
         previous = self._async_pools.get(loop)
         self._async_pools[loop] = pool
-        if previous is not None and previous is not pool and not previous.closed:
+        if (previous is not None and previous is not pool and not previous.closed
+                and previous in self._own_async_pools):
             await previous.close()
 
     def forget_async_pool(self, pool: psycopg_pool.AsyncConnectionPool) -> None:

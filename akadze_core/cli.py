@@ -1,0 +1,527 @@
+"""The ``akadze`` command line: run a worker, apply the schema, inspect and steer jobs.
+
+Every expected error (bad URL, server unreachable, schema missing, an app that cannot be
+imported) ends the command with exactly one line ``akadze: error: ...`` on stderr and a
+non-zero exit code. Nothing printed or logged ever contains a database password: every
+message goes through ``dsn.redact_password`` with the passwords of every URL in play.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import json
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NoReturn
+
+import click
+import psycopg
+
+from . import database
+from .app import App
+from .control import request_cancel_sync, requeue_sync
+from .dberrors import fatal_message
+from .dsn import ENV_VAR, password_of, redact_password
+from .errors import AkadzeError
+from .jobs import JOB_STATES, Job
+from .migrations import latest_version, migrate
+from .worker import Worker
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+PROG_NAME = "akadze"
+
+
+class CliError(click.ClickException):
+    """An expected failure: printed as one ``akadze: error: ...`` line, exit code 1."""
+
+
+# --- secrets -----------------------------------------------------------------------------------
+
+@dataclass
+class _Secrets:
+    """The passwords (and apps) of this invocation, scrubbed from every line we emit."""
+
+    passwords: set[str] = field(default_factory=set)
+    apps: list[App] = field(default_factory=list)
+
+    def add_url(self, url: str | None) -> None:
+        password = password_of(url) if url else None
+        if password:
+            self.passwords.add(password)
+
+    def scrub(self, text: str) -> str:
+        text = redact_password(text, None)
+        # Longest first, so a password that contains another one is replaced whole.
+        for password in sorted(self.passwords, key=len, reverse=True):
+            text = text.replace(password, "***")
+        for app in self.apps:
+            text = app.redact(text)
+        return text
+
+
+_secrets = _Secrets()
+
+
+def _reset_secrets() -> None:
+    _secrets.passwords.clear()
+    _secrets.apps.clear()
+    _secrets.add_url(os.environ.get(ENV_VAR))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _error_line(message: str) -> str:
+    return f"{PROG_NAME}: error: {_secrets.scrub(_one_line(message))}"
+
+
+# --- logging -----------------------------------------------------------------------------------
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at emit time (test runners swap it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass  # always sys.stderr
+
+
+class _ScrubbingFormatter(logging.Formatter):
+    """The standard format, with every known password scrubbed from the finished text
+    (messages of other libraries, exception text and tracebacks included)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _secrets.scrub(super().format(record))
+
+
+@contextlib.contextmanager
+def _logging_to_stderr(level: str) -> Iterator[None]:
+    """Send every log record (the tasks' own included) to stderr, one line each, scrubbed.
+
+    Undone on exit, so in-process callers (tests, embedding code) get their logging back.
+    """
+    root = logging.getLogger()
+    handler = _StderrHandler()
+    handler.setFormatter(_ScrubbingFormatter(LOG_FORMAT))
+    previous_level = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous_level)
+
+
+# --- the command group -------------------------------------------------------------------------
+
+class _AkadzeGroup(click.Group):
+    """A click group whose failures print one line instead of usage text or a traceback."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Run the command; in standalone mode, exit with one line on any expected error."""
+        _reset_secrets()
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            click.echo(f"{PROG_NAME}: aborted", err=True)
+            sys.exit(130)
+        except click.UsageError as exc:
+            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+            click.echo(_error_line(exc.format_message()) + hint, err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(_error_line(exc.format_message()), err=True)
+            sys.exit(exc.exit_code)
+        except BrokenPipeError:
+            # `akadze jobs list | head`: the reader left; that is not an error.
+            with contextlib.suppress(OSError):
+                sys.stderr.close()
+            sys.exit(0)
+        except Exception as exc:
+            _report(exc)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _report(exc: Exception) -> None:
+    """Print the one error line for ``exc`` (after a scrubbed traceback if it is a bug)."""
+    if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
+        line = f"cannot connect to Postgres: {exc}"
+    elif isinstance(exc, psycopg.Error):
+        line = fatal_message(exc)  # schema missing, permission denied, ...
+    elif isinstance(exc, AkadzeError):
+        line = str(exc)
+    else:
+        # A bug in akadze: keep the traceback for the report, minus the secrets.
+        click.echo(_secrets.scrub(traceback.format_exc()).rstrip(), err=True)
+        line = f"unexpected {type(exc).__name__}: {exc}"
+    click.echo(_error_line(line), err=True)
+
+
+@dataclass
+class _Options:
+    """What the group's options left for the subcommands."""
+
+    url: str | None
+    url_from_command_line: bool
+
+
+@click.group(name=PROG_NAME, cls=_AkadzeGroup,
+             context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--database-url", envvar=ENV_VAR, show_envvar=True, metavar="URL",
+              help="Postgres URL. Without one (and without the environment variable) the "
+                   "embedded Postgres under .akadze/ is started. For `worker`, a URL given "
+                   "as this option overrides the one the app was built with; the "
+                   "environment variable applies only to apps built without a URL.")
+@click.version_option(package_name="akadze", message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, database_url: str | None) -> None:
+    """akadze: a Postgres-backed job queue."""
+    _secrets.add_url(database_url)
+    source = ctx.get_parameter_source("database_url")
+    ctx.obj = _Options(database_url or None, source == click.core.ParameterSource.COMMANDLINE)
+
+
+def _options(ctx: click.Context) -> _Options:
+    options = ctx.find_object(_Options)
+    assert options is not None
+    return options
+
+
+@contextlib.contextmanager
+def _connection(ctx: click.Context, *, check_schema: bool = True) -> Iterator[psycopg.Connection]:
+    """An autocommit connection to the configured database, schema checked by default."""
+    # INFO: the embedded Postgres says it started, migrations say what they applied.
+    with _logging_to_stderr("INFO"):
+        app = App(_options(ctx).url)
+        _secrets.apps.append(app)
+        url = app.database_url  # explicit, else the environment, else the embedded Postgres
+        _secrets.add_url(url)
+        try:
+            connection = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise CliError(f"cannot connect to Postgres: {exc}") from None
+        with connection:
+            if check_schema:
+                database.check_schema(connection)
+            yield connection
+
+
+# --- migrate -------------------------------------------------------------------------------------
+
+@cli.command("migrate")
+@click.pass_context
+def migrate_command(ctx: click.Context) -> None:
+    """Create or upgrade the akadze schema (idempotent, safe to run concurrently)."""
+    with _connection(ctx, check_schema=False) as connection:
+        applied = migrate(connection)
+    if applied:
+        versions = ", ".join(str(version) for version in applied)
+        click.echo(f"applied migrations {versions}: schema at version {latest_version()}")
+    else:
+        click.echo(f"schema already at version {latest_version()}: nothing to do")
+
+
+# --- jobs ----------------------------------------------------------------------------------------
+
+@cli.group("jobs")
+def jobs_group() -> None:
+    """List, show, cancel and requeue jobs."""
+
+
+def _when(value: datetime | None) -> str:
+    return value.isoformat(sep=" ", timespec="seconds") if value else "-"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(cell) for cell in row] for row in [headers, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+                     .rstrip() for row in cells)
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+@jobs_group.command("list")
+@click.option("--state", type=click.Choice(JOB_STATES), help="Only jobs in this state.")
+@click.option("--queue", help="Only jobs of this queue.")
+@click.option("--task", help="Only jobs of this task.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
+              help="At most this many jobs, newest first.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def jobs_list(ctx: click.Context, state: str | None, queue: str | None, task: str | None,
+              limit: int, as_json: bool) -> None:
+    """List jobs, newest first."""
+    with _connection(ctx) as connection:
+        rows = database.fetch_all(connection, "job_list", state=state, queue=queue, task=task,
+                                  limit=limit)
+    jobs = [Job.from_row(row) for row in rows]
+    if as_json:
+        click.echo(_dump([job.to_json() for job in jobs]))
+        return
+    if not jobs:
+        click.echo("no jobs")
+        return
+    click.echo(_table(
+        ("ID", "QUEUE", "TASK", "STATE", "ATTEMPT", "SCHEDULED_AT", "FINISHED_AT"),
+        [(job.id, job.queue, job.task, job.state, f"{job.attempt}/{job.max_attempts}",
+          _when(job.scheduled_at), _when(job.finished_at)) for job in jobs]))
+
+
+def _get_job(connection: psycopg.Connection, job_id: int) -> Job | None:
+    row = database.fetch_one(connection, "job_get", id=job_id)
+    return Job.from_row(row) if row else None
+
+
+@jobs_group.command("show")
+@click.argument("job_id", metavar="ID", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
+    """Show one job: its fields, args, result and the error of each failed attempt."""
+    with _connection(ctx) as connection:
+        job = _get_job(connection, job_id)
+    if job is None:
+        raise CliError(f"job {job_id} not found")
+    data = job.to_json()
+    if as_json:
+        click.echo(_dump(data))
+        return
+    errors = data.pop("errors")
+    width = max(len(name) for name in data)
+    for name, value in data.items():
+        text = json.dumps(value, ensure_ascii=False) if name in ("args", "result", "meta") \
+            else ("-" if value is None else str(value))
+        click.echo(f"{name.ljust(width)}  {text}")
+    click.echo(f"{'errors'.ljust(width)}  {len(errors)}")
+    for error in errors:
+        click.echo(f"  attempt {error.get('attempt')} at {error.get('at')}: "
+                   f"{error.get('type')}: {error.get('message')}")
+        for line in (error.get("traceback") or "").rstrip().splitlines():
+            click.echo(f"    {line}")
+
+
+def _not_active(job_id: int, job: Job | None, verb: str) -> str:
+    where = f"job {job_id} does not exist" if job is None else f"job {job_id} is {job.state}"
+    return f"job is not active ({where}): only queued or running jobs can be {verb}"
+
+
+@jobs_group.command("cancel")
+@click.argument("job_id", metavar="ID", type=int)
+@click.pass_context
+def jobs_cancel(ctx: click.Context, job_id: int) -> None:
+    """Cancel a queued job, or ask a running one to stop.
+
+    A running body is not interrupted: if it returns a value the job succeeds; if it raises,
+    the job ends cancelled.
+    """
+    with _connection(ctx) as connection:
+        marked = request_cancel_sync(connection, job_id)
+        job = _get_job(connection, job_id)
+    if not marked:
+        raise CliError(_not_active(job_id, job, "cancelled"))
+    if job is not None and job.state == "running":
+        click.echo(f"job {job_id} is running: cancel requested (it ends cancelled unless "
+                   "its body returns a value)")
+    else:
+        click.echo(f"job {job_id} cancelled")
+
+
+@jobs_group.command("requeue")
+@click.argument("job_id", metavar="ID", type=int)
+@click.pass_context
+def jobs_requeue(ctx: click.Context, job_id: int) -> None:
+    """Put a failed job back in the queue (attempts, errors and args are kept)."""
+    with _connection(ctx) as connection:
+        requeued = requeue_sync(connection, job_id)
+        job = _get_job(connection, job_id)
+    if not requeued:
+        where = "does not exist" if job is None else f"is {job.state}"
+        raise CliError(f"job {job_id} {where}: only failed jobs can be requeued")
+    assert job is not None
+    click.echo(f"job {job_id} requeued (attempt {job.attempt} of {job.max_attempts} spent)")
+
+
+# --- stats ---------------------------------------------------------------------------------------
+
+@cli.command("stats")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print JSON: {"queue": {"queued": n, "running": n, ...}}.')
+@click.pass_context
+def stats_command(ctx: click.Context, as_json: bool) -> None:
+    """Count jobs per queue and state."""
+    with _connection(ctx) as connection:
+        rows = database.fetch_all(connection, "job_stats")
+    counts: dict[str, dict[str, int]] = {}
+    for row in rows:
+        counts.setdefault(row["queue"], dict.fromkeys(JOB_STATES, 0))[row["state"]] = row["jobs"]
+    if as_json:
+        click.echo(_dump(counts))
+        return
+    if not counts:
+        click.echo("no jobs")
+        return
+    click.echo(_table(
+        ("QUEUE", *(state.upper() for state in JOB_STATES), "TOTAL"),
+        [(queue, *(by_state[state] for state in JOB_STATES), sum(by_state.values()))
+         for queue, by_state in counts.items()]))
+
+
+# --- worker --------------------------------------------------------------------------------------
+
+def load_app(spec: str) -> App:
+    """Import ``MODULE:APP`` (APP may be dotted) or ``MODULE`` (its ``app``, or its only App).
+
+    The current directory goes first on ``sys.path``, as with celery and uvicorn, so
+    ``akadze worker proj.tasks:app`` works from the project root. Raises ``CliError``.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or (":" in spec and not attribute):
+        raise CliError(f"invalid app {spec!r}: expected MODULE:APP, e.g. proj.tasks:app")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise CliError(f"cannot import module {module_name!r}: {exc}") from None
+        raise CliError(_import_failed(module_name, exc)) from None
+    except Exception as exc:
+        raise CliError(_import_failed(module_name, exc)) from None
+    if not attribute:
+        return _default_app(module, module_name)
+    value: Any = module
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise CliError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not isinstance(value, App):
+        raise CliError(f"{spec!r} is not an akadze_core.App (it is a {type(value).__name__})")
+    return value
+
+
+def _default_app(module: Any, module_name: str) -> App:
+    candidate = getattr(module, "app", None)
+    if isinstance(candidate, App):
+        return candidate
+    apps = {id(value): value for value in vars(module).values() if isinstance(value, App)}
+    if len(apps) == 1:
+        return next(iter(apps.values()))
+    found = f"{len(apps)} apps" if apps else "no akadze_core.App"
+    raise CliError(f"module {module_name!r} has no attribute 'app' that is an akadze_core.App "
+                   f"({found} found): name it with MODULE:APP")
+
+
+def _import_failed(module_name: str, exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"importing {module_name!r} failed: {type(exc).__name__}: {exc}{where}"
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Leave the process with ``code`` even if a task thread is still running.
+
+    The worker does not wait for a sync task's thread it gave up on at shutdown (a thread
+    cannot be killed); a normal interpreter exit would join it and hang for as long as the
+    task runs. So: run the atexit handlers ourselves (logging flush, the embedded Postgres
+    stopping), flush stdio, and ``os._exit``.
+    """
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+_SECONDS = click.FloatRange(min=0, min_open=True)
+
+
+@cli.command("worker")
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option("--queue", "-q", "queues", multiple=True, metavar="NAME",
+              help="A queue to work on (repeat it, or comma-separate). Default: the app's "
+                   "default queue.")
+@click.option("--slots", "-c", type=click.IntRange(min=1),
+              help="Concurrent runs per queue.  [default: 1]")
+@click.option("--heartbeat-interval", type=_SECONDS, metavar="S",
+              help="Seconds between heartbeats.  [default: 5]")
+@click.option("--heartbeat-ttl", type=_SECONDS, metavar="S",
+              help="Seconds without a heartbeat after which a worker is dead.  [default: 30]")
+@click.option("--poll-interval", type=_SECONDS, metavar="S",
+              help="Longest wait between claims when idle.  [default: 1]")
+@click.option("--shutdown-timeout", type=click.FloatRange(min=0), metavar="S",
+              help="Seconds to wait for running jobs on stop.  [default: 10]")
+@click.option("--fair", is_flag=True, default=None,
+              help="Rotate claims across the task names of each queue.")
+@click.option("--health-file", type=click.Path(dir_okay=False), metavar="PATH",
+              help="Touched when the worker is up, removed when it stops.")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
+              default="INFO", show_default=True)
+@click.pass_context
+def worker_command(ctx: click.Context, app_spec: str, queues: tuple[str, ...],
+                   log_level: str, **settings: Any) -> None:
+    """Run a worker for the tasks of MODULE:APP until SIGINT or SIGTERM.
+
+    The first signal stops claiming and waits up to --shutdown-timeout for running jobs,
+    then returns the rest to the queue without spending an attempt; a second one stops at
+    once. Exits 0, or 1 when the database was unreachable for longer than --heartbeat-ttl.
+    """
+    # Left in place when the worker ran: the process ends in _exit_now.
+    with _logging_to_stderr(log_level.upper()):
+        app = load_app(app_spec)
+        _secrets.apps.append(app)
+        options = _options(ctx)
+        if options.url_from_command_line and options.url:
+            app.set_database_url(options.url)
+        names = [name.strip() for value in queues for name in value.split(",") if name.strip()]
+        kwargs = {name: value for name, value in settings.items() if value is not None}
+        try:
+            worker = Worker(app, queues=names or [app.default_queue], **kwargs)
+        except ValueError as exc:
+            raise click.UsageError(str(exc), ctx) from None
+        try:
+            code = worker.run_sync()
+        except Exception as exc:  # WorkerError: schema missing, permission denied, ...
+            _report(exc)
+            code = 1
+        _exit_now(code)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The ``akadze`` console script."""
+    cli.main(args=list(argv) if argv is not None else None, prog_name=PROG_NAME)
+
+
+if __name__ == "__main__":
+    main()

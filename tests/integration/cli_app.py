@@ -1,0 +1,45 @@
+"""The app ``akadze worker`` loads in tests/integration/test_cli.py.
+
+``App(CLI_TEST_APP_URL or None)``: without that variable the App reads AKADZE_DATABASE_URL;
+with it, the app is built with that URL (the tests point it at a dead server to check that
+``akadze --database-url`` overrides it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from akadze_core import App, Fail
+
+app = App(os.environ.get("CLI_TEST_APP_URL") or None)
+logger = logging.getLogger("tests.cli_app")
+
+
+@app.task("cli.add")
+def add(a: int, b: int) -> int:
+    """Add two numbers (a sync task: it runs in the worker's thread pool)."""
+    return a + b
+
+
+@app.task("cli.refuse")
+async def refuse(reason: str) -> None:
+    """Fail at once, without further attempts."""
+    raise Fail(reason)
+
+
+@app.task("cli.block")
+def block(seconds: float) -> None:
+    """Block a thread for ``seconds``: shutdown cannot interrupt it."""
+    time.sleep(seconds)
+
+
+@app.task("cli.chatty")
+async def chatty() -> None:
+    """Log the database URL, password included: the worker's log handler must scrub it."""
+    logger.info("connected to %s", app.database_url)
+
+
+#: Not an App: `akadze worker tests.integration.cli_app:not_an_app` must refuse it.
+not_an_app = {"hello": "world"}
