@@ -47,7 +47,7 @@ def succeeded(
     """The outcome of a body that returned ``value``."""
     try:
         text = dumps(value)
-    except (TypeError, ValueError) as exc:
+    except Exception as exc:  # TypeError, ValueError, RecursionError, an encoder's own error
         error = ResultNotJson(f"the task returned a value that is not JSON: {exc}")
         return Outcome(job_id, run_count, RETRY, delay=backoff_delay(policy, attempt),
                        error=error_entry(error))

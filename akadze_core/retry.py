@@ -22,7 +22,9 @@ def default_backoff(attempt: int, rand: Callable[[], float] = random.random) -> 
     The jitter keeps a batch that failed together from hitting its vendor again in one wave.
     The rescue query (``job_rescue``) applies the same curve in SQL with ``DEFAULT_BACKOFF_CAP``.
     """
-    base = min(2.0 ** max(attempt - 1, 0), DEFAULT_BACKOFF_CAP)
+    # The exponent is bounded first: 2.0 ** 1024 overflows, and a job may well have a large
+    # max_attempts (2^63 is far above any cap anyway).
+    base = min(2.0 ** min(max(attempt - 1, 0), 63), DEFAULT_BACKOFF_CAP)
     return base * (0.5 + 0.5 * rand())
 
 

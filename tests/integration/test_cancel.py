@@ -1,0 +1,397 @@
+"""Cancellation, expiry and requeue (seed 003), on real Postgres with a real worker.
+
+- ``request_cancel`` marks a queued or running job in the caller's transaction; for anything
+  else (finished, unknown id) it does nothing and returns False.
+- Cancelled or past ``expires_at`` before it starts → cancelled without running.
+- A running body is not interrupted (0.6.0 rules): returned a value → succeeded with it;
+  raised anything (Retry and Snooze included) or returned non-JSON → cancelled, no attempt
+  spent. Expiry during the run behaves the same.
+- ``requeue``: failed → queued in the caller's transaction; attempt, errors and args kept,
+  max_attempts raised when none is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from akadze_core import (
+    App,
+    Cancel,
+    Fail,
+    Retry,
+    Snooze,
+    current,
+    request_cancel,
+    request_cancel_sync,
+    requeue,
+    requeue_sync,
+)
+from tests.helpers import job
+from tests.integration.outcome_helpers import (
+    fast_worker,
+    ran,
+    run_until,
+    running,
+    wait_event,
+    wait_until,
+)
+
+MISSING_ID = 987_654_321
+
+
+@asynccontextmanager
+async def connect(url: str) -> AsyncIterator[psycopg.AsyncConnection]:
+    """An async autocommit connection: each ``transaction()`` block is the caller's
+    transaction."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection:
+        yield connection
+
+
+def db_now(db: psycopg.Connection, offset: str = "0 seconds") -> datetime:
+    """The database clock plus ``offset`` (an interval literal)."""
+    row = db.execute("SELECT now() + %s::interval", (offset,)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def not_running(db: psycopg.Connection, job_id: int) -> bool:
+    row = job(db, job_id)
+    return row["run_count"] > 0 and row["state"] != "running"
+
+
+# --- request_cancel before the job starts ----------------------------------------------------
+
+async def test_cancel_of_a_queued_job_cancels_it_without_running(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    ran_with: list[str] = []
+
+    @app.task("work")
+    async def work(name: str) -> str:
+        ran_with.append(name)
+        return name
+
+    target = work.enqueue(name="target")
+    sentinel = work.enqueue(name="sentinel")
+    async with connect(database_url) as connection:
+        assert await request_cancel(connection, target) is True
+    row = job(db, target)
+    assert (row["state"], row["cancel_requested"]) == ("cancelled", True)
+    assert row["finished_at"] is not None
+    # The worker passes it by: the sentinel enqueued after it runs, the target never does.
+    await run_until(app, lambda: job(db, sentinel)["state"] == "succeeded")
+    row = job(db, target)
+    assert (row["state"], row["attempt"], row["run_count"]) == ("cancelled", 0, 0)
+    assert ran_with == ["sentinel"]
+
+
+async def test_cancel_joins_the_callers_transaction(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    @app.task("work")
+    async def work() -> None: ...
+
+    job_id = work.enqueue()
+    async with connect(database_url) as connection:
+        async with connection.transaction():
+            assert await request_cancel(connection, job_id) is True
+            # Not visible outside the transaction until it commits.
+            assert job(db, job_id)["state"] == "queued"
+            raise psycopg.Rollback()
+        row = job(db, job_id)
+        assert (row["state"], row["cancel_requested"]) == ("queued", False)
+
+        async with connection.transaction():
+            assert await request_cancel(connection, job_id) is True
+        assert job(db, job_id)["state"] == "cancelled"
+
+
+async def test_cancel_of_a_finished_or_unknown_job_returns_false(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    @app.task("ok")
+    async def ok() -> str:
+        return "done"
+
+    @app.task("bad")
+    async def bad() -> None:
+        raise Fail("no")
+
+    succeeded, failed, cancelled = ok.enqueue(), bad.enqueue(), ok.enqueue()
+    async with connect(database_url) as connection:
+        assert await request_cancel(connection, cancelled) is True
+        await run_until(app, lambda: not_running(db, succeeded) and not_running(db, failed),
+                        slots=2)
+        before = {i: job(db, i) for i in (succeeded, failed, cancelled)}
+        assert [before[i]["state"] for i in (succeeded, failed, cancelled)] == [
+            "succeeded", "failed", "cancelled"]
+        for job_id in (succeeded, failed, cancelled, MISSING_ID):
+            assert await request_cancel(connection, job_id) is False
+    with psycopg.connect(database_url, autocommit=True) as sync_connection:
+        for job_id in (succeeded, failed, cancelled, MISSING_ID):
+            assert request_cancel_sync(sync_connection, job_id) is False
+    for job_id, row in before.items():
+        assert job(db, job_id) == row, "a cancel of an inactive job changes nothing"
+
+
+async def test_expired_before_start_is_cancelled_without_running(
+    app: App, db: psycopg.Connection
+) -> None:
+    ran_with: list[str] = []
+
+    @app.task("work")
+    async def work(name: str) -> None:
+        ran_with.append(name)
+
+    expired = work.configure(expires_at=db_now(db, "-1 second")).enqueue(name="expired")
+    # Due in 0.3 s but expires after 0.1 s: it expires while it waits.
+    later = work.configure(delay=0.3, expires_at=db_now(db, "0.1 seconds")).enqueue(
+        name="later")
+    sentinel = work.enqueue(name="sentinel")
+    await run_until(app, lambda: job(db, later)["state"] != "queued"
+                    and job(db, sentinel)["state"] == "succeeded")
+    for job_id in (expired, later):
+        row = job(db, job_id)
+        assert (row["state"], row["attempt"], row["run_count"]) == ("cancelled", 0, 0)
+        assert row["finished_at"] is not None
+    assert ran_with == ["sentinel"]
+
+
+# --- cancel or expiry while the body runs ----------------------------------------------------
+
+MODES: dict[str, Any] = {
+    "exception": RuntimeError("failed after the cancel"),
+    "retry": Retry(timedelta(seconds=5)),
+    "snooze": Snooze(timedelta(seconds=5)),
+    "fail": Fail("failed after the cancel"),
+    "cancel": Cancel(),
+}
+
+
+def finish(mode: str) -> Any:
+    """What the body does once released: return a value, return non-JSON, or raise."""
+    if mode == "value":
+        return {"done": True}
+    if mode == "non_json":
+        return datetime(2024, 1, 1)
+    raise MODES[mode]
+
+
+@pytest.mark.parametrize(
+    ("mode", "state"),
+    [("value", "succeeded"), ("non_json", "cancelled"), ("exception", "cancelled"),
+     ("retry", "cancelled"), ("snooze", "cancelled"), ("fail", "cancelled"),
+     ("cancel", "cancelled")],
+)
+async def test_cancel_while_running_follows_the_0_6_rules(
+    app: App, db: psycopg.Connection, database_url: str, mode: str, state: str
+) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    # max_attempts=1: without the cancel, every raising mode would end failed (or queued).
+    @app.task("long", max_attempts=1)
+    async def long_task() -> Any:
+        started.set()
+        await release.wait()
+        return finish(mode)
+
+    job_id = long_task.enqueue()
+    async with running(fast_worker(app)):
+        await wait_event(started, what="the body to start")
+        async with connect(database_url) as connection:
+            assert await request_cancel(connection, job_id) is True
+        row = job(db, job_id)
+        assert (row["state"], row["cancel_requested"]) == ("running", True), \
+            "a running body is not interrupted"
+        release.set()
+        await wait_until(lambda: job(db, job_id)["state"] != "running", what="the outcome")
+    row = job(db, job_id)
+    assert row["state"] == state
+    assert row["run_count"] == 1
+    if state == "succeeded":
+        assert row["result"] == {"done": True}
+        assert row["attempt"] == 1
+    else:
+        assert row["attempt"] == 0, "a cancelled run does not spend its attempt"
+        assert row["result"] is None
+    assert row["finished_at"] is not None
+
+
+async def test_cancel_while_a_sync_body_runs(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    @app.task("long_sync")
+    def long_sync(fail: bool) -> str:
+        started.set()
+        release.wait(10)
+        if fail:
+            raise RuntimeError("after the cancel")
+        return "side effects happened"
+
+    raising, returning = long_sync.enqueue(fail=True), long_sync.enqueue(fail=False)
+    try:
+        async with running(fast_worker(app, slots=2)):
+            await wait_until(lambda: job(db, raising)["state"] == "running"
+                             and job(db, returning)["state"] == "running", what="both runs")
+            async with connect(database_url) as connection, connection.transaction():
+                assert await request_cancel(connection, raising) is True
+                assert await request_cancel(connection, returning) is True
+            release.set()
+            await wait_until(lambda: not_running(db, raising) and not_running(db, returning),
+                             what="the outcomes")
+    finally:
+        release.set()
+    row = job(db, raising)
+    assert (row["state"], row["attempt"]) == ("cancelled", 0)
+    row = job(db, returning)
+    assert (row["state"], row["attempt"], row["result"]) == (
+        "succeeded", 1, "side effects happened")
+
+
+async def test_cancel_on_a_later_attempt_gives_back_only_that_attempt(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @app.task("twice")
+    async def twice() -> None:
+        if current().run_count == 1:
+            raise RuntimeError("first run")
+        started.set()
+        await release.wait()
+        raise RuntimeError("second run, after the cancel")
+
+    job_id = twice.enqueue()
+    async with running(fast_worker(app)):
+        await wait_until(lambda: job(db, job_id)["attempt"] == 1
+                         and job(db, job_id)["state"] == "queued", what="the first failure")
+        db.execute("UPDATE akadze.jobs SET scheduled_at = now() WHERE id = %s", (job_id,))
+        await wait_event(started, what="the second run")
+        async with connect(database_url) as connection:
+            assert await request_cancel(connection, job_id) is True
+        release.set()
+        await wait_until(lambda: job(db, job_id)["state"] == "cancelled", what="the cancel")
+    row = job(db, job_id)
+    assert (row["attempt"], row["run_count"]) == (1, 2)
+
+
+@pytest.mark.parametrize(("fail", "state", "attempt"), [(True, "cancelled", 0),
+                                                         (False, "succeeded", 1)])
+async def test_expiry_while_running_behaves_like_cancel(
+    app: App, db: psycopg.Connection, fail: bool, state: str, attempt: int
+) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @app.task("expiring")
+    async def expiring() -> str:
+        started.set()
+        await release.wait()
+        if fail:
+            raise Retry(1)
+        return "made it"
+
+    job_id = expiring.configure(expires_at=db_now(db, "0.3 seconds")).enqueue()
+    async with running(fast_worker(app)):
+        await wait_event(started, what="the body to start")
+        await wait_until(lambda: db.execute(
+            "SELECT expires_at <= now() FROM akadze.jobs WHERE id = %s",
+            (job_id,)).fetchone() == (True,), what="the expiry")
+        assert job(db, job_id)["state"] == "running", "expiry does not interrupt a body"
+        release.set()
+        await wait_until(lambda: job(db, job_id)["state"] != "running", what="the outcome")
+    row = job(db, job_id)
+    assert (row["state"], row["attempt"]) == (state, attempt)
+    assert row["result"] == (None if fail else "made it")
+
+
+# --- requeue ---------------------------------------------------------------------------------
+
+async def test_requeue_moves_a_failed_job_back_in_the_callers_transaction(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    seen: list[tuple[int, dict[str, Any]]] = []
+
+    @app.task("fragile", max_attempts=1)
+    async def fragile(order: int, tags: list[str]) -> str:
+        seen.append((current().attempt, dict(current().args)))
+        if current().run_count == 1:
+            raise RuntimeError("vendor down")
+        return "done"
+
+    job_id = fragile.enqueue(order=7, tags=["a", "b"])
+    await run_until(app, ran(db, job_id))
+    failed = job(db, job_id)
+    assert (failed["state"], failed["attempt"], failed["max_attempts"]) == ("failed", 1, 1)
+
+    async with connect(database_url) as connection:
+        async with connection.transaction():
+            assert await requeue(connection, job_id) is True
+            raise psycopg.Rollback()
+        assert job(db, job_id) == failed, "a rolled-back requeue changes nothing"
+
+        async with connection.transaction():
+            assert await requeue(connection, job_id) is True
+            assert job(db, job_id)["state"] == "failed", "not visible before the commit"
+    row = job(db, job_id)
+    assert row["state"] == "queued"
+    assert row["attempt"] == 1, "attempt kept"
+    assert row["errors"] == failed["errors"] and len(row["errors"]) == 1, "errors kept"
+    assert row["args"] == {"order": 7, "tags": ["a", "b"]}, "args kept"
+    assert row["max_attempts"] == 2, "raised so one more attempt is possible"
+    assert row["finished_at"] is None
+    assert db.execute("SELECT scheduled_at <= now() FROM akadze.jobs WHERE id = %s",
+                      (job_id,)).fetchone() == (True,)
+
+    await run_until(app, lambda: job(db, job_id)["state"] == "succeeded")
+    row = job(db, job_id)
+    assert (row["attempt"], row["run_count"], row["result"]) == (2, 2, "done")
+    assert len(row["errors"]) == 1
+    assert seen == [(1, {"order": 7, "tags": ["a", "b"]}), (2, {"order": 7, "tags": ["a", "b"]})]
+
+
+async def test_requeue_keeps_max_attempts_when_attempts_are_left(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    @app.task("rejected")
+    async def rejected() -> None:
+        raise Fail("rejected")
+
+    job_id = rejected.enqueue()
+    await run_until(app, ran(db, job_id))
+    assert (job(db, job_id)["state"], job(db, job_id)["attempt"]) == ("failed", 1)
+    with psycopg.connect(database_url) as connection:  # sync twin, committed on exit
+        assert requeue_sync(connection, job_id) is True
+    row = job(db, job_id)
+    assert (row["state"], row["attempt"], row["max_attempts"]) == ("queued", 1, 3)
+
+
+async def test_requeue_of_a_job_that_is_not_failed_returns_false(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    @app.task("ok")
+    async def ok() -> str:
+        return "fine"
+
+    succeeded, queued, cancelled = ok.enqueue(), ok.enqueue(), ok.enqueue()
+    async with connect(database_url) as connection:
+        assert await request_cancel(connection, cancelled) is True
+        await run_until(app, lambda: job(db, succeeded)["state"] == "succeeded")
+        queued = ok.configure(delay=3600).enqueue()
+        before = {i: job(db, i) for i in (succeeded, queued, cancelled)}
+        for job_id in (succeeded, queued, cancelled, MISSING_ID):
+            assert await requeue(connection, job_id) is False
+    with psycopg.connect(database_url, autocommit=True) as sync_connection:
+        for job_id in (succeeded, queued, cancelled, MISSING_ID):
+            assert requeue_sync(sync_connection, job_id) is False
+    for job_id, row in before.items():
+        assert job(db, job_id) == row
