@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -32,6 +32,13 @@ class EnqueueOptions:
     unique_key: str | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
     session: Any = None
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    """A naive datetime is taken as UTC, not as the database session's time zone."""
+    if moment is not None and moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment
 
 
 class TaskCall:
@@ -91,10 +98,10 @@ class TaskCall:
             queue=options.queue or task.queue,
             args=args,
             priority=task.priority if options.priority is None else options.priority,
-            scheduled_at=options.at,
+            scheduled_at=_aware(options.at),
             delay=options.delay or 0.0,
             max_attempts=options.max_attempts or task.max_attempts,
-            expires_at=options.expires_at,
+            expires_at=_aware(options.expires_at),
             unique_key=options.unique_key,
             meta=meta,
         )

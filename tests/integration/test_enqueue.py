@@ -1,0 +1,455 @@
+"""Enqueue on real Postgres: ids, options, the caller's transaction, bulk inserts, unique
+keys, bad input rejected before anything is inserted, names as data, and NOTIFY wake-ups."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import pytest
+
+from akadze_core import App, InvalidArgs, Worker
+from tests.helpers import job
+from tests.integration.lease_support import (
+    claim,
+    fake_worker,
+    job_count,
+    listening,
+    running,
+    scalar,
+    wait_until,
+)
+
+HOSTILE = "x'); DROP TABLE akadze.jobs;--"
+
+
+def make_tasks(app: App) -> Any:
+    @app.task("mail.send")
+    async def send(**kwargs: Any) -> None:
+        return None
+
+    return send
+
+
+# --- plain enqueue -------------------------------------------------------------------------
+
+
+async def test_enqueue_sync_and_async_return_the_ids_of_queued_rows(
+    app: App, db: psycopg.Connection
+) -> None:
+    send = make_tasks(app)
+    first = send.enqueue(to="ada", n=1)
+    second = await send.enqueue_async(to="bob", nested={"list": [1, 2.5, None, True]})
+    assert isinstance(first, int) and isinstance(second, int) and first != second
+
+    row = job(db, first)
+    assert (row["task"], row["queue"], row["state"]) == ("mail.send", "default", "queued")
+    assert row["args"] == {"to": "ada", "n": 1}
+    assert (row["attempt"], row["max_attempts"], row["run_count"], row["priority"]) == (0, 3, 0, 0)
+    assert row["errors"] == [] and row["result"] is None and row["worker_id"] is None
+    assert job(db, second)["args"] == {"to": "bob", "nested": {"list": [1, 2.5, None, True]}}
+    # No delay: due at once by the database's clock.
+    assert scalar(db, "SELECT scheduled_at <= now() FROM akadze.jobs WHERE id = %s", (first,))
+
+
+async def test_task_defaults_are_stored(app: App, db: psycopg.Connection) -> None:
+    @app.task("report.build", queue="reports", max_attempts=7, priority=4)
+    def build() -> None:
+        return None
+
+    row = job(db, build.enqueue())
+    assert (row["queue"], row["max_attempts"], row["priority"]) == ("reports", 7, 4)
+
+
+async def test_configure_stores_every_option(app: App, db: psycopg.Connection) -> None:
+    send = make_tasks(app)
+    expires = datetime(2999, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    delayed = send.configure(delay=timedelta(minutes=5), queue="slow", priority=-3,
+                             expires_at=expires, max_attempts=9, unique_key="k1").enqueue(x=1)
+    row = job(db, delayed)
+    assert (row["queue"], row["priority"], row["max_attempts"], row["unique_key"]) == \
+        ("slow", -3, 9, "k1")
+    assert row["expires_at"] == expires
+    # The delay is added to the database clock, in the insert itself.
+    assert row["scheduled_at"] - row["created_at"] == timedelta(minutes=5)
+    assert scalar(db, "SELECT scheduled_at > now() + interval '4 minutes' FROM akadze.jobs"
+                      " WHERE id = %s", (delayed,))
+
+    seconds = send.configure(delay=90).enqueue()
+    row = job(db, seconds)
+    assert row["scheduled_at"] - row["created_at"] == timedelta(seconds=90)
+
+    at = datetime(2030, 6, 1, 12, 0, tzinfo=timezone(timedelta(hours=3)))
+    row = job(db, send.configure(at=at).enqueue())
+    assert row["scheduled_at"] == at
+
+    # A later configure(at=...) replaces an earlier delay, and the reverse.
+    row = job(db, send.configure(delay=timedelta(hours=1)).configure(at=at).enqueue())
+    assert row["scheduled_at"] == at
+    row = job(db, send.configure(at=at).configure(delay=timedelta(seconds=30)).enqueue())
+    assert row["scheduled_at"] - row["created_at"] == timedelta(seconds=30)
+
+    # A past `at` is due at once.
+    past = await send.configure(at=datetime(2001, 1, 1, tzinfo=timezone.utc)).enqueue_async()
+    assert job(db, past)["scheduled_at"] == datetime(2001, 1, 1, tzinfo=timezone.utc)
+
+    with pytest.raises(ValueError):
+        send.configure(delay=1, at=at)
+    with pytest.raises(ValueError):
+        send.configure(max_attempts=0)
+
+
+# --- the caller's transaction --------------------------------------------------------------
+
+
+async def test_using_a_sync_connection_joins_its_transaction(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    send = make_tasks(app)
+    with psycopg.connect(database_url) as session:  # not autocommit: a transaction is open
+        committed = send.using(session=session).enqueue(n=1)
+        many = send.using(session=session).enqueue_many([{"n": 2}, {"n": 3}])
+        assert isinstance(committed, int)
+        assert job_count(db) == 0  # not visible before the caller commits
+        session.commit()
+        assert job_count(db) == 3
+        assert job(db, committed)["args"] == {"n": 1}
+        assert [job(db, i)["args"]["n"] for i in many] == [2, 3]
+
+        gone = send.using(session=session).enqueue(n=4)
+        session.execute("SELECT 1")  # the caller's own work in the same transaction
+        session.rollback()
+    assert job_count(db) == 3
+    assert scalar(db, "SELECT count(*) FROM akadze.jobs WHERE id = %s", (gone,)) == 0
+
+
+async def test_using_an_async_connection_joins_its_transaction(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    send = make_tasks(app)
+    async with await psycopg.AsyncConnection.connect(database_url) as session:
+        awaitable = send.using(session=session).enqueue(n=1)
+        committed = await awaitable
+        second = await send.using(session=session).enqueue_async(n=2)
+        many = await send.using(session=session).enqueue_many_async([{"n": 3}, {"n": 4}])
+        also = await send.using(session=session).enqueue_many([{"n": 5}])
+        assert job_count(db) == 0
+        await session.commit()
+        assert job_count(db) == 5
+        assert [job(db, i)["args"]["n"] for i in [committed, second, *many, *also]] == \
+            [1, 2, 3, 4, 5]
+
+        await send.using(session=session).enqueue_async(n=6)
+        await send.using(session=session).enqueue_many_async([{"n": 7}])
+        await session.rollback()
+    assert job_count(db) == 5
+
+
+async def test_enqueue_async_refuses_a_sync_session(app: App, database_url: str) -> None:
+    send = make_tasks(app)
+    with psycopg.connect(database_url) as session:
+        with pytest.raises(TypeError):
+            await send.using(session=session).enqueue_async(n=1)
+        with pytest.raises(TypeError):
+            await send.using(session=session).enqueue_many_async([{"n": 1}])
+
+
+# --- bulk ------------------------------------------------------------------------------------
+
+
+async def test_enqueue_many_returns_ids_in_input_order(app: App, db: psycopg.Connection) -> None:
+    send = make_tasks(app)
+    ids = send.enqueue_many([{"i": i} for i in range(300)])
+    assert len(ids) == len(set(ids)) == 300
+    stored = dict(db.execute("SELECT id, (args->>'i')::int FROM akadze.jobs").fetchall())
+    assert [stored[i] for i in ids] == list(range(300))
+
+    more = await send.configure(queue="bulk", priority=2, delay=timedelta(minutes=1)) \
+        .enqueue_many_async({"i": i} for i in range(50))
+    assert len(more) == 50
+    rows = db.execute(
+        "SELECT id, (args->>'i')::int, queue, priority, scheduled_at - created_at"
+        " FROM akadze.jobs WHERE queue = 'bulk'").fetchall()
+    by_id = {row[0]: row[1:] for row in rows}
+    assert [by_id[i][0] for i in more] == list(range(50))
+    assert {row[1:] for row in by_id.values()} == {("bulk", 2, timedelta(minutes=1))}
+    assert send.enqueue_many([]) == [] and await send.enqueue_many_async([]) == []
+
+
+async def test_one_bad_item_in_a_batch_inserts_nothing(app: App, db: psycopg.Connection) -> None:
+    send = make_tasks(app)
+    batch: list[dict[str, Any]] = [{"i": i} for i in range(10)]
+    batch[7] = {"i": {1, 2}}
+    with pytest.raises(InvalidArgs):
+        send.enqueue_many(batch)
+    with pytest.raises(InvalidArgs):
+        await send.enqueue_many_async(batch)
+    batch[7] = {"i": "nul\x00"}
+    with pytest.raises(InvalidArgs):
+        send.enqueue_many(batch)
+    assert job_count(db) == 0
+
+
+# --- unique keys -----------------------------------------------------------------------------
+
+
+async def test_unique_key_returns_the_active_job_then_allows_a_new_one(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    send = make_tasks(app)
+    keyed = send.configure(unique_key="export:42")
+    first = keyed.enqueue(n=1)
+    assert keyed.enqueue(n=2) == first  # queued
+    assert await keyed.enqueue_async(n=3) == first
+    assert job_count(db) == 1 and job(db, first)["args"] == {"n": 1}
+
+    worker_id = fake_worker(db, ttl=60)
+    [claimed] = await claim(database_url, worker_id, 5)
+    assert claimed["id"] == first
+    assert keyed.enqueue(n=4) == first  # running
+    assert job_count(db) == 1
+
+    for final in ("succeeded", "failed", "cancelled"):
+        db.execute("UPDATE akadze.jobs SET state = %s, finished_at = now() WHERE unique_key"
+                   " = 'export:42' AND state IN ('queued', 'running')", (final,))
+        fresh = keyed.enqueue(n=5)
+        assert fresh != first and job(db, fresh)["state"] == "queued"
+        assert keyed.enqueue(n=6) == fresh
+        first = fresh
+    assert job_count(db) == 4
+    # Other keys and no key are independent.
+    assert send.configure(unique_key="export:43").enqueue() != first
+    assert send.enqueue() != send.enqueue()
+
+
+async def test_unique_key_inside_one_transaction(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    send = make_tasks(app)
+    with psycopg.connect(database_url) as session:
+        keyed = send.configure(unique_key="k").using(session=session)
+        first = keyed.enqueue()
+        assert keyed.enqueue() == first
+        session.commit()
+    assert job_count(db) == 1
+
+
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+async def test_unique_key_racing_an_uncommitted_holder(
+    app: App, db: psycopg.Connection, database_url: str, outcome: str
+) -> None:
+    """The second enqueue waits for the first transaction and then does the right thing."""
+    send = make_tasks(app)
+    keyed = send.configure(unique_key="race")
+    with psycopg.connect(database_url) as holder:
+        held = keyed.using(session=holder).enqueue(who="holder")
+        result: dict[str, Any] = {}
+
+        def contender() -> None:
+            result["id"] = keyed.enqueue(who="contender")
+
+        thread = threading.Thread(target=contender)
+        thread.start()
+        # The contender is blocked on the holder's uncommitted row.
+        await wait_until(lambda: scalar(
+            db, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'") > 0)
+        assert thread.is_alive()
+        getattr(holder, outcome)()
+        await asyncio.to_thread(thread.join, 10)
+    assert not thread.is_alive()
+    assert job_count(db) == 1
+    if outcome == "commit":
+        assert result["id"] == held
+    else:
+        assert result["id"] != held
+        assert job(db, result["id"])["args"] == {"who": "contender"}
+
+
+async def test_enqueue_many_refuses_unique_keys(app: App, db: psycopg.Connection) -> None:
+    send = make_tasks(app)
+    with pytest.raises(ValueError):
+        send.configure(unique_key="k").enqueue_many([{"n": 1}])
+    assert job_count(db) == 0
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+BAD_ARGS = {
+    "set": {"x": {1, 2}},
+    "bytes": {"x": b"raw"},
+    "datetime": {"when": datetime(2024, 1, 1, tzinfo=timezone.utc)},
+    "object": {"x": [1, {"y": object()}]},
+    "nan": {"x": float("nan")},
+    "infinity": {"x": [float("-inf")]},
+    "nul in value": {"x": "a\x00b"},
+    "nested nul": {"x": {"y": ["ok", "\x00"]}},
+    "nul in key": {"a\x00b": 1},
+    "nested nul key": {"x": {"\x00": 1}},
+    "lone surrogate": {"x": "\ud800"},
+    "surrogate key": {"\udc00": 1},
+}
+
+
+@pytest.mark.parametrize("args", BAD_ARGS.values(), ids=BAD_ARGS.keys())
+async def test_bad_args_raise_invalid_args_and_insert_nothing(
+    app: App, db: psycopg.Connection, database_url: str, args: dict[str, Any]
+) -> None:
+    send = make_tasks(app)
+    with pytest.raises(InvalidArgs) as raised:
+        send.enqueue(**args)
+    assert isinstance(raised.value, ValueError)
+    with pytest.raises(InvalidArgs):
+        await send.enqueue_async(**args)
+    with pytest.raises(InvalidArgs):
+        send.enqueue_many([{"fine": 1}, args])
+    with psycopg.connect(database_url) as session:
+        with pytest.raises(InvalidArgs):
+            send.using(session=session).enqueue(**args)
+        session.commit()
+    assert job_count(db) == 0
+
+
+async def test_args_over_the_size_limit_are_refused(db: psycopg.Connection,
+                                                     database_url: str) -> None:
+    app = App(database_url, max_args_bytes=100)
+    try:
+        send = make_tasks(app)
+        with pytest.raises(InvalidArgs, match="100 bytes"):
+            send.enqueue(x="a" * 200)
+        # The limit counts UTF-8 bytes, not characters: 60 characters, 120 bytes.
+        with pytest.raises(InvalidArgs):
+            await send.enqueue_async(x="é" * 60)
+        with pytest.raises(InvalidArgs):
+            send.enqueue_many([{"x": "ok"}, {"x": "a" * 200}])
+        assert job_count(db) == 0
+        fits = send.enqueue(x="a" * 50)
+        assert job(db, fits)["args"] == {"x": "a" * 50}
+    finally:
+        await app.aclose()
+
+
+async def test_text_that_only_looks_unstorable_is_stored_exactly(
+    app: App, db: psycopg.Connection
+) -> None:
+    send = make_tasks(app)
+    tricky = {"escaped": "\\u0000", "backslashes": "\\\\u0000", "emoji": "🙂", "quote": "'\""}
+    assert job(db, send.enqueue(**tricky))["args"] == tricky
+
+
+# --- names are data ------------------------------------------------------------------------
+
+
+async def test_hostile_task_and_queue_names_are_stored_literally(
+    app: App, db: psycopg.Connection
+) -> None:
+    ran: list[str] = []
+
+    @app.task(HOSTILE, queue=HOSTILE)
+    async def hostile(value: str) -> str:
+        ran.append(value)
+        return value
+
+    first = hostile.enqueue(value=HOSTILE)
+    [second] = hostile.enqueue_many([{"value": "bulk"}])
+    third = hostile.configure(queue=HOSTILE + "2").enqueue(value="x")
+    assert (job(db, first)["task"], job(db, first)["queue"]) == (HOSTILE, HOSTILE)
+    assert job(db, first)["args"] == {"value": HOSTILE}
+    assert job(db, second)["queue"] == HOSTILE
+    assert job(db, third)["queue"] == HOSTILE + "2"
+    assert job_count(db) == 3
+
+    worker = Worker(app, queues=[HOSTILE], poll_interval=0.05, heartbeat_interval=0.2,
+                    heartbeat_ttl=1)
+    async with running(worker):
+        await wait_until(lambda: job(db, second)["state"] == "succeeded")
+    assert job(db, first)["result"] == HOSTILE
+    assert sorted(ran) == sorted([HOSTILE, "bulk"])
+    assert job(db, third)["state"] == "queued"
+    assert scalar(db, "SELECT count(*) FROM pg_tables WHERE schemaname = 'akadze'") == 3
+
+
+# --- NOTIFY ----------------------------------------------------------------------------------
+
+
+def drain_notifies(listener: psycopg.Connection, marker: str | None = None,
+                   timeout: float = 2.0) -> list[str]:
+    """Payloads received on ``listener`` until ``marker`` arrives (or ``timeout`` passes)."""
+    payloads: list[str] = []
+    for notify in listener.notifies(timeout=timeout):
+        if notify.payload == marker:
+            break
+        payloads.append(notify.payload)
+    else:
+        if marker is not None:
+            raise AssertionError(f"the marker notification {marker!r} never arrived")
+    return payloads
+
+
+async def test_one_notify_per_transaction_and_queue(
+    app: App, database_url: str
+) -> None:
+    send = make_tasks(app)
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN akadze_jobs")
+        with psycopg.connect(database_url) as session:
+            for n in range(50):
+                send.configure(queue="a").using(session=session).enqueue(n=n)
+                send.configure(queue="b").using(session=session).enqueue(n=n)
+            send.configure(queue="a").using(session=session).enqueue_many([{"n": -1}] * 20)
+            session.commit()
+        send.configure(queue="marker").enqueue()
+        assert sorted(drain_notifies(listener, "marker")) == ["a", "b"]
+
+        # A bulk insert outside any transaction: one notify per queue of the statement.
+        send.configure(queue="c").enqueue_many([{"n": n} for n in range(30)])
+        send.configure(queue="marker").enqueue()
+        assert drain_notifies(listener, "marker") == ["c"]
+
+
+async def test_no_notify_on_rollback_or_for_future_jobs(app: App, database_url: str) -> None:
+    send = make_tasks(app)
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN akadze_jobs")
+        with psycopg.connect(database_url) as session:
+            send.configure(queue="a").using(session=session).enqueue()
+            send.configure(queue="a").using(session=session).enqueue_many([{}, {}])
+            session.rollback()
+        async with await psycopg.AsyncConnection.connect(database_url) as async_session:
+            await send.configure(queue="a").using(session=async_session).enqueue_async()
+            await async_session.rollback()
+        send.configure(queue="later", delay=timedelta(hours=1)).enqueue()
+        send.configure(queue="later", delay=60).enqueue_many([{}, {}])
+        await send.configure(queue="later",
+                             at=datetime(2999, 1, 1, tzinfo=timezone.utc)).enqueue_async()
+        send.configure(queue="marker").enqueue()
+        assert drain_notifies(listener, "marker") == []
+
+
+async def test_an_idle_worker_is_woken_by_notify_not_polling(
+    app: App, db: psycopg.Connection
+) -> None:
+    done: list[float] = []
+
+    @app.task("wake")
+    async def wake() -> None:
+        done.append(time.monotonic())
+
+    # Nothing but a notification can wake this worker within the next few seconds.
+    worker = Worker(app, poll_interval=30, heartbeat_interval=10, heartbeat_ttl=30,
+                    prune_interval=3600)
+    async with running(worker):
+        await wait_until(lambda: listening(db)
+                         and scalar(db, "SELECT count(*) FROM akadze.workers") == 1)
+        await asyncio.sleep(0.3)  # let the first round end: the worker is now idle
+        for _ in range(2):
+            enqueued = time.monotonic()
+            job_id = await wake.enqueue_async()
+            await wait_until(lambda job_id=job_id: job(db, job_id)["state"] == "succeeded",
+                             timeout=3)
+            assert done[-1] - enqueued < 1.0
+            await asyncio.sleep(0.3)
