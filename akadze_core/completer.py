@@ -47,6 +47,10 @@ class Completer:
         """Outcomes not written yet (the worker stops claiming when this grows too large)."""
         return len(self._pending)
 
+    def pending_jobs(self) -> set[int]:
+        """Ids of the jobs whose outcome is not written yet (the batch in flight included)."""
+        return {outcome.job_id for outcome in self._pending}
+
     def submit(self, outcome: Outcome) -> None:
         """Queue an outcome for the next flush."""
         self._pending.append(outcome)

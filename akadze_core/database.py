@@ -152,13 +152,19 @@ async def check_schema_async(connection: psycopg.AsyncConnection) -> None:
 
 
 async def claim_jobs(
-    connection: psycopg.AsyncConnection, queue: str, limit: int, worker_id: int, fair: bool
+    connection: psycopg.AsyncConnection, queue: str, limit: int, worker_id: int, fair: bool,
+    after_task: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Claim up to ``limit`` due jobs of ``queue`` (running ones and cancelled-at-claim ones)."""
+    """Claim up to ``limit`` due jobs of ``queue`` (running ones and cancelled-at-claim ones).
+
+    With ``fair``, pass the task of the last row of the previous fair claim as ``after_task``
+    so the rotation across task names goes on where it stopped.
+    """
+    if fair:
+        return await fetch_all_async(connection, "job_claim_fair", queue=queue, limit=limit,
+                                     worker_id=worker_id, after_task=after_task)
     return await fetch_all_async(
-        connection, "job_claim_fair" if fair else "job_claim",
-        queue=queue, limit=limit, worker_id=worker_id,
-    )
+        connection, "job_claim", queue=queue, limit=limit, worker_id=worker_id)
 
 
 async def complete_many(
@@ -176,6 +182,15 @@ async def return_many(
         connection, "job_return_many",
         id=[job_id for job_id, _ in runs], run_count=[run_count for _, run_count in runs],
     )
+
+
+async def return_orphans(
+    connection: psycopg.AsyncConnection, worker_id: int, known: Sequence[int]
+) -> list[dict[str, Any]]:
+    """Hand back the running jobs of ``worker_id`` other than ``known`` (claims whose answer
+    was lost), without spending their attempt."""
+    return await fetch_all_async(connection, "job_return_orphans", worker_id=worker_id,
+                                 known=list(known))
 
 
 async def rescue_jobs(connection: psycopg.AsyncConnection) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ from .database import NOTIFY_CHANNEL
 from .dberrors import fatal_message, is_transient
 from .errors import AkadzeError, SchemaMissing
 from .executor import execute
-from .outcomes import RETRY, Outcome, error_entry
+from .outcomes import RETRY, Outcome, error_entry, raised
 from .retry import default_backoff
 
 if TYPE_CHECKING:
@@ -124,6 +124,8 @@ class Worker:
         self.worker_id: int | None = None
         self._running: dict[int, _Run] = {}
         self._busy = dict.fromkeys(self.queues, 0)
+        # fair=True: the task of each queue's last fair claim, where the rotation goes on.
+        self._fair_cursor: dict[str, str | None] = dict.fromkeys(self.queues)
         # Runs whose outcome is waiting in the completer, for the one log line per outcome.
         self._finished: dict[tuple[int, int], _Run] = {}
         # asyncio.Event binds to a loop only when first awaited, so these can exist before
@@ -214,6 +216,8 @@ class Worker:
         self._next_heartbeat = time.monotonic() + self.heartbeat_interval
         self._next_prune = time.monotonic() + random.uniform(0, self.prune_interval)
         self._rescue_pending = True
+        # Set by any connection error: a claim may have committed and lost its answer.
+        self._orphans_pending = False
         for hook in self.on_startup:
             await _maybe_await(hook(self.context))
         if self.health_file:
@@ -254,29 +258,42 @@ class Worker:
             all_done = asyncio.ensure_future(
                 asyncio.wait([run.future for run in self._running.values()]))
             stop_now = asyncio.ensure_future(self._stop_now.wait())
+            # Keep the lease while waiting: a shutdown_timeout longer than the TTL must not
+            # let another worker rescue (and run again) a job that is still finishing here.
+            beating = asyncio.create_task(self._beat_while_draining(), name="drain-heartbeat")
             await asyncio.wait({all_done, stop_now}, timeout=self.shutdown_timeout,
                                return_when=asyncio.FIRST_COMPLETED)
-            all_done.cancel()
-            stop_now.cancel()
+            for waiter in (all_done, stop_now, beating):
+                waiter.cancel()
+            await asyncio.gather(beating, return_exceptions=True)
         unfinished = list(self._running.values())
         for run in unfinished:
             run.future.cancel()
         await asyncio.gather(*(run.future for run in unfinished), return_exceptions=True)
-        flushed = await self._completer.close(timeout=5)
+        # After the heartbeat was lost the database is likely gone: try briefly, then leave
+        # the jobs to the rescue, which other workers may have started already.
+        timeout = 5.0 if self._exit_code == 0 else min(5.0, max(1.0, self.heartbeat_interval))
+        flushed = await self._completer.close(timeout=timeout)
         self._completer_task.cancel()
         await asyncio.gather(self._completer_task, return_exceptions=True)
-        returned = await self._return_jobs([(run.job_id, run.run_count) for run in unfinished])
+        returned = await self._return_jobs([(run.job_id, run.run_count) for run in unfinished],
+                                           timeout)
         if flushed and returned:
-            await self._unregister()
+            await self._unregister(timeout)
         else:
             logger.warning("could not hand back every job: they are rescued once this "
                            "worker's heartbeat is older than %gs", self.heartbeat_ttl)
 
-    async def _return_jobs(self, runs: list[tuple[int, int]]) -> bool:
+    async def _beat_while_draining(self) -> None:
+        while not self._stop_now.is_set():
+            await asyncio.sleep(max(0.0, self._next_heartbeat - time.monotonic()))
+            await self._heartbeat()
+
+    async def _return_jobs(self, runs: list[tuple[int, int]], timeout: float) -> bool:
         if not runs:
             return True
         try:
-            async with self._pool.connection(timeout=5) as connection:
+            async with self._pool.connection(timeout=timeout) as connection:
                 rows = await database.return_many(connection, runs)
         except Exception as exc:
             logger.warning("returning %d jobs failed: %s", len(runs), type(exc).__name__)
@@ -285,9 +302,9 @@ class Worker:
                     len(rows))
         return True
 
-    async def _unregister(self) -> None:
+    async def _unregister(self, timeout: float) -> None:
         try:
-            async with self._pool.connection(timeout=5) as connection:
+            async with self._pool.connection(timeout=timeout) as connection:
                 await connection.execute(database.query("worker_unregister"),
                                          {"id": self.worker_id})
         except Exception as exc:
@@ -312,6 +329,8 @@ class Worker:
             await self._heartbeat()
         if not self._healthy or self._fatal:
             return
+        if self._orphans_pending:
+            await self._guard(self._return_orphans, "orphan check")
         if self._rescue_pending:
             await self._guard(self._rescue, "rescue")
         if now >= self._next_prune:
@@ -336,7 +355,7 @@ class Worker:
         """Run one database step; transient errors make the worker unhealthy (no claims
         until a heartbeat succeeds), other errors stop it with a clear message."""
         try:
-            async with self._pool.connection() as connection:
+            async with self._pool.connection(timeout=self._connection_timeout()) as connection:
                 await step(connection)
             return True
         except Exception as exc:
@@ -348,6 +367,7 @@ class Worker:
             logger.warning("%s failed (%s): no claims until a heartbeat succeeds", what,
                            self.app.redact(" ".join(str(exc).split()) or type(exc).__name__))
             self._healthy = False
+            self._orphans_pending = True
             self._next_heartbeat = min(self._next_heartbeat, time.monotonic()
                                        + self._backoff(self._heartbeat_failures + 1))
             return False
@@ -388,6 +408,19 @@ class Worker:
         for row in rows:
             logger.warning("rescued job %s from a dead worker: now %s", row["id"], row["state"])
 
+    async def _return_orphans(self, connection: psycopg.AsyncConnection) -> None:
+        """Hand back jobs the database says this worker runs but it never heard of: the
+        claim committed and its answer was lost with the connection. No rescue would touch
+        them while this worker heartbeats. Jobs whose outcome is still queued for writing
+        are known too. Claims run in this loop only, so none is in flight meanwhile."""
+        assert self.worker_id is not None
+        known = set(self._running) | self._completer.pending_jobs()
+        rows = await database.return_orphans(connection, self.worker_id, sorted(known))
+        self._orphans_pending = False
+        for row in rows:
+            logger.warning("job %s was claimed by a query whose answer was lost: returned to "
+                           "the queue without spending an attempt", row["id"])
+
     async def _prune(self, connection: psycopg.AsyncConnection) -> None:
         for _ in range(10):  # bounded, so a huge backlog of old rows cannot stall the round
             cursor = await connection.execute(database.query("job_prune"), {
@@ -409,11 +442,14 @@ class Worker:
                 async def claim(connection: psycopg.AsyncConnection, limit: int = free,
                                 queue: str = queue, rows: list[dict[str, Any]] = rows) -> None:
                     assert self.worker_id is not None
-                    rows.extend(await database.claim_jobs(connection, queue, limit,
-                                                          self.worker_id, self.fair))
+                    rows.extend(await database.claim_jobs(
+                        connection, queue, limit, self.worker_id, self.fair,
+                        after_task=self._fair_cursor[queue]))
 
                 if not await self._guard(claim, "claim"):
                     return
+                if rows:
+                    self._fair_cursor[queue] = rows[-1]["task"]
                 for row in rows:
                     if row["state"] == "cancelled":
                         logger.info("job %s %s cancelled before it started", row["id"],
@@ -433,8 +469,11 @@ class Worker:
     async def _run_job(self, row: dict[str, Any]) -> None:
         try:
             outcome = await execute(self.app, row, self.worker_id, self._threads)
-        except asyncio.CancelledError:
-            return  # stopping: the job goes back to the queue unspent
+        except asyncio.CancelledError as exc:
+            if self._stop.is_set():
+                return  # stopping: the job goes back to the queue unspent
+            # The body cancelled itself (not us): an exception like any other.
+            outcome = raised(row["id"], row["run_count"], row["attempt"], exc, None)
         except Exception as exc:  # a bug in akadze itself: keep the job, spend the attempt
             logger.exception("job %s: internal error while running it", row["id"])
             outcome = Outcome(row["id"], row["run_count"], RETRY,
@@ -498,6 +537,12 @@ class Worker:
                 await asyncio.sleep(self._backoff(failures))
 
     # --- helpers -------------------------------------------------------------------------------
+
+    def _connection_timeout(self) -> float:
+        """How long a step may wait for a pooled connection: at most 5 s, and never much
+        past the heartbeat TTL, so a worker that lost the database notices in time."""
+        left = self._last_heartbeat_ok + self.heartbeat_ttl - time.monotonic()
+        return min(5.0, max(0.1, left))
 
     def _backoff(self, failures: int) -> float:
         return min(self.heartbeat_interval, 0.1 * 2 ** failures) * random.uniform(0.5, 1.0)

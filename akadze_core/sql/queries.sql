@@ -87,6 +87,9 @@ ORDER BY priority, scheduled_at, id;
 -- name: job_claim_fair
 -- Like job_claim, but rotates across the task names of the queue: each task's oldest job
 -- first, then each task's second, and so on, so a flooding task cannot starve the others.
+-- Within a turn, tasks are taken in name order starting after `after_task` (the last task
+-- this worker claimed from the queue), wrapping around: without that cursor a one-slot
+-- worker would pick the flood's oldest job on every claim and starve the other tasks.
 -- The distinct task names come from a loose index scan of jobs_fair_claim_idx.
 WITH RECURSIVE tasks AS (
     (SELECT task FROM akadze.jobs
@@ -98,7 +101,8 @@ WITH RECURSIVE tasks AS (
     FROM tasks WHERE tasks.task IS NOT NULL
 ),
 candidates AS (
-    SELECT c.id, c.priority, c.scheduled_at,
+    SELECT c.id, c.priority, c.scheduled_at, tasks.task,
+           (%(after_task)s::text IS NOT NULL AND tasks.task <= %(after_task)s) AS wrapped,
            row_number() OVER (PARTITION BY tasks.task
                               ORDER BY c.priority, c.scheduled_at, c.id) AS turn
     FROM tasks
@@ -112,10 +116,10 @@ candidates AS (
     WHERE tasks.task IS NOT NULL
 ),
 picked AS (
-    SELECT j.id
+    SELECT j.id, c.turn, c.wrapped
     FROM akadze.jobs AS j JOIN candidates AS c ON c.id = j.id
     WHERE j.state = 'queued'
-    ORDER BY c.turn, c.priority, c.scheduled_at, c.id
+    ORDER BY c.turn, c.priority, c.wrapped, c.task, c.scheduled_at, c.id
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
 ),
@@ -134,11 +138,13 @@ claimed AS (
                            THEN now() END
     FROM picked
     WHERE j.id = picked.id
-    RETURNING j.*
+    RETURNING j.*, picked.turn, picked.wrapped
 )
+-- In rotation order: the caller passes the last row's task as the next after_task.
 SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
        max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at
-FROM claimed;
+FROM claimed
+ORDER BY turn, priority, wrapped, task, scheduled_at, id;
 
 -- name: job_complete_many
 -- Write a batch of run outcomes in one statement. Every row is fenced: it changes only while
@@ -162,8 +168,11 @@ decided AS (
                WHEN j.attempt >= j.max_attempts THEN 'failed'
                ELSE 'queued'
            END AS next_state,
+           -- Seed 003: a body that raised anything (Cancel included) after a cancel request
+           -- or expiry does not spend its attempt.
            (o.kind = 'snooze'
-            OR (o.kind IN ('retry', 'fail') AND (j.cancel_requested OR j.expires_at <= now())))
+            OR (o.kind IN ('retry', 'fail', 'cancel')
+                AND (j.cancel_requested OR j.expires_at <= now())))
                AS gives_back_attempt
     FROM outcome AS o JOIN akadze.jobs AS j ON j.id = o.id
     WHERE j.run_count = o.run_count AND j.state = 'running'
@@ -202,6 +211,16 @@ FROM unnest(%(id)s::bigint[], %(run_count)s::int[]) AS o(id, run_count)
 WHERE j.id = o.id AND j.run_count = o.run_count AND j.state = 'running'
 RETURNING j.id, pg_notify('akadze_jobs', j.queue) IS NULL AS notified;
 
+-- name: job_return_orphans
+-- After a connection error: a claim may have committed and its answer been lost, leaving
+-- jobs running under this live worker that it does not know about (and that no rescue would
+-- touch while it heartbeats). They go back to queued without spending the attempt.
+UPDATE akadze.jobs AS j
+SET state = 'queued', attempt = j.attempt - 1, worker_id = NULL, scheduled_at = now()
+WHERE j.worker_id = %(worker_id)s AND j.state = 'running'
+  AND NOT (j.id = ANY(%(known)s::bigint[]))
+RETURNING j.id, j.run_count, pg_notify('akadze_jobs', j.queue) IS NULL AS notified;
+
 -- name: job_rescue
 -- Return the running jobs of dead workers (heartbeat older than their own TTL) and of
 -- workers that no longer exist. The dead worker rows are deleted in the same statement, so
@@ -218,7 +237,11 @@ lost AS (
     FROM akadze.jobs AS j
     WHERE j.state = 'running'
       AND (j.worker_id IN (SELECT id FROM dead)
-           OR NOT EXISTS (SELECT 1 FROM akadze.workers AS w WHERE w.id = j.worker_id))
+           -- A worker that registered after this statement's snapshot is invisible here;
+           -- the lock re-reads a job it claimed meanwhile, so only runs started before this
+           -- statement can be orphans.
+           OR (NOT EXISTS (SELECT 1 FROM akadze.workers AS w WHERE w.id = j.worker_id)
+               AND j.started_at < now()))
     FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE akadze.jobs AS j
@@ -229,7 +252,8 @@ SET state = CASE WHEN j.cancel_requested OR j.expires_at <= now() THEN 'cancelle
         'attempt', j.attempt, 'at', now(), 'type', 'WorkerLost',
         'message', 'the worker running this job stopped heartbeating', 'traceback', NULL,
         'worker_id', j.worker_id)),
-    scheduled_at = now() + least(power(2, greatest(j.attempt - 1, 0)), %(cap)s::float8)
+    -- The exponent is bounded first: power(2, 1024) overflows double precision.
+    scheduled_at = now() + least(power(2, least(greatest(j.attempt - 1, 0), 63)), %(cap)s::float8)
                            * (0.5 + random() * 0.5) * interval '1 second',
     worker_id = NULL,
     finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= now()
