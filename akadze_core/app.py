@@ -14,9 +14,11 @@ from typing import Any, TypeVar, overload
 import psycopg
 import psycopg_pool
 
+from . import lookup
 from .dsn import configured_url, password_of, redact_password
 from .embedded import embedded_url
 from .errors import ConfigurationError
+from .jobs import Job
 from .migrations import migrate
 from .retry import BackoffPolicy
 from .serialization import DEFAULT_MAX_ARGS_BYTES, Dumps, Loads, strict_dumps
@@ -232,6 +234,51 @@ class App:
                         self.redact(f"cannot connect to Postgres: {exc}")) from None
                 raise
         return pool
+
+    # --- reading jobs back -------------------------------------------------------------------
+
+    def get_job(self, job_id: int) -> Job | None:
+        """The job with this id, or None."""
+        return self.run_sync(lambda connection: lookup.get_job(connection, job_id))
+
+    async def get_job_async(self, job_id: int) -> Job | None:
+        """Async twin of ``get_job``."""
+        return await self.run_async(lambda connection: lookup.get_job_async(connection, job_id))
+
+    def find_job(self, task_id: str) -> Job | None:
+        """The newest job whose ``meta["task_id"]`` (an external id) is ``task_id``."""
+        return self.run_sync(lambda connection: lookup.find_job(connection, task_id))
+
+    async def find_job_async(self, task_id: str) -> Job | None:
+        """Async twin of ``find_job``."""
+        return await self.run_async(
+            lambda connection: lookup.find_job_async(connection, task_id))
+
+    def wait_for_job(self, job_id: int, timeout: float | None = None) -> Job:
+        """Block until the job is succeeded, failed or cancelled (woken by NOTIFY, not by
+        polling); raises TimeoutError after ``timeout`` seconds."""
+        with self.connect(autocommit=True) as connection:
+            return lookup.wait_for_job(connection, job_id, timeout)
+
+    async def wait_for_job_async(self, job_id: int, timeout: float | None = None) -> Job:
+        """Async twin of ``wait_for_job``."""
+        connection = await self.connect_async(autocommit=True)
+        async with connection:
+            return await lookup.wait_for_job_async(connection, job_id, timeout)
+
+    def list_jobs(self, *, state: str | None = None, queue: str | None = None,
+                  task: str | None = None, limit: int = 100) -> list[Job]:
+        """The newest jobs matching the filters."""
+        return self.run_sync(lambda connection: lookup.list_jobs(
+            connection, state=state, queue=queue, task=task, limit=limit))
+
+    def list_workers(self) -> list[dict[str, Any]]:
+        """The registered workers with their last heartbeat."""
+        return self.run_sync(lookup.list_workers)
+
+    def purge(self, queues: list[str] | None = None) -> int:
+        """Delete the queued jobs of ``queues`` (every queue when None); returns how many."""
+        return self.run_sync(lambda connection: lookup.purge(connection, queues))
 
     def close(self) -> None:
         """Close the sync pool (async pools close with ``aclose`` on their loop)."""

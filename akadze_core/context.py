@@ -11,6 +11,7 @@ import psycopg
 
 from .errors import NotOwner
 from .queries import query
+from .serialization import encode_args
 
 if TYPE_CHECKING:
     from .app import App
@@ -63,6 +64,30 @@ class JobContext:
     def args(self) -> Any:
         """The job's arguments, decoded."""
         return self.job.args
+
+    def _encode(self, patch: dict[str, Any]) -> str:
+        # Same checks as job arguments: a clear error now instead of a jsonb error later.
+        return encode_args(patch, self.app.json_dumps, self.app.max_args_bytes)
+
+    async def update_meta(self, patch: dict[str, Any]) -> bool:
+        """Merge ``patch`` into the job's ``meta`` while this run owns it (e.g. progress).
+
+        Returns False when the run no longer owns the job (nothing was written).
+        """
+        params = {"id": self.id, "run_count": self.run_count, "patch": self._encode(patch)}
+
+        async def run(connection: psycopg.AsyncConnection) -> bool:
+            cursor = await connection.execute(query("job_update_meta"), params)
+            return await cursor.fetchone() is not None
+
+        return bool(await self.app.run_async(run))
+
+    def update_meta_sync(self, patch: dict[str, Any]) -> bool:
+        """Sync twin of ``update_meta`` (for plain ``def`` tasks)."""
+        params = {"id": self.id, "run_count": self.run_count, "patch": self._encode(patch)}
+        return bool(self.app.run_sync(
+            lambda connection: connection.execute(
+                query("job_update_meta"), params).fetchone() is not None))
 
     def complete_tx(self) -> CompleteTx:
         """A connection whose transaction also moves this job to succeeded.

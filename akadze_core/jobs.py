@@ -9,6 +9,7 @@ from typing import Any
 
 JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
 ACTIVE_STATES = ("queued", "running")
+FINISHED_STATES = ("succeeded", "failed", "cancelled")
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import Cancel, Fail, JobTimeout, ResultNotJson, Retry, Snooze
+from .errors import Cancel, Fail, JobOutcome, JobTimeout, ResultNotJson, Retry, Snooze
 from .retry import BackoffPolicy, backoff_delay
 from .serialization import check_storable, sanitize_text, strict_dumps
 
@@ -31,13 +31,24 @@ class Outcome:
 
 
 def error_entry(exc: BaseException, type_name: str | None = None) -> str:
-    """The JSON of one ``errors`` entry; the database adds attempt and time."""
-    formatted = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return strict_dumps({
-        "type": type_name or type(exc).__name__,
-        "message": sanitize_text(str(exc)),
+    """The JSON of one ``errors`` entry; the database adds attempt and time.
+
+    ``raise Fail(...) from error`` (or Retry) records the error it was raised from: its
+    type, module, message and traceback, with the outcome's own message as ``reason``.
+    """
+    source = exc
+    if isinstance(exc, JobOutcome) and exc.__cause__ is not None:
+        source = exc.__cause__
+    formatted = "".join(traceback.format_exception(type(source), source, source.__traceback__))
+    entry = {
+        "type": type_name or type(source).__name__,
+        "module": type(source).__module__,
+        "message": sanitize_text(str(source)),
         "traceback": sanitize_text(formatted),
-    })
+    }
+    if source is not exc:
+        entry["reason"] = sanitize_text(str(exc))
+    return strict_dumps(entry)
 
 
 def succeeded(

@@ -80,7 +80,8 @@ claimed AS (
     RETURNING j.*
 )
 SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
-       max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at
+       max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
+       CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) END AS notified
 FROM claimed
 ORDER BY priority, scheduled_at, id;
 
@@ -142,7 +143,8 @@ claimed AS (
 )
 -- In rotation order: the caller passes the last row's task as the next after_task.
 SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
-       max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at
+       max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
+       CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) END AS notified
 FROM claimed
 ORDER BY turn, priority, wrapped, task, scheduled_at, id;
 
@@ -178,7 +180,8 @@ decided AS (
     WHERE j.run_count = o.run_count AND j.state = 'running'
     ORDER BY j.id
     FOR UPDATE OF j
-)
+),
+updated AS (
 UPDATE akadze.jobs AS j
 SET state = d.next_state,
     attempt = j.attempt - CASE WHEN d.gives_back_attempt THEN 1 ELSE 0 END,
@@ -193,7 +196,18 @@ SET state = d.next_state,
     finished_at = CASE WHEN d.next_state = 'queued' THEN NULL ELSE now() END
 FROM decided AS d
 WHERE j.id = d.id AND j.run_count = d.run_count AND j.state = 'running'
-RETURNING j.id, j.run_count, j.state;
+RETURNING j.id, j.run_count, j.state
+),
+-- Whoever waits for a result (App.wait_for_job) hears of finished jobs: one NOTIFY per
+-- flush and 500 ids, far below the 8000-byte payload limit.
+finished AS (
+    SELECT pg_notify('akadze_done', string_agg(id::text, ',')) AS notified
+    FROM (SELECT id, (row_number() OVER ()) / 500 AS chunk
+          FROM updated WHERE state <> 'queued') AS done
+    GROUP BY chunk
+)
+SELECT id, run_count, state FROM updated
+WHERE (SELECT count(*) FROM finished) >= 0;  -- referencing the CTE makes it run
 
 -- name: job_complete_in_tx
 -- complete_tx: the job succeeds in the caller's transaction, whatever cancel or expiry
@@ -201,7 +215,7 @@ RETURNING j.id, j.run_count, j.state;
 UPDATE akadze.jobs
 SET state = 'succeeded', result = %(result)s::jsonb, worker_id = NULL, finished_at = now()
 WHERE id = %(id)s AND run_count = %(run_count)s AND state = 'running'
-RETURNING id;
+RETURNING id, pg_notify('akadze_done', id::text) IS NULL AS notified;
 
 -- name: job_return_many
 -- Graceful stop: unfinished runs go back to queued, due now, without spending the attempt.
@@ -260,7 +274,8 @@ SET state = CASE WHEN j.cancel_requested OR j.expires_at <= now() THEN 'cancelle
                          OR j.attempt >= j.max_attempts THEN now() END
 FROM lost
 WHERE j.id = lost.id
-RETURNING j.id, j.state, j.queue;
+RETURNING j.id, j.state, j.queue,
+          CASE WHEN j.state <> 'queued' THEN pg_notify('akadze_done', j.id::text) END AS notified;
 
 -- name: job_request_cancel
 -- Mark a queued or running job. A queued job is cancelled right away; a running one finishes
@@ -270,7 +285,8 @@ SET cancel_requested = true,
     state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     finished_at = CASE WHEN state = 'queued' THEN now() ELSE finished_at END
 WHERE id = %(id)s AND state IN ('queued', 'running')
-RETURNING id, state;
+RETURNING id, state,
+          CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) END AS notified;
 
 -- name: job_requeue
 -- failed -> queued, keeping attempt, errors and args; one more attempt if none are left.
@@ -324,3 +340,26 @@ UPDATE akadze.workers SET heartbeat_at = now() WHERE id = %(id)s RETURNING id;
 
 -- name: worker_unregister
 DELETE FROM akadze.workers WHERE id = %(id)s;
+
+-- name: job_update_meta
+-- Merge top-level keys into the running job's meta (custom progress states), fenced.
+UPDATE akadze.jobs SET meta = meta || %(patch)s::jsonb
+WHERE id = %(id)s AND run_count = %(run_count)s AND state = 'running'
+RETURNING id;
+
+-- name: job_find_by_task_id
+-- The newest job carrying an external id (integrations such as the Celery facade set it).
+SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
+       errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
+       created_at, started_at, finished_at
+FROM akadze.jobs WHERE meta->>'task_id' = %(task_id)s
+ORDER BY id DESC LIMIT 1;
+
+-- name: job_purge
+-- Delete queued jobs (all queues when %(queues)s is NULL); running ones are left alone.
+DELETE FROM akadze.jobs
+WHERE state = 'queued' AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]));
+
+-- name: worker_list
+SELECT id, name, hostname, pid, queues, heartbeat_ttl, started_at, heartbeat_at
+FROM akadze.workers ORDER BY id;

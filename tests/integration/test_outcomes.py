@@ -39,7 +39,7 @@ from tests.integration.outcome_helpers import (
     wait_until,
 )
 
-ERROR_KEYS = {"attempt", "at", "type", "message", "traceback"}
+ERROR_KEYS = {"attempt", "at", "type", "module", "message", "traceback"}
 YEAR = timedelta(days=365).total_seconds()
 
 

@@ -34,7 +34,7 @@ def entry(outcome: Outcome) -> dict[str, Any]:
     """The decoded errors entry an outcome carries."""
     assert outcome.error is not None
     decoded = json.loads(outcome.error)
-    assert set(decoded) == {"type", "message", "traceback"}
+    assert set(decoded) == {"type", "module", "message", "traceback"}
     return decoded
 
 

@@ -1,0 +1,107 @@
+"""Reading jobs back: by id or external id, listed, and waited for until they finish.
+
+Waiting LISTENs on ``akadze_done``, which every statement that finishes a job notifies
+with the job ids, and re-reads the row on each wake-up; a slow poll covers a lost
+notification (e.g. behind pgbouncer in transaction mode).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from . import database
+from .jobs import FINISHED_STATES, Job
+
+DONE_CHANNEL = "akadze_done"
+_LISTEN = sql.SQL("LISTEN {}").format(sql.Identifier(DONE_CHANNEL))
+
+
+def _job(row: dict[str, Any] | None) -> Job | None:
+    return Job.from_row(row) if row is not None else None
+
+
+def get_job(connection: psycopg.Connection, job_id: int) -> Job | None:
+    """The job with this id, or None."""
+    return _job(database.fetch_one(connection, "job_get", id=job_id))
+
+
+async def get_job_async(connection: psycopg.AsyncConnection, job_id: int) -> Job | None:
+    """Async twin of ``get_job``."""
+    return _job(await database.fetch_one_async(connection, "job_get", id=job_id))
+
+
+def find_job(connection: psycopg.Connection, task_id: str) -> Job | None:
+    """The newest job whose ``meta.task_id`` is ``task_id``, or None."""
+    return _job(database.fetch_one(connection, "job_find_by_task_id", task_id=task_id))
+
+
+async def find_job_async(connection: psycopg.AsyncConnection, task_id: str) -> Job | None:
+    """Async twin of ``find_job``."""
+    return _job(await database.fetch_one_async(connection, "job_find_by_task_id",
+                                               task_id=task_id))
+
+
+def _mentions(payload: str, job_id: int) -> bool:
+    return str(job_id) in payload.split(",")
+
+
+def wait_for_job(connection: psycopg.Connection, job_id: int, timeout: float | None,
+                 poll_interval: float = 5.0) -> Job:
+    """Block until the job is succeeded, failed or cancelled; raise TimeoutError after
+    ``timeout`` seconds. ``connection`` must be in autocommit mode and is left listening."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    connection.execute(_LISTEN)
+    while True:
+        job = get_job(connection, job_id)
+        if job is not None and job.state in FINISHED_STATES:
+            return job
+        wait = poll_interval
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError(f"job {job_id} did not finish within {timeout:g}s")
+        for notify in connection.notifies(timeout=wait):
+            if _mentions(notify.payload, job_id):
+                break
+
+
+async def wait_for_job_async(connection: psycopg.AsyncConnection, job_id: int,
+                             timeout: float | None, poll_interval: float = 5.0) -> Job:
+    """Async twin of ``wait_for_job``."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    await connection.execute(_LISTEN)
+    while True:
+        job = await get_job_async(connection, job_id)
+        if job is not None and job.state in FINISHED_STATES:
+            return job
+        wait = poll_interval
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError(f"job {job_id} did not finish within {timeout:g}s")
+        async for notify in connection.notifies(timeout=wait):
+            if _mentions(notify.payload, job_id):
+                break
+
+
+def list_jobs(connection: psycopg.Connection, *, state: str | None = None,
+              queue: str | None = None, task: str | None = None, limit: int = 100) -> list[Job]:
+    """The newest jobs matching the filters."""
+    rows = database.fetch_all(connection, "job_list", state=state, queue=queue, task=task,
+                              limit=limit)
+    return [Job.from_row(row) for row in rows]
+
+
+def list_workers(connection: psycopg.Connection) -> list[dict[str, Any]]:
+    """The registered workers with their last heartbeat."""
+    return database.fetch_all(connection, "worker_list")
+
+
+def purge(connection: psycopg.Connection, queues: list[str] | None = None) -> int:
+    """Delete the queued jobs of ``queues`` (all when None); returns how many."""
+    cursor = connection.execute(database.query("job_purge"), {"queues": queues})
+    return cursor.rowcount

@@ -1,0 +1,167 @@
+"""Reading jobs back: get/find, waiting for completion via NOTIFY, meta updates, purge."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import psycopg
+import pytest
+
+from akadze_core import App, Fail, Worker, current
+from tests.helpers import job, run_worker_until
+
+
+def fast_worker(app: App, **options: object) -> Worker:
+    return Worker(app, poll_interval=0.05, heartbeat_interval=0.2, heartbeat_ttl=2,
+                  shutdown_timeout=1, **options)  # type: ignore[arg-type]
+
+
+async def test_get_and_find_job(app: App, db: psycopg.Connection) -> None:
+    @app.task("lookup.noop")
+    def noop() -> None: ...
+
+    plain = noop.enqueue()
+    tagged = noop.configure(meta={"task_id": "celery-id-1"}).enqueue()
+    assert (await app.get_job_async(plain)).id == plain  # type: ignore[union-attr]
+    assert app.get_job(plain).task == "lookup.noop"  # type: ignore[union-attr]
+    assert app.get_job(10**12) is None
+    assert app.find_job("celery-id-1").id == tagged  # type: ignore[union-attr]
+    assert (await app.find_job_async("celery-id-1")).id == tagged  # type: ignore[union-attr]
+    assert app.find_job("nope") is None
+    plan = db.execute("EXPLAIN SELECT id FROM akadze.jobs WHERE meta->>'task_id' = 'x'"
+                      " AND meta ? 'task_id'").fetchall()
+    assert "jobs_meta_task_id_idx" in " ".join(row[0] for row in plan)
+
+
+async def test_wait_for_job_wakes_on_notify_not_polling(app: App) -> None:
+    release = asyncio.Event()
+
+    @app.task("lookup.gated")
+    async def gated() -> str:
+        await release.wait()
+        return "done"
+
+    job_id = gated.enqueue()
+    worker = fast_worker(app)
+    runner = asyncio.create_task(worker.run())
+    # The waiter's fallback poll is 5 s: finishing well under that proves the NOTIFY woke it.
+    waiter = asyncio.create_task(app.wait_for_job_async(job_id, timeout=20))
+    await asyncio.sleep(0.3)
+    assert not waiter.done()
+    released_at = time.monotonic()
+    release.set()
+    finished = await asyncio.wait_for(waiter, 10)
+    assert time.monotonic() - released_at < 2.0
+    assert (finished.state, finished.result) == ("succeeded", "done")
+    worker.request_stop()
+    assert await runner == 0
+
+
+async def test_sync_wait_for_job_and_timeout(app: App) -> None:
+    @app.task("lookup.fails")
+    async def fails() -> None:
+        raise Fail("no")
+
+    job_id = fails.enqueue()
+    with pytest.raises(TimeoutError):
+        await asyncio.to_thread(app.wait_for_job, job_id, 0.2)
+    result: list[object] = []
+    waiter = threading.Thread(target=lambda: result.append(app.wait_for_job(job_id, 20)))
+    waiter.start()
+    worker = fast_worker(app)
+    await run_worker_until(worker, lambda: bool(result))
+    waiter.join()
+    assert result[0].state == "failed"  # type: ignore[attr-defined]
+
+
+async def test_cancelled_queued_job_wakes_waiters(app: App) -> None:
+    from akadze_core import request_cancel
+
+    @app.task("lookup.never")
+    def never() -> None: ...
+
+    job_id = never.enqueue()
+    waiter = asyncio.create_task(app.wait_for_job_async(job_id, timeout=20))
+    await asyncio.sleep(0.2)
+    async with await app.connect_async(autocommit=True) as connection:
+        assert await request_cancel(connection, job_id)
+    assert (await asyncio.wait_for(waiter, 3)).state == "cancelled"
+
+
+async def test_update_meta_is_fenced_and_visible_while_running(
+    app: App, db: psycopg.Connection
+) -> None:
+    seen: list[bool] = []
+    release = asyncio.Event()
+
+    @app.task("lookup.progress")
+    async def progress() -> None:
+        seen.append(await current().update_meta({"state": "PROGRESS", "done": 1}))
+        await release.wait()
+
+    @app.task("lookup.progress_sync")
+    def progress_sync() -> None:
+        seen.append(current().update_meta_sync({"step": "two"}))
+
+    job_id = progress.enqueue()
+    sync_id = progress_sync.enqueue()
+    worker = fast_worker(app, slots=2)
+    runner = asyncio.create_task(worker.run())
+    for _ in range(200):
+        if job(db, job_id)["meta"].get("state") == "PROGRESS":
+            break
+        await asyncio.sleep(0.02)
+    row = job(db, job_id)
+    assert row["state"] == "running" and row["meta"] == {"state": "PROGRESS", "done": 1}
+    # Another run owns the job now: the stale run's update must change nothing.
+    db.execute("UPDATE akadze.jobs SET run_count = run_count + 1 WHERE id = %s", (job_id,))
+    stale = current_context_for(app, job_id, row["run_count"])
+    assert await stale.update_meta({"state": "STALE"}) is False
+    assert job(db, job_id)["meta"]["state"] == "PROGRESS"
+    release.set()
+    await asyncio.sleep(0.3)
+    worker.request_stop()
+    await runner
+    assert job(db, sync_id)["meta"] == {"step": "two"}
+    assert seen[:1] == [True]
+
+
+def current_context_for(app: App, job_id: int, run_count: int):  # type: ignore[no-untyped-def]
+    """A JobContext for an old run of ``job_id`` (what a late worker would hold)."""
+    from akadze_core import Job, JobContext
+
+    stale = Job(id=job_id, task="lookup.progress", queue="default", args={}, state="running",
+                priority=0, scheduled_at=None, attempt=1, max_attempts=3,  # type: ignore[arg-type]
+                run_count=run_count)
+    return JobContext(app, stale)
+
+
+async def test_fail_from_cause_records_the_cause(app: App, db: psycopg.Connection) -> None:
+    @app.task("lookup.wrapped")
+    async def wrapped() -> None:
+        try:
+            {}["missing"]
+        except KeyError as exc:
+            raise Fail("lookup failed") from exc
+
+    job_id = wrapped.enqueue()
+    await run_worker_until(fast_worker(app), lambda: job(db, job_id)["state"] == "failed")
+    entry = job(db, job_id)["errors"][-1]
+    assert (entry["type"], entry["module"], entry["reason"]) == ("KeyError", "builtins",
+                                                                 "lookup failed")
+    assert "missing" in entry["message"] and "KeyError" in entry["traceback"]
+
+
+async def test_purge_and_list(app: App, db: psycopg.Connection) -> None:
+    @app.task("lookup.item", queue="a")
+    def item() -> None: ...
+
+    item.enqueue_many([{}] * 3)
+    item.configure(queue="b").enqueue()
+    assert len(app.list_jobs(queue="a")) == 3
+    assert app.purge(["a"]) == 3
+    assert [j.queue for j in app.list_jobs()] == ["b"]
+    assert app.purge() == 1
+    assert app.list_workers() == []
