@@ -70,7 +70,7 @@ class TaskCall:
         if max_attempts is not None and max_attempts < 1:
             raise ValueError("max_attempts must be at least 1 (it includes the first run)")
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
-        given = {
+        given: dict[str, Any] = {
             "queue": queue, "priority": priority, "expires_at": expires_at,
             "max_attempts": max_attempts, "unique_key": unique_key, "meta": meta,
         }

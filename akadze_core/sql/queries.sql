@@ -294,6 +294,10 @@ UPDATE akadze.jobs
 SET state = 'queued', scheduled_at = now(), finished_at = NULL, cancel_requested = false,
     max_attempts = greatest(max_attempts, attempt + 1)
 WHERE id = %(id)s AND state = 'failed'
+  -- A newer active job holding the same unique key wins: requeueing would duplicate it.
+  AND NOT EXISTS (SELECT 1 FROM akadze.jobs AS holder
+                  WHERE holder.unique_key = akadze.jobs.unique_key
+                    AND holder.state IN ('queued', 'running'))
 RETURNING id, pg_notify('akadze_jobs', queue) IS NULL AS notified;
 
 -- name: job_prune

@@ -453,3 +453,24 @@ async def test_an_idle_worker_is_woken_by_notify_not_polling(
                              timeout=3)
             assert done[-1] - enqueued < 1.0
             await asyncio.sleep(0.3)
+
+
+async def test_requeue_refuses_while_a_newer_job_holds_the_unique_key(
+    app: App, db: psycopg.Connection
+) -> None:
+    from akadze_core import requeue
+
+    @app.task("enqueue.keyed")
+    def keyed() -> None: ...
+
+    old = keyed.configure(unique_key="k").enqueue()
+    db.execute("UPDATE akadze.jobs SET state = 'failed', finished_at = now() WHERE id = %s",
+               (old,))
+    newer = keyed.configure(unique_key="k").enqueue()
+    assert newer != old
+    async with await app.connect_async(autocommit=True) as connection:
+        assert await requeue(connection, old) is False
+        assert job(db, old)["state"] == "failed"
+        db.execute("UPDATE akadze.jobs SET state = 'succeeded' WHERE id = %s", (newer,))
+        assert await requeue(connection, old) is True
+    assert job(db, old)["state"] == "queued"
