@@ -23,7 +23,9 @@ from .errors import (
 )
 from .jobs import Job
 from .retry import BackoffPolicy, default_backoff
+from .schedules import Schedule, Scheduler
 from .tasks import Task, TaskCall
+from .triggers import Cron, Every, Trigger
 from .worker import Worker, WorkerError
 
 __all__ = [
@@ -32,6 +34,8 @@ __all__ = [
     "BackoffPolicy",
     "Cancel",
     "ConfigurationError",
+    "Cron",
+    "Every",
     "Fail",
     "InvalidArgs",
     "Job",
@@ -40,10 +44,13 @@ __all__ = [
     "NotOwner",
     "ResultNotJson",
     "Retry",
+    "Schedule",
+    "Scheduler",
     "SchemaMissing",
     "Snooze",
     "Task",
     "TaskCall",
+    "Trigger",
     "UnstorableOutcome",
     "Worker",
     "WorkerError",

@@ -7,7 +7,7 @@ import json
 import logging
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
@@ -21,8 +21,10 @@ from .errors import ConfigurationError
 from .jobs import Job
 from .migrations import migrate
 from .retry import BackoffPolicy
+from .schedules import Schedule
 from .serialization import DEFAULT_MAX_ARGS_BYTES, Dumps, Loads, strict_dumps
 from .tasks import Task
+from .triggers import Trigger
 
 logger = logging.getLogger("akadze.app")
 
@@ -64,6 +66,8 @@ class App:
         self.json_loads = json_loads
         self.pool_size = pool_size
         self.tasks: dict[str, Task] = {}
+        #: Declared schedules by name; every worker of this app enqueues their due runs.
+        self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
         self._pool: psycopg_pool.ConnectionPool | None = None
         self._async_pools: weakref.WeakKeyDictionary[
@@ -123,6 +127,39 @@ class App:
             func, name = name, None
             return register(func)
         return register
+
+    # --- schedules -----------------------------------------------------------------------------
+
+    def add_schedule(
+        self,
+        name: str,
+        task: Task | str,
+        *,
+        trigger: Trigger | str,
+        args: Mapping[str, Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        expires: timedelta | float | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Schedule:
+        """Run ``task`` (a Task or a task name) with ``args`` at every tick of ``trigger``.
+
+        ``trigger``: ``Cron("0 3 * * *", timezone="Europe/Berlin")``, ``Every(timedelta(...))``,
+        a cron string (UTC), or any object with ``spec``, ``latest()`` and ``next()``. The
+        workers of this app enqueue each tick once; a tick that passed before the schedule
+        existed does not run, and after downtime only the latest missed tick runs. Each job
+        expires at its tick plus ``expires``. Raises ValueError on an invalid trigger or a
+        duplicate name, ``InvalidArgs`` on arguments that are not JSON.
+        """
+        schedule = Schedule.declare(
+            self, name, task, trigger=trigger, args=args, queue=queue, priority=priority,
+            max_attempts=max_attempts, expires=expires, meta=meta)
+        with self._lock:
+            if name in self.schedules:
+                raise ValueError(f"a schedule named {name!r} is already declared")
+            self.schedules[name] = schedule
+        return schedule
 
     # --- database ------------------------------------------------------------------------------
 

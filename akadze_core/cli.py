@@ -18,7 +18,7 @@ import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, NoReturn
 
 import click
@@ -214,11 +214,14 @@ def _options(ctx: click.Context) -> _Options:
 
 
 @contextlib.contextmanager
-def _connection(ctx: click.Context, *, check_schema: bool = True) -> Iterator[psycopg.Connection]:
-    """An autocommit connection to the configured database, schema checked by default."""
+def _connection(ctx: click.Context, *, check_schema: bool = True,
+                app: App | None = None) -> Iterator[psycopg.Connection]:
+    """An autocommit connection to the configured database (or ``app``'s), schema checked
+    by default."""
     # INFO: the embedded Postgres says it started, migrations say what they applied.
     with _logging_to_stderr("INFO"):
-        app = App(_options(ctx).url)
+        if app is None:
+            app = App(_options(ctx).url)
         _secrets.apps.append(app)
         url = app.database_url  # explicit, else the environment, else the embedded Postgres
         _secrets.add_url(url)
@@ -393,6 +396,51 @@ def stats_command(ctx: click.Context, as_json: bool) -> None:
         ("QUEUE", *(state.upper() for state in JOB_STATES), "TOTAL"),
         [(queue, *(by_state[state] for state in JOB_STATES), sum(by_state.values()))
          for queue, by_state in counts.items()]))
+
+
+# --- schedules -----------------------------------------------------------------------------------
+
+@cli.command("schedules")
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def schedules_command(ctx: click.Context, app_spec: str, as_json: bool) -> None:
+    """List the schedules MODULE:APP declares, with their last and next run.
+
+    Last run is the tick of the last enqueued job (\"never\" if none); next run is the first
+    tick after the database's current time.
+    """
+    app = load_app(app_spec)
+    options = _options(ctx)
+    if options.url_from_command_line and options.url:
+        app.set_database_url(options.url)
+    with _connection(ctx, app=app) as connection:
+        clock = database.fetch_one(connection, "schedule_clock")
+        rows = database.fetch_all(connection, "schedule_list", names=list(app.schedules))
+    assert clock is not None
+    last_runs = {row["name"]: row["last_run"] for row in rows}
+    listed: list[dict[str, Any]] = [
+        {"name": name, "task": schedule.task, "trigger": schedule.trigger.spec,
+         "queue": schedule.resolved_queue(app), "last_run": _utc(last_runs.get(name)),
+         "next_run": _utc(schedule.trigger.next(clock["now"]))}
+        for name, schedule in sorted(app.schedules.items())
+    ]
+    if as_json:
+        click.echo(_dump([{key: value.isoformat() if isinstance(value, datetime) else value
+                           for key, value in entry.items()} for entry in listed]))
+        return
+    if not listed:
+        click.echo("no schedules")
+        return
+    click.echo(_table(
+        ("NAME", "TASK", "TRIGGER", "QUEUE", "LAST_RUN", "NEXT_RUN"),
+        [(entry["name"], entry["task"], entry["trigger"], entry["queue"],
+          _when(entry["last_run"]) if entry["last_run"] else "never", _when(entry["next_run"]))
+         for entry in listed]))
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return value.astimezone(timezone.utc) if value else None
 
 
 # --- worker --------------------------------------------------------------------------------------

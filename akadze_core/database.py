@@ -196,3 +196,36 @@ async def return_orphans(
 async def rescue_jobs(connection: psycopg.AsyncConnection) -> list[dict[str, Any]]:
     """Return the running jobs of dead workers to the queue (or fail them if out of attempts)."""
     return await fetch_all_async(connection, "job_rescue", cap=DEFAULT_BACKOFF_CAP)
+
+
+# --- schedules ---------------------------------------------------------------------------------
+
+async def schedule_states(
+    connection: psycopg.AsyncConnection, names: Sequence[str]
+) -> tuple[datetime, dict[str, dict[str, Any]]]:
+    """The database's ``now()`` and the state rows of the schedules ``names``, by name."""
+    clock = await fetch_one_async(connection, "schedule_clock")
+    assert clock is not None
+    rows = await fetch_all_async(connection, "schedule_list", names=list(names))
+    return clock["now"], {row["name"]: row for row in rows}
+
+
+async def record_schedule_tick(
+    connection: psycopg.AsyncConnection, name: str, spec: str, tick: datetime, *, reset: bool
+) -> bool:
+    """Record ``tick`` as accounted for without enqueueing it: for a schedule seen for the
+    first time, or (``reset``) one whose spec changed. False if another worker did it."""
+    cursor = await connection.execute(query("schedule_reset" if reset else "schedule_start"),
+                                      {"name": name, "spec": spec, "tick": tick})
+    return cursor.rowcount > 0
+
+
+async def enqueue_schedule_tick(
+    connection: psycopg.AsyncConnection, request: JobRequest, *, name: str, spec: str,
+    tick: datetime,
+) -> int | None:
+    """Advance schedule ``name`` to ``tick`` and insert ``request`` in one statement; returns
+    the job id, or None when the tick was taken already (or the stored spec differs)."""
+    row = await fetch_one_async(connection, "schedule_enqueue", **request.params(), name=name,
+                                spec=spec, tick=tick)
+    return int(row["id"]) if row else None

@@ -33,7 +33,10 @@ def password_of(dsn: str) -> str | None:
     try:
         return psycopg.conninfo.conninfo_to_dict(dsn).get("password")  # type: ignore[return-value]
     except psycopg.ProgrammingError:
-        return None
+        # A malformed DSN: libpq's message may quote the raw password (``invalid
+        # percent-encoded token: "<password>"``), so find it the lenient way and scrub it.
+        match = _URL_PASSWORD.search(dsn) or _KV_PASSWORD.search(dsn)
+        return (match.group(2).strip("'") or None) if match else None
 
 
 def configured_url(explicit: str | None = None) -> str | None:

@@ -17,6 +17,8 @@ from .serialization import encode_args
 
 if TYPE_CHECKING:
     from .app import App
+    from .schedules import Schedule
+    from .triggers import Trigger
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,24 @@ class Task(TaskCall):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
+
+    def schedule(
+        self,
+        name: str | None = None,
+        *,
+        trigger: Trigger | str,
+        args: Mapping[str, Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        expires: timedelta | float | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Schedule:
+        """Run this task at every tick of ``trigger``: ``App.add_schedule`` with the task's
+        name as the schedule's name unless ``name`` is given."""
+        return self.app.add_schedule(
+            name or self.name, self, trigger=trigger, args=args, queue=queue,
+            priority=priority, max_attempts=max_attempts, expires=expires, meta=meta)
 
     def __repr__(self) -> str:
         return f"<Task {self.name!r} queue={self.queue!r}>"

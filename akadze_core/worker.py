@@ -36,6 +36,7 @@ from .errors import AkadzeError, SchemaMissing
 from .executor import execute
 from .outcomes import RETRY, Outcome, error_entry, raised
 from .retry import default_backoff
+from .schedules import MIN_CHECK_INTERVAL, Scheduler
 
 if TYPE_CHECKING:
     from .app import App
@@ -71,7 +72,8 @@ class Worker:
 
     ``slots`` is an int for every queue or a mapping ``{queue: slots}``. ``fair=True``
     rotates claims across the task names of a queue so one flooding task cannot starve the
-    others (at the cost of a slightly heavier claim query).
+    others (at the cost of a slightly heavier claim query). Every worker also enqueues the
+    due runs of the app's schedules, whatever its queues, unless ``schedules=False``.
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class Worker:
         on_shutdown: Iterable[Hook] = (),
         health_file: str | os.PathLike[str] | None = None,
         max_pending_outcomes: int = 10_000,
+        schedules: bool = True,
     ) -> None:
         self.app = app
         self.queues = list(dict.fromkeys(queues))
@@ -119,8 +122,9 @@ class Worker:
         self.max_pending_outcomes = max_pending_outcomes
         #: Shared with the startup/shutdown hooks (ARQ's ctx): put your clients here.
         self.context: dict[str, Any] = {}
-        #: Extra maintenance run each round while healthy (schedules hook in here).
+        #: Extra maintenance run each round while healthy (integrations hook in here).
         self.maintenance: list[Maintenance] = []
+        self._scheduler = Scheduler(app) if schedules else None
         self.worker_id: int | None = None
         self._running: dict[int, _Run] = {}
         self._busy = dict.fromkeys(self.queues, 0)
@@ -215,6 +219,7 @@ class Worker:
         self._heartbeat_failures = 0
         self._next_heartbeat = time.monotonic() + self.heartbeat_interval
         self._next_prune = time.monotonic() + random.uniform(0, self.prune_interval)
+        self._next_schedules = time.monotonic()
         self._rescue_pending = True
         # Set by any connection error: a claim may have committed and lost its answer.
         self._orphans_pending = False
@@ -336,6 +341,10 @@ class Worker:
         if now >= self._next_prune:
             self._next_prune = now + self.prune_interval * random.uniform(0.9, 1.1)
             await self._guard(self._prune, "prune")
+        if self._scheduling() and now >= self._next_schedules:
+            # Not on every claim round: at most about once a second, see _enqueue_schedules.
+            self._next_schedules = now + MIN_CHECK_INTERVAL
+            await self._guard(self._enqueue_schedules, "schedules")
         for hook in self.maintenance:
             await self._guard(hook, "maintenance")
         await self._claim()
@@ -347,6 +356,8 @@ class Worker:
             else self.heartbeat_interval
         timeout = min(timeout, max(0.0, self._next_heartbeat - now),
                       max(0.0, self._next_prune - now))
+        if self._scheduling():
+            timeout = min(timeout, max(0.0, self._next_schedules - now))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
 
@@ -430,6 +441,16 @@ class Worker:
             })
             if cursor.rowcount < self.prune_batch:
                 break
+
+    def _scheduling(self) -> bool:
+        return self._scheduler is not None and bool(self.app.schedules)
+
+    async def _enqueue_schedules(self, connection: psycopg.AsyncConnection) -> None:
+        assert self._scheduler is not None
+        # The scheduler says when its next tick is due (measured on the database clock, so
+        # only a duration is carried over to the monotonic clock here).
+        wait = await self._scheduler.enqueue_due(connection)
+        self._next_schedules = time.monotonic() + wait
 
     async def _claim(self) -> None:
         for queue in self.queues:

@@ -367,3 +367,44 @@ WHERE state = 'queued' AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s
 -- name: worker_list
 SELECT id, name, hostname, pid, queues, heartbeat_ttl, started_at, heartbeat_at
 FROM akadze.workers ORDER BY id;
+
+-- name: schedule_clock
+-- Schedules run on the database clock only, never on a worker's.
+SELECT now() AS now;
+
+-- name: schedule_list
+SELECT name, spec, last_tick, last_run, updated_at
+FROM akadze.schedules WHERE name = ANY(%(names)s::text[]);
+
+-- name: schedule_start
+-- A schedule seen for the first time: the ticks up to %(tick)s passed before it existed.
+INSERT INTO akadze.schedules (name, spec, last_tick)
+VALUES (%(name)s, %(spec)s, %(tick)s)
+ON CONFLICT (name) DO NOTHING;
+
+-- name: schedule_reset
+-- The trigger changed between deploys: start over from %(tick)s without enqueueing it.
+UPDATE akadze.schedules
+SET spec = %(spec)s, last_tick = %(tick)s, updated_at = now()
+WHERE name = %(name)s AND spec <> %(spec)s;
+
+-- name: schedule_enqueue
+-- Enqueue the run of tick %(tick)s, exactly once however many workers try at the same time:
+-- the UPDATE takes the schedule's row lock, and a worker that waited for it re-reads the row
+-- (READ COMMITTED), finds last_tick already at the tick, updates nothing and so inserts
+-- nothing. The job is due at once and wakes the workers of its queue like job_insert.
+WITH advanced AS (
+    UPDATE akadze.schedules
+    SET last_tick = %(tick)s, last_run = %(tick)s, updated_at = now()
+    WHERE name = %(name)s AND spec = %(spec)s AND last_tick < %(tick)s
+    RETURNING name
+),
+inserted AS (
+    INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts,
+                             expires_at, meta)
+    SELECT %(task)s, %(queue)s, %(args)s::jsonb, %(priority)s, now(), %(max_attempts)s,
+           %(expires_at)s::timestamptz, %(meta)s::jsonb
+    FROM advanced
+    RETURNING id, queue
+)
+SELECT id, pg_notify('akadze_jobs', queue) IS NULL AS notified FROM inserted;

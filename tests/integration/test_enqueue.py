@@ -370,7 +370,9 @@ async def test_hostile_task_and_queue_names_are_stored_literally(
     assert job(db, first)["result"] == HOSTILE
     assert sorted(ran) == sorted([HOSTILE, "bulk"])
     assert job(db, third)["state"] == "queued"
-    assert scalar(db, "SELECT count(*) FROM pg_tables WHERE schemaname = 'akadze'") == 3
+    tables = db.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'akadze' "
+                        "ORDER BY tablename").fetchall()
+    assert [row[0] for row in tables] == ["jobs", "migrations", "schedules", "workers"]
 
 
 # --- NOTIFY ----------------------------------------------------------------------------------

@@ -54,15 +54,21 @@ def db_now(db: psycopg.Connection) -> Any:
 
 
 class WorkerProcess:
-    """One ``python -m tests.workers.worker_app`` subprocess; stderr goes to a file."""
+    """One ``python -m tests.workers.worker_app`` subprocess; stderr goes to a file.
 
-    def __init__(self, url: str, log_path: Path, args: list[str]) -> None:
+    ``module`` runs another harness with the same command line (tests/faults has one with more
+    tasks); ``env`` adds environment variables (e.g. a fake clock for that harness).
+    """
+
+    def __init__(self, url: str, log_path: Path, args: list[str], *,
+                 module: str = "tests.workers.worker_app",
+                 env: dict[str, str] | None = None) -> None:
         self.log_path = log_path
-        env = {**os.environ, "AKADZE_DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "AKADZE_DATABASE_URL": url, "PYTHONUNBUFFERED": "1", **(env or {})}
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.workers.worker_app", *args],
+            [sys.executable, "-m", module, *args],
             cwd=PROJECT_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
             stderr=subprocess.STDOUT)
 
@@ -137,11 +143,15 @@ class PrivateCluster:
 
     Postgres refuses to run as root: as root, the server runs as the ``postgres`` system user,
     in a temporary directory that user owns.
+
+    ``password_auth=True``: TCP connections must give a password (scram-sha-256; the
+    ``postgres`` superuser's is ``PASSWORD``), so wrong passwords are refused for real.
+    Local socket connections stay trusted.
     """
 
     PASSWORD = "S3cr3tPW"
 
-    def __init__(self) -> None:
+    def __init__(self, password_auth: bool = False) -> None:
         self.bin = _postgres_bin()
         if self.bin is None:
             raise RuntimeError("no initdb found (system Postgres or pgserver)")
@@ -159,7 +169,15 @@ class PrivateCluster:
         self.data = self.root / "data"
         self.logfile = self.root / "server.log"
         self.port = free_port()
-        self._pg(["initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust",
+        self.password_auth = password_auth
+        auth = ["-A", "trust"]
+        if password_auth:
+            pwfile = self.root / "pwfile"
+            pwfile.write_text(self.PASSWORD + "\n")
+            if self.user:
+                shutil.chown(pwfile, self.user)
+            auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
+        self._pg(["initdb", "-D", str(self.data), "-U", "postgres", *auth,
                   "--no-sync", "-E", "UTF8"])
         self.running = False
 
@@ -193,6 +211,12 @@ class PrivateCluster:
         """A URL of the ``postgres`` database (with a password trust auth ignores)."""
         secret = f":{self.PASSWORD}" if password else ""
         return f"postgresql://postgres{secret}@127.0.0.1:{self.port}/postgres"
+
+    def url_for(self, user: str, password: str | None = None,
+                database: str = "postgres") -> str:
+        """A URL of ``database`` as ``user`` (with ``password`` if given)."""
+        secret = f":{password}" if password is not None else ""
+        return f"postgresql://{user}{secret}@127.0.0.1:{self.port}/{database}"
 
     def destroy(self) -> None:
         """Stop the server at once (if it runs) and delete its files."""

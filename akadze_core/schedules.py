@@ -1,0 +1,219 @@
+"""Periodic jobs: schedules declared in code, enqueued by the workers themselves.
+
+There is no beat process. Every worker of the app, whatever its queues, runs a
+``Scheduler`` in its maintenance round. Each schedule has one state row holding the last tick
+accounted for; enqueueing a tick advances that row and inserts the job in one statement, so
+however many workers race for a tick, its job is inserted once (see ``schedule_enqueue``).
+
+What happens at each check, on the database clock (``plan``):
+
+- a schedule without a state row starts at its latest tick, unfired: ticks that passed
+  before the schedule existed do not run;
+- a schedule whose trigger changed since the row was written starts over the same way;
+- otherwise, if a tick came after the stored one, the latest such tick is enqueued. After
+  downtime that is the latest missed tick only: the missed ones before it are skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+import psycopg
+
+from . import database
+from .database import JobRequest
+from .serialization import check_storable, encode_args
+from .tasks import Task
+from .triggers import EPOCH, Trigger, as_trigger
+
+if TYPE_CHECKING:
+    from .app import App
+
+logger = logging.getLogger("akadze.schedules")
+
+#: A worker checks its schedules at most this often (seconds)...
+MIN_CHECK_INTERVAL = 1.0
+#: ...and at least this often, even when the next tick is far away.
+MAX_CHECK_INTERVAL = 60.0
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty string, not {value!r}")
+    return check_storable(value, what)
+
+
+def _expires(value: timedelta | float | None) -> timedelta | None:
+    if value is None:
+        return None
+    if not isinstance(value, timedelta):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"expires must be a timedelta or seconds, not {value!r}")
+        value = timedelta(seconds=value)
+    if value <= timedelta(0):
+        raise ValueError(f"expires must be positive, not {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A periodic job: ``task`` with ``args`` at every tick of ``trigger``.
+
+    Made by ``App.add_schedule`` (or ``Task.schedule``). ``queue``, ``priority`` and
+    ``max_attempts`` left at None take the task's defaults when the task is registered in
+    the app, else the app's default queue, 0 and 3. Each job's ``expires_at`` is its tick
+    plus ``expires``, and its ``meta`` carries ``{"schedule": name, "tick": ISO time}``.
+    """
+
+    name: str
+    task: str
+    trigger: Trigger
+    args: Mapping[str, Any] = field(default_factory=dict)
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    expires: timedelta | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    task_object: Task | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def declare(
+        cls,
+        app: App,
+        name: str,
+        task: Task | str,
+        *,
+        trigger: Trigger | str,
+        args: Mapping[str, Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        expires: timedelta | float | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Schedule:
+        """Validate everything now (ValueError, or ``InvalidArgs`` for args and meta), so a
+        mistake fails at import time rather than in every worker round."""
+        task_object = task if isinstance(task, Task) else None
+        task_name = _text(task.name if isinstance(task, Task) else task, "task name")
+        if max_attempts is not None and max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1 (it includes the first run)")
+        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+            raise ValueError(f"priority must be an int, not {priority!r}")
+        for label, value in (("args", args), ("meta", meta)):
+            if value is not None and not isinstance(value, Mapping):
+                raise ValueError(f"{label} must be a mapping, not {value!r}")
+        schedule = cls(
+            name=_text(name, "schedule name"), task=task_name, trigger=as_trigger(trigger),
+            args=dict(args or {}), queue=None if queue is None else _text(queue, "queue"),
+            priority=priority, max_attempts=max_attempts, expires=_expires(expires),
+            meta=dict(meta or {}), task_object=task_object,
+        )
+        schedule.args_json(app)
+        schedule.meta_json(app, EPOCH)
+        return schedule
+
+    def args_json(self, app: App) -> str:
+        """The job arguments as JSON text (raises ``InvalidArgs``)."""
+        return encode_args(dict(self.args), app.json_dumps, app.max_args_bytes)
+
+    def meta_json(self, app: App, tick: datetime) -> str:
+        """The meta of the job for ``tick``: the schedule's own, plus schedule and tick."""
+        meta = {**self.meta, "schedule": self.name, "tick": tick.isoformat()}
+        return encode_args(meta, app.json_dumps, app.max_args_bytes)
+
+    def resolved_queue(self, app: App) -> str:
+        """The queue its jobs go to."""
+        task = self.task_object or app.tasks.get(self.task)
+        return self.queue or (task.queue if task else app.default_queue)
+
+    def request(self, app: App, tick: datetime) -> JobRequest:
+        """The job to insert for ``tick`` (due at once; the SQL sets scheduled_at)."""
+        task = self.task_object or app.tasks.get(self.task)
+        priority = self.priority if self.priority is not None else (task.priority if task else 0)
+        max_attempts = self.max_attempts or (task.max_attempts if task else 3)
+        return JobRequest(
+            task=self.task, queue=self.resolved_queue(app), args=self.args_json(app),
+            priority=priority, max_attempts=max_attempts,
+            expires_at=tick + self.expires if self.expires else None,
+            meta=self.meta_json(app, tick),
+        )
+
+
+Action = Literal["start", "reset", "enqueue"]
+
+
+def plan(trigger: Trigger, state: Mapping[str, Any] | None, now: datetime
+         ) -> tuple[Action, datetime] | None:
+    """What to do with a schedule at ``now`` given its state row (None when it has none):
+    ``("start" | "reset", tick)`` records ``tick`` without running it, ``("enqueue", tick)``
+    runs it, None does nothing."""
+    tick = trigger.latest(now)
+    if state is None or state["spec"] != trigger.spec:
+        # Nothing at or before now fires: with no tick yet, the first one after now will.
+        return ("start" if state is None else "reset"), (now if tick is None else tick)
+    if tick is not None and tick > state["last_tick"]:
+        return "enqueue", tick
+    return None
+
+
+def next_check_in(triggers: list[Trigger], now: datetime) -> float:
+    """Seconds until the next check: at the earliest next tick, but no sooner than
+    ``MIN_CHECK_INTERVAL`` nor later than ``MAX_CHECK_INTERVAL``."""
+    wait = MAX_CHECK_INTERVAL
+    for trigger in triggers:
+        try:
+            wait = min(wait, (trigger.next(now) - now).total_seconds())
+        except Exception:  # a broken custom trigger must not stop the others
+            logger.exception("trigger %r failed", trigger)
+    return max(MIN_CHECK_INTERVAL, wait)
+
+
+class Scheduler:
+    """Enqueues the due runs of an app's schedules; every worker runs one."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    async def enqueue_due(self, connection: psycopg.AsyncConnection) -> float:
+        """Bring every declared schedule up to the database's ``now()``: record new and
+        changed schedules, enqueue due ticks. Returns seconds until it should run again."""
+        schedules = list(self.app.schedules.values())
+        if not schedules:
+            return MAX_CHECK_INTERVAL
+        now, states = await database.schedule_states(
+            connection, [schedule.name for schedule in schedules])
+        for schedule in schedules:
+            await self._bring_up_to_date(connection, schedule, states.get(schedule.name), now)
+        return next_check_in([schedule.trigger for schedule in schedules], now)
+
+    async def _bring_up_to_date(self, connection: psycopg.AsyncConnection, schedule: Schedule,
+                                state: Mapping[str, Any] | None, now: datetime) -> None:
+        try:
+            step = plan(schedule.trigger, state, now)
+            request = schedule.request(self.app, step[1]) if step and step[0] == "enqueue" \
+                else None
+        except Exception:  # a custom trigger's bug, or a task whose defaults broke
+            logger.exception("schedule %r: cannot compute its next run", schedule.name)
+            return
+        if step is None:
+            return
+        action, tick = step
+        spec = schedule.trigger.spec
+        if request is not None:
+            job_id = await database.enqueue_schedule_tick(
+                connection, request, name=schedule.name, spec=spec, tick=tick)
+            if job_id is not None:
+                logger.info("schedule %r: enqueued job %s %s for %s", schedule.name, job_id,
+                            schedule.task, tick.isoformat())
+            return
+        recorded = await database.record_schedule_tick(connection, schedule.name, spec, tick,
+                                                       reset=action == "reset")
+        if recorded and action == "reset":
+            logger.info("schedule %r changed to %s: it runs from the next tick after %s",
+                        schedule.name, spec, tick.isoformat())
+
+__all__ = ["Schedule", "Scheduler", "next_check_in", "plan"]
