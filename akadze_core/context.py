@@ -27,6 +27,9 @@ class JobContext:
     app: App
     job: Job
     worker_id: int | None = None
+    #: The newest ``errors`` entry of the job when it was claimed (None on a clean record):
+    #: what went wrong on the previous attempt, without another query.
+    last_error: dict[str, Any] | None = None
     #: Set once complete_tx committed the job's success; the worker then writes nothing.
     completed: bool = field(default=False, init=False)
 

@@ -61,6 +61,7 @@ def _outcome_params(outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:
         "id": [o.job_id for o in outcomes], "run_count": [o.run_count for o in outcomes],
         "kind": [o.kind for o in outcomes], "result": [o.result for o in outcomes],
         "delay": [o.delay for o in outcomes], "error": [o.error for o in outcomes],
+        "max_attempts": [o.max_attempts for o in outcomes],
     }
 
 

@@ -19,10 +19,14 @@ class Retry(JobOutcome):
     """Spend this attempt and run again after ``delay``, whatever the task's backoff policy.
 
     The delay is used as given (not clamped). Out of attempts, the job fails.
+    ``max_attempts`` raises the job's attempt budget first (never lowers it), for callers
+    that decide at run time how many retries a job deserves.
     """
 
-    def __init__(self, delay: timedelta | float = 0.0, message: str | None = None) -> None:
+    def __init__(self, delay: timedelta | float = 0.0, message: str | None = None,
+                 max_attempts: int | None = None) -> None:
         self.delay = _seconds(delay)
+        self.max_attempts = max_attempts
         super().__init__(message or f"retry in {self.delay:g}s")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import json
 import logging
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
@@ -51,7 +52,9 @@ async def execute(
         return outcomes.Outcome(job.id, job.run_count, outcomes.FAIL,
                                 error=outcomes.error_entry(Fail(decode_error), "ArgsDecodeError"))
 
-    context = JobContext(app, job, worker_id)
+    last_error = row.get("last_error")
+    context = JobContext(app, job, worker_id,
+                         json.loads(last_error) if isinstance(last_error, str) else None)
     token = set_current(context)
     try:
         value = await _call(task, job.args, threads)

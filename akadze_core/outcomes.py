@@ -28,6 +28,8 @@ class Outcome:
     result: str | None = None
     delay: float = 0.0
     error: str | None = None
+    #: Raise the job's attempt budget to at least this before deciding (``Retry``).
+    max_attempts: int | None = None
 
 
 def error_entry(exc: BaseException, type_name: str | None = None) -> str:
@@ -78,7 +80,8 @@ def raised(
     if isinstance(exc, Snooze):
         return Outcome(job_id, run_count, SNOOZE, delay=exc.delay)
     if isinstance(exc, Retry):
-        return Outcome(job_id, run_count, RETRY, delay=exc.delay, error=error_entry(exc))
+        return Outcome(job_id, run_count, RETRY, delay=exc.delay, error=error_entry(exc),
+                       max_attempts=exc.max_attempts)
     if isinstance(exc, Fail):
         return Outcome(job_id, run_count, FAIL, error=error_entry(exc))
     if isinstance(exc, Cancel):

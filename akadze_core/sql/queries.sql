@@ -81,6 +81,7 @@ claimed AS (
 )
 SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
        max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
+       cancel_requested, (errors -> -1)::text AS last_error,
        CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) END AS notified
 FROM claimed
 ORDER BY priority, scheduled_at, id;
@@ -144,6 +145,7 @@ claimed AS (
 -- In rotation order: the caller passes the last row's task as the next after_task.
 SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
        max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
+       cancel_requested, (errors -> -1)::text AS last_error,
        CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) END AS notified
 FROM claimed
 ORDER BY turn, priority, wrapped, task, scheduled_at, id;
@@ -156,18 +158,21 @@ ORDER BY turn, priority, wrapped, task, scheduled_at, id;
 -- cancelled without spending its attempt; a returned value still wins (side effects happened).
 WITH outcome AS (
     SELECT * FROM unnest(%(id)s::bigint[], %(run_count)s::int[], %(kind)s::text[],
-                         %(result)s::text[], %(delay)s::float8[], %(error)s::text[])
-        AS o(id, run_count, kind, result, delay, error)
+                         %(result)s::text[], %(delay)s::float8[], %(error)s::text[],
+                         %(max_attempts)s::int[])
+        AS o(id, run_count, kind, result, delay, error, max_attempts)
 ),
 decided AS (
     SELECT o.*, j.attempt,
+           greatest(j.max_attempts, coalesce(o.max_attempts, 0)) AS budget,
            CASE
                WHEN o.kind = 'success' THEN 'succeeded'
                WHEN o.kind = 'cancel' THEN 'cancelled'
                WHEN j.cancel_requested OR j.expires_at <= now() THEN 'cancelled'
                WHEN o.kind = 'fail' THEN 'failed'
                WHEN o.kind = 'snooze' THEN 'queued'
-               WHEN j.attempt >= j.max_attempts THEN 'failed'
+               WHEN j.attempt >= greatest(j.max_attempts, coalesce(o.max_attempts, 0))
+                   THEN 'failed'
                ELSE 'queued'
            END AS next_state,
            -- Seed 003: a body that raised anything (Cancel included) after a cancel request
@@ -185,6 +190,7 @@ updated AS (
 UPDATE akadze.jobs AS j
 SET state = d.next_state,
     attempt = j.attempt - CASE WHEN d.gives_back_attempt THEN 1 ELSE 0 END,
+    max_attempts = d.budget,
     result = CASE WHEN d.kind = 'success' THEN d.result::jsonb ELSE j.result END,
     errors = CASE WHEN d.error IS NULL THEN j.errors
                   ELSE j.errors || jsonb_build_array(

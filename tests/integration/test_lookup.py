@@ -165,3 +165,36 @@ async def test_purge_and_list(app: App, db: psycopg.Connection) -> None:
     assert [j.queue for j in app.list_jobs()] == ["b"]
     assert app.purge() == 1
     assert app.list_workers() == []
+
+
+async def test_retry_can_raise_the_attempt_budget(app: App, db: psycopg.Connection) -> None:
+    from akadze_core import Retry
+
+    seen: list[tuple[int, object]] = []
+
+    @app.task("lookup.grows", max_attempts=1)
+    async def grows() -> str:
+        context = current()
+        seen.append((context.attempt, context.last_error and context.last_error["type"]))
+        if context.attempt < 3:
+            raise Retry(0, max_attempts=3)
+        return "third time"
+
+    job_id = grows.enqueue()
+    await run_worker_until(fast_worker(app), lambda: job(db, job_id)["state"] == "succeeded")
+    row = job(db, job_id)
+    assert (row["attempt"], row["max_attempts"], row["result"]) == (3, 3, "third time")
+    assert seen == [(1, None), (2, "Retry"), (3, "Retry")]
+
+
+async def test_retry_never_lowers_the_budget(app: App, db: psycopg.Connection) -> None:
+    from akadze_core import Retry
+
+    @app.task("lookup.lower", max_attempts=4)
+    async def lower() -> None:
+        raise Retry(0, max_attempts=1)
+
+    job_id = lower.enqueue()
+    await run_worker_until(fast_worker(app), lambda: job(db, job_id)["state"] == "failed")
+    row = job(db, job_id)
+    assert (row["attempt"], row["max_attempts"]) == (4, 4)

@@ -1,0 +1,454 @@
+"""The ``Celery`` application: configuration, the task registry, and the akadze_core app.
+
+``Celery(...)`` keeps Celery's signature. Its ``core`` is an ``akadze_core.App`` made on
+first use from ``broker_url`` (a Postgres URL; none at all means ``AKADZE_DATABASE_URL``,
+else the embedded Postgres). Every Celery task is registered on it under the same name.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone, tzinfo
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from akadze_core import App as CoreApp
+
+from . import _state, routing, serialization, signals
+from .autoretry import add_autoretry_behaviour
+from .config import Settings, database_url, import_object, load_source, retention
+from .control import Control
+from .entry import core_timeout, make_entry
+from .exceptions import DuplicateTaskNameWarning, ImproperlyConfigured
+from .loaders import Loader, django_app_names
+from .registry import TaskRegistry
+from .result import AsyncResult
+from .task import Task as _Task
+
+__all__ = ["Celery", "database_url", "gen_task_name", "shared_task"]
+
+logger = logging.getLogger("akadze_compat.app")
+
+def gen_task_name(app: Celery, name: str, module_name: str | None) -> str:
+    """Celery's default task name: ``module.name``; ``main.name`` for ``__main__``."""
+    module_name = module_name or "__main__"
+    module = sys.modules.get(module_name)
+    if module is not None:
+        module_name = module.__name__
+        main_file = os.environ.get("MP_MAIN_FILE")
+        if main_file and getattr(module, "__file__", None) == main_file:
+            module_name = "__main__"
+    if module_name == "__main__" and app.main:
+        return f"{app.main}.{name}"
+    return ".".join(part for part in (module_name, name) if part)
+
+
+class Celery:
+    """A Celery application (``Celery(main=None, broker=None, ..., **config)``)."""
+
+    task_cls: Any = "akadze_compat.task:Task"
+
+    def __init__(self, main: str | None = None, loader: Any = None, backend: Any = None,
+                 amqp: Any = None, events: Any = None, log: Any = None, control: Any = None,
+                 set_as_current: bool = True, tasks: Any = None, broker: str | None = None,
+                 include: Any = None, changes: dict[str, Any] | None = None,
+                 config_source: Any = None, fixups: Any = None, task_cls: Any = None,
+                 autofinalize: bool = True, namespace: str | None = None,
+                 strict_typing: bool = True, config_source_silent: bool = False,
+                 **kwargs: Any) -> None:
+        self.main = main
+        self.task_cls = task_cls or self.task_cls
+        self.set_as_current = set_as_current
+        self.autofinalize = autofinalize
+        self.namespace = namespace
+        self.strict_typing = strict_typing
+        self.configured = False
+        self.finalized = False
+        self._config_source = config_source
+        self._config_source_silent = config_source_silent
+        self._finalize_lock = threading.RLock()
+        self._core_lock = threading.Lock()
+        self._core: CoreApp | None = None
+        self._tasks = TaskRegistry(tasks or {})
+        self._pending_defaults: list[Callable[[], Any]] = []
+        self._pending_autodiscovery: list[tuple[Any, str | None]] = []
+        self._router_cache: tuple[Any, routing.Router] | None = None
+        preconf = dict(changes or {})
+        for key, value in (("broker_url", broker), ("result_backend", backend),
+                           ("include", include), *kwargs.items()):
+            if value is not None:
+                preconf[key] = value
+        self._conf = Settings(preconf, namespace=namespace, on_first_read=self._load_config)
+        self.on_configure = signals.Signal(name="app.on_configure")
+        self.on_after_configure = signals.Signal(name="app.on_after_configure",
+                                                 providing_args={"source"})
+        self.on_after_finalize = signals.Signal(name="app.on_after_finalize")
+        self.on_after_fork = signals.Signal(name="app.on_after_fork")
+        self.loader = Loader(self)
+        self.control = Control(self)
+        if set_as_current:
+            self.set_current()
+        _state.register_app(self)
+        self.on_init()
+
+    def on_init(self) -> None:
+        """Called at the end of ``__init__`` (override in a subclass)."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.main or '__main__'} at {id(self):#x}>"
+
+    def __enter__(self) -> Celery:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def set_current(self) -> None:
+        """Make this the current app."""
+        _state.set_current_app(self)
+
+    def set_default(self) -> None:
+        """Make this the default app (the current one when none was made current)."""
+        _state.set_default_app(self)
+
+    def close(self) -> None:
+        """Close the database pools and forget this app."""
+        core = self._core
+        if core is not None:
+            core.close()
+        _state.unregister_app(self)
+
+    # --- configuration -----------------------------------------------------------------------
+
+    @property
+    def conf(self) -> Settings:
+        """The settings (loaded on first read)."""
+        return self._conf
+
+    @conf.setter
+    def conf(self, settings: Settings) -> None:
+        self._conf = settings
+
+    def _load_config(self) -> None:
+        self.on_configure.send(sender=self)
+        source = load_source(self._config_source, self._config_source_silent)
+        self._conf.set_source(source)
+        self.configured = True
+        while self._pending_defaults:
+            self._conf.add_defaults(self._pending_defaults.pop(0)())
+        self.on_after_configure.send(sender=self, source=self._conf)
+
+    def config_from_object(self, obj: Any, silent: bool = False, force: bool = False,
+                           namespace: str | None = None) -> Settings | None:
+        """Read settings from an object, a dict, or ``"module"``/``"module:attr"`` (imported
+        on first use). ``namespace="CELERY"`` reads ``CELERY_``-prefixed names."""
+        self._config_source = obj
+        self._config_source_silent = silent
+        self.namespace = namespace or self.namespace
+        self._conf.set_namespace(self.namespace)
+        if force or self.configured:
+            self._conf.set_source(load_source(obj, silent))
+            return self._conf
+        return None
+
+    def config_from_envvar(self, variable_name: str, silent: bool = False,
+                           force: bool = False) -> Settings | None:
+        """``config_from_object(os.environ[variable_name])``."""
+        module_name = os.environ.get(variable_name)
+        if not module_name:
+            if silent:
+                return None
+            raise ImproperlyConfigured(f"The environment variable {variable_name!r} is not set, "
+                                       "and has to be set to a configuration module")
+        return self.config_from_object(module_name, silent=silent, force=force)
+
+    def config_from_cmdline(self, argv: list[str], namespace: str = "celery") -> dict[str, Any]:
+        """Settings from ``key=value`` words (values kept as text)."""
+        values = dict(word.split("=", 1) for word in argv if "=" in word)
+        self.conf.update(values)
+        return values
+
+    def add_defaults(self, defaults: Any) -> None:
+        """Add default settings (a mapping, or a function returning one, called lazily)."""
+        factory = defaults if callable(defaults) else (lambda: defaults)
+        if self.configured:
+            self._conf.add_defaults(factory())
+        else:
+            self._pending_defaults.append(factory)
+
+    @property
+    def timezone(self) -> tzinfo:
+        """``timezone`` (or Django's TIME_ZONE); UTC by default (local when not enable_utc)."""
+        name = self.conf.timezone
+        if name:
+            return name if isinstance(name, tzinfo) else ZoneInfo(str(name))
+        if self.conf.enable_utc:
+            return timezone.utc
+        local = datetime.now().astimezone().tzinfo
+        return local or timezone.utc
+
+    def now(self) -> datetime:
+        """The current time in the app's timezone."""
+        return datetime.now(self.timezone)
+
+    def uses_utc_timezone(self) -> bool:
+        """Whether the app's timezone is UTC."""
+        return self.timezone in (timezone.utc, ZoneInfo("UTC"))
+
+    # --- the akadze_core app ------------------------------------------------------------------
+
+    @property
+    def core(self) -> CoreApp:
+        """The ``akadze_core.App`` behind this app (made on first use)."""
+        core = self._core
+        if core is not None:
+            return core
+        # Load the configuration first, outside the lock: on_after_configure receivers may
+        # use the app.
+        self._conf.finalize()
+        with self._core_lock:
+            if self._core is None:
+                self._core = self._make_core()
+                for task in list(self._tasks.values()):
+                    self._register_core(task)
+            return self._core
+
+    def _make_core(self) -> CoreApp:
+        conf = self.conf
+        url = database_url(conf.broker_url)
+        serialization.check_serializer(conf.task_serializer, "task_serializer")
+        serialization.check_accept_content(conf.accept_content)
+        if conf.result_backend:
+            logger.info("result_backend=%r is ignored: results live in the same Postgres "
+                        "database as the queue", str(conf.result_backend).split("://")[0])
+        expires = conf.result_expires
+        failure_expires = conf.result_failure_expires
+        return CoreApp(url, default_queue=conf.task_default_queue or "celery",
+                       succeeded_retention=retention(expires),
+                       failed_retention=retention(failure_expires) if failure_expires
+                       else timedelta(days=7),
+                       json_dumps=serialization.dumps, json_loads=serialization.loads)
+
+    def _register_core(self, task: _Task) -> None:
+        core = self._core
+        if core is None or task.name in core.tasks:
+            return
+        core.task(task.name, queue=self.conf.task_default_queue or "celery",
+                  timeout=core_timeout(task))(make_entry(self, str(task.name)))
+
+    def prepare_worker(self) -> CoreApp:
+        """Import the task modules, finalize, and return the core app a Worker runs."""
+        self.loader.import_default_modules()
+        self.finalize()
+        return self.core
+
+    def router(self) -> routing.Router:
+        """The task router for the current settings."""
+        conf = self.conf
+        routes = conf.task_routes
+        cached = self._router_cache
+        if cached is None or cached[0] is not routes:
+            cached = self._router_cache = (routes, routing.Router(routing.prepare(routes)))
+        router = cached[1]
+        router.queues = routing.queue_names(conf.task_queues)
+        router.default_queue = conf.task_default_queue or "celery"
+        router.create_missing = bool(conf.task_create_missing_queues)
+        return router
+
+    # --- tasks -------------------------------------------------------------------------------
+
+    @property
+    def Task(self) -> type[_Task]:
+        """The base task class of this app (``task_cls``, bound to the app)."""
+        cls = self.__dict__.get("_task_base")
+        if cls is None:
+            base = import_object(self.task_cls) if isinstance(self.task_cls, str) \
+                else self.task_cls
+            cls = type(base.__name__, (base,), {"_app": self, "__module__": base.__module__,
+                                                "abstract": True})
+            self.__dict__["_task_base"] = cls
+        return cls
+
+    @property
+    def tasks(self) -> TaskRegistry:
+        """Task name -> task (finalizes the app)."""
+        self.finalize(auto=True)
+        return self._tasks
+
+    def task(self, *args: Any, **options: Any) -> Any:
+        """Make a task of a function: ``@app.task`` or ``@app.task(name=..., bind=True, ...)``.
+
+        Options become task attributes (``max_retries``, ``autoretry_for``, ...).
+        """
+        options.pop("shared", None)
+        options.pop("lazy", None)
+        task_filter = options.pop("filter", None)
+
+        def create(fun: Callable[..., Any]) -> Any:
+            task = self._task_from_fun(fun, **options)
+            return task_filter(task) if task_filter else task
+
+        if len(args) == 1:
+            if callable(args[0]):
+                return create(args[0])
+            raise TypeError("argument 1 to @task() must be a callable")
+        if args:
+            raise TypeError(f"@task() takes exactly 1 argument ({len(args) + len(options)} "
+                            "given)")
+        return create
+
+    def _task_from_fun(self, fun: Callable[..., Any], name: str | None = None,
+                       base: type[_Task] | None = None, bind: bool = False,
+                       **options: Any) -> _Task:
+        if not self.finalized and not self.autofinalize:
+            raise RuntimeError("Contract breach: app not finalized")
+        name = name or self.gen_task_name(fun.__name__, fun.__module__)
+        existing = self._tasks.get(name)
+        if existing is not None:
+            if getattr(existing, "_decorated_fun", fun) is not fun:
+                warnings.warn(DuplicateTaskNameWarning(
+                    f"task {name!r} is already registered with another function; "
+                    "the first one is kept"), stacklevel=3)
+            return existing
+        base = base or self.Task
+        attributes = {
+            "_app": self, "name": name, "run": fun if bind else staticmethod(fun),
+            "_decorated": True, "_decorated_fun": staticmethod(fun), "__doc__": fun.__doc__,
+            "__module__": fun.__module__, "__wrapped__": fun, **options,
+        }
+        task = type(fun.__name__, (base,), attributes)()
+        task.__qualname__ = getattr(fun, "__qualname__", fun.__name__)
+        self._tasks[name] = task
+        if self.finalized:
+            type(task).bind(self)
+        add_autoretry_behaviour(task, **options)
+        self._register_core(task)
+        return task
+
+    def register_task(self, task: _Task | type[_Task], **options: Any) -> _Task:
+        """Register a class-based task (an instance or the class)."""
+        instance = task() if isinstance(task, type) else task
+        if not instance.name:
+            cls = type(instance)
+            class_name: str = type.__getattribute__(cls, "__name__")  # not Task.__name__
+            instance.name = self.gen_task_name(class_name, cls.__module__)
+        type(instance)._app = self
+        add_autoretry_behaviour(instance, **options)
+        self._tasks[str(instance.name)] = instance
+        if self.finalized:
+            type(instance).bind(self)
+        self._register_core(instance)
+        return instance
+
+    def gen_task_name(self, name: str, module: str | None) -> str:
+        """The default name of a task made from ``module.name``."""
+        return gen_task_name(self, name, module)
+
+    def finalize(self, auto: bool = False) -> None:
+        """Create the shared tasks on this app and bind every task to its settings."""
+        with self._finalize_lock:
+            if self.finalized:
+                return
+            if auto and not self.autofinalize:
+                raise RuntimeError("Contract breach: app not finalized")
+            self.finalized = True
+            for callback in _state.finalize_callbacks():
+                callback(self)
+            for task in list(self._tasks.values()):
+                type(task).bind(self)
+            self.on_after_finalize.send(sender=self)
+
+    def autodiscover_tasks(self, packages: Any = None, related_name: str | None = "tasks",
+                           force: bool = False) -> list[Any] | None:
+        """Import ``<package>.tasks`` of each package (Django's INSTALLED_APPS when None;
+        ``packages`` may be a callable). Done when the worker starts, or now with ``force``."""
+        if force:
+            return self._autodiscover(packages, related_name)
+        self._pending_autodiscovery.append((packages, related_name))
+        return None
+
+    def _autodiscover(self, packages: Any, related_name: str | None) -> list[Any]:
+        names = packages() if callable(packages) else packages
+        if not names:
+            names = django_app_names()
+        return self.loader.autodiscover_tasks(list(names), related_name)
+
+    def _run_pending_autodiscovery(self) -> list[Any]:
+        modules: list[Any] = []
+        while self._pending_autodiscovery:
+            packages, related_name = self._pending_autodiscovery.pop(0)
+            modules.extend(self._autodiscover(packages, related_name))
+        return modules
+
+    # --- calling and results ------------------------------------------------------------------
+
+    def send_task(self, name: str, args: Any = None, kwargs: Any = None,
+                  countdown: float | None = None, eta: Any = None, task_id: str | None = None,
+                  producer: Any = None, connection: Any = None, router: Any = None,
+                  result_cls: Any = None, expires: Any = None, publisher: Any = None,
+                  link: Any = None, link_error: Any = None, add_to_parent: bool = True,
+                  group_id: Any = None, group_index: Any = None, retries: int = 0,
+                  chord: Any = None, reply_to: Any = None, time_limit: float | None = None,
+                  soft_time_limit: float | None = None, root_id: str | None = None,
+                  parent_id: str | None = None, route_name: str | None = None,
+                  shadow: str | None = None, chain: Any = None, task_type: Any = None,
+                  **options: Any) -> AsyncResult:
+        """Enqueue the task called ``name`` (it need not be registered here)."""
+        from . import publish
+
+        return publish.send_task(
+            self, name, args, kwargs, countdown=countdown, eta=eta, task_id=task_id,
+            connection=connection, expires=expires, link=link, link_error=link_error,
+            time_limit=time_limit, soft_time_limit=soft_time_limit, root_id=root_id,
+            parent_id=parent_id, route_name=route_name, shadow=shadow, task_type=task_type,
+            **options)
+
+    def AsyncResult(self, task_id: str, backend: Any = None,
+                    task_name: str | None = None, app: Any = None,
+                    parent: Any = None) -> AsyncResult:
+        """The result of the task with this id."""
+        return AsyncResult(task_id, backend=backend, task_name=task_name, app=self,
+                           parent=parent)
+
+    @property
+    def current_task(self) -> _Task | None:
+        """The task being run here (by a worker or eagerly), or None."""
+        from .execution import current_task
+
+        return current_task()
+
+    @property
+    def current_worker_task(self) -> _Task | None:
+        """The task a worker is running here, or None."""
+        from .execution import current_worker_task
+
+        return current_worker_task()
+
+
+def shared_task(*args: Any, **options: Any) -> Any:
+    """A task for every app (``@shared_task``): used through the current app.
+
+    Returns a proxy to the current app's copy of the task, as Celery does.
+    """
+
+    def create(fun: Callable[..., Any]) -> Any:
+        if isinstance(fun, _state.Proxy):
+            raise TypeError("@shared_task was applied more than once to the same function. "
+                            "Remove the extra @shared_task decorator.")
+        name = options.get("name")
+        _state.connect_on_app_finalize(lambda app: app._task_from_fun(fun, **options))
+
+        def current_copy() -> _Task:
+            app = _state.get_current_app()
+            return app.tasks[name or app.gen_task_name(fun.__name__, fun.__module__)]
+
+        return _state.Proxy(current_copy, name or fun.__name__)
+
+    if len(args) == 1 and callable(args[0]):
+        return create(args[0])
+    return create

@@ -1,0 +1,121 @@
+"""The result "backend": a task's Celery state, result and exception, read from its job.
+
+There is no separate result store: the state is derived from the job's columns (see
+``job_state``), the return value is the job's result, and a failure's exception is rebuilt
+from the job's last error entry by type and module only (never unpickled).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+from . import states
+from .exceptions import TaskRevokedError
+from .serialization import revive
+
+if TYPE_CHECKING:
+    from akadze_core import App as CoreApp
+    from akadze_core import Job
+
+__all__ = ["FINISHED", "celery_meta", "exception_from_entry", "job_result", "job_state",
+           "lookup_job"]
+
+FINISHED = {"succeeded": states.SUCCESS, "failed": states.FAILURE,
+             "cancelled": states.REVOKED}
+_MODULE_NAME = re.compile(r"^[A-Za-z_][\w.]*$")
+_made_types: dict[tuple[str, str], type[Exception]] = {}
+_made_types_lock = threading.Lock()
+
+
+def celery_meta(job: Job) -> dict[str, Any]:
+    """The Celery part of a job's meta (``{}`` for jobs not sent by the facade)."""
+    meta = job.meta.get("celery") if isinstance(job.meta, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def job_state(job: Job | None, track_started: bool = False) -> str:
+    """The Celery state of a job (PENDING for no job).
+
+    A running job shows its custom state (``update_state``), else STARTED with
+    ``track_started``, else what Celery would still show: PENDING, or RETRY after a retry.
+    """
+    if job is None:
+        return states.PENDING
+    if job.state in FINISHED:
+        return FINISHED[job.state]
+    if job.state == "queued":
+        return states.PENDING if job.attempt == 0 else states.RETRY
+    custom = celery_meta(job).get("state")
+    if custom:
+        return str(custom)
+    if track_started:
+        return states.STARTED
+    return states.PENDING if job.attempt <= 1 else states.RETRY
+
+
+def _exception_type(module: str | None, name: str) -> type[Exception]:
+    """The exception class called ``name`` in ``module``, or a stand-in of that name."""
+    candidates = [module] if module else ["builtins"]
+    for module_name in candidates:
+        if not module_name or not _MODULE_NAME.match(module_name):
+            continue
+        found = sys.modules.get(module_name)
+        if found is None:
+            try:
+                found = importlib.import_module(module_name)
+            except Exception:  # any import failure: fall back to a stand-in type
+                found = None
+        cls = getattr(found, name, None) if found is not None else None
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            return cls
+    key = (module or "builtins", name)
+    with _made_types_lock:
+        if key not in _made_types:
+            identifier = name if name.isidentifier() else "RemoteError"
+            _made_types[key] = type(identifier, (Exception,), {"__module__": key[0]})
+        return _made_types[key]
+
+
+def exception_from_entry(entry: dict[str, Any]) -> Exception:
+    """Rebuild the exception an error entry describes (its type and message)."""
+    cls = _exception_type(entry.get("module"), str(entry.get("type") or "Exception"))
+    message = entry.get("message") or ""
+    try:
+        exc = cls(message) if message else cls()
+    except Exception:
+        # A constructor with other required arguments: make the instance without it.
+        exc = Exception.__new__(cls)
+        exc.args = (message,)
+    return exc
+
+
+def job_result(job: Job | None, state: str) -> Any:
+    """The Celery ``result`` for a job in ``state``: value, exception or custom metadata."""
+    if job is None:
+        return None
+    if state == states.SUCCESS:
+        return revive(job.result)
+    if state == states.REVOKED:
+        return TaskRevokedError("revoked")
+    if state in (states.FAILURE, states.RETRY):
+        entry = job.errors[-1] if job.errors else None
+        if entry is None or (state == states.RETRY and entry.get("type") == "Retry"):
+            return None
+        return exception_from_entry(entry)
+    meta = celery_meta(job)
+    if meta.get("state") and state == meta["state"]:
+        return revive(meta.get("result"))
+    return None
+
+
+def lookup_job(core: CoreApp, task_id: str) -> Job | None:
+    """The job of a Celery task id: a job id, or a ``task_id=`` the caller chose."""
+    if task_id.isdigit():
+        job = core.get_job(int(task_id))
+        if job is not None and job.meta.get("task_id") in (None, task_id):
+            return job
+    return core.find_job(task_id)

@@ -1,0 +1,335 @@
+"""The function akadze_core runs for every Celery task, and how its outcome maps to a job's.
+
+Each Celery task is registered on the core app under its own name with an entry taking the
+job's args ``{"args": [...], "kwargs": {...}}``. The entry rebuilds ``self.request`` from the
+job, runs the call through the tracer, and reports the outcome the core's way:
+
+=================================  ==========================================================
+Celery outcome                     akadze_core outcome
+=================================  ==========================================================
+returned a value                   the value is the job's result (None with ignore_result)
+``Retry`` (``self.retry``,         ``akadze_core.Retry(countdown)`` raised from the cause,
+``autoretry_for``)                 so the job's error entry describes the real exception
+any other exception                ``akadze_core.Fail`` raised from it: FAILURE at once
+                                   (Celery never retries on its own)
+``Ignore``                         success without a result
+``Reject(requeue=False)``          ``Fail``
+``Reject(requeue=True)``           ``akadze_core.Snooze(0)``: back to the queue, no attempt
+hard ``time_limit``                ``TimeLimitExceeded`` raised in the body: FAILURE
+=================================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from akadze_core import Fail, Snooze, current
+from akadze_core import Retry as CoreRetry
+
+from . import signals, states
+from .backend import celery_meta
+from .exceptions import (
+    MaxRetriesExceededError,
+    SoftTimeLimitExceeded,
+    TimeLimitExceeded,
+    WorkerLostError,
+)
+from .execution import ExceptionInfo, TraceResult, _worker_request, call_body, trace, trace_async
+from .publish import FOREVER
+from .serialization import revive
+from .timelimits import AsyncLimits, ThreadLimits, limits_for
+
+if TYPE_CHECKING:
+    from akadze_core import Job, JobContext
+
+    from .app import Celery
+    from .task import Context, Task
+
+__all__ = ["core_timeout", "is_async_task", "make_entry", "update_state"]
+
+logger = logging.getLogger("akadze_compat.entry")
+
+#: The worker's name in ``request.hostname`` (the CLI sets it from ``-n``).
+worker_hostname = f"celery@{socket.gethostname()}"
+#: The core's timeout is the hard limit plus this much (at least): a backstop for bodies
+#: that do not stop when ``TimeLimitExceeded`` is raised in them.
+HARD_LIMIT_GRACE = 2.0
+
+
+def is_async_task(task: Task) -> bool:
+    """Whether the task's body is an ``async def``."""
+    body = getattr(task, "_orig_run", None) or task.run
+    return inspect.iscoroutinefunction(body)
+
+
+def core_timeout(task: Task) -> float | None:
+    """The core timeout for a task: its hard time limit plus a grace period, or None."""
+    hard = task.option("time_limit", "task_time_limit")
+    if not hard:
+        return None
+    return float(hard) + max(HARD_LIMIT_GRACE, 0.05 * float(hard))
+
+
+def make_entry(app: Celery, name: str) -> Any:
+    """The function to register on the core app for the Celery task ``name``."""
+    if is_async_task(app._tasks[name]):
+        async def run_async_celery_task(args: Any = None, kwargs: Any = None,
+                                        **unexpected: Any) -> Any:
+            return await _run_async(app, name, args, kwargs, unexpected)
+
+        return run_async_celery_task
+
+    def run_celery_task(args: Any = None, kwargs: Any = None, **unexpected: Any) -> Any:
+        return _run_sync(app, name, args, kwargs, unexpected)
+
+    return run_celery_task
+
+
+@dataclass
+class _Run:
+    task: Task
+    context: JobContext
+    request: Context
+    args: list[Any]
+    kwargs: dict[str, Any]
+    meta: dict[str, Any]
+    limits: dict[float, type[BaseException]]
+
+
+def build_request(task: Task, job: Job, meta: dict[str, Any], args: list[Any],
+                  kwargs: dict[str, Any]) -> Context:
+    """``self.request`` for a run of ``job``."""
+    from .task import Context
+
+    task_id = str(job.meta.get("task_id") or job.id)
+    custom_headers = dict(meta.get("headers") or {})
+    hard, soft = meta.get("time_limit"), meta.get("soft_time_limit")
+    request = Context(
+        custom_headers, id=task_id, task=job.task, args=args, kwargs=kwargs,
+        retries=max(0, job.attempt - 1), is_eager=False, called_directly=False,
+        hostname=worker_hostname, eta=meta.get("eta"), expires=meta.get("expires"),
+        delivery_info={"exchange": meta.get("exchange") or "",
+                       "routing_key": meta.get("routing_key") or job.queue,
+                       "queue": job.queue, "priority": job.priority,
+                       "redelivered": job.run_count > job.attempt},
+        headers=custom_headers or None, root_id=meta.get("root_id") or task_id,
+        parent_id=meta.get("parent_id"), correlation_id=task_id, reply_to="",
+        ignore_result=meta.get("ignore_result"), shadow=meta.get("shadow"),
+        callbacks=meta.get("link"), errbacks=meta.get("link_error"), utc=True,
+        timelimit=(hard, soft) if hard is not None or soft is not None else None,
+        origin=None, _akadze_meta=meta)
+    if request.ignore_result is None:
+        request.ignore_result = bool(task.option("ignore_result", "task_ignore_result"))
+    return request
+
+
+def _prepare(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[str, Any]) \
+        -> _Run:
+    if unexpected:
+        raise Fail(f"job args for the Celery task {name!r} must be {{'args': [...], "
+                   f"'kwargs': {{...}}}}, got the keys {sorted(unexpected)}")
+    task = app._tasks[name]
+    context = current()
+    job = context.job
+    meta = dict(revive(celery_meta(job)))
+    override = meta.get("retry_args")
+    if isinstance(override, dict):
+        args, kwargs = override.get("args"), override.get("kwargs")
+    args, kwargs = list(args or []), dict(kwargs or {})
+    request = build_request(task, job, meta, args, kwargs)
+    hard = meta.get("time_limit") or task.option("time_limit", "task_time_limit")
+    soft = meta.get("soft_time_limit") or task.option("soft_time_limit", "task_soft_time_limit")
+    limits = limits_for(soft, hard, SoftTimeLimitExceeded, TimeLimitExceeded)
+    return _Run(task, context, request, args, kwargs, meta, limits)
+
+
+def _stale_state_patch(run: _Run) -> dict[str, Any] | None:
+    """A custom state left by an earlier attempt is cleared before this one starts."""
+    if "state" not in run.meta:
+        return None
+    run.meta.pop("state", None)
+    run.meta.pop("result", None)
+    return {"celery": run.meta}
+
+
+def _needs_history(run: _Run) -> bool:
+    """Whether the previous attempt may have ended outside the facade in a way Celery treats
+    differently from the core: on the core's timeout (the backstop of the hard limit), or by
+    a lost worker under an unbounded attempt budget. Then the job's errors must be read (a
+    claim does not return them); first attempts never pay for that."""
+    job = run.context.job
+    if job.attempt <= 1:
+        return False
+    return TimeLimitExceeded in run.limits.values() or job.max_attempts >= FOREVER
+
+
+def _ended_outside(run: _Run, job: Job | None) -> BaseException | None:
+    """The Celery exception that ends this job now, judged from its earlier attempts: the
+    previous attempt hit the core's timeout (``TimeLimitExceeded``, as Celery's hard limit),
+    or workers were lost more often than ``max_retries`` allows (``WorkerLostError``)."""
+    if job is None or not job.errors:
+        return None
+    last = job.errors[-1]
+    if last.get("type") == "JobTimeout" and last.get("attempt") in (None, job.attempt - 1):
+        hard = run.request.time_limit or run.task.option("time_limit", "task_time_limit")
+        return TimeLimitExceeded(hard)
+    lost = sum(1 for entry in job.errors if entry.get("type") == "WorkerLost")
+    limit = run.task.max_retries
+    if last.get("type") == "WorkerLost" and limit is not None and lost > limit:
+        return WorkerLostError(f"Worker exited prematurely {lost} times while running the "
+                               f"task (max_retries is {limit})")
+    return None
+
+
+def _fail_now(run: _Run, exc: BaseException) -> None:
+    """Fail the job before running the body, with Celery's failure hooks (as Celery does
+    for a hard time limit)."""
+    try:
+        raise exc
+    except BaseException:
+        einfo = ExceptionInfo(exc)
+    task, request = run.task, run.request
+    task_id = str(request.id)
+    task.on_failure(exc, task_id, run.args, run.kwargs, einfo)
+    task.after_return(states.FAILURE, exc, task_id, run.args, run.kwargs, None)
+    signals.task_failure.send(sender=task, task_id=request.id, exception=exc, args=run.args,
+                              kwargs=run.kwargs, traceback=exc.__traceback__, einfo=einfo)
+    raise Fail(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _revoked(job: Job | None) -> bool | None:
+    """None unless a revoke was requested (True: it expired, False: revoked)."""
+    if job is None:
+        return None
+    if job.expires_at is not None and job.expires_at <= datetime.now(timezone.utc):
+        return True
+    return False if job.cancel_requested else None
+
+
+def _retry_countdown(run: _Run, when: Any) -> float:
+    if when is None:
+        return float(run.task.retry_delay() or 0)
+    if isinstance(when, datetime):
+        moment = when if when.tzinfo else when.replace(tzinfo=run.task.app.timezone)
+        return max(0.0, (moment - datetime.now(timezone.utc)).total_seconds())
+    return max(0.0, float(when))
+
+
+def _retry_patch(run: _Run, result: TraceResult) -> dict[str, Any] | None:
+    """New arguments asked for by ``retry(args=..., kwargs=...)``, kept in the job's meta."""
+    from .task import RetryCall
+
+    sig = getattr(result.exception, "sig", None)
+    if result.state != states.RETRY or not isinstance(sig, RetryCall) or sig.args is None:
+        return None
+    run.meta["retry_args"] = {"args": list(sig.args), "kwargs": dict(sig.kwargs or {})}
+    return {"celery": run.meta}
+
+
+def _outcome(run: _Run, result: TraceResult) -> Any:
+    """Return the job's result, or raise what tells the core how the run ended."""
+    if result.state == states.SUCCESS:
+        return None if run.request.ignore_result else result.retval
+    if result.state == states.IGNORED:
+        return None
+    exc = result.exception
+    assert exc is not None
+    if result.state == states.REJECTED:
+        if getattr(exc, "requeue", False):
+            raise Snooze(0) from exc
+        raise Fail(f"rejected: {getattr(exc, 'reason', None)!r}") from exc
+    if result.state == states.RETRY:
+        countdown = _retry_countdown(run, getattr(exc, "when", None))
+        context = run.context
+        if context.attempt >= context.max_attempts:
+            # retry(max_retries=M) above the max_retries the job was sent with: the core has
+            # no attempt left to give (see the migration guide).
+            error = MaxRetriesExceededError(
+                f"Can't retry {run.task.name}[{run.request.id}]: the job was sent with "
+                f"max_retries={context.max_attempts - 1}, which retry(max_retries=...) cannot "
+                "raise", task_args=run.args, task_kwargs=run.kwargs)
+            raise Fail(str(error)) from error
+        cause = getattr(exc, "exc", None)
+        raise CoreRetry(countdown) from (cause if isinstance(cause, BaseException) else exc)
+    raise Fail(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[str, Any]) \
+        -> Any:
+    run = _prepare(app, name, args, kwargs, unexpected)
+    context = run.context
+    patch = _stale_state_patch(run)
+    if patch is not None:
+        context.update_meta_sync(patch)
+    if _needs_history(run):
+        ended = _ended_outside(run, app.core.get_job(context.id))
+        if ended is not None:
+            _fail_now(run, ended)
+
+    def body() -> Any:
+        with ThreadLimits(run.limits):
+            return call_body(run.task, run.args, run.kwargs)
+
+    result = trace(run.task, run.request, run.args, run.kwargs, body, eager=False,
+                   revoked=lambda: _revoked(app.core.get_job(context.id)))
+    patch = _retry_patch(run, result)
+    if patch is not None:
+        context.update_meta_sync(patch)
+    return _outcome(run, result)
+
+
+async def _run_async(app: Celery, name: str, args: Any, kwargs: Any,
+                     unexpected: dict[str, Any]) -> Any:
+    run = _prepare(app, name, args, kwargs, unexpected)
+    context = run.context
+    patch = _stale_state_patch(run)
+    if patch is not None:
+        await context.update_meta(patch)
+    if _needs_history(run):
+        ended = _ended_outside(run, await app.core.get_job_async(context.id))
+        if ended is not None:
+            _fail_now(run, ended)
+
+    async def body() -> Any:
+        called = call_body(run.task, run.args, run.kwargs)
+        if not inspect.isawaitable(called):
+            return called
+        return await AsyncLimits(run.limits).run(called)
+
+    async def revoked() -> bool | None:
+        return _revoked(await app.core.get_job_async(context.id))
+
+    result = await trace_async(run.task, run.request, run.args, run.kwargs, body,
+                               revoked=revoked)
+    patch = _retry_patch(run, result)
+    if patch is not None:
+        await context.update_meta(patch)
+    return _outcome(run, result)
+
+
+def update_state(task: Task, task_id: str | None, state: str | None, meta: Any) -> None:
+    """``Task.update_state``: store a custom state and its metadata in the running job.
+
+    Only the task this worker is running can be updated (no result backend to write other
+    ids to); eagerly (and outside a worker) it does nothing, as Celery without a backend.
+    """
+    running = _worker_request.get()
+    if running is None:
+        if not task.request.is_eager:
+            logger.warning("update_state(%r) outside a worker run does nothing", state)
+        return
+    request = running[1]
+    task_id = task.request.id if task_id is None else str(task_id)
+    if task_id != request.id:
+        logger.warning("update_state: only the running task (%s) can be updated, not %s",
+                       request.id, task_id)
+        return
+    stored = request.__dict__["_akadze_meta"]
+    patch = {**stored, "state": state or states.PENDING, "result": meta}
+    if current().update_meta_sync({"celery": patch}):
+        stored.update(state=patch["state"], result=meta)

@@ -1,0 +1,248 @@
+"""Running a Celery task: the tracer shared by the worker and ``apply()``.
+
+``trace`` runs one call the way Celery's tracer does: ``task_prerun``, ``before_start``, the
+body, then per outcome ``on_success``/``task_success``, ``on_retry``/``task_retry`` or
+``on_failure``/``task_failure``, ``after_return`` and ``task_postrun``. The worker side
+(``entry.py``) then turns the outcome into what akadze_core understands.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import time
+import traceback as traceback_module
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kombu.exceptions import EncodeError
+
+from . import serialization, signals, states
+from .exceptions import Ignore, Reject, Retry
+
+if TYPE_CHECKING:
+    from .task import Context, Task
+
+__all__ = ["ExceptionInfo", "TraceResult", "current_worker_request", "current_worker_task",
+           "trace", "trace_async"]
+
+logger = logging.getLogger("celery.app.trace")
+
+#: The request of the task a worker is running in this context (not set for eager runs).
+_worker_request: contextvars.ContextVar[tuple[Task, Context] | None] = \
+    contextvars.ContextVar("akadze_compat_worker_request", default=None)
+#: The tasks being traced in this context, innermost last (eager runs included).
+_task_stack: contextvars.ContextVar[tuple[Task, ...]] = \
+    contextvars.ContextVar("akadze_compat_task_stack", default=())
+
+
+def current_worker_request() -> Context | None:
+    """The request of the task this worker is running here, or None."""
+    current = _worker_request.get()
+    return current[1] if current else None
+
+
+def current_worker_task() -> Task | None:
+    """The task this worker is running here, or None (Celery's ``current_worker_task``)."""
+    current = _worker_request.get()
+    return current[0] if current else None
+
+
+def current_task() -> Task | None:
+    """The task being run here, by a worker or eagerly (Celery's ``current_task``)."""
+    stack = _task_stack.get()
+    return stack[-1] if stack else None
+
+
+class ExceptionInfo:
+    """What Celery hands to ``on_failure``/``on_retry`` as ``einfo``."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exception = exc
+        self.type = type(exc)
+        self.tb = exc.__traceback__
+        self.traceback = "".join(traceback_module.format_exception(type(exc), exc, self.tb))
+        self.exc_info = (self.type, exc, self.tb)
+        self.internal = False
+
+    def __str__(self) -> str:
+        return self.traceback
+
+    def __repr__(self) -> str:
+        return f"<ExceptionInfo: {self.exception!r}>"
+
+
+@dataclass
+class TraceResult:
+    """How a call ended: its Celery state and the return value or exception."""
+
+    state: str
+    retval: Any
+    einfo: ExceptionInfo | None = None
+
+    @property
+    def exception(self) -> BaseException | None:
+        """The exception the body raised (None on success)."""
+        return self.retval if isinstance(self.retval, BaseException) else None
+
+
+def call_body(task: Task, args: Any, kwargs: Any) -> Any:
+    """Call the task as Celery's tracer does: through a custom ``__call__`` if the class
+    has one, else straight to ``run``."""
+    from .task import task_overrides
+
+    if task_overrides(task, "__call__"):
+        return task(*args, **kwargs)
+    return task.run(*args, **kwargs)
+
+
+def _safely(what: str, handler: Callable[..., Any], *args: Any, eager: bool) -> None:
+    """Run a handler; its exception is logged (the outcome is decided already), or raised
+    when eager, as in Celery."""
+    try:
+        handler(*args)
+    except Exception:
+        if eager:
+            raise
+        logger.exception("%s handler raised", what)
+
+
+def _on_exception(task: Task, request: Context, args: Any, kwargs: Any, exc: Exception,
+                  *, eager: bool, propagate: bool,
+                  revoked: Callable[[], bool | None] | None) -> TraceResult:
+    if isinstance(exc, Reject):
+        logger.info("Task %s[%s] rejected: %r", task.name, request.id, exc)
+        return TraceResult(states.REJECTED, exc, ExceptionInfo(exc))
+    if isinstance(exc, Ignore):
+        logger.info("Task %s[%s] ignored", task.name, request.id)
+        return TraceResult(states.IGNORED, exc, ExceptionInfo(exc))
+    if propagate:
+        raise exc
+    einfo = ExceptionInfo(exc)
+    expired = revoked() if revoked is not None else None
+    if expired is not None:
+        # A revoke requested while it ran: the job ends REVOKED whatever was raised.
+        signals.task_revoked.send(sender=task, request=request, terminated=False,
+                                  signum=None, expired=expired)
+        return TraceResult(states.REVOKED, exc, einfo)
+    if isinstance(exc, Retry):
+        _safely("on_retry", task.on_retry, exc.exc, request.id, args, kwargs, einfo,
+                eager=eager)
+        signals.task_retry.send(sender=task, request=request, reason=exc, einfo=einfo)
+        logger.info("Task %s[%s] retry: %s", task.name, request.id, exc)
+        return TraceResult(states.RETRY, exc, einfo)
+    _safely("on_failure", task.on_failure, exc, request.id, args, kwargs, einfo, eager=eager)
+    signals.task_failure.send(sender=task, task_id=request.id, exception=exc, args=args,
+                              kwargs=kwargs, traceback=exc.__traceback__, einfo=einfo)
+    if task.throws and isinstance(exc, task.throws):
+        logger.info("Task %s[%s] raised expected: %r", task.name, request.id, exc)
+    else:
+        logger.error("Task %s[%s] raised unexpected: %r", task.name, request.id, exc,
+                     exc_info=None if eager else (type(exc), exc, exc.__traceback__))
+    return TraceResult(states.FAILURE, exc, einfo)
+
+
+def _on_return(task: Task, request: Context, args: Any, kwargs: Any, retval: Any,
+               started: float, *, eager: bool, propagate: bool,
+               revoked: Callable[[], bool | None] | None) -> TraceResult:
+    if not eager and not request.ignore_result:
+        try:
+            serialization.dumps(retval)
+        except (TypeError, ValueError) as exc:
+            # Celery's EncodeError when storing the result: the task fails.
+            error = EncodeError(f"the task returned a value that is not JSON: {exc}")
+            try:
+                raise error from exc
+            except EncodeError as raised:
+                return _on_exception(task, request, args, kwargs, raised, eager=eager,
+                                     propagate=propagate, revoked=revoked)
+    _safely("on_success", task.on_success, retval, request.id, args, kwargs, eager=eager)
+    signals.task_success.send(sender=task, result=retval, runtime=time.monotonic() - started)
+    logger.info("Task %s[%s] succeeded in %.3fs: %r", task.name, request.id,
+                time.monotonic() - started, retval)
+    return TraceResult(states.SUCCESS, retval)
+
+
+def _after_return(task: Task, request: Context, args: Any, kwargs: Any, result: TraceResult,
+                  eager: bool) -> None:
+    if result.state in (states.SUCCESS, states.FAILURE):
+        _safely("after_return", task.after_return, result.state, result.retval, request.id,
+                args, kwargs, None, eager=eager)
+
+
+class _Tracing:
+    """Push the request (and the worker marker) for the duration of one traced call."""
+
+    def __init__(self, task: Task, request: Context, args: Any, kwargs: Any,
+                 eager: bool) -> None:
+        self.task, self.request, self.args, self.kwargs, self.eager = \
+            task, request, args, kwargs, eager
+        self.result: TraceResult | None = None
+
+    def __enter__(self) -> _Tracing:
+        requests = self.task._requests
+        self._request_token = requests.set((*requests.get(), self.request))
+        self._stack_token = _task_stack.set((*_task_stack.get(), self.task))
+        self._worker_token = None if self.eager else _worker_request.set(
+            (self.task, self.request))
+        signals.task_prerun.send(sender=self.task, task_id=self.request.id, task=self.task,
+                                 args=self.args, kwargs=self.kwargs)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        try:
+            signals.task_postrun.send(
+                sender=self.task, task_id=self.request.id, task=self.task, args=self.args,
+                kwargs=self.kwargs, retval=self.result.retval if self.result else None,
+                state=self.result.state if self.result else None)
+        finally:
+            if self._worker_token is not None:
+                _worker_request.reset(self._worker_token)
+            _task_stack.reset(self._stack_token)
+            self.task._requests.reset(self._request_token)
+
+
+def trace(task: Task, request: Context, args: Any, kwargs: Any, body: Callable[[], Any], *,
+          eager: bool, propagate: bool = False,
+          revoked: Callable[[], bool | None] | None = None) -> TraceResult:
+    """Run ``body()`` as the call of ``task`` described by ``request``.
+
+    ``propagate`` re-raises the body's exception (eager runs with eager_propagates).
+    ``revoked()`` says, after an exception, whether a revoke was requested meanwhile (None:
+    no; else whether it expired).
+    """
+    with _Tracing(task, request, args, kwargs, eager) as tracing:
+        started = time.monotonic()
+        try:
+            task.before_start(str(request.id), args, kwargs)
+            retval = body()
+        except Exception as exc:
+            tracing.result = _on_exception(task, request, args, kwargs, exc, eager=eager,
+                                           propagate=propagate, revoked=revoked)
+        else:
+            tracing.result = _on_return(task, request, args, kwargs, retval, started,
+                                        eager=eager, propagate=propagate, revoked=revoked)
+        _after_return(task, request, args, kwargs, tracing.result, eager)
+        return tracing.result
+
+
+async def trace_async(task: Task, request: Context, args: Any, kwargs: Any,
+                      body: Callable[[], Awaitable[Any]], *,
+                      revoked: Callable[[], Awaitable[bool | None]] | None = None) \
+        -> TraceResult:
+    """``trace`` for an ``async def`` body run by the worker."""
+    with _Tracing(task, request, args, kwargs, False) as tracing:
+        started = time.monotonic()
+        try:
+            task.before_start(str(request.id), args, kwargs)
+            retval = await body()
+        except Exception as exc:
+            expired = await revoked() if revoked is not None else None
+            tracing.result = _on_exception(task, request, args, kwargs, exc, eager=False,
+                                           propagate=False, revoked=lambda: expired)
+        else:
+            tracing.result = _on_return(task, request, args, kwargs, retval, started,
+                                        eager=False, propagate=False, revoked=None)
+        _after_return(task, request, args, kwargs, tracing.result, False)
+        return tracing.result

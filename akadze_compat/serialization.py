@@ -1,0 +1,91 @@
+"""JSON in and out of the queue, the way Celery's ``json`` serializer does it.
+
+Arguments, results and ``update_state`` metadata go through ``kombu.utils.json``, so
+``datetime``, ``date``, ``time``, ``UUID``, ``Decimal`` and ``bytes`` come back as the same
+types, exactly as they do between a Celery client and worker. Two things are stricter than
+Celery: NaN and Infinity are refused (Postgres' jsonb cannot store them), and only JSON is
+spoken at all: ``pickle``, ``yaml`` and ``msgpack`` are refused with a clear error. Nothing is
+ever unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from kombu.utils import json as kombu_json
+
+from .exceptions import ImproperlyConfigured
+
+__all__ = ["check_accept_content", "check_serializer", "dumps", "loads", "revive"]
+
+#: Names (and content types) that mean JSON in Celery's settings and call options.
+JSON_NAMES = frozenset({"json", "application/json"})
+
+_REFUSED = {
+    "pickle": "pickle lets whoever can write a job run any code in your workers",
+    "application/x-python-serialize": "pickle lets whoever can write a job run any code "
+                                      "in your workers",
+    "yaml": "only JSON is supported",
+    "application/x-yaml": "only JSON is supported",
+    "msgpack": "only JSON is supported",
+    "application/x-msgpack": "only JSON is supported",
+}
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON (Postgres cannot store it)")
+
+
+def dumps(value: Any) -> str:
+    """Encode ``value`` as compact JSON with kombu's type markers; NaN/Infinity refused."""
+    return kombu_json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
+def _strict_json_loads(text: str, **kwargs: Any) -> Any:
+    return json.loads(text, parse_constant=_refuse_constant, **kwargs)
+
+
+def loads(text: str | bytes) -> Any:
+    """Decode JSON written by :func:`dumps` (or by Celery), reviving kombu's typed values."""
+    return kombu_json.loads(text, _loads=_strict_json_loads)
+
+
+def revive(value: Any) -> Any:
+    """Apply kombu's type markers to an already-decoded JSON value.
+
+    Values read from jsonb columns by psycopg arrive as plain dicts; this turns
+    ``{"__type__": "datetime", "__value__": "..."}`` back into a ``datetime`` (bottom up,
+    like ``json.loads`` with kombu's ``object_hook``).
+    """
+    if isinstance(value, list):
+        return [revive(item) for item in value]
+    if isinstance(value, dict):
+        return kombu_json.object_hook({key: revive(item) for key, item in value.items()})
+    return value
+
+
+def check_serializer(name: str | None, setting: str = "task_serializer") -> str:
+    """Return ``"json"`` if ``name`` means JSON (or is None); raise ImproperlyConfigured if not.
+
+    ``setting`` names the setting or option the value came from, for the error message.
+    """
+    if name is None or str(name).lower() in JSON_NAMES:
+        return "json"
+    why = _REFUSED.get(str(name).lower(), "only JSON is supported")
+    raise ImproperlyConfigured(
+        f"{setting}={name!r} is not supported by akadze_compat: {why}. Use {setting}='json' "
+        "(kombu's JSON round-trips datetime, date, time, UUID, Decimal and bytes); pass "
+        "other objects as JSON-friendly values such as ids."
+    )
+
+
+def check_accept_content(values: Iterable[str] | str | None, setting: str = "accept_content") \
+        -> list[str]:
+    """Check an ``accept_content`` style list: every entry must mean JSON."""
+    if values is None:
+        return ["json"]
+    if isinstance(values, str):
+        values = [values]
+    return [check_serializer(value, setting) for value in values]

@@ -1,0 +1,447 @@
+"""Celery's ``Task`` class and its request ``Context``, on top of akadze_core.
+
+A task is an instance of a ``Task`` subclass made by ``@app.task``: its ``run`` is the
+decorated function. Calling it runs the body inline; ``delay``/``apply_async`` enqueue a job
+(see ``publish``); ``apply`` runs it eagerly and returns an ``EagerResult``; the worker runs
+it through ``execution``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import sys
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from . import _state
+from .exceptions import MaxRetriesExceededError, Retry
+
+if TYPE_CHECKING:
+    from .app import Celery
+    from .result import AsyncResult, EagerResult
+
+__all__ = ["Context", "RetryCall", "Task"]
+
+#: Options that may be set on a task and apply to each call (Celery's exec options).
+EXEC_OPTIONS = ("queue", "routing_key", "exchange", "priority", "expires", "serializer",
+                "delivery_mode", "compression", "time_limit", "soft_time_limit")
+
+#: Task attribute -> the setting it falls back to when left at None.
+FROM_CONFIG = (
+    ("serializer", "task_serializer"), ("rate_limit", "task_default_rate_limit"),
+    ("priority", "task_default_priority"), ("time_limit", "task_time_limit"),
+    ("soft_time_limit", "task_soft_time_limit"), ("track_started", "task_track_started"),
+    ("acks_late", "task_acks_late"),
+    ("acks_on_failure_or_timeout", "task_acks_on_failure_or_timeout"),
+    ("reject_on_worker_lost", "task_reject_on_worker_lost"),
+    ("ignore_result", "task_ignore_result"), ("store_eager_result", "task_store_eager_result"),
+    ("store_errors_even_if_ignored", "task_store_errors_even_if_ignored"),
+)
+
+
+_request_var_lock = threading.Lock()
+
+
+class Context:
+    """The request of a task call (``self.request``): Celery's attributes and defaults."""
+
+    args: Any = None
+    callbacks: Any = None
+    called_directly = True
+    chain: Any = None
+    chord: Any = None
+    correlation_id: str | None = None
+    delivery_info: dict[str, Any] | None = None
+    errbacks: Any = None
+    eta: str | None = None
+    expires: str | None = None
+    group: str | None = None
+    group_index: int | None = None
+    headers: dict[str, Any] | None = None
+    hostname: str | None = None
+    id: str | None = None
+    ignore_result = False
+    is_eager = False
+    kwargs: Any = None
+    logfile: str | None = None
+    loglevel: int | None = None
+    origin: str | None = None
+    parent_id: str | None = None
+    properties: dict[str, Any] | None = None
+    retries = 0
+    reply_to: str | None = None
+    replaced_task_nesting = 0
+    root_id: str | None = None
+    shadow: str | None = None
+    task: str | None = None
+    taskset: str | None = None
+    timelimit: Any = None
+    time_limit: float | None = None
+    soft_time_limit: float | None = None
+    utc: bool | None = None
+    stamped_headers: Any = None
+    stamps: Any = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.update(*args, **kwargs)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        """Set attributes from a mapping and/or keywords (``timelimit`` fills both limits)."""
+        values = dict(*args, **kwargs)
+        self.__dict__.update(values)
+        if "timelimit" in values:
+            limits = values["timelimit"]
+            hard, soft = (limits[0], limits[1]) if isinstance(limits, (list, tuple)) \
+                and len(limits) >= 2 else (None, None)
+            self.__dict__.update(time_limit=hard, soft_time_limit=soft)
+
+    def clear(self) -> None:
+        """Drop every attribute set on this request."""
+        self.__dict__.clear()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """An attribute, or ``default``."""
+        return getattr(self, key, default)
+
+    @property
+    def children(self) -> list[Any]:
+        """Results of the tasks this one started (kept for Celery code that reads it)."""
+        return self.__dict__.setdefault("_children", [])
+
+    def __repr__(self) -> str:
+        return f"<Context: {vars(self)!r}>"
+
+
+class RetryCall(NamedTuple):
+    """What ``Task.retry`` asks for: the next run's arguments, delay and options."""
+
+    args: Any
+    kwargs: Any
+    countdown: float | None
+    eta: datetime | None
+    options: dict[str, Any]
+
+
+def retry_arguments(task: Task, request: Context, args: Any, kwargs: Any) -> tuple[Any, Any]:
+    """The arguments of the next run when ``retry`` gets ``args`` and/or ``kwargs``.
+
+    Like Celery (#6494): new positional arguments drop the inherited keywords they now
+    fill, and a new keyword replaces the inherited positional argument of that name.
+    """
+    inherited_args = list(request.args or ())
+    inherited_kwargs = dict(request.kwargs or {})
+    if args is None and kwargs is None:
+        return inherited_args, inherited_kwargs
+    if args is not None and kwargs is not None:
+        return list(args), dict(kwargs)
+    try:
+        parameters = list(inspect.signature(task.run).parameters.values())
+    except (TypeError, ValueError):
+        parameters = []
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if args is not None:
+        for parameter in positional[:len(args)]:
+            if parameter.kind is parameter.POSITIONAL_OR_KEYWORD:
+                inherited_kwargs.pop(parameter.name, None)
+        return list(args), inherited_kwargs
+    new_kwargs = dict(kwargs)
+    for index, parameter in enumerate(positional[:len(inherited_args)]):
+        if parameter.kind is parameter.POSITIONAL_OR_KEYWORD and parameter.name in new_kwargs:
+            inherited_args[index] = new_kwargs.pop(parameter.name)
+    return inherited_args, {**inherited_kwargs, **new_kwargs}
+
+
+def raise_with_context(exc: BaseException) -> None:
+    """Raise ``exc`` chained to the exception being handled, if any (Celery's helper)."""
+    current = sys.exc_info()[1]
+    if current is exc:
+        raise exc
+    raise exc from current
+
+
+class Task:
+    """Celery's task base class. Subclass it (``base=`` / ``task_cls=``) to share behaviour."""
+
+    MaxRetriesExceededError = MaxRetriesExceededError
+
+    _app: Celery | None = None
+    #: The task name (``module.function`` unless given).
+    name: str | None = None
+    #: Check call arguments against the signature (default: the app's ``strict_typing``).
+    typing: bool | None = None
+    #: Retries allowed after the first run; None means forever.
+    max_retries: int | None = 3
+    #: Seconds before a retry when ``retry()`` gets no countdown or eta.
+    default_retry_delay: float = 3 * 60
+    rate_limit: Any = None
+    ignore_result: bool | None = None
+    trail = True
+    send_events = True
+    store_errors_even_if_ignored: bool | None = None
+    store_eager_result: bool | None = None
+    serializer: str | None = None
+    #: Hard and soft time limits, in seconds.
+    time_limit: float | None = None
+    soft_time_limit: float | None = None
+    backend: Any = None
+    track_started: bool | None = None
+    acks_late: bool | None = None
+    acks_on_failure_or_timeout: bool | None = None
+    reject_on_worker_lost: bool | None = None
+    #: Expected exceptions: still failures, logged without a traceback.
+    throws: tuple[type[BaseException], ...] = ()
+    expires: Any = None
+    #: Default priority (lower numbers run first).
+    priority: int | None = None
+    queue: Any = None
+    resultrepr_maxsize = 1024
+    abstract = True
+    #: Automatic retries: exceptions to retry on, and how (see ``autoretry``).
+    autoretry_for: tuple[type[BaseException], ...] = ()
+    dont_autoretry_for: tuple[type[BaseException], ...] = ()
+    retry_kwargs: dict[str, Any] = {}  # noqa: RUF012 - Celery's class attribute
+    retry_backoff: bool | float = False
+    retry_backoff_max: float = 600
+    retry_jitter = True
+    __bound__ = False
+
+    # --- app binding ------------------------------------------------------------------------
+
+    @classmethod
+    def bind(cls, app: Celery) -> Celery:
+        """Attach the task class to ``app``; attributes left at None take the app's settings."""
+        cls._app = app
+        cls.__bound__ = True
+        if cls.typing is None:
+            cls.typing = app.strict_typing
+        for attribute, setting in FROM_CONFIG:
+            if getattr(cls, attribute, None) is None:
+                setattr(cls, attribute, app.conf.get(setting))
+        return app
+
+    @property
+    def app(self) -> Celery:
+        """The app this task belongs to (the current app for an unbound task class)."""
+        app = type(self)._app
+        return app if app is not None else _state.get_current_app()
+
+    def option(self, attribute: str, setting: str) -> Any:
+        """The task's ``attribute``, or the ``setting`` when it is None (read live)."""
+        value = getattr(self, attribute, None)
+        return self.app.conf.get(setting) if value is None else value
+
+    # --- requests -----------------------------------------------------------------------------
+
+    @property
+    def _requests(self) -> contextvars.ContextVar[tuple[Context, ...]]:
+        # A context variable (not a thread local): async bodies and the worker's threads each
+        # see their own stack.
+        var = self.__dict__.get("_request_var")
+        if var is None:
+            with _request_var_lock:  # two threads first using a task must share one stack
+                var = self.__dict__.get("_request_var")
+                if var is None:
+                    var = contextvars.ContextVar(f"akadze_compat.request.{self.name}",
+                                                 default=())
+                    self.__dict__["_request_var"] = var
+        return var
+
+    @property
+    def request(self) -> Context:
+        """The current call's request (a default one outside any call)."""
+        stack = self._requests.get()
+        if stack:
+            return stack[-1]
+        default = self.__dict__.get("_default_request")
+        if default is None:
+            default = self.__dict__["_default_request"] = Context()
+        return default
+
+    @property
+    def request_stack(self) -> tuple[Context, ...]:
+        """Every request pushed in this context, innermost last."""
+        return self._requests.get()
+
+    def push_request(self, *args: Any, **kwargs: Any) -> None:
+        """Push a request that inherits the current one's attributes."""
+        stack = self._requests.get()
+        values = dict(stack[-1].__dict__) if stack else {}
+        values.pop("_children", None)
+        values.update(*args, **kwargs)
+        self._requests.set((*stack, Context(values)))
+
+    def pop_request(self) -> None:
+        """Pop the innermost request."""
+        self._requests.set(self._requests.get()[:-1])
+
+    # --- calling ------------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the body inline, as a plain function call (``request.called_directly``)."""
+        self.push_request(args=args, kwargs=kwargs)
+        try:
+            return self.run(*args, **kwargs)
+        finally:
+            self.pop_request()
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """The body of the task."""
+        raise NotImplementedError("Tasks must define the run method.")
+
+    def check_arguments(self, args: Any = None, kwargs: Any = None) -> None:
+        """Raise TypeError if the arguments do not fit the body's signature (``typing``)."""
+        try:
+            signature = inspect.signature(self.run)
+        except (TypeError, ValueError):
+            return
+        signature.bind(*(args or ()), **(kwargs or {}))
+
+    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+        """``apply_async(args, kwargs)``: enqueue the task with these arguments."""
+        return self.apply_async(args, kwargs)
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
+                    producer: Any = None, link: Any = None, link_error: Any = None,
+                    shadow: str | None = None, **options: Any) -> AsyncResult:
+        """Enqueue the task; returns its ``AsyncResult`` (an ``EagerResult`` when eager).
+
+        Options: countdown, eta (datetime or ISO), expires (seconds, datetime or ISO), queue,
+        priority, ignore_result, headers, time_limit, soft_time_limit, connection (a psycopg
+        connection whose transaction the job joins); kombu options are accepted and ignored.
+        """
+        from . import publish
+
+        return publish.apply_async(self, args, kwargs, task_id=task_id, link=link,
+                                   link_error=link_error, shadow=shadow, **options)
+
+    def apply(self, args: Any = None, kwargs: Any = None, link: Any = None,
+              link_error: Any = None, task_id: str | None = None, retries: int | None = None,
+              throw: bool | None = None, logfile: str | None = None,
+              loglevel: int | None = None, headers: dict[str, Any] | None = None,
+              **options: Any) -> EagerResult:
+        """Run the task here and now, as a worker would; returns an ``EagerResult``.
+
+        ``throw`` (default ``task_eager_propagates``) re-raises the task's exception.
+        """
+        from . import eager
+
+        return eager.apply_eagerly(
+            self, args, kwargs, task_id=task_id, retries=retries or 0, throw=throw,
+            link=link, link_error=link_error, headers=headers, logfile=logfile,
+            loglevel=loglevel, options=options)
+
+    def delay_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult:
+        """Enqueue as part of Django's current transaction; returns the ``AsyncResult``."""
+        from . import publish
+
+        return publish.apply_on_commit(self, args, kwargs, {})
+
+    def apply_async_on_commit(self, args: Any = None, kwargs: Any = None,
+                              **options: Any) -> AsyncResult:
+        """``apply_async`` as part of Django's current transaction; returns the result."""
+        from . import publish
+
+        return publish.apply_on_commit(self, args, kwargs, options)
+
+    def shadow_name(self, args: Any, kwargs: Any, options: Any) -> str | None:
+        """Override to show another name for the task in logs."""
+        return None
+
+    def _get_exec_options(self) -> dict[str, Any]:
+        return {name: getattr(self, name, None) for name in EXEC_OPTIONS}
+
+    def AsyncResult(self, task_id: str, **kwargs: Any) -> AsyncResult:
+        """The result of the call with ``task_id``."""
+        return self.app.AsyncResult(task_id, task_name=self.name, **kwargs)
+
+    # --- inside the task ---------------------------------------------------------------------
+
+    def retry(self, args: Any = None, kwargs: Any = None, exc: BaseException | None = None,
+              throw: bool = True, eta: datetime | None = None, countdown: float | None = None,
+              max_retries: int | None = None, **options: Any) -> Retry:
+        """Run the task again later; raises ``Retry`` (returns it when ``throw`` is False).
+
+        Past ``max_retries`` the given ``exc`` (or ``MaxRetriesExceededError``) is raised
+        instead. Called outside a worker (a direct call), ``exc`` is simply raised.
+        """
+        request = self.request
+        retries = request.retries + 1
+        if max_retries is not None:
+            self.override_max_retries = max_retries
+        limit = self.max_retries if max_retries is None else max_retries
+        if request.called_directly:
+            raise_with_context(exc or Retry("Task can be retried", None))
+        if not eta and countdown is None:
+            countdown = self.retry_delay()
+        call_args, call_kwargs = retry_arguments(self, request, args, kwargs)
+        if limit is not None and retries > limit:
+            if exc:
+                raise_with_context(exc)
+            raise self.MaxRetriesExceededError(
+                f"Can't retry {self.name}[{request.id}] args:{call_args} kwargs:{call_kwargs}",
+                task_args=call_args, task_kwargs=call_kwargs)
+        changed = args is not None or kwargs is not None
+        call = RetryCall(call_args if changed else None, call_kwargs if changed else None,
+                         countdown, eta, options)
+        retry = Retry(exc=exc, when=eta or countdown, is_eager=request.is_eager, sig=call)
+        if throw:
+            raise retry
+        return retry
+
+    def retry_delay(self) -> float:
+        """``default_retry_delay``; a task that does not set it takes the
+        ``task_default_retry_delay`` setting when there is one (180 s otherwise)."""
+        for cls in type(self).__mro__:
+            if cls is Task:
+                break
+            if "default_retry_delay" in cls.__dict__:
+                return self.default_retry_delay
+        configured = self.app.conf.get("task_default_retry_delay")
+        return self.default_retry_delay if configured is None else configured
+
+    def update_state(self, task_id: str | None = None, state: str | None = None,
+                     meta: Any = None, **kwargs: Any) -> None:
+        """Record a custom state (e.g. ``"PROGRESS"``) and its metadata for the running task;
+        ``AsyncResult(id).state`` / ``.info`` read them while it runs."""
+        from . import entry
+
+        entry.update_state(self, task_id, state, meta)
+
+    # --- handlers (override in a base class) --------------------------------------------------
+
+    def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
+        """Called before the body runs."""
+
+    def on_success(self, retval: Any, task_id: str, args: Any, kwargs: Any) -> None:
+        """Called after the body returned ``retval``."""
+
+    def on_retry(self, exc: Any, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        """Called when the task is to be retried (``exc`` is the cause, if any)."""
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any,
+                   einfo: Any) -> None:
+        """Called when the task failed with ``exc``."""
+
+    def after_return(self, status: str, retval: Any, task_id: str, args: Any, kwargs: Any,
+                     einfo: Any) -> None:
+        """Called after the task succeeded or failed."""
+
+    def __repr__(self) -> str:
+        app = type(self)._app
+        return f"<@task: {self.name} of {app.main if app else None}>"
+
+    @property
+    def __name__(self) -> str:
+        return type(self).__name__  # type: ignore[return-value]  # the class's, not this
+
+
+BaseTask = Task
+
+
+def task_overrides(task: Task, attribute: str) -> bool:
+    """Whether ``task``'s class defines its own ``attribute`` (not Task's)."""
+    method: Callable[..., Any] | None = getattr(type(task), attribute, None)
+    return method is not getattr(Task, attribute)

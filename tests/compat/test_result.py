@@ -1,0 +1,106 @@
+"""Results without a database: job -> Celery state, result and rebuilt exception."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from akadze_compat import states
+from akadze_compat.backend import exception_from_entry, job_result, job_state
+from akadze_compat.exceptions import MaxRetriesExceededError, TaskRevokedError
+from akadze_compat.result import EagerResult
+from akadze_core import Job
+
+
+class PaymentDeclined(Exception):
+    pass
+
+
+class NeedsTwo(Exception):
+    def __init__(self, a: str, b: str) -> None:
+        super().__init__(a, b)
+
+
+def make_job(state: str, attempt: int = 1, **fields: Any) -> Job:
+    return Job(id=1, task="t", queue="celery", args={"args": [], "kwargs": {}}, state=state,
+               priority=0, scheduled_at=datetime.now(timezone.utc), attempt=attempt,
+               max_attempts=4, run_count=attempt, **fields)
+
+
+@pytest.mark.parametrize(("state", "attempt", "meta", "track", "expected"), [
+    ("queued", 0, {}, False, states.PENDING),
+    ("queued", 1, {}, False, states.RETRY),
+    ("running", 1, {}, False, states.PENDING),
+    ("running", 1, {}, True, states.STARTED),
+    ("running", 2, {}, False, states.RETRY),
+    ("running", 2, {}, True, states.STARTED),
+    ("running", 1, {"celery": {"state": "PROGRESS"}}, False, "PROGRESS"),
+    ("succeeded", 1, {}, False, states.SUCCESS),
+    ("failed", 3, {}, False, states.FAILURE),
+    ("cancelled", 0, {}, False, states.REVOKED),
+])
+def test_job_state(state: str, attempt: int, meta: dict[str, Any], track: bool,
+                   expected: str) -> None:
+    assert job_state(make_job(state, attempt, meta=meta), track) == expected
+
+
+def test_no_job_is_pending() -> None:
+    assert job_state(None) == states.PENDING
+    assert job_result(None, states.PENDING) is None
+
+
+def entry(type_name: str, module: str | None, message: str = "boom") -> dict[str, Any]:
+    return {"type": type_name, "module": module, "message": message, "traceback": "tb"}
+
+
+def test_exceptions_are_rebuilt_by_type_and_module() -> None:
+    rebuilt = exception_from_entry(entry("PaymentDeclined", __name__, "card"))
+    assert type(rebuilt) is PaymentDeclined and str(rebuilt) == "card"
+    assert type(exception_from_entry(entry("ValueError", "builtins"))) is ValueError
+    assert type(exception_from_entry(entry("MaxRetriesExceededError",
+                                           "akadze_compat.exceptions"))) \
+        is MaxRetriesExceededError
+
+
+def test_a_constructor_with_other_arguments_still_rebuilds() -> None:
+    rebuilt = exception_from_entry(entry("NeedsTwo", __name__, "x"))
+    assert type(rebuilt) is NeedsTwo and rebuilt.args == ("x",)
+
+
+def test_unknown_or_unsafe_types_become_a_stand_in() -> None:
+    for made in (exception_from_entry(entry("Gone", "no.such.module_here")),
+                 exception_from_entry(entry("Gone", "no.such.module_here"))):
+        assert type(made).__name__ == "Gone" and type(made).__module__ == "no.such.module_here"
+        assert isinstance(made, Exception)
+    # A name that is not an Exception subclass is never instantiated as such.
+    assert type(exception_from_entry(entry("path", "os"))).__name__ == "path"
+    assert type(exception_from_entry(entry("SystemExit", "builtins"))).__bases__ == (
+        Exception,)
+    assert isinstance(exception_from_entry(entry("X", "bad module name!")), Exception)
+
+
+def test_job_result() -> None:
+    done = make_job("succeeded", result={"when": {"__type__": "date",
+                                                  "__value__": "2024-01-02"}})
+    assert job_result(done, states.SUCCESS) == {"when": datetime(2024, 1, 2).date()}
+    failed = make_job("failed", errors=[entry("KeyError", "builtins")])
+    assert isinstance(job_result(failed, states.FAILURE), KeyError)
+    retry = make_job("queued", errors=[entry("Retry", "akadze_compat.exceptions")])
+    assert job_result(retry, states.RETRY) is None
+    assert isinstance(job_result(make_job("cancelled"), states.REVOKED), TaskRevokedError)
+    progress = make_job("running", meta={"celery": {"state": "PROGRESS",
+                                                    "result": {"done": 3}}})
+    assert job_result(progress, "PROGRESS") == {"done": 3}
+
+
+def test_eager_result() -> None:
+    ok = EagerResult("id", 3, states.SUCCESS, name="t")
+    assert (ok.get(), ok.state, ok.status, ok.ready(), ok.name) == (3, "SUCCESS", "SUCCESS",
+                                                                    True, "t")
+    failed = EagerResult("id", ValueError("v"), states.FAILURE, traceback="tb")
+    with pytest.raises(ValueError):
+        failed.get()
+    assert isinstance(failed.get(propagate=False), ValueError) and failed.traceback == "tb"
+    assert repr(ok) == "<EagerResult: id>"

@@ -1,0 +1,105 @@
+"""kombu JSON in and out: Celery's types round-trip, NaN and non-JSON serializers refused."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from datetime import date, datetime, time, timezone
+from decimal import Decimal
+
+import pytest
+from kombu.utils import json as kombu_json
+
+from akadze_compat.exceptions import ImproperlyConfigured
+from akadze_compat.serialization import (
+    check_accept_content,
+    check_serializer,
+    dumps,
+    loads,
+    revive,
+)
+
+VALUES = [
+    datetime(2024, 5, 17, 12, 30, 5, 123456, tzinfo=timezone.utc),
+    datetime(2024, 5, 17, 12, 30),
+    date(2024, 5, 17),
+    time(12, 30, 5),
+    uuid.UUID("12345678-1234-5678-1234-567812345678"),
+    Decimal("3.14159265358979323846"),
+    b"raw bytes",
+    b"\xff\x00\xfe",
+    {"nested": [1, "two", None, True, {"when": datetime(2020, 1, 1)}]},
+    "unicode ✓ text",
+]
+
+
+@pytest.mark.parametrize("value", VALUES, ids=repr)
+def test_round_trip_keeps_celery_types(value: object) -> None:
+    assert loads(dumps(value)) == value
+    assert type(loads(dumps(value))) is type(value)
+
+
+@pytest.mark.parametrize("value", VALUES, ids=repr)
+def test_same_encoding_as_kombu(value: object) -> None:
+    # What a Celery client sends decodes here and the other way round.
+    assert loads(kombu_json.dumps(value)) == value
+    assert kombu_json.loads(dumps(value)) == value
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, [1.0, math.nan]])
+def test_nan_and_infinity_are_refused(value: object) -> None:
+    with pytest.raises(ValueError):
+        dumps(value)
+
+
+@pytest.mark.parametrize("text", ["NaN", "[Infinity]", '{"a": -Infinity}'])
+def test_nan_is_refused_when_reading(text: str) -> None:
+    with pytest.raises(ValueError):
+        loads(text)
+
+
+def test_unknown_objects_are_refused() -> None:
+    with pytest.raises(TypeError):
+        dumps(object())
+    with pytest.raises(TypeError):
+        dumps({1, 2})
+
+
+def test_revive_applies_markers_to_decoded_values() -> None:
+    when = datetime(2024, 1, 2, tzinfo=timezone.utc)
+    plain = kombu_json.loads(dumps({"when": when}), object_hook=None)
+    assert plain == {"when": {"__type__": "datetime", "__value__": when.isoformat()}}
+    assert revive(plain) == {"when": when}
+    assert revive([plain, 1]) == [{"when": when}, 1]
+
+
+def test_loads_never_unpickles() -> None:
+    import pickle
+
+    blob = pickle.dumps({"a": 1})
+    with pytest.raises((ValueError, UnicodeDecodeError)):
+        loads(blob)
+
+
+@pytest.mark.parametrize("name", ["json", "JSON", "application/json", None])
+def test_json_is_accepted(name: str | None) -> None:
+    assert check_serializer(name) == "json"
+
+
+@pytest.mark.parametrize("name", ["pickle", "yaml", "msgpack", "application/x-python-serialize",
+                                  "custom"])
+def test_other_serializers_are_refused_clearly(name: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match="task_serializer='json'"):
+        check_serializer(name)
+
+
+def test_pickle_message_says_why() -> None:
+    with pytest.raises(ImproperlyConfigured, match="run any code"):
+        check_serializer("pickle")
+
+
+def test_accept_content() -> None:
+    assert check_accept_content(["json", "application/json"]) == ["json", "json"]
+    assert check_accept_content("json") == ["json"]
+    with pytest.raises(ImproperlyConfigured, match="accept_content"):
+        check_accept_content(["json", "pickle"])
