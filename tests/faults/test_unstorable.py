@@ -1,0 +1,109 @@
+"""Values Postgres cannot store, met by a real worker process (issue 5, scenarios 15 and 16).
+
+Seed 000: "Исход, который сохранить нельзя вообще (например, символ NUL в результате),
+завершает задание в failed без новых попыток." An error whose text cannot be stored is not
+such an outcome: its text is sanitized (U+FFFD) and the job retries as usual.
+
+Bad args at enqueue (NUL, lone surrogates, NaN, sets, bytes, oversized: error, zero rows) are
+tests/integration/test_enqueue.py::test_bad_args_raise_invalid_args_and_insert_nothing and
+test_args_over_the_size_limit_are_refused; a pickle blob, an array or a number written straight
+into the args column is tests/integration/test_maintenance.py::
+test_tampered_args_fail_with_args_decode_error_and_nothing_is_unpickled. Added here: args too
+deeply nested to decode, written by hand, under a worker process.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import psycopg
+import pytest
+
+from akadze_core import App
+from akadze_core.serialization import sanitize_text
+from tests.faults.conftest import SpawnWorker
+from tests.faults.fault_app import BAD_MESSAGE
+from tests.faults.support import error_types, rows_by_id, wait_until
+from tests.workers.support import runs
+
+pytestmark = pytest.mark.slow
+
+FAST = ("--heartbeat-interval", "0.2", "--heartbeat-ttl", "1.5", "--poll-interval", "0.1")
+UNSTORABLE_RESULTS = ("nul_result", "surrogate_result", "raw_result")
+
+
+def test_unstorable_results_fail_at_once_and_unstorable_errors_retry_sanitized(
+    app: App, database_url: str, runs_db: psycopg.Connection, spawn_worker: SpawnWorker
+) -> None:
+    unstorable = {name: app.tasks[name].enqueue() for name in UNSTORABLE_RESULTS}
+    fine = app.tasks["quick"].enqueue_many([{}] * 6)  # share the completer's batches
+    bad_error = app.tasks["bad_error"].enqueue()
+    bad_type = app.tasks["bad_error_type"].enqueue()
+    ids = [*unstorable.values(), *fine, bad_error, bad_type]
+    worker = spawn_worker(database_url, *FAST, "--slots", "4")
+
+    def settled() -> bool:
+        rows = rows_by_id(runs_db, ids)
+        return all(row["state"] in ("succeeded", "failed") for row in rows.values())
+
+    wait_until(settled, timeout=20, what="every job to succeed or fail")
+    rows = rows_by_id(runs_db, ids)
+
+    # A result that can never be stored: failed on the first attempt, no more runs.
+    for name, job_id in unstorable.items():
+        row = rows[job_id]
+        assert (row["state"], row["attempt"], row["max_attempts"], row["result"]) == \
+            ("failed", 1, 3, None), (name, row)
+        assert error_types(row) == ["UnstorableOutcome"], (name, row)
+        assert len(runs(runs_db, job_id)) == 1, name
+    # "{this is not json" passed the Python-side checks and was refused by Postgres: the
+    # completer wrote that batch row by row and replaced only this outcome with a failure.
+    assert "could not be stored" in rows[unstorable["raw_result"]]["errors"][0]["message"]
+    for job_id in fine:
+        assert (rows[job_id]["state"], rows[job_id]["result"]) == ("succeeded", "ok")
+
+    # An error message with a NUL and a lone surrogate: stored sanitized, normal retries.
+    row = rows[bad_error]
+    assert (row["state"], row["attempt"], row["result"]) == ("succeeded", 3, "recovered"), row
+    assert error_types(row) == ["ValueError", "ValueError"], row
+    for entry in row["errors"]:
+        assert entry["message"] == sanitize_text(BAD_MESSAGE) == \
+            "bad\ufffdbyte and a lone \ufffd surrogate"
+    assert len(runs(runs_db, bad_error)) == 3
+
+    # The same holds for an exception class whose module name cannot be stored.
+    row = rows[bad_type]
+    assert (row["state"], row["attempt"], row["result"]) == ("succeeded", 2, "recovered"), row
+    [entry] = row["errors"]
+    assert (entry["type"], entry["module"]) == ("Unstorable", "mod\ufffdule \ufffd"), entry
+    assert entry["message"] == "the type is the problem"
+
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit()[0] == 0, worker.log()
+
+
+def test_args_too_deeply_nested_to_decode_fail_with_a_decode_error(
+    app: App, database_url: str, runs_db: psycopg.Connection, spawn_worker: SpawnWorker
+) -> None:
+    """jsonb stores 3000 levels of nesting; Python's decoder gives up (RecursionError). The
+    job fails at once with ArgsDecodeError and the worker goes on."""
+    victim = app.tasks["quick"].enqueue()
+    deep = '{"x": ' + "[" * 3000 + "]" * 3000 + "}"
+    runs_db.execute("UPDATE akadze.jobs SET args = %s::jsonb WHERE id = %s", (deep, victim))
+    after = app.tasks["quick"].enqueue()
+    worker = spawn_worker(database_url, *FAST)
+
+    def status(job_id: int) -> tuple[str, int, list[str]]:
+        # Not SELECT *: the test's own json decoder would choke on these args too.
+        row = runs_db.execute("SELECT state, attempt, errors FROM akadze.jobs WHERE id = %s",
+                              (job_id,)).fetchone()
+        assert row is not None
+        return row[0], row[1], [entry["type"] for entry in row[2]]
+
+    wait_until(lambda: status(victim)[0] == "failed" and status(after)[0] == "succeeded",
+               what="both jobs to finish")
+    assert status(victim) == ("failed", 1, ["ArgsDecodeError"])
+    assert runs(runs_db, victim) == []  # the body never ran
+    assert "internal error" not in worker.log()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit()[0] == 0, worker.log()
