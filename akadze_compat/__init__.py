@@ -7,6 +7,17 @@ A Celery 5 project runs after replacing ``celery`` with ``akadze_compat`` in its
 from . import states
 from ._state import Proxy, current_app
 from .app import Celery, shared_task
+from .canvas import (
+    chain,
+    chord,
+    chunks,
+    group,
+    maybe_signature,
+    signature,
+    subtask,
+    xmap,
+    xstarmap,
+)
 from .execution import current_task as _current_task
 from .publish import transaction
 from .task import Task
@@ -15,5 +26,6 @@ from .utils import uuid
 #: The task being run here (by a worker or eagerly), or a proxy of None.
 current_task = Proxy(_current_task, "current_task")
 
-__all__ = ["Celery", "Task", "current_app", "current_task", "shared_task", "states",
-           "transaction", "uuid"]
+__all__ = ["Celery", "Task", "chain", "chord", "chunks", "current_app", "current_task", "group",
+           "maybe_signature", "shared_task", "signature", "states", "subtask", "transaction",
+           "uuid", "xmap", "xstarmap"]

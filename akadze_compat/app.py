@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
-import warnings
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
@@ -19,34 +17,20 @@ from zoneinfo import ZoneInfo
 
 from akadze_core import App as CoreApp
 
-from . import _state, routing, serialization, signals
-from .autoretry import add_autoretry_behaviour
+from . import _state, beat, routing, serialization, signals
+from .canvas import Signature, signature
 from .config import Settings, database_url, import_object, load_source, retention
 from .control import Control
 from .entry import core_timeout, make_entry
-from .exceptions import DuplicateTaskNameWarning, ImproperlyConfigured
+from .exceptions import ImproperlyConfigured
 from .loaders import Loader, django_app_names
-from .registry import TaskRegistry
+from .registry import TaskRegistry, gen_task_name, register_task, shared_task, task_from_fun
 from .result import AsyncResult
 from .task import Task as _Task
 
 __all__ = ["Celery", "database_url", "gen_task_name", "shared_task"]
 
 logger = logging.getLogger("akadze_compat.app")
-
-def gen_task_name(app: Celery, name: str, module_name: str | None) -> str:
-    """Celery's default task name: ``module.name``; ``main.name`` for ``__main__``."""
-    module_name = module_name or "__main__"
-    module = sys.modules.get(module_name)
-    if module is not None:
-        module_name = module.__name__
-        main_file = os.environ.get("MP_MAIN_FILE")
-        if main_file and getattr(module, "__file__", None) == main_file:
-            module_name = "__main__"
-    if module_name == "__main__" and app.main:
-        return f"{app.main}.{name}"
-    return ".".join(part for part in (module_name, name) if part)
-
 
 class Celery:
     """A Celery application (``Celery(main=None, broker=None, ..., **config)``)."""
@@ -78,6 +62,10 @@ class Celery:
         self._pending_defaults: list[Callable[[], Any]] = []
         self._pending_autodiscovery: list[tuple[Any, str | None]] = []
         self._router_cache: tuple[Any, routing.Router] | None = None
+        #: add_periodic_task calls made before the configuration was loaded.
+        self._pending_periodic_tasks: list[tuple[str, dict[str, Any], str | None]] = []
+        #: beat_schedule entries declared on the core app, by name (see beat.py).
+        self._declared_schedules: dict[str, str] = {}
         preconf = dict(changes or {})
         for key, value in (("broker_url", broker), ("result_backend", backend),
                            ("include", include), *kwargs.items()):
@@ -141,6 +129,7 @@ class Celery:
         self.configured = True
         while self._pending_defaults:
             self._conf.add_defaults(self._pending_defaults.pop(0)())
+        beat.add_pending_periodic_tasks(self)
         self.on_after_configure.send(sender=self, source=self._conf)
 
     def config_from_object(self, obj: Any, silent: bool = False, force: bool = False,
@@ -242,10 +231,25 @@ class Celery:
                   timeout=core_timeout(task))(make_entry(self, str(task.name)))
 
     def prepare_worker(self) -> CoreApp:
-        """Import the task modules, finalize, and return the core app a Worker runs."""
+        """Import the task modules, finalize, declare the periodic tasks (``beat_schedule``)
+        on the core app, and return it for a Worker to run. Safe to call again."""
         self.loader.import_default_modules()
         self.finalize()
-        return self.core
+        core = self.core
+        beat.register_periodic_tasks(self, core)
+        return core
+
+    def add_periodic_task(self, schedule: Any, sig: Any, args: Any = (), kwargs: Any = (),
+                          name: str | None = None, **opts: Any) -> str:
+        """Run ``sig`` (a signature or a task) on ``schedule`` (seconds, timedelta,
+        ``schedule``, ``crontab``): an entry in ``beat_schedule`` under ``name``, else the
+        signature's repr. Returns the entry's key. Every worker schedules it (no beat)."""
+        return beat.add_periodic_task(self, schedule, sig, args, kwargs, name, **opts)
+
+    def signature(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature bound to this app (``app.signature("proj.add", (2, 2))``)."""
+        kwargs["app"] = self
+        return signature(*args, **kwargs)
 
     def router(self) -> routing.Router:
         """The task router for the current settings."""
@@ -302,48 +306,12 @@ class Celery:
                             "given)")
         return create
 
-    def _task_from_fun(self, fun: Callable[..., Any], name: str | None = None,
-                       base: type[_Task] | None = None, bind: bool = False,
-                       **options: Any) -> _Task:
-        if not self.finalized and not self.autofinalize:
-            raise RuntimeError("Contract breach: app not finalized")
-        name = name or self.gen_task_name(fun.__name__, fun.__module__)
-        existing = self._tasks.get(name)
-        if existing is not None:
-            if getattr(existing, "_decorated_fun", fun) is not fun:
-                warnings.warn(DuplicateTaskNameWarning(
-                    f"task {name!r} is already registered with another function; "
-                    "the first one is kept"), stacklevel=3)
-            return existing
-        base = base or self.Task
-        attributes = {
-            "_app": self, "name": name, "run": fun if bind else staticmethod(fun),
-            "_decorated": True, "_decorated_fun": staticmethod(fun), "__doc__": fun.__doc__,
-            "__module__": fun.__module__, "__wrapped__": fun, **options,
-        }
-        task = type(fun.__name__, (base,), attributes)()
-        task.__qualname__ = getattr(fun, "__qualname__", fun.__name__)
-        self._tasks[name] = task
-        if self.finalized:
-            type(task).bind(self)
-        add_autoretry_behaviour(task, **options)
-        self._register_core(task)
-        return task
+    def _task_from_fun(self, fun: Callable[..., Any], **options: Any) -> _Task:
+        return task_from_fun(self, fun, **options)
 
     def register_task(self, task: _Task | type[_Task], **options: Any) -> _Task:
         """Register a class-based task (an instance or the class)."""
-        instance = task() if isinstance(task, type) else task
-        if not instance.name:
-            cls = type(instance)
-            class_name: str = type.__getattribute__(cls, "__name__")  # not Task.__name__
-            instance.name = self.gen_task_name(class_name, cls.__module__)
-        type(instance)._app = self
-        add_autoretry_behaviour(instance, **options)
-        self._tasks[str(instance.name)] = instance
-        if self.finalized:
-            type(instance).bind(self)
-        self._register_core(instance)
-        return instance
+        return register_task(self, task, **options)
 
     def gen_task_name(self, name: str, module: str | None) -> str:
         """The default name of a task made from ``module.name``."""
@@ -428,27 +396,3 @@ class Celery:
         from .execution import current_worker_task
 
         return current_worker_task()
-
-
-def shared_task(*args: Any, **options: Any) -> Any:
-    """A task for every app (``@shared_task``): used through the current app.
-
-    Returns a proxy to the current app's copy of the task, as Celery does.
-    """
-
-    def create(fun: Callable[..., Any]) -> Any:
-        if isinstance(fun, _state.Proxy):
-            raise TypeError("@shared_task was applied more than once to the same function. "
-                            "Remove the extra @shared_task decorator.")
-        name = options.get("name")
-        _state.connect_on_app_finalize(lambda app: app._task_from_fun(fun, **options))
-
-        def current_copy() -> _Task:
-            app = _state.get_current_app()
-            return app.tasks[name or app.gen_task_name(fun.__name__, fun.__module__)]
-
-        return _state.Proxy(current_copy, name or fun.__name__)
-
-    if len(args) == 1 and callable(args[0]):
-        return create(args[0])
-    return create

@@ -8,8 +8,10 @@ job, runs the call through the tracer, and reports the outcome the core's way:
 Celery outcome                     akadze_core outcome
 =================================  ==========================================================
 returned a value                   the value is the job's result (None with ignore_result)
-``Retry`` (``self.retry``,         ``akadze_core.Retry(countdown)`` raised from the cause,
-``autoretry_for``)                 so the job's error entry describes the real exception
+``Retry`` (``self.retry``,         ``akadze_core.Retry(countdown, max_attempts=M + 1)``
+``autoretry_for``)                 raised from the cause, so the job's error entry describes
+                                   the real exception; ``M`` is the retry's max_retries
+                                   (the call's, else the task's; None: forever)
 any other exception                ``akadze_core.Fail`` raised from it: FAILURE at once
                                    (Celery never retries on its own)
 ``Ignore``                         success without a result
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from akadze_core import Fail, Snooze, current
+from akadze_core import Cancel, Fail, Snooze, current
 from akadze_core import Retry as CoreRetry
 
 from . import signals, states
@@ -112,7 +114,8 @@ def build_request(task: Task, job: Job, meta: dict[str, Any], args: list[Any],
     request = Context(
         custom_headers, id=task_id, task=job.task, args=args, kwargs=kwargs,
         retries=max(0, job.attempt - 1), is_eager=False, called_directly=False,
-        hostname=worker_hostname, eta=meta.get("eta"), expires=meta.get("expires"),
+        hostname=worker_hostname, eta=meta.get("eta"),
+        expires=meta.get("expires") or (job.expires_at.isoformat() if job.expires_at else None),
         delivery_info={"exchange": meta.get("exchange") or "",
                        "routing_key": meta.get("routing_key") or job.queue,
                        "queue": job.queue, "priority": job.priority,
@@ -157,33 +160,67 @@ def _stale_state_patch(run: _Run) -> dict[str, Any] | None:
     return {"celery": run.meta}
 
 
-def _needs_history(run: _Run) -> bool:
+def _history_matters(run: _Run) -> bool:
     """Whether the previous attempt may have ended outside the facade in a way Celery treats
     differently from the core: on the core's timeout (the backstop of the hard limit), or by
-    a lost worker under an unbounded attempt budget. Then the job's errors must be read (a
-    claim does not return them); first attempts never pay for that."""
+    a lost worker under an unbounded attempt budget (the job was sent by a process that does
+    not know the task, so the core does not bound its reruns)."""
     job = run.context.job
     if job.attempt <= 1:
         return False
     return TimeLimitExceeded in run.limits.values() or job.max_attempts >= FOREVER
 
 
-def _ended_outside(run: _Run, job: Job | None) -> BaseException | None:
+def _needs_lost_count(run: _Run) -> bool:
+    """Whether ``_ended_outside`` needs the number of lost runs, which takes reading the
+    job's whole history (one query): only on the run right after a lost worker."""
+    return (_history_matters(run) and run.task.max_retries is not None
+            and (run.context.last_error or {}).get("type") == "WorkerLost")
+
+
+def _ended_outside(run: _Run, lost: int) -> BaseException | None:
     """The Celery exception that ends this job now, judged from its earlier attempts: the
     previous attempt hit the core's timeout (``TimeLimitExceeded``, as Celery's hard limit),
-    or workers were lost more often than ``max_retries`` allows (``WorkerLostError``)."""
-    if job is None or not job.errors:
+    or workers were lost (``lost`` runs) more often than ``max_retries`` allows
+    (``WorkerLostError``).
+
+    The claim hands over the newest error entry (``current().last_error``): all the timeout
+    check needs, so first attempts and ordinary retries cost no query.
+    """
+    last = run.context.last_error
+    if not _history_matters(run) or last is None:
         return None
-    last = job.errors[-1]
-    if last.get("type") == "JobTimeout" and last.get("attempt") in (None, job.attempt - 1):
+    if last.get("type") == "JobTimeout" and last.get("attempt") in (None,
+                                                                    run.context.attempt - 1):
         hard = run.request.time_limit or run.task.option("time_limit", "task_time_limit")
         return TimeLimitExceeded(hard)
-    lost = sum(1 for entry in job.errors if entry.get("type") == "WorkerLost")
     limit = run.task.max_retries
     if last.get("type") == "WorkerLost" and limit is not None and lost > limit:
         return WorkerLostError(f"Worker exited prematurely {lost} times while running the "
                                f"task (max_retries is {limit})")
     return None
+
+
+def _check_deadline(run: _Run) -> None:
+    """End the run unstarted (REVOKED) if it is past an ``expires`` deadline kept only in
+    its meta: a periodic task's ``options={"expires": datetime}`` holds for every run, so
+    it cannot be the job's ``expires_at``, which the claim would have checked."""
+    text = run.meta.get("expires")
+    if run.context.job.expires_at is not None or not text:
+        return
+    try:
+        deadline = text if isinstance(text, datetime) else datetime.fromisoformat(str(text))
+    except ValueError:
+        return
+    if deadline.tzinfo is None:
+        deadline = deadline.replace(tzinfo=timezone.utc)
+    if deadline <= datetime.now(timezone.utc):
+        raise Cancel(f"expired at {deadline.isoformat()}")
+
+
+def _lost_runs(job: Job | None) -> int:
+    """How many runs of ``job`` were lost with their worker."""
+    return sum(1 for entry in (job.errors if job else ()) if entry.get("type") == "WorkerLost")
 
 
 def _fail_now(run: _Run, exc: BaseException) -> None:
@@ -211,6 +248,19 @@ def _revoked(job: Job | None) -> bool | None:
     return False if job.cancel_requested else None
 
 
+def _revoked_locally(run: _Run) -> bool | None:
+    """``_revoked`` from the row the claim returned, without a query.
+
+    The claim says whether the job was revoked when it was claimed (normally not: such a
+    claim cancels the job instead of running it) and when it expires, so an expiry is
+    known here. A revoke made while the body ran is not: the callers then read the job
+    once. ``trace`` asks only after an exception (where the outcome depends on it: REVOKED
+    and ``task_revoked`` instead of the failure or retry handlers), so runs that return
+    never pay for that query.
+    """
+    return _revoked(run.context.job)
+
+
 def _retry_countdown(run: _Run, when: Any) -> float:
     if when is None:
         return float(run.task.retry_delay() or 0)
@@ -231,6 +281,23 @@ def _retry_patch(run: _Run, result: TraceResult) -> dict[str, Any] | None:
     return {"celery": run.meta}
 
 
+def _retry_budget(exc: BaseException) -> int | None:
+    """The attempt budget a ``self.retry()`` call needs: Celery's limit ``max_retries=M``
+    (the call's, else the task's) is ``M + 1`` core attempts, None is forever.
+
+    The job was sent with the task's ``max_retries``; ``retry(max_retries=M)`` (or
+    ``retry_kwargs={"max_retries": M}``) may allow more, and ``self.retry`` already refused
+    a retry past ``M``, so the core raises the budget (never lowers it) and retries. None
+    for a ``Retry`` raised by hand: the job's budget stands.
+    """
+    from .task import RetryCall
+
+    sig = getattr(exc, "sig", None)
+    if not isinstance(sig, RetryCall):
+        return None
+    return FOREVER if sig.max_retries is None else min(FOREVER, int(sig.max_retries) + 1)
+
+
 def _outcome(run: _Run, result: TraceResult) -> Any:
     """Return the job's result, or raise what tells the core how the run ended."""
     if result.state == states.SUCCESS:
@@ -246,16 +313,17 @@ def _outcome(run: _Run, result: TraceResult) -> Any:
     if result.state == states.RETRY:
         countdown = _retry_countdown(run, getattr(exc, "when", None))
         context = run.context
-        if context.attempt >= context.max_attempts:
-            # retry(max_retries=M) above the max_retries the job was sent with: the core has
-            # no attempt left to give (see the migration guide).
+        budget = _retry_budget(exc)
+        if context.attempt >= max(context.max_attempts, budget or 0):
+            # A Retry raised by hand (not through self.retry, which checks max_retries
+            # itself) with no attempt left: fail as self.retry would have.
             error = MaxRetriesExceededError(
-                f"Can't retry {run.task.name}[{run.request.id}]: the job was sent with "
-                f"max_retries={context.max_attempts - 1}, which retry(max_retries=...) cannot "
-                "raise", task_args=run.args, task_kwargs=run.kwargs)
+                f"Can't retry {run.task.name}[{run.request.id}] args:{run.args} "
+                f"kwargs:{run.kwargs}", task_args=run.args, task_kwargs=run.kwargs)
             raise Fail(str(error)) from error
         cause = getattr(exc, "exc", None)
-        raise CoreRetry(countdown) from (cause if isinstance(cause, BaseException) else exc)
+        raise CoreRetry(countdown, max_attempts=budget) \
+            from (cause if isinstance(cause, BaseException) else exc)
     raise Fail(f"{type(exc).__name__}: {exc}") from exc
 
 
@@ -266,17 +334,22 @@ def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[s
     patch = _stale_state_patch(run)
     if patch is not None:
         context.update_meta_sync(patch)
-    if _needs_history(run):
-        ended = _ended_outside(run, app.core.get_job(context.id))
-        if ended is not None:
-            _fail_now(run, ended)
+    lost = _lost_runs(app.core.get_job(context.id)) if _needs_lost_count(run) else 0
+    ended = _ended_outside(run, lost)
+    if ended is not None:
+        _fail_now(run, ended)
+    _check_deadline(run)
 
     def body() -> Any:
         with ThreadLimits(run.limits):
             return call_body(run.task, run.args, run.kwargs)
 
+    def revoked() -> bool | None:
+        local = _revoked_locally(run)
+        return local if local is not None else _revoked(app.core.get_job(context.id))
+
     result = trace(run.task, run.request, run.args, run.kwargs, body, eager=False,
-                   revoked=lambda: _revoked(app.core.get_job(context.id)))
+                   revoked=revoked)
     patch = _retry_patch(run, result)
     if patch is not None:
         context.update_meta_sync(patch)
@@ -290,10 +363,12 @@ async def _run_async(app: Celery, name: str, args: Any, kwargs: Any,
     patch = _stale_state_patch(run)
     if patch is not None:
         await context.update_meta(patch)
-    if _needs_history(run):
-        ended = _ended_outside(run, await app.core.get_job_async(context.id))
-        if ended is not None:
-            _fail_now(run, ended)
+    lost = _lost_runs(await app.core.get_job_async(context.id)) if _needs_lost_count(run) \
+        else 0
+    ended = _ended_outside(run, lost)
+    if ended is not None:
+        _fail_now(run, ended)
+    _check_deadline(run)
 
     async def body() -> Any:
         called = call_body(run.task, run.args, run.kwargs)
@@ -302,7 +377,8 @@ async def _run_async(app: Celery, name: str, args: Any, kwargs: Any,
         return await AsyncLimits(run.limits).run(called)
 
     async def revoked() -> bool | None:
-        return _revoked(await app.core.get_job_async(context.id))
+        local = _revoked_locally(run)
+        return local if local is not None else _revoked(await app.core.get_job_async(context.id))
 
     result = await trace_async(run.task, run.request, run.args, run.kwargs, body,
                                revoked=revoked)

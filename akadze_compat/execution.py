@@ -238,7 +238,10 @@ async def trace_async(task: Task, request: Context, args: Any, kwargs: Any,
             task.before_start(str(request.id), args, kwargs)
             retval = await body()
         except Exception as exc:
-            expired = await revoked() if revoked is not None else None
+            # Only the exceptions _on_exception asks about need the (awaited) answer:
+            # Reject and Ignore end as they are, whatever a revoke says.
+            asks = not isinstance(exc, (Reject, Ignore))
+            expired = await revoked() if revoked is not None and asks else None
             tracing.result = _on_exception(task, request, args, kwargs, exc, eager=False,
                                            propagate=False, revoked=lambda: expired)
         else:

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from .result import AsyncResult
     from .task import Task
 
-__all__ = ["apply_async", "apply_on_commit", "current_session", "send_task", "transaction"]
+__all__ = ["apply_async", "apply_on_commit", "current_session", "max_attempts_for",
+           "message_meta", "send_task", "transaction"]
 
 logger = logging.getLogger("akadze_compat.publish")
 
@@ -242,18 +243,11 @@ def send_task(app: Celery, name: str, args: Any = None, kwargs: Any = None, *,
         sender=name, body=body, exchange="", routing_key=routed["queue"], declare=[],
         headers=message_headers, properties={"correlation_id": task_id, "reply_to": ""},
         retry_policy=None)
-    custom = {key: value for key, value in message_headers.items() if key not in STANDARD_HEADERS}
-    celery_meta = {
-        "headers": _json_or_none(custom, "headers") or {}, "root_id": root_id,
-        "parent_id": parent_id, "eta": eta_text,
-        "expires": expires_at.isoformat() if expires_at else None,
-        "ignore_result": ignore_result, "time_limit": time_limit,
-        "soft_time_limit": soft_time_limit, "shadow": shadow,
-        "link": _json_or_none(link, "link"), "link_error": _json_or_none(link_error, "link_error"),
-        "routing_key": routed.get("routing_key"), "exchange": _name(routed.get("exchange")),
-        "priority": routed.get("priority"),
-    }
-    meta: dict[str, Any] = {"celery": celery_meta}
+    meta: dict[str, Any] = {"celery": message_meta(
+        routed, headers=message_headers, root_id=root_id, parent_id=parent_id, eta=eta_text,
+        expires=expires_at.isoformat() if expires_at else None, ignore_result=ignore_result,
+        time_limit=time_limit, soft_time_limit=soft_time_limit, shadow=shadow, link=link,
+        link_error=link_error)}
     if task_id is not None:
         meta["task_id"] = str(task_id)
     core = app.core
@@ -279,6 +273,39 @@ def send_task(app: Celery, name: str, args: Any = None, kwargs: Any = None, *,
         ignore_result = task_type.option("ignore_result", "task_ignore_result")
     result.ignored = bool(ignore_result)
     return result
+
+
+def message_meta(routed: Mapping[str, Any], *, headers: Mapping[str, Any] | None,
+                 root_id: str | None = None, parent_id: str | None = None,
+                 eta: str | None = None, expires: str | None = None,
+                 ignore_result: bool | None = None, time_limit: float | None = None,
+                 soft_time_limit: float | None = None, shadow: str | None = None,
+                 link: Any = None, link_error: Any = None) -> dict[str, Any]:
+    """The job's ``meta["celery"]``: what ``entry.build_request`` rebuilds ``self.request``
+    from. ``routed`` is the router's answer; of ``headers`` only the custom ones are kept
+    (Celery's own are rebuilt from the job). Shared by ``send_task`` and periodic tasks, so
+    both kinds of job run the same way."""
+    custom = {key: value for key, value in (headers or {}).items()
+              if key not in STANDARD_HEADERS}
+    return {
+        "headers": _json_or_none(custom, "headers") or {}, "root_id": root_id,
+        "parent_id": parent_id, "eta": eta, "expires": expires,
+        "ignore_result": ignore_result, "time_limit": time_limit,
+        "soft_time_limit": soft_time_limit, "shadow": shadow,
+        "link": _json_or_none(_listed(link), "link"),
+        "link_error": _json_or_none(_listed(link_error), "link_error"),
+        "routing_key": routed.get("routing_key"), "exchange": _name(routed.get("exchange")),
+        "priority": routed.get("priority"),
+    }
+
+
+def _listed(value: Any) -> Any:
+    # Celery keeps callbacks as a list (request.callbacks), one signature or several.
+    if value is None or isinstance(value, list):
+        return value
+    if isinstance(value, tuple):
+        return list(value)
+    return [value]
 
 
 def _name(value: Any) -> Any:

@@ -4,19 +4,8 @@ What users write in ``beat_schedule`` and ``add_periodic_task`` works unchanged:
 ``crontab(...)``, ``crontab.from_string('m h dom mon dow')``, ``schedule(run_every=...)``,
 plain seconds and timedeltas. Each becomes a *trigger* for ``akadze_core``'s
 ``App.add_schedule`` (``latest(at)``, ``next(after)``, ``spec``), evaluated by every worker,
-so there is no beat process. :func:`entry_to_schedule` normalizes one beat entry.
-
-How crontab ticks follow Celery beat, in the app's zone (``timezone``/``enable_utc``):
-
-- A tick is a wall-clock minute where all five fields match: day of month AND day of week
-  (Celery ANDs them; Vixie cron ORs them).
-- A repeated wall time (clocks set back) fires once, on its first occurrence.
-- Wall times skipped by a forward jump: the first skipped tick fires late, at the same
-  wall time plus the jump (``02:30`` becomes ``03:30``), and the ticks after it up to that
-  instant are skipped. This is the sequence Celery beat produces while it runs. Asked from
-  inside a repeated hour's second pass, Celery's ``remaining_estimate`` names a time already
-  past (beat would run again), and asked between a jump and its late tick it forgets that
-  tick; the triggers keep to the running sequence there.
+so there is no beat process (``akadze_compat.beat`` registers the entries). How a crontab
+ticks across clock changes, as Celery beat does, is in ``akadze_compat._triggers``.
 
 Deliberate differences from Celery (also in the migration guide):
 
@@ -28,50 +17,40 @@ Deliberate differences from Celery (also in the migration guide):
 - ``is_due()`` and ``remaining_estimate()`` raise ``NotImplementedError``: workers compute
   ticks with the triggers; nothing polls a schedule.
 - crontab fields given as iterables must hold integers (Celery accepts ``[1.5]`` and then
-  fails when beat runs it); ``solar`` raises ``NotImplementedError``.
+  fails when beat runs it); a ``solar`` schedule is built (and checked) as in Celery, but
+  cannot run: its ``trigger()`` raises ``NotImplementedError``, so a worker refuses to start
+  with one in its beat schedule.
 """
 
 from __future__ import annotations
 
 import numbers
-import os
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta, tzinfo
 from datetime import timezone as dt_timezone
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import CroniterBadDateError, croniter
 
 from akadze_core import Every, Trigger
 
+from ._triggers import CrontabTrigger
+
 __all__ = [
     "BaseSchedule",
-    "CrontabTrigger",
     "ParseException",
-    "PeriodicEntry",
     "crontab",
     "crontab_parser",
-    "entry_to_schedule",
     "maybe_schedule",
     "schedule",
-    "schedule_timezone",
     "solar",
-    "to_trigger",
 ]
 
 Cronspec = int | str | Iterable[int]
 
 _UTC = dt_timezone.utc
-_SECOND = timedelta(seconds=1)
 _MINUTE = timedelta(minutes=1)
 _HOUR = timedelta(hours=1)
 _DAY = timedelta(days=1)
-#: How far back to look for a forward clock jump whose skipped tick may still fire late: as
-#: long as the longest jump (an hour in practice; a day when Samoa skipped 30 December 2011).
-_JUMP_WINDOW = timedelta(hours=25)
 
 _MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun",
                 "jul", "aug", "sep", "oct", "nov", "dec")
@@ -332,12 +311,46 @@ class crontab(BaseSchedule):
 
 
 class solar(BaseSchedule):
-    """Celery's sunrise/sunset schedules: not supported, construction raises."""
+    """Celery's sunrise/sunset schedule: checked as Celery checks it, but it cannot run here.
+
+    ``event`` is one of Celery's solar events, ``lat`` in [-90, 90], ``lon`` in [-180, 180]
+    (ValueError otherwise). ``trigger()`` raises ``NotImplementedError``: a worker whose beat
+    schedule holds one refuses to start, naming the entry.
+    """
+
+    EVENTS = frozenset({
+        "dawn_astronomical", "dawn_nautical", "dawn_civil", "sunrise", "solar_noon",
+        "sunset", "dusk_civil", "dusk_nautical", "dusk_astronomical",
+    })
 
     def __init__(self, event: str, lat: float, lon: float, **kwargs: Any) -> None:
+        self.event = event
+        self.lat = lat
+        self.lon = lon
+        super().__init__(**kwargs)
+        if event not in self.EVENTS:
+            raise ValueError(f"Argument event \"{event}\" is invalid, must be one of "
+                             f"{', '.join(sorted(self.EVENTS))}")
+        if lat < -90 or lat > 90:
+            raise ValueError(f"Argument latitude {lat} is invalid, must be between -90 and 90.")
+        if lon < -180 or lon > 180:
+            raise ValueError(
+                f"Argument longitude {lon} is invalid, must be between -180 and 180.")
+
+    def trigger(self, timezone: str | tzinfo = "UTC") -> Trigger:
+        """Not available: solar schedules need an ephemeris, which akadze_compat lacks."""
         raise NotImplementedError(
-            f"solar schedules (celery.schedules.solar, here {event!r} at {lat}, {lon}) are "
-            "not supported by akadze_compat; use a crontab in the app's timezone instead")
+            f"solar schedules (celery.schedules.solar, here {self.event!r} at {self.lat}, "
+            f"{self.lon}) are not supported by akadze_compat; use a crontab in the app's "
+            "timezone instead")
+
+    def __repr__(self) -> str:
+        return f"<solar: {self.event} at latitude {self.lat}, longitude {self.lon}>"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, solar):
+            return (other.event, other.lat, other.lon) == (self.event, self.lat, self.lon)
+        return NotImplemented
 
 
 def maybe_schedule(s: Any, relative: bool = False, app: Any = None) -> Any:
@@ -375,125 +388,6 @@ def _field_text(values: set[int], low: int, high: int) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-# --- triggers -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Jump:
-    """A forward clock jump, and the crontab tick it skipped first (fired late), if any."""
-
-    at: datetime  # the instant of the jump
-    start: datetime  # wall times in [start, end) do not exist (naive)
-    end: datetime
-    first_skipped: datetime | None  # naive wall time
-    late: datetime | None  # the instant first_skipped fires: the jump's length late
-
-
-class CrontabTrigger:
-    """The ticks of a Celery crontab in one zone, with Celery beat's rules for clock changes.
-
-    ``expression`` is five numeric cron fields (Sunday = 0) matched with day of month AND
-    day of week. croniter walks the wall clock; this class maps wall times to instants.
-    """
-
-    def __init__(self, expression: str, timezone: str | tzinfo = "UTC") -> None:
-        croniter(expression)  # raises on a malformed expression, now rather than in a worker
-        self.expression = expression
-        self.zone = _zone(timezone)
-        self.spec = f"celery-crontab {expression} tz={getattr(self.zone, 'key', None) or self.zone}"
-        self._jumps: dict[datetime, _Jump] = {}  # found once: about two a year
-
-    def next(self, after: datetime) -> datetime:
-        """The first tick strictly after ``after``."""
-        after = _aware(after)
-        start = after.astimezone(self.zone).replace(tzinfo=None, fold=0)
-        jump = self._jump_before(after)
-        if jump is not None and jump.late is not None and after < jump.late:
-            start = min(start, jump.start - _SECOND)  # the late tick is still ahead of us
-        walls = croniter(self.expression, start, day_or=False)
-        while True:
-            instant = self._instant(walls.get_next(datetime))
-            if instant is not None and instant > after:
-                return instant
-
-    def latest(self, at: datetime) -> datetime | None:
-        """The most recent tick at or before ``at``, None when there is none in 50 years."""
-        at = _aware(at)
-        local = at.astimezone(self.zone)
-        wall = local.replace(tzinfo=None, fold=0)
-        if local.fold:
-            # In the second pass of a repeated hour the whole first pass is already behind.
-            wall += local.replace(fold=0).utcoffset() - local.utcoffset()  # type: ignore[operator]
-        walls = croniter(self.expression, wall.replace(second=0, microsecond=0) + _MINUTE,
-                         day_or=False)
-        try:
-            while True:
-                instant = self._instant(walls.get_prev(datetime))
-                if instant is not None and instant <= at:
-                    return instant
-        except CroniterBadDateError:
-            return None
-
-    def _instant(self, wall: datetime) -> datetime | None:
-        """When the wall-clock tick ``wall`` fires, or None when Celery beat skips it."""
-        # fold=0: a repeated time means its first occurrence; a skipped time is read with the
-        # offset before the jump, which lands it the jump's length later, as in Celery.
-        instant = wall.replace(tzinfo=self.zone).astimezone(_UTC)
-        jump = self._jump_before(instant)
-        if jump is None or jump.late is None:
-            return instant
-        if wall < jump.end:  # skipped: only the first skipped tick fires
-            return instant if wall == jump.first_skipped else None
-        # Beat goes on from the late tick, so the ticks up to it do not run.
-        return instant if instant > jump.late else None
-
-    def _jump_before(self, instant: datetime) -> _Jump | None:
-        """The forward clock jump in the window before ``instant``, if there is one."""
-        before = instant - _JUMP_WINDOW
-        offset_before = before.astimezone(self.zone).utcoffset()
-        offset_after = instant.astimezone(self.zone).utcoffset()
-        if offset_before is None or offset_after is None or offset_before >= offset_after:
-            return None
-        for jump in self._jumps.values():
-            if before < jump.at <= instant:
-                return jump
-        low, high = 0, int(_JUMP_WINDOW.total_seconds())  # bisect to the second of the jump
-        while high - low > 1:
-            middle = (low + high) // 2
-            moment = before + timedelta(seconds=middle)
-            if moment.astimezone(self.zone).utcoffset() == offset_after:
-                high = middle
-            else:
-                low = middle
-        jumped_at = before + timedelta(seconds=high)
-        start = (jumped_at + offset_before).replace(tzinfo=None)
-        end = (jumped_at + offset_after).replace(tzinfo=None)
-        first = croniter(self.expression, start - _SECOND, day_or=False).get_next(datetime)
-        skipped = first < end
-        jump = _Jump(at=jumped_at, start=start, end=end,
-                     first_skipped=first if skipped else None,
-                     late=first.replace(tzinfo=self.zone).astimezone(_UTC) if skipped else None)
-        self._jumps[jumped_at] = jump
-        return jump
-
-    def __repr__(self) -> str:
-        return f"<CrontabTrigger {self.spec}>"
-
-
-def _zone(timezone: str | tzinfo) -> tzinfo:
-    if not isinstance(timezone, str):
-        return timezone
-    try:
-        return ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {timezone!r}") from None
-
-
-def _aware(moment: datetime) -> datetime:
-    # A naive datetime is UTC, as everywhere in akadze.
-    return moment.replace(tzinfo=_UTC) if moment.tzinfo is None else moment
-
-
 def _clock_aligned(interval: timedelta, timezone: str | tzinfo) -> Trigger:
     """Celery's ``relative=True``: the interval rounded down to its unit, on the zone's clock."""
     for unit, span, field_name in ((_DAY, _DAY, "day"), (_HOUR, _DAY, "hour"),
@@ -509,132 +403,3 @@ def _clock_aligned(interval: timedelta, timezone: str | tzinfo) -> Trigger:
                 return crontab(minute=0, hour=range(0, 24, step)).trigger(timezone)
             return crontab(minute=range(0, 60, step)).trigger(timezone)
     return Every(interval)  # under a minute Celery does not round
-
-
-def to_trigger(value: Any, timezone: str | tzinfo = "UTC", relative: bool = False) -> Trigger:
-    """The trigger for a ``beat_schedule`` value: seconds, timedelta, schedule, crontab, or
-    an object that already is a trigger (``latest``/``next``/``spec``)."""
-    if isinstance(value, (numbers.Real, timedelta)):
-        value = maybe_schedule(value, relative)
-    if isinstance(value, (schedule, crontab)):
-        return value.trigger(timezone)
-    if isinstance(value, Trigger):
-        return value
-    if isinstance(value, BaseSchedule):
-        raise NotImplementedError(
-            f"custom schedule {type(value).__name__}: akadze workers compute ticks ahead "
-            "and cannot poll is_due(); give it latest(at), next(after) and spec")
-    raise TypeError(f"a periodic task's schedule must be seconds, a timedelta, schedule or "
-                    f"crontab, not {value!r}")
-
-
-def schedule_timezone(timezone: str | tzinfo | None, enable_utc: bool = True) -> str | tzinfo:
-    """The zone Celery evaluates crontabs in: ``timezone`` (the config also finds Django's
-    ``TIME_ZONE`` under this name), else UTC with ``enable_utc``, else the system's zone."""
-    if timezone:
-        return timezone
-    if enable_utc:
-        return "UTC"
-    return _system_zone()
-
-
-def _system_zone() -> str | tzinfo:
-    name = os.environ.get("TZ", "").lstrip(":")
-    if name:
-        return name
-    try:
-        target = os.path.realpath("/etc/localtime")
-        if "/zoneinfo/" in target:
-            return target.split("/zoneinfo/", 1)[1]
-        with open("/etc/localtime", "rb") as source:
-            return ZoneInfo.from_file(source, key="localtime")
-    except (OSError, ValueError):
-        return "UTC"
-
-
-# --- beat_schedule entries ------------------------------------------------------------------
-
-#: Celery options stored with each run in ``meta["celery"]`` (see the compat plan).
-_META_OPTIONS = ("headers", "time_limit", "soft_time_limit", "ignore_result", "routing_key")
-
-
-@dataclass(frozen=True)
-class PeriodicEntry:
-    """One ``beat_schedule`` entry, normalized for ``akadze_core``'s ``App.add_schedule``.
-
-    ``queue``/``priority`` are None when the entry's options do not set them: the app then
-    routes the task as it routes ``apply_async`` (``task_routes``, task defaults).
-    ``ignored_options`` are Celery options that have no meaning for periodic runs here
-    (``countdown``, ``eta``, ``exchange``...), for the app to warn about.
-    """
-
-    name: str
-    task_name: str
-    trigger: Trigger
-    args: list[Any]
-    kwargs: dict[str, Any]
-    queue: str | None = None
-    priority: int | None = None
-    expires: timedelta | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-    ignored_options: tuple[str, ...] = ()
-
-    def add_schedule_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``core_app.add_schedule`` (queue/priority when set)."""
-        arguments: dict[str, Any] = {
-            "name": self.name, "task": self.task_name, "trigger": self.trigger,
-            "args": {"args": self.args, "kwargs": self.kwargs},
-            "expires": self.expires, "meta": self.meta,
-        }
-        if self.queue is not None:
-            arguments["queue"] = self.queue
-        if self.priority is not None:
-            arguments["priority"] = self.priority
-        return arguments
-
-
-def entry_to_schedule(name: str, entry: Mapping[str, Any],
-                      app_timezone: str | tzinfo = "UTC") -> PeriodicEntry:
-    """Normalize ``beat_schedule[name]`` (``task``, ``schedule``, ``args``, ``kwargs``,
-    ``options``, ``relative``) evaluated in ``app_timezone`` (see :func:`schedule_timezone`).
-
-    ``options['expires']`` in seconds (or a timedelta) expires each run that long after it
-    is enqueued; a datetime (or ISO text) is a deadline for every run, kept in the meta.
-    """
-    if not entry.get("task"):
-        raise ValueError(f"beat_schedule entry {name!r} has no 'task'")
-    if entry.get("schedule") is None:
-        raise ValueError(f"beat_schedule entry {name!r} has no 'schedule'")
-    trigger = to_trigger(entry["schedule"], app_timezone, bool(entry.get("relative", False)))
-    options = dict(entry.get("options") or {})
-    queue = options.pop("queue", None)
-    priority = options.pop("priority", None)
-    celery_meta: dict[str, Any] = {key: options.pop(key) for key in _META_OPTIONS
-                                   if key in options}
-    # Celery beat marks what it sends, and tasks may check for it.
-    celery_meta["headers"] = {**(celery_meta.get("headers") or {}), "celery_beat_task": True}
-    expires, expires_at = _expires(options.pop("expires", None), app_timezone)
-    if expires_at is not None:
-        celery_meta["expires"] = expires_at.isoformat()
-    return PeriodicEntry(
-        name=name, task_name=str(entry["task"]), trigger=trigger,
-        args=list(entry.get("args") or ()), kwargs=dict(entry.get("kwargs") or {}),
-        queue=None if queue is None else queue if isinstance(queue, str) else str(queue.name),
-        priority=priority, expires=expires, meta={"celery": celery_meta},
-        ignored_options=tuple(sorted(options)))
-
-
-def _expires(value: Any, timezone: str | tzinfo) -> tuple[timedelta | None, datetime | None]:
-    """(relative expiry, absolute deadline) from Celery's ``expires`` option."""
-    if value is None:
-        return None, None
-    if isinstance(value, numbers.Real):
-        return timedelta(seconds=float(value)), None
-    if isinstance(value, timedelta):
-        return value, None
-    deadline = datetime.fromisoformat(value) if isinstance(value, str) else value
-    if not isinstance(deadline, datetime):
-        raise TypeError(f"expires must be seconds, a timedelta or a datetime, not {value!r}")
-    if deadline.tzinfo is None:  # a naive deadline is read in the app's zone
-        deadline = deadline.replace(tzinfo=_zone(timezone))
-    return None, deadline.astimezone(_UTC)

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _state
 from .exceptions import MaxRetriesExceededError, Retry
+from .request import Context
 
 if TYPE_CHECKING:
     from .app import Celery
+    from .canvas import Signature
     from .result import AsyncResult, EagerResult
 
 __all__ = ["Context", "RetryCall", "Task"]
@@ -45,84 +47,20 @@ FROM_CONFIG = (
 _request_var_lock = threading.Lock()
 
 
-class Context:
-    """The request of a task call (``self.request``): Celery's attributes and defaults."""
-
-    args: Any = None
-    callbacks: Any = None
-    called_directly = True
-    chain: Any = None
-    chord: Any = None
-    correlation_id: str | None = None
-    delivery_info: dict[str, Any] | None = None
-    errbacks: Any = None
-    eta: str | None = None
-    expires: str | None = None
-    group: str | None = None
-    group_index: int | None = None
-    headers: dict[str, Any] | None = None
-    hostname: str | None = None
-    id: str | None = None
-    ignore_result = False
-    is_eager = False
-    kwargs: Any = None
-    logfile: str | None = None
-    loglevel: int | None = None
-    origin: str | None = None
-    parent_id: str | None = None
-    properties: dict[str, Any] | None = None
-    retries = 0
-    reply_to: str | None = None
-    replaced_task_nesting = 0
-    root_id: str | None = None
-    shadow: str | None = None
-    task: str | None = None
-    taskset: str | None = None
-    timelimit: Any = None
-    time_limit: float | None = None
-    soft_time_limit: float | None = None
-    utc: bool | None = None
-    stamped_headers: Any = None
-    stamps: Any = None
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.update(*args, **kwargs)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        """Set attributes from a mapping and/or keywords (``timelimit`` fills both limits)."""
-        values = dict(*args, **kwargs)
-        self.__dict__.update(values)
-        if "timelimit" in values:
-            limits = values["timelimit"]
-            hard, soft = (limits[0], limits[1]) if isinstance(limits, (list, tuple)) \
-                and len(limits) >= 2 else (None, None)
-            self.__dict__.update(time_limit=hard, soft_time_limit=soft)
-
-    def clear(self) -> None:
-        """Drop every attribute set on this request."""
-        self.__dict__.clear()
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """An attribute, or ``default``."""
-        return getattr(self, key, default)
-
-    @property
-    def children(self) -> list[Any]:
-        """Results of the tasks this one started (kept for Celery code that reads it)."""
-        return self.__dict__.setdefault("_children", [])
-
-    def __repr__(self) -> str:
-        return f"<Context: {vars(self)!r}>"
-
-
 class RetryCall(NamedTuple):
-    """What ``Task.retry`` asks for: the next run's arguments, delay and options."""
+    """What ``Task.retry`` asks for: the next run's arguments, delay and options.
+
+    ``max_retries`` is the limit this retry was checked against (the call's
+    ``max_retries=``, else the task's; None: no limit): the worker raises the job's attempt
+    budget to match, since the job was sent with the task's ``max_retries``.
+    """
 
     args: Any
     kwargs: Any
     countdown: float | None
     eta: datetime | None
     options: dict[str, Any]
+    max_retries: int | None = None
 
 
 def retry_arguments(task: Task, request: Context, args: Any, kwargs: Any) -> tuple[Any, Any]:
@@ -346,6 +284,23 @@ class Task:
 
         return publish.apply_on_commit(self, args, kwargs, options)
 
+    def signature(self, args: Any = None, *starargs: Any, **starkwargs: Any) -> Signature:
+        """A signature of this task: ``task.signature(args, kwargs, **options)``."""
+        from .canvas import signature
+
+        starkwargs.setdefault("app", self.app)
+        return signature(self, args, *starargs, **starkwargs)
+
+    subtask = signature
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """``signature(args, kwargs)``: ``add.s(2, 2)``."""
+        return self.signature(args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable signature (``add.si(2, 2)``)."""
+        return self.signature(args, kwargs, immutable=True)
+
     def shadow_name(self, args: Any, kwargs: Any, options: Any) -> str | None:
         """Override to show another name for the task in logs."""
         return None
@@ -364,8 +319,10 @@ class Task:
               max_retries: int | None = None, **options: Any) -> Retry:
         """Run the task again later; raises ``Retry`` (returns it when ``throw`` is False).
 
-        Past ``max_retries`` the given ``exc`` (or ``MaxRetriesExceededError``) is raised
-        instead. Called outside a worker (a direct call), ``exc`` is simply raised.
+        Past ``max_retries`` (this call's, else the task's; None: no limit) the given
+        ``exc`` (or ``MaxRetriesExceededError``) is raised instead; a ``max_retries`` above
+        the task's raises the job's attempt budget, as Celery allows. Called outside a
+        worker (a direct call), ``exc`` is simply raised.
         """
         request = self.request
         retries = request.retries + 1
@@ -385,7 +342,7 @@ class Task:
                 task_args=call_args, task_kwargs=call_kwargs)
         changed = args is not None or kwargs is not None
         call = RetryCall(call_args if changed else None, call_kwargs if changed else None,
-                         countdown, eta, options)
+                         countdown, eta, options, limit)
         retry = Retry(exc=exc, when=eta or countdown, is_eager=request.is_eager, sig=call)
         if throw:
             raise retry

@@ -542,16 +542,56 @@ async def test_reject_with_requeue_runs_again_without_spending_a_retry(celery: C
     assert result.get() == 2 and runs == [0, 0]
 
 
-async def test_retry_beyond_the_max_retries_the_job_was_sent_with(celery: Celery) -> None:
+async def test_retry_beyond_the_max_retries_the_job_was_sent_with(
+        celery: Celery, db: psycopg.Connection) -> None:
+    runs: list[int] = []
+
     @celery.task(bind=True, max_retries=1)
     def stubborn(self: Task) -> None:
+        runs.append(self.request.retries)
         raise self.retry(countdown=0, max_retries=5)
 
-    result = stubborn.delay()
+    @celery.task(bind=True, max_retries=1)
+    def patient(self: Task) -> str:
+        if self.request.retries < 3:
+            raise self.retry(countdown=0, max_retries=10)
+        return f"done after {self.request.retries}"
+
+    result, other = stubborn.delay(), patient.delay()
+    await work(celery, finished(result, other))
+    # As in Celery: the call's max_retries decides, whatever the job was sent with.
+    assert runs == [0, 1, 2, 3, 4, 5]
+    assert isinstance(result.result, MaxRetriesExceededError) and result.retries == 5
+    assert job(db, int(result.id))["max_attempts"] == 6
+    assert other.get() == "done after 3"
+
+
+async def test_autoretry_with_retry_kwargs_max_retries(celery: Celery) -> None:
+    calls: list[int] = []
+
+    @celery.task(bind=True, autoretry_for=(ConnectionError,), default_retry_delay=0,
+                 retry_kwargs={"max_retries": 4})
+    def fetch(self: Task) -> None:
+        calls.append(self.request.retries)
+        raise ConnectionError("flaky network")
+
+    result = fetch.delay()
     await work(celery, finished(result))
-    # Known difference (needs a core hook): Celery would retry 5 times.
+    # The task's max_retries is 3 (Celery's default), retry_kwargs allow 4.
+    assert calls == [0, 1, 2, 3, 4]
+    assert isinstance(result.result, ConnectionError)
+
+
+async def test_a_hand_raised_retry_without_attempts_left_fails(celery: Celery) -> None:
+    from akadze_compat.exceptions import Retry
+
+    @celery.task(bind=True, max_retries=0)
+    def manual(self: Task) -> None:
+        raise Retry("by hand", when=0)
+
+    result = manual.delay()
+    await work(celery, finished(result))
     assert isinstance(result.result, MaxRetriesExceededError)
-    assert result.retries == 1
 
 
 async def test_hard_limit_backstop_when_the_body_is_stuck_in_c_code(

@@ -13,22 +13,16 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from kombu import Queue
 
 from akadze_compat.schedules import (
-    BaseSchedule,
-    CrontabTrigger,
     ParseException,
     crontab,
     crontab_parser,
-    entry_to_schedule,
     maybe_schedule,
     schedule,
-    schedule_timezone,
     solar,
-    to_trigger,
 )
-from akadze_core import Cron, Every
+from akadze_core import Every
 from tests.compat import differential
 
 UTC = timezone.utc
@@ -255,9 +249,26 @@ def test_maybe_schedule() -> None:
     assert maybe_schedule(made, app="app") is made and made.app == "app"
 
 
-def test_solar_names_the_missing_feature() -> None:
+def test_solar_is_checked_like_celery_but_cannot_run() -> None:
+    sunrise = solar("sunrise", 48.85, 2.35)
+    assert (sunrise.event, sunrise.lat, sunrise.lon) == ("sunrise", 48.85, 2.35)
     with pytest.raises(NotImplementedError, match="solar schedules"):
-        solar("sunrise", 48.85, 2.35)
+        sunrise.trigger("Europe/Paris")
+    with pytest.raises(ValueError, match="event"):
+        solar("teatime", 0, 0)
+    with pytest.raises(ValueError, match="latitude"):
+        solar("sunset", 91, 0)
+    with pytest.raises(ValueError, match="longitude"):
+        solar("sunset", 0, -181)
+
+
+def test_the_module_exports_celerys_names() -> None:
+    import akadze_compat.schedules as module
+
+    for name in ("ParseException", "schedule", "crontab", "crontab_parser", "maybe_schedule",
+                 "solar", "BaseSchedule"):
+        assert name in module.__all__ and hasattr(module, name)
+    assert all(issubclass(cls, module.BaseSchedule) for cls in (schedule, crontab, solar))
 
 
 def test_polling_methods_say_why_they_are_missing() -> None:
@@ -265,68 +276,6 @@ def test_polling_methods_say_why_they_are_missing() -> None:
         crontab().is_due(utc(2024, 1, 1))
     with pytest.raises(NotImplementedError, match="trigger"):
         schedule(5).remaining_estimate(utc(2024, 1, 1))
-
-
-# --- beat entries --------------------------------------------------------------------------
-
-
-def test_entry_with_crontab_and_options() -> None:
-    entry = entry_to_schedule("morning", {
-        "task": "proj.tasks.report", "schedule": crontab(hour=7, minute=30),
-        "args": (1, 2), "kwargs": {"x": 1},
-        "options": {"queue": Queue("reports"), "priority": 5, "expires": 60,
-                    "headers": {"h": 1}, "time_limit": 30, "countdown": 5},
-    }, "Europe/Paris")
-    assert isinstance(entry.trigger, CrontabTrigger)
-    assert entry.trigger.spec == "celery-crontab 30 7 * * * tz=Europe/Paris"
-    assert entry.add_schedule_kwargs() == {
-        "name": "morning", "task": "proj.tasks.report", "trigger": entry.trigger,
-        "args": {"args": [1, 2], "kwargs": {"x": 1}}, "queue": "reports", "priority": 5,
-        "expires": timedelta(seconds=60),
-        "meta": {"celery": {"headers": {"h": 1, "celery_beat_task": True}, "time_limit": 30}},
-    }
-    assert entry.ignored_options == ("countdown",)
-
-
-def test_entry_defaults_numbers_relative_and_deadlines() -> None:
-    entry = entry_to_schedule("tick", {"task": "t", "schedule": 30.0}, "UTC")
-    assert entry.trigger.spec == "every 30s"
-    assert (entry.args, entry.kwargs, entry.queue, entry.expires) == ([], {}, None, None)
-    assert "queue" not in entry.add_schedule_kwargs()
-    relative = entry_to_schedule("r", {"task": "t", "schedule": timedelta(hours=1),
-                                       "relative": True}, "UTC")
-    assert relative.trigger.spec == "celery-crontab 0 * * * * tz=UTC"
-    deadline = entry_to_schedule("d", {"task": "t", "schedule": 5,
-                                       "options": {"expires": datetime(2030, 1, 1, 12)}},
-                                 "Europe/Paris")
-    assert deadline.expires is None
-    assert deadline.meta["celery"]["expires"] == "2030-01-01T11:00:00+00:00"
-    native = Cron("0 3 * * *")
-    assert entry_to_schedule("n", {"task": "t", "schedule": native}).trigger is native
-    given = crontab(app="celery app")
-    entry_to_schedule("c", {"task": "t", "schedule": given})
-    assert given.app == "celery app"  # unlike maybe_schedule, the entry leaves it alone
-
-
-def test_entries_that_cannot_be_scheduled() -> None:
-    with pytest.raises(ValueError, match="no 'task'"):
-        entry_to_schedule("x", {"schedule": 5})
-    with pytest.raises(ValueError, match="no 'schedule'"):
-        entry_to_schedule("x", {"task": "t"})
-
-    class Custom(BaseSchedule):
-        pass
-
-    with pytest.raises(NotImplementedError, match="custom schedule Custom"):
-        to_trigger(Custom())
-    with pytest.raises(TypeError, match="must be seconds"):
-        to_trigger("every day")
-
-
-def test_schedule_timezone_follows_celery() -> None:
-    assert schedule_timezone("Europe/Paris", enable_utc=True) == "Europe/Paris"
-    assert schedule_timezone(None, enable_utc=True) == "UTC"
-    assert schedule_timezone(None, enable_utc=False) is not None
 
 
 # --- differential against real Celery ------------------------------------------------------
