@@ -23,7 +23,7 @@ from .errors import (
 )
 from .jobs import Job
 from .retry import BackoffPolicy, default_backoff
-from .schedules import Schedule, Scheduler
+from .schedules import Schedule, Scheduler, run_schedules
 from .tasks import Task, TaskCall
 from .triggers import Cron, Every, Trigger
 from .worker import Worker, WorkerError
@@ -60,4 +60,5 @@ __all__ = [
     "request_cancel_sync",
     "requeue",
     "requeue_sync",
+    "run_schedules",
 ]

@@ -161,6 +161,11 @@ class App:
             self.schedules[name] = schedule
         return schedule
 
+    def remove_schedule(self, name: str) -> bool:
+        """Stop declaring schedule ``name`` (its state row stays, harmless); False if unknown."""
+        with self._lock:
+            return self.schedules.pop(name, None) is not None
+
     # --- database ------------------------------------------------------------------------------
 
     @property

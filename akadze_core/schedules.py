@@ -16,7 +16,10 @@ What happens at each check, on the database clock (``plan``):
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -26,6 +29,7 @@ import psycopg
 
 from . import database
 from .database import JobRequest
+from .dberrors import is_transient
 from .serialization import check_storable, encode_args
 from .tasks import Task
 from .triggers import EPOCH, Trigger, as_trigger
@@ -216,4 +220,30 @@ class Scheduler:
             logger.info("schedule %r changed to %s: it runs from the next tick after %s",
                         schedule.name, spec, tick.isoformat())
 
-__all__ = ["Schedule", "Scheduler", "next_check_in", "plan"]
+
+async def run_schedules(app: App, stop: asyncio.Event) -> None:
+    """Enqueue the app's schedules until ``stop`` is set, with no worker around them: for
+    teams that want a separate scheduler process (workers do this by default). Transient
+    database errors are logged and retried with backoff; others propagate."""
+    scheduler = Scheduler(app)
+    failures = 0
+    while not stop.is_set():
+        try:
+            async with await app.connect_async(autocommit=True) as connection:
+                failures = 0
+                while not stop.is_set():
+                    wait = await scheduler.enqueue_due(connection)
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(stop.wait(), wait)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            failures += 1
+            delay = min(30.0, 0.5 * 2 ** failures) * random.uniform(0.5, 1.0)
+            logger.warning("scheduler lost the database (%s); retrying in %.1fs",
+                           type(exc).__name__, delay)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+
+
+__all__ = ["Schedule", "Scheduler", "next_check_in", "plan", "run_schedules"]

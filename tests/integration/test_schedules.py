@@ -364,3 +364,27 @@ def test_cli_with_no_schedules_and_errors(database_url: str) -> None:
     assert missing.stderr.splitlines() == [
         "akadze: error: cannot import module 'tests.integration.nope': "
         "No module named 'tests.integration.nope'"]
+
+
+async def test_run_schedules_alone_enqueues_without_a_worker(
+    app: App, db: psycopg.Connection
+) -> None:
+    """The scheduler-only loop (a separate beat process) enqueues ticks and stops on request."""
+    from akadze_core import run_schedules
+
+    @app.task("sched.alone")
+    def alone() -> None: ...
+
+    app.add_schedule("alone", alone, trigger=Every(1))
+    assert app.remove_schedule("missing") is False
+    stop = asyncio.Event()
+    runner = asyncio.create_task(run_schedules(app, stop))
+    for _ in range(300):
+        if db.execute("SELECT count(*) FROM akadze.jobs WHERE task = 'sched.alone'").fetchone()[0]:
+            break
+        await asyncio.sleep(0.02)
+    stop.set()
+    await asyncio.wait_for(runner, 5)
+    count = db.execute("SELECT count(*) FROM akadze.jobs WHERE task = 'sched.alone'").fetchone()[0]
+    assert count >= 1
+    assert app.remove_schedule("alone") is True and "alone" not in app.schedules
