@@ -314,9 +314,18 @@ class App:
         return self.run_sync(lambda connection: lookup.list_jobs(
             connection, state=state, queue=queue, task=task, limit=limit))
 
-    def list_workers(self) -> list[dict[str, Any]]:
-        """The registered workers with their last heartbeat."""
-        return self.run_sync(lookup.list_workers)
+    def list_scheduled(self, limit: int = 100) -> list[Job]:
+        """Queued jobs not due yet (countdowns, retries in backoff), soonest first."""
+        return self.run_sync(lambda connection: lookup.list_scheduled(connection, limit))
+
+    def list_workers(self, live: bool = False) -> list[dict[str, Any]]:
+        """The registered workers with their last heartbeat; ``live=True`` keeps only those
+        whose heartbeat is within their TTL on the database clock."""
+        return self.run_sync(lambda connection: lookup.list_workers(connection, live))
+
+    def job_counts(self) -> dict[str, dict[str, int]]:
+        """Queue -> state -> number of jobs."""
+        return self.run_sync(lookup.job_counts)
 
     def purge(self, queues: list[str] | None = None) -> int:
         """Delete the queued jobs of ``queues`` (every queue when None); returns how many."""

@@ -96,9 +96,23 @@ def list_jobs(connection: psycopg.Connection, *, state: str | None = None,
     return [Job.from_row(row) for row in rows]
 
 
-def list_workers(connection: psycopg.Connection) -> list[dict[str, Any]]:
-    """The registered workers with their last heartbeat."""
-    return database.fetch_all(connection, "worker_list")
+def list_scheduled(connection: psycopg.Connection, limit: int = 100) -> list[Job]:
+    """Queued jobs that are not due yet, soonest first."""
+    rows = database.fetch_all(connection, "job_list_scheduled", limit=limit)
+    return [Job.from_row(row) for row in rows]
+
+
+def list_workers(connection: psycopg.Connection, live: bool = False) -> list[dict[str, Any]]:
+    """The registered workers with their last heartbeat (only live ones with ``live``)."""
+    return database.fetch_all(connection, "worker_list", live=live)
+
+
+def job_counts(connection: psycopg.Connection) -> dict[str, dict[str, int]]:
+    """Queue -> state -> number of jobs."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in database.fetch_all(connection, "job_stats"):
+        counts.setdefault(row["queue"], {})[row["state"]] = int(row["jobs"])
+    return counts
 
 
 def purge(connection: psycopg.Connection, queues: list[str] | None = None) -> int:

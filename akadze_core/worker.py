@@ -95,6 +95,7 @@ class Worker:
         health_file: str | os.PathLike[str] | None = None,
         max_pending_outcomes: int = 10_000,
         schedules: bool = True,
+        max_running: int | None = None,
     ) -> None:
         self.app = app
         self.queues = list(dict.fromkeys(queues))
@@ -119,6 +120,11 @@ class Worker:
         self.on_startup = list(on_startup)
         self.on_shutdown = list(on_shutdown)
         self.health_file = Path(health_file) if health_file else None
+        #: A cap on runs across all queues (Celery's ``-c``), on top of the per-queue slots;
+        #: when it binds, queues are served in the order given.
+        if max_running is not None and max_running < 1:
+            raise ValueError("max_running must be at least 1")
+        self.max_running = max_running
         self.max_pending_outcomes = max_pending_outcomes
         #: Shared with the startup/shutdown hooks (ARQ's ctx): put your clients here.
         self.context: dict[str, Any] = {}
@@ -351,7 +357,7 @@ class Worker:
 
     async def _sleep(self) -> None:
         now = time.monotonic()
-        free = any(self._busy[queue] < self.slots[queue] for queue in self.queues)
+        free = any(self._free(queue) > 0 for queue in self.queues)
         timeout = random.uniform(self.poll_interval / 2, self.poll_interval) if free \
             else self.heartbeat_interval
         timeout = min(timeout, max(0.0, self._next_heartbeat - now),
@@ -455,7 +461,7 @@ class Worker:
     async def _claim(self) -> None:
         for queue in self.queues:
             while not self._stop.is_set() and self._healthy:
-                free = self.slots[queue] - self._busy[queue]
+                free = self._free(queue)
                 if free <= 0 or self._completer.pending >= self.max_pending_outcomes:
                     break
                 rows: list[dict[str, Any]] = []
@@ -479,6 +485,12 @@ class Worker:
                         self._start_run(row)
                 if len(rows) < free:
                     break  # the queue is drained; a full claim means claim again at once
+
+    def _free(self, queue: str) -> int:
+        free = self.slots[queue] - self._busy[queue]
+        if self.max_running is not None:
+            free = min(free, self.max_running - len(self._running))
+        return free
 
     def _start_run(self, row: dict[str, Any]) -> None:
         queue = row["queue"]

@@ -371,8 +371,22 @@ DELETE FROM akadze.jobs
 WHERE state = 'queued' AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]));
 
 -- name: worker_list
+-- Registered workers; with %(live)s only those whose heartbeat is within their own TTL,
+-- judged on the database clock.
 SELECT id, name, hostname, pid, queues, heartbeat_ttl, started_at, heartbeat_at
-FROM akadze.workers ORDER BY id;
+FROM akadze.workers
+WHERE NOT %(live)s OR heartbeat_at > now() - heartbeat_ttl
+ORDER BY id;
+
+-- name: job_list_scheduled
+-- Queued jobs not due yet (countdowns, eta, retries waiting for their backoff).
+SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
+       errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
+       created_at, started_at, finished_at
+FROM akadze.jobs
+WHERE state = 'queued' AND scheduled_at > now()
+ORDER BY scheduled_at, id
+LIMIT %(limit)s;
 
 -- name: schedule_clock
 -- Schedules run on the database clock only, never on a worker's.

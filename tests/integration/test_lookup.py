@@ -198,3 +198,44 @@ async def test_retry_never_lowers_the_budget(app: App, db: psycopg.Connection) -
     await run_worker_until(fast_worker(app), lambda: job(db, job_id)["state"] == "failed")
     row = job(db, job_id)
     assert (row["attempt"], row["max_attempts"]) == (4, 4)
+
+
+async def test_max_running_caps_runs_across_queues(app: App, db: psycopg.Connection) -> None:
+    running = 0
+    peak = 0
+
+    async def body() -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+
+    first = app.task("cap.a", queue="a")(body)
+    second = app.task("cap.b", queue="b")(body)
+    first.enqueue_many([{}] * 6)
+    second.enqueue_many([{}] * 6)
+    worker = fast_worker(app, queues=["a", "b"], slots=3, max_running=2)
+    await run_worker_until(worker, lambda: db.execute(
+        "SELECT count(*) FROM akadze.jobs WHERE state = 'succeeded'").fetchone()[0] == 12)
+    assert peak == 2
+    with pytest.raises(ValueError, match="max_running"):
+        Worker(app, max_running=0)
+
+
+async def test_live_workers_scheduled_jobs_and_counts(app: App, db: psycopg.Connection) -> None:
+    from datetime import timedelta
+
+    @app.task("cap.later")
+    def later() -> None: ...
+
+    soon = later.configure(delay=timedelta(minutes=5)).enqueue()
+    later.enqueue()
+    assert [job.id for job in app.list_scheduled()] == [soon]
+    assert app.job_counts() == {"default": {"queued": 2}}
+    db.execute("INSERT INTO akadze.workers (name, hostname, pid, queues, heartbeat_ttl,"
+               " heartbeat_at) VALUES ('dead', 'h', 1, '{default}', '1 second',"
+               " now() - interval '1 minute'), ('alive', 'h', 2, '{default}', '30 seconds',"
+               " now())")
+    assert [row["name"] for row in app.list_workers(live=True)] == ["alive"]
+    assert len(app.list_workers()) == 2

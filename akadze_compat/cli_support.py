@@ -1,0 +1,247 @@
+"""What every ``akadze-compat`` command shares: one-line errors, secrets, logging, ``-A``.
+
+Every expected failure ends a command with exactly one line ``akadze-compat: error: ...`` on
+stderr and a non-zero exit code, as the core ``akadze`` command does. Nothing printed or
+logged contains a database password: each line goes through ``dsn.redact_password`` and
+through the literal passwords of every URL this invocation saw.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import logging
+import os
+import socket
+import sys
+import traceback
+from collections.abc import Iterable
+from types import ModuleType
+from typing import Any, NoReturn
+
+import click
+import psycopg
+
+from akadze_core import AkadzeError
+from akadze_core.dsn import password_of, redact_password
+
+from .exceptions import ImproperlyConfigured
+
+__all__ = ["PROG_NAME", "CliError", "Secrets", "error_line", "exit_now", "find_app",
+           "host_format", "nodename", "report", "secrets", "warn"]
+
+PROG_NAME = "akadze-compat"
+#: Environment variables that may hold a database URL (their passwords are scrubbed).
+URL_VARIABLES = ("AKADZE_DATABASE_URL", "CELERY_BROKER_URL", "BROKER_URL", "DATABASE_URL")
+
+
+class CliError(click.ClickException):
+    """An expected failure: printed as one ``akadze-compat: error: ...`` line, exit code 1."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Secrets:
+    """The passwords seen by this invocation, scrubbed from every line we print or log."""
+
+    def __init__(self) -> None:
+        self.passwords: set[str] = set()
+
+    def add_url(self, url: Any) -> None:
+        """Remember the password of ``url`` (a URL or key/value DSN), if it has one."""
+        if isinstance(url, str) and url:
+            password = password_of(url)
+            if password:
+                self.passwords.add(password)
+
+    def add_environment(self) -> None:
+        """Remember the passwords of the URLs in the environment."""
+        for name in URL_VARIABLES:
+            self.add_url(os.environ.get(name))
+
+    def scrub(self, text: str) -> str:
+        """``text`` without any known password (URL-shaped ones are masked anyway)."""
+        text = redact_password(text, None)
+        # Longest first, so a password that contains another one is replaced whole.
+        for password in sorted(self.passwords, key=len, reverse=True):
+            text = text.replace(password, "***")
+        return text
+
+
+secrets = Secrets()
+
+
+def error_line(message: str) -> str:
+    """The one error line for ``message``: prefixed, on one line, scrubbed."""
+    return f"{PROG_NAME}: error: {secrets.scrub(' '.join(message.split()))}"
+
+
+def warn(message: str) -> None:
+    """Print one ``akadze-compat: warning: ...`` line on stderr."""
+    click.echo(f"{PROG_NAME}: warning: {secrets.scrub(' '.join(message.split()))}", err=True)
+
+
+def report(exc: BaseException) -> int:
+    """Print the one error line for ``exc``; returns the exit code to use.
+
+    Unexpected exceptions (bugs) also get their traceback, scrubbed, before the line.
+    """
+    if isinstance(exc, click.ClickException):
+        line = exc.format_message()
+    elif isinstance(exc, ImproperlyConfigured | AkadzeError):
+        # The core names its own command; this one migrates as well.
+        line = str(exc).replace("`akadze migrate`", f"`{PROG_NAME} migrate`")
+    elif isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
+        line = f"cannot connect to Postgres: {exc}"
+    elif isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
+        line = (f"the akadze schema is missing in this database ({exc}): "
+                f"run `{PROG_NAME} migrate` first")
+    elif isinstance(exc, psycopg.Error):
+        line = f"database error: {exc}"
+    else:
+        click.echo(secrets.scrub("".join(traceback.format_exception(exc))).rstrip(), err=True)
+        line = f"unexpected {type(exc).__name__}: {exc}"
+    click.echo(error_line(line), err=True)
+    return getattr(exc, "exit_code", 1) if isinstance(exc, click.ClickException) else 1
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave the process with ``code`` even if a task thread is still running.
+
+    A sync task's thread cannot be killed and the worker does not wait for one it gave up
+    on; a normal interpreter exit would join it. So: run the atexit handlers ourselves,
+    flush, and ``os._exit`` (what the core ``akadze worker`` does).
+    """
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+# --- node names (Celery's -n) ---------------------------------------------------------------
+
+def nodename(value: str | None) -> str:
+    """Celery's node name for ``-n``: ``name@host``, ``celery@`` added when no name is given,
+    with ``%h`` (host), ``%n`` (host's first label) and ``%d`` (domain) expanded."""
+    value = value or ""
+    name, _, host = value.rpartition("@") if "@" in value else ("", "", value)
+    return host_format(f"{name or 'celery'}@{host or socket.gethostname()}")
+
+
+def host_format(text: str, index: int | None = None) -> str:
+    """Expand ``%h``, ``%n``, ``%d``, ``%i`` (process index, 0 in the main process), ``%I``
+    (``-index`` in a child, empty otherwise) and ``%%`` in ``text``."""
+    host = socket.gethostname()
+    short, _, domain = host.partition(".")
+    keys = {"h": host, "n": short, "d": domain, "i": str(index or 0),
+            "I": f"-{index}" if index else "", "%": "%"}
+    out, chars = [], iter(text)
+    for char in chars:
+        if char != "%":
+            out.append(char)
+            continue
+        key = next(chars, "")
+        out.append(keys.get(key, f"%{key}"))
+    return "".join(out)
+
+
+# --- -A resolution (Celery's find_app, written anew) ---------------------------------------
+
+def _import_from_cwd(name: str) -> ModuleType:
+    # The project root (the current directory) goes first, as with `celery -A`.
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    return importlib.import_module(name)
+
+
+def _is_app(value: Any) -> bool:
+    from .app import Celery
+
+    return isinstance(value, Celery)
+
+
+def _symbol(spec: str) -> Any:
+    """``module:attr.path`` → the attribute; ``a.b.c`` → attribute ``c`` of module ``a.b``,
+    or module ``a.b.c`` when ``a.b`` has no such attribute (yet)."""
+    if ":" in spec:
+        module_name, _, attribute = spec.partition(":")
+        value: Any = _import_from_cwd(module_name)
+        for part in attribute.split("."):
+            value = getattr(value, part)
+        return value
+    module_name, _, attribute = spec.rpartition(".")
+    if not module_name:
+        return _import_from_cwd(spec)
+    try:
+        return getattr(_import_from_cwd(module_name), attribute)
+    except AttributeError:
+        return _import_from_cwd(spec)
+
+
+def _app_in_module(module: ModuleType, spec: str) -> Any:
+    """The app a module stands for: its ``app``, its ``celery``, its submodule ``celery``
+    (for a package), else the first Celery instance defined in it."""
+    for attribute in ("app", "celery"):
+        found = getattr(module, attribute, None)
+        # Celery takes any non-module `app`; we skip one that is not a Celery app (a Flask
+        # `app` next to the Celery one is common) and go on looking.
+        if _is_app(found):
+            return found
+    if hasattr(module, "__path__"):
+        try:
+            submodule = _import_from_cwd(f"{spec}.celery")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{spec}.celery":
+                raise
+        else:
+            return _app_in_module(submodule, f"{spec}.celery")
+    for value in vars(module).values():
+        if _is_app(value):
+            return value
+    raise CliError(f"unable to load the app: module {spec!r} has no attribute 'app' or "
+                   "'celery' and defines no Celery instance (name it: -A module:attribute)")
+
+
+def find_app(spec: str) -> Any:
+    """The Celery app named by ``-A``: ``proj``, ``proj.celery``, ``proj.celery:app``,
+    ``proj.app`` ... with Celery's rules. Raises ``CliError`` with one clear line."""
+    if not spec or spec.endswith(":") or spec.startswith(":"):
+        raise CliError(f"invalid app {spec!r}: expected a module or module:attribute")
+    top = spec.partition(":")[0]
+    try:
+        found = _symbol(spec)
+        if isinstance(found, ModuleType) and ":" not in spec:
+            found = _app_in_module(found, found.__name__)
+    except CliError:
+        raise
+    except ModuleNotFoundError as exc:
+        if exc.name and (top == exc.name or top.startswith(f"{exc.name}.")):
+            raise CliError(f"unable to load the app: module {exc.name!r} was not found "
+                           f"(from {os.getcwd()!r}; set --workdir or PYTHONPATH)") from None
+        raise CliError(_import_failed(spec, exc)) from None
+    except AttributeError as exc:
+        raise CliError(f"unable to load the app {spec!r}: {exc}") from None
+    except Exception as exc:
+        raise CliError(_import_failed(spec, exc)) from None
+    if not _is_app(found):
+        raise CliError(f"{spec!r} is not a Celery app (it is a {type(found).__name__}): "
+                       "name the app with -A module:attribute")
+    return found
+
+
+def _import_failed(spec: str, exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"unable to load the app {spec!r}: {type(exc).__name__}: {exc}{where}"
+
+
+def split_names(values: Iterable[str] | None) -> list[str]:
+    """Comma-separated (and repeated) names as one list, in order, without duplicates."""
+    names = [name.strip() for value in values or () for name in value.split(",")]
+    return list(dict.fromkeys(name for name in names if name))

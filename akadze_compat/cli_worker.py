@@ -1,0 +1,306 @@
+"""``akadze-compat worker``: Celery's worker command on akadze_core workers.
+
+Pools: ``threads -c N`` is one akadze_core Worker running at most N tasks at once across
+its queues (Celery's total); ``solo`` runs one; ``prefork -c N`` (Celery's default) is N
+processes running one task each, under the supervisor of ``worker_pool``;
+``eventlet``/``gevent`` run as ``threads`` (warned).
+
+Celery's worker signals are sent with Celery's senders and arguments, at the same points:
+``celeryd_init`` and ``worker_init`` first, then ``setup_logging`` (a receiver takes logging
+over), ``after_setup_logger``, ``after_setup_task_logger``; ``worker_process_init`` in each
+prefork child and in a solo worker; ``worker_ready`` once claiming; ``worker_shutting_down``
+on a stop signal; ``worker_process_shutdown`` as a prefork child exits; ``worker_shutdown``
+last.
+
+Hidden environment overrides (seconds), for tests and tuning: ``AKADZE_POLL_INTERVAL``,
+``AKADZE_HEARTBEAT_INTERVAL``, ``AKADZE_HEARTBEAT_TTL``, ``AKADZE_SHUTDOWN_TIMEOUT``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from akadze_core import Worker
+
+from . import entry, signals
+from .cli_logging import setup_worker_logging
+from .cli_support import CliError, exit_now, host_format, report, secrets
+from .cli_worker_options import (
+    WorkerSettings,
+    settings_from_options,
+    warn_unsupported,
+    worker_options,
+)
+from .worker_pool import CHILD_ENV, ChildInfo, Supervisor, child_info, report_ready, watch_parent
+
+__all__ = ["WorkController", "worker_command"]
+
+logger = logging.getLogger("celery.worker")
+
+
+class WorkController:
+    """What Celery's worker signals get as ``sender``/``instance``: this worker's facts."""
+
+    def __init__(self, app: Any, settings: WorkerSettings) -> None:
+        self.app = app
+        self.hostname = settings.hostname
+        self.concurrency = settings.concurrency
+        self.pool_cls = settings.pool
+        self.queues = settings.queues
+        self.loglevel = settings.loglevel
+        self.logfile = settings.logfile
+        self.max_tasks_per_child = settings.max_tasks_per_child
+        self.pid = os.getpid()
+        self.options = settings.options
+        #: Celery's consumer (``worker_ready``'s sender) points back to its controller.
+        self.controller = self
+
+    def __repr__(self) -> str:
+        return f"<WorkController {self.hostname} {self.pool_cls}:{self.concurrency}>"
+
+
+@click.command("worker", context_settings={"ignore_unknown_options": True,
+                                           "allow_extra_args": True})
+@worker_options
+@click.pass_context
+def worker_command(ctx: click.Context, **options: Any) -> None:
+    """Start a worker (Celery's `celery worker`), until SIGTERM or SIGINT.
+
+    The first signal stops claiming and lets running tasks finish (for up to 10 s, then
+    they go back to the queue without spending a retry); a second one stops at once.
+    """
+    from .cli import cli_state
+
+    child = child_info()
+    if child is None:
+        warn_unsupported(options, ctx.args)
+    state = cli_state(ctx)
+    app = state.load_app()
+    settings = settings_from_options(app, options, child, quiet=state.quiet)
+    instance = WorkController(app, settings)
+    if child is not None:
+        exit_now(_run_child(app, settings, instance, child))
+    with _pidfile(settings.pidfile):
+        if settings.pool == "prefork":
+            code = _run_supervisor(app, settings, instance, state.invocation)
+        else:
+            code = _run_single(app, settings, instance)
+    # os._exit: a task thread the worker gave up on at shutdown must not keep us alive.
+    exit_now(code)
+
+
+# --- the steps every mode shares ------------------------------------------------------------
+
+def _init(app: Any, settings: WorkerSettings, instance: WorkController, *,
+          main_process: bool = True) -> Any:
+    """Celery's start-up order; returns the core app to run."""
+    app.set_current()
+    entry.worker_hostname = settings.hostname  # request.hostname in the tasks
+    if settings.include:
+        app.conf.include = [*(app.conf.include or ()), *settings.include]
+    if settings.time_limit is not None:
+        app.conf.task_time_limit = settings.time_limit
+    if settings.soft_time_limit is not None:
+        app.conf.task_soft_time_limit = settings.soft_time_limit
+    if main_process:
+        signals.celeryd_init.send(sender=settings.hostname, instance=instance, conf=app.conf,
+                                  options=settings.options)
+        signals.worker_init.send(sender=instance)
+    setup_worker_logging(app, settings.loglevel, settings.logfile)
+    for line in settings.notes if main_process else ():
+        logger.info("%s", line)
+    core = app.prepare_worker()
+    _ = core.database_url  # a bad broker URL fails here, once, as one line
+    if main_process and settings.purge:
+        purged = core.purge(settings.queues)
+        logger.warning("purged %d queued tasks from %s", purged, ", ".join(settings.queues))
+    return core
+
+
+def _banner(app: Any, settings: WorkerSettings, core: Any) -> None:
+    if settings.quiet:
+        return
+    lines = [
+        f"akadze-compat worker {settings.hostname}",
+        f"  app:         {app.main or '__main__'}",
+        f"  database:    {secrets.scrub(core.database_url)}",
+        f"  pool:        {settings.pool} (concurrency {settings.concurrency})",
+        f"  queues:      {', '.join(settings.queues)}",
+    ]
+    if settings.loglevel <= logging.INFO:
+        lines.append("  tasks:")
+        lines.extend(f"    . {name}" for name in sorted(app.tasks))
+    click.echo("\n".join(lines))
+
+
+def _worker(core: Any, settings: WorkerSettings, slots: int,
+            on_startup: list[Callable[[dict[str, Any]], Any]]) -> Worker:
+    try:
+        # Celery's -c is a total across queues: slots per queue, capped by max_running.
+        return Worker(core, queues=settings.queues, slots=slots, max_running=slots,
+                      name=settings.hostname, on_startup=on_startup, **settings.worker_kwargs)
+    except ValueError as exc:
+        raise CliError(str(exc), exit_code=2) from None
+
+
+def _run_worker(worker: Worker, on_signal: Callable[[int], None]) -> int:
+    """Run ``worker`` in a new event loop, with ``on_signal`` handling stop signals."""
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
+            loop.add_signal_handler(signum, on_signal, signum)
+        return await worker.run()
+
+    try:
+        return asyncio.run(main())
+    except Exception as exc:  # WorkerError: schema missing, permission denied, ...
+        return report(exc)
+
+
+def _shutting_down(settings: WorkerSettings, signum: int, how: str) -> None:
+    """Celery's stop announcement, on stdout, and ``worker_shutting_down``."""
+    click.echo(f"worker: {how} shutdown (MainProcess)")
+    signals.worker_shutting_down.send(sender=settings.hostname,
+                                      sig=signal.Signals(signum).name, how=how,
+                                      exitcode=1 if how == "Cold" else 0)
+
+
+# --- threads / solo: one process ------------------------------------------------------------
+
+def _run_single(app: Any, settings: WorkerSettings, instance: WorkController) -> int:
+    core = _init(app, settings, instance)
+    _banner(app, settings, core)
+    if settings.pool == "solo":
+        # Celery's solo pool sends it; its threads pool does not.
+        signals.worker_process_init.send(sender=settings.hostname)
+    received: list[str] = []
+
+    def ready(context: dict[str, Any]) -> None:
+        signals.worker_ready.send(sender=instance)
+        logger.info("%s ready.", settings.hostname)
+
+    worker = _worker(core, settings, 1 if settings.pool == "solo" else settings.concurrency,
+                     [ready])
+
+    def on_signal(signum: int) -> None:
+        cold = signum == signal.SIGQUIT or bool(received)
+        received.append("Cold" if cold else "Warm")
+        _shutting_down(settings, signum, received[-1])
+        worker.request_stop()
+        if signum == signal.SIGQUIT and len(received) == 1:
+            worker.request_stop()  # the second call stops at once
+
+    code = _run_worker(worker, on_signal)
+    signals.worker_shutdown.send(sender=instance)
+    # Celery exits 1 after a cold shutdown.
+    return 1 if code == 0 and "Cold" in received else code
+
+
+# --- prefork: the supervisor and its children ------------------------------------------------
+
+def _run_supervisor(app: Any, settings: WorkerSettings, instance: WorkController,
+                    invocation: list[str]) -> int:
+    core = _init(app, settings, instance)
+    _banner(app, settings, core)
+
+    def spawn(number: int, ready_fd: int) -> subprocess.Popen[bytes]:
+        env = {**os.environ, CHILD_ENV: f"{number}:{ready_fd}:{os.getpid()}"}
+        return subprocess.Popen([sys.executable, "-m", "akadze_compat", *invocation],
+                                env=env, pass_fds=(ready_fd,), start_new_session=True,
+                                stdin=subprocess.DEVNULL)
+
+    def ready() -> None:
+        signals.worker_ready.send(sender=instance)
+        logger.info("%s ready.", settings.hostname)
+
+    def stopping(name: str, how: str) -> None:
+        _shutting_down(settings, signal.Signals[name], how)
+
+    supervisor = Supervisor(settings.concurrency, spawn, on_ready=ready, on_stopping=stopping)
+    try:
+        code = supervisor.run()
+    except Exception as exc:
+        code = report(exc)
+    signals.worker_shutdown.send(sender=instance)
+    return code
+
+
+def _run_child(app: Any, settings: WorkerSettings, instance: WorkController,
+               info: ChildInfo) -> int:
+    multiprocessing.current_process().name = f"ForkPoolWorker-{info.number}"
+    core = _init(app, settings, instance, main_process=False)
+    signals.worker_process_init.send(sender=settings.hostname)
+    worker = _worker(core, settings, 1, [lambda context: report_ready(info)])
+
+    def stop() -> None:
+        # A signal to ourselves is thread-safe, and before the loop's handlers exist it
+        # simply ends the process (nothing runs yet).
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    if settings.max_tasks_per_child:
+        _stop_after(settings.max_tasks_per_child, stop)
+    watch_parent(info, stop)
+
+    def on_signal(signum: int) -> None:
+        worker.request_stop()
+        if signum == signal.SIGQUIT:
+            worker.request_stop()  # the second call stops at once
+
+    code = _run_worker(worker, on_signal)
+    with contextlib.suppress(Exception):
+        signals.worker_process_shutdown.send(sender=settings.hostname, pid=os.getpid(),
+                                             exitcode=code)
+    return code
+
+
+def _stop_after(limit: int, stop: Callable[[], None]) -> None:
+    """Stop this child after ``limit`` tasks (``--max-tasks-per-child``): it exits 0 and the
+    supervisor replaces it."""
+    done = [0]
+
+    def count(**kwargs: Any) -> None:
+        done[0] += 1
+        if done[0] == limit:
+            logger.info("ran %d tasks (--max-tasks-per-child): this process is replaced",
+                        limit)
+            stop()
+
+    signals.task_postrun.connect(count, weak=False)
+
+
+@contextlib.contextmanager
+def _pidfile(path: str | None) -> Any:
+    """Write the main process's pid to ``path`` (``--pidfile``), refusing a live one."""
+    if not path:
+        yield
+        return
+    path = host_format(path)
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        with open(path, encoding="ascii") as existing:
+            pid = int(existing.read().strip() or 0)
+        if pid and pid != os.getpid():
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                pass
+            else:
+                raise CliError(f"pidfile {path} names a running process ({pid})")
+    with open(path, "w", encoding="ascii") as file:
+        file.write(f"{os.getpid()}\n")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)

@@ -1,0 +1,37 @@
+"""Report tasks: written with @app.task on the project's app."""
+
+import os
+import time
+from datetime import datetime, timezone
+
+from akadze_compat import current_task
+from plainproj.celery import app
+
+
+@app.task(bind=True)
+def build_report(self, report_id, release_path):
+    """Reports progress, then waits until the test releases it (or 30 s pass)."""
+    self.update_state(state="PROGRESS", meta={"report": report_id, "step": 1, "of": 2})
+    deadline = time.monotonic() + 30
+    while not os.path.exists(release_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {"report": report_id, "pages": 2}
+
+
+@app.task
+def remind(message):
+    """Returns when it ran, to check countdown and eta."""
+    return {"message": message, "ran_at": datetime.now(timezone.utc).isoformat()}
+
+
+@app.task
+def whoami(seconds=0.0):
+    """CPU-bound work stands here: which process ran it?"""
+    time.sleep(seconds)
+    return {"pid": os.getpid(), "hostname": current_task.request.hostname}
+
+
+@app.task
+def nap(seconds):
+    time.sleep(seconds)
+    return f"slept {seconds}"

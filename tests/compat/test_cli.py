@@ -1,0 +1,332 @@
+"""The ``akadze-compat`` command line, run for real against the sample project plainproj.
+
+Tasks are sent with ``akadze-compat call`` and read with ``akadze-compat result``, so this
+module never imports the project itself.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from akadze_compat.cli_support import CliError, find_app, nodename
+from tests.compat.cli_harness import (
+    CompatWorker,
+    command,
+    environment,
+    error_lines,
+    run,
+    wait_until,
+)
+from tests.compat.conftest import SpawnCompat
+
+pytestmark = pytest.mark.slow
+
+NODE = f"cli@{socket.gethostname()}"
+
+
+@pytest.fixture(scope="module")
+def cli_worker(module_database_url: str, module_spawn_compat: SpawnCompat) -> CompatWorker:
+    """A threads worker on the queues ``cli`` and ``clislow``, with flags it ignores."""
+    worker = module_spawn_compat(
+        "-b", module_database_url, "-A", "plainproj", "worker", "-P", "threads", "-c", "2",
+        "-Q", "cli,clislow", "-n", "cli@%h", "-l", "INFO", "--without-gossip",
+        "--without-mingle", "-E", "--frobnicate")
+    worker.wait_ready()
+    return worker
+
+
+@pytest.fixture
+def url(module_database_url: str, cli_worker: CompatWorker) -> str:
+    return module_database_url
+
+
+def cli(url: str, *args: str, input: str | None = None) -> tuple[int, str, str]:
+    done = run("-b", url, "-A", "plainproj", *args, input=input)
+    return done.returncode, done.stdout, done.stderr
+
+
+def call(url: str, name: str, *args: str) -> str:
+    code, out, err = cli(url, "call", name, *args)
+    assert code == 0, err
+    return out.strip()
+
+
+# --- the command line itself ---------------------------------------------------------------
+
+def test_help_and_version() -> None:
+    done = run("--help")
+    assert done.returncode == 0
+    for name in ("worker", "beat", "purge", "inspect", "status", "call", "result", "migrate"):
+        assert name in done.stdout
+    assert "--max-tasks-per-child" in run("worker", "--help").stdout
+    assert run("--version").stdout.startswith("akadze-compat ")
+
+
+def test_unknown_flags_warn_and_the_worker_runs(cli_worker: CompatWorker) -> None:
+    log = cli_worker.log()
+    for flag in ("--without-gossip", "--without-mingle", "-E/--task-events/--events"):
+        assert f"akadze-compat: warning: {flag} is ignored" in log
+    assert "akadze-compat: warning: unknown option '--frobnicate' is ignored" in log
+    assert f"{NODE} ready." in log
+
+
+def test_worker_without_app_is_one_line() -> None:
+    done = run("worker")
+    assert done.returncode == 2
+    assert error_lines(done.stderr) == [
+        "akadze-compat: error: no app given: name it with -A, e.g. akadze-compat -A proj worker"]
+
+
+def test_app_option_after_the_command_is_explained(module_database_url: str) -> None:
+    done = run("-b", module_database_url, "worker", "-A", "plainproj")
+    assert done.returncode == 2
+    assert error_lines(done.stderr) == [
+        "akadze-compat: error: -A/--app goes before the command: akadze-compat -A proj worker"]
+
+
+@pytest.mark.parametrize("spec", ["plainproj", "plainproj.celery", "plainproj.celery:app",
+                                  "plainproj.celery.app", "plainproj:celery_app"])
+def test_app_spellings_find_the_app(spec: str) -> None:
+    done = run("-A", spec, "inspect", "registered", "--json")
+    assert done.returncode == 0, done.stderr
+    names = json.loads(done.stdout)["plainproj"]
+    assert {"plainproj.billing.tasks.add", "plainproj.reports.tasks.remind",
+            "plainproj.celery.debug_task"} <= set(names)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("nosuchproject", "unable to load the app: module 'nosuchproject' was not found"),
+    ("plainproj.celeryconfig", "unable to load the app: module 'plainproj.celeryconfig' has "
+                               "no attribute 'app'"),
+    ("plainproj.celery:nothing", "unable to load the app 'plainproj.celery:nothing'"),
+    ("plainproj.api:wait_for", "'plainproj.api:wait_for' is not a Celery app"),
+])
+def test_bad_app_is_one_line(spec: str, message: str) -> None:
+    done = run("-A", spec, "inspect", "registered")
+    assert done.returncode == 1
+    lines = error_lines(done.stderr)
+    assert len(lines) == 1 and lines[0].startswith("akadze-compat: error: "), done.stderr
+    assert message in lines[0]
+
+
+def test_find_app_takes_the_first_celery_instance(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "loneapp.py").write_text(textwrap.dedent("""
+        from akadze_compat import Celery
+        flask_app = object()
+        worker_app = Celery("lone", set_as_current=False)
+    """))
+    package = tmp_path / "pkgproj"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "celery.py").write_text(
+        "from akadze_compat import Celery\ncelery = Celery('pkg', set_as_current=False)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        assert find_app("loneapp").main == "lone"
+        assert find_app("pkgproj").main == "pkg"  # the submodule `celery`, its `celery`
+        assert find_app("pkgproj.celery:celery").main == "pkg"
+        with pytest.raises(CliError, match="is not a Celery app"):
+            find_app("loneapp:flask_app")
+    finally:
+        for name in ("loneapp", "pkgproj", "pkgproj.celery"):
+            sys.modules.pop(name, None)
+
+
+def test_node_names_follow_celery() -> None:
+    host = socket.gethostname()
+    assert nodename(None) == f"celery@{host}"
+    assert nodename("w1@%h") == f"w1@{host}"
+    assert nodename("w2") == "celery@w2"
+
+
+@pytest.mark.parametrize("command", [["worker", "-P", "solo"], ["status"],
+                                     ["call", "plainproj.billing.tasks.add"]])
+def test_non_postgres_broker_is_one_line_without_password(command: list[str]) -> None:
+    done = run("-b", "redis://default:s3cretRedisPw@localhost:6379/0", "-A", "plainproj",
+               *command)
+    assert done.returncode == 1
+    lines = error_lines(done.stderr)
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("akadze-compat: error: broker_url ")
+    assert "is not a Postgres URL" in lines[0]
+    assert "s3cretRedisPw" not in done.stderr + done.stdout
+
+
+def test_unreachable_database_is_one_line_without_password() -> None:
+    done = run("-b", "postgresql://postgres:hunter2pw@127.0.0.1:1/nothing", "status")
+    assert done.returncode == 1
+    lines = error_lines(done.stderr)
+    assert len(lines) == 1 and "cannot connect to Postgres" in lines[0], done.stderr
+    assert "hunter2pw" not in done.stderr + done.stdout
+
+
+def test_migrate_then_a_worker_on_an_empty_database(empty_database_url: str) -> None:
+    for args in (["worker", "-P", "solo"], ["worker", "-c", "2"]):
+        done = run("-b", empty_database_url, "-A", "plainproj", *args, "-l", "INFO")
+        assert done.returncode == 1
+        errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+        assert len(errors) == 1 and "akadze-compat migrate" in errors[0], done.stderr
+    first = run("-b", empty_database_url, "migrate")
+    assert first.returncode == 0 and first.stdout.startswith("applied migrations 1"), first
+    again = run("-b", empty_database_url, "migrate")
+    assert again.stdout.strip() == "schema already up to date: nothing to do"
+
+
+def test_beat_runs_only_the_scheduler(database_url: str, db: psycopg.Connection,
+                                      tmp_path: Path) -> None:
+    """`beat` enqueues the beat_schedule's ticks with no worker, and stops on SIGTERM."""
+    (tmp_path / "beatproj.py").write_text(textwrap.dedent("""
+        from akadze_compat import Celery
+
+        app = Celery("beatproj")
+        app.conf.beat_schedule = {"tick": {"task": "beatproj.tick", "schedule": 1.0}}
+
+        @app.task
+        def tick():
+            return "tock"
+    """))
+    process = subprocess.Popen(
+        [*command(), "-A", "beatproj", "-b", database_url, "beat", "--scheduler", "x.y:Z"],
+        cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        wait_until(lambda: db.execute("SELECT count(*) FROM akadze.jobs"
+                                      " WHERE task = 'beatproj.tick'").fetchone()[0] >= 1, 20)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=20)
+    assert process.returncode == 0, err
+    assert "1 periodic tasks" in out
+    assert "ignoring unsupported option --scheduler" in err
+    # Nothing ran the job: beat only schedules.
+    assert db.execute("SELECT state FROM akadze.jobs WHERE task = 'beatproj.tick'"
+                      " LIMIT 1").fetchone()[0] == "queued"
+
+
+# --- commands against a live worker -----------------------------------------------------------
+
+def test_call_and_result(url: str) -> None:
+    task_id = call(url, "plainproj.billing.tasks.add", "-a", "[2, 3]", "--queue", "cli")
+    assert task_id.isdigit()
+    code, out, err = cli(url, "result", task_id, "--timeout", "20")
+    assert (code, out) == (0, "5\n"), err
+    task_id = call(url, "plainproj.celery.debug_task", "--queue", "clislow")
+    code, out, err = cli(url, "result", task_id, "--timeout", "20")
+    assert code == 0 and f"'hostname': '{NODE}'" in out, err  # -n cli@%h
+
+
+def test_result_of_a_failed_task_is_one_line_and_traceback(url: str) -> None:
+    task_id = call(url, "plainproj.billing.tasks.sync_ledger", "-k", '{"account": "a1"}',
+                   "--queue", "cli")
+    code, out, err = cli(url, "result", task_id, "--timeout", "30")
+    assert code == 1
+    assert error_lines(err) == [f"akadze-compat: error: task {task_id} ended FAILURE: "
+                                "LedgerUnavailable: ledger unreachable for a1"]
+    code, out, _ = cli(url, "result", task_id, "--traceback")
+    assert code == 0 and "LedgerUnavailable: ledger unreachable for a1" in out
+
+
+def test_result_timeout_is_one_line(url: str) -> None:
+    task_id = call(url, "plainproj.reports.tasks.remind", "-a", '["later"]', "--countdown",
+                   "60", "--queue", "cli")
+    code, _, err = cli(url, "result", task_id, "--timeout", "0.5")
+    assert code == 1
+    assert error_lines(err) == [f"akadze-compat: error: task {task_id} did not finish within "
+                                "0.5s (state PENDING)"]
+    assert cli(url, "purge", "-f", "-Q", "cli")[0] == 0
+
+
+def test_call_rejects_bad_json(url: str) -> None:
+    code, _, err = cli(url, "call", "plainproj.billing.tasks.add", "-a", '{"x": 1}')
+    assert code == 2 and "--args must be a JSON array" in err
+
+
+def test_status_lists_the_node(url: str) -> None:
+    code, out, _ = cli(url, "status")
+    assert code == 0
+    assert f"->  {NODE}: OK" in out and "1 node online." in out
+    code, out, _ = cli(url, "status", "--json")
+    assert json.loads(out.splitlines()[0]) == {NODE: {"ok": "pong"}}
+
+
+def test_inspect_ping_with_destination(url: str) -> None:
+    assert cli(url, "inspect", "ping", "-d", NODE)[0] == 0
+    code, _, err = cli(url, "inspect", "ping", "-d", "nobody@nowhere")
+    assert code == 69 and "No nodes replied" in err
+    code, out, _ = cli(url, "inspect", "active_queues", "--json")
+    assert [queue["name"] for queue in json.loads(out)[NODE]] == ["cli", "clislow"]
+    code, out, _ = cli(url, "inspect", "reserved", "--json")
+    assert json.loads(out) == {NODE: []}
+
+
+def test_inspect_active_shows_the_running_task(url: str) -> None:
+    task_id = call(url, "plainproj.reports.tasks.nap", "-a", "[3]", "--queue", "clislow")
+
+    def active() -> list[dict]:
+        code, out, _ = cli(url, "inspect", "active", "--json")
+        return json.loads(out).get(NODE, []) if code == 0 else []
+
+    running = wait_until(active, timeout=20)
+    assert isinstance(running, list)
+    entry = next(item for item in running if item["id"] == task_id)
+    assert entry["name"] == "plainproj.reports.tasks.nap"
+    assert entry["args"] == [3] and entry["hostname"] == NODE
+    assert entry["delivery_info"]["routing_key"] == "clislow"
+    code, out, _ = cli(url, "inspect", "active")
+    assert code == 0
+    assert f"->  {NODE}: OK" in out and "plainproj.reports.tasks.nap" in out
+
+
+def test_inspect_scheduled_and_stats(url: str) -> None:
+    task_id = call(url, "plainproj.reports.tasks.remind", "-a", '["hello"]', "--countdown",
+                   "120", "--queue", "cli")
+    code, out, _ = cli(url, "inspect", "scheduled", "--json")
+    assert code == 0
+    entry = next(item for item in json.loads(out)["cli"] if item["request"]["id"] == task_id)
+    assert entry["request"]["args"] == ["hello"] and entry["eta"]
+    code, out, _ = cli(url, "inspect", "stats", "--json")
+    stats = json.loads(out)
+    assert stats["workers"][NODE]["queues"] == ["cli", "clislow"]
+    assert stats["jobs"]["cli"]["queued"] >= 1
+    assert cli(url, "purge", "-f", "-Q", "cli")[0] == 0
+
+
+def test_inspect_unknown_command_is_a_usage_error(url: str) -> None:
+    code, _, err = cli(url, "inspect", "conf")
+    assert code == 2
+    assert "Command conf not recognized" in err and len(error_lines(err)) == 1
+
+
+def test_purge_asks_then_deletes_waiting_tasks(url: str, module_database_url: str) -> None:
+    for _ in range(3):
+        call(url, "plainproj.reports.tasks.remind", "-a", '["x"]', "--queue", "purgeme")
+    code, out, err = cli(url, "purge", "-Q", "purgeme", input="n\n")
+    assert code == 1 and "There is no undo" in out and "aborted" in err
+    code, out, _ = cli(url, "purge", "-Q", "purgeme", input="y\n")
+    assert code == 0 and "Purged 3 messages from 1 known task queue." in out
+    with psycopg.connect(module_database_url) as connection:
+        left = connection.execute(
+            "SELECT count(*) FROM akadze.jobs WHERE queue = 'purgeme'").fetchone()
+    assert left == (0,)
+    code, out, _ = cli(url, "purge", "-f", "-Q", "purgeme")
+    assert code == 0 and out.strip() == "No messages purged from 1 queue."
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _worker_stops_cleanly(cli_worker: CompatWorker) -> Iterator[None]:
+    """After the module: SIGTERM stops the shared worker with exit code 0."""
+    yield
+    cli_worker.terminate()
+    assert cli_worker.wait_exit() == 0, cli_worker.log()

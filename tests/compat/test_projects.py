@@ -1,0 +1,294 @@
+"""The sample projects end to end: a real ``akadze-compat worker`` subprocess runs them, and
+this test sends their tasks with the projects' own API and reads the outcomes back.
+
+One database serves the module: the projects' apps are module-level objects bound to one
+database once they connect. Each worker works on its own queues, so they never share jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+import akadze_compat
+from akadze_compat import _state, states
+from akadze_compat.exceptions import TimeoutError as CeleryTimeoutError
+from akadze_compat.result import AsyncResult
+from tests.compat.cli_harness import DJANGO_PROJECT, PROJECTS, CompatWorker, wait_until
+from tests.compat.conftest import SpawnCompat
+from tests.helpers import job
+
+pytestmark = pytest.mark.slow
+
+HOST = socket.gethostname()
+
+
+@pytest.fixture(scope="module")
+def projects(module_database_url: str) -> Iterator[dict[str, Any]]:
+    """Both projects imported here, their apps bound to the module's database."""
+    previous_path, previous_app = list(sys.path), _state._current_app
+    previous_settings = os.environ.get("DJANGO_SETTINGS_MODULE")
+    sys.path[:0] = [str(PROJECTS), str(DJANGO_PROJECT)]
+    import djangoproj.celery
+    import plainproj.celery
+
+    apps = {"plain": plainproj.celery.app, "django": djangoproj.celery.app}
+    for app in apps.values():
+        app.conf.broker_url = module_database_url  # this process only; workers get -b/env
+        _ = app.core.database_url
+    yield apps
+    for app in apps.values():
+        app.close()
+    sys.path[:] = previous_path
+    _state.set_current_app(previous_app)  # type: ignore[arg-type]
+    if previous_settings is None:
+        os.environ.pop("DJANGO_SETTINGS_MODULE", None)
+
+
+@pytest.fixture(scope="module")
+def plain_worker(module_database_url: str, module_spawn_compat: SpawnCompat) -> CompatWorker:
+    """``-P threads -c 4`` on the queues of plainproj's task_queues (celery, hipri, lopri)."""
+    worker = module_spawn_compat("-A", "plainproj", "worker", "-P", "threads", "-c", "4",
+                                 "-l", "INFO", env={"CELERY_BROKER_URL": module_database_url})
+    worker.wait_ready()
+    return worker
+
+
+@pytest.fixture
+def plain(projects: dict[str, Any], plain_worker: CompatWorker) -> Any:
+    projects["plain"].set_current()
+    return projects["plain"]
+
+
+@pytest.fixture
+def db(module_database_url: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(module_database_url, autocommit=True) as connection:
+        yield connection
+
+
+# --- plainproj on a threads worker -------------------------------------------------------------
+
+def test_shared_task_delay_and_get(plain: Any, db: psycopg.Connection,
+                                   plain_worker: CompatWorker) -> None:
+    from plainproj.billing.tasks import add
+
+    result = add.delay(2, 3)
+    assert result.get(timeout=20) == 5
+    assert result.state == states.SUCCESS
+    assert job(db, int(result.id))["queue"] == "celery"
+    plain_worker.wait_log("plainproj-signal task_success", timeout=5)
+
+
+def test_app_task_runs_with_the_worker_request(plain: Any) -> None:
+    from plainproj.celery import debug_task
+
+    info = debug_task.delay().get(timeout=20)
+    assert info["hostname"] == f"celery@{HOST}" and info["queue"] == "celery"
+
+
+def test_retries_then_success(plain: Any, db: psycopg.Connection) -> None:
+    from plainproj import api
+
+    task_id = api.checkout("o-1", fail_times=2)
+    assert api.wait_for(task_id) == {"order": "o-1", "retries": 2, "queue": "hipri",
+                                     "hostname": f"celery@{HOST}"}
+    row = job(db, int(task_id))
+    assert row["queue"] == "hipri" and row["attempt"] == 3
+    assert [error["type"] for error in row["errors"]] == ["PaymentGatewayTimeout"] * 2
+
+
+def test_autoretry_gives_up_with_the_original_exception(plain: Any,
+                                                        db: psycopg.Connection) -> None:
+    from plainproj import api
+    from plainproj.billing.tasks import LedgerUnavailable
+
+    task_id = api.sync("acct-9")
+    with pytest.raises(LedgerUnavailable, match="ledger unreachable for acct-9"):
+        api.wait_for(task_id)
+    result = AsyncResult(task_id)
+    assert result.state == states.FAILURE and isinstance(result.result, LedgerUnavailable)
+    assert "LedgerUnavailable" in (result.traceback or "")
+    assert job(db, int(task_id))["attempt"] == 3  # max_retries=2
+
+
+def test_progress_state_is_visible_while_running(plain: Any, tmp_path: Path,
+                                                 db: psycopg.Connection) -> None:
+    from plainproj import api
+
+    release = tmp_path / "release"
+    task_id = api.start_report("r-7", str(release))
+    result = AsyncResult(task_id)
+    wait_until(lambda: result.state == "PROGRESS", timeout=20)
+    assert result.info == {"report": "r-7", "step": 1, "of": 2}
+    assert not result.ready()
+    release.touch()
+    assert result.get(timeout=20) == {"report": "r-7", "pages": 2}
+    assert result.state == states.SUCCESS
+    assert job(db, int(task_id))["queue"] == "lopri"  # routed by the glob
+
+
+def test_countdown_and_eta_are_respected(plain: Any, db: psycopg.Connection) -> None:
+    from plainproj import api
+
+    later = api.remind_later("in 1.5s", 1.5)
+    at = api.remind_at("at +1.5s", datetime.now(timezone.utc) + timedelta(seconds=1.5))
+    time.sleep(0.8)
+    for result in (later, at):
+        assert result.state == states.PENDING
+        assert job(db, int(result.id))["started_at"] is None
+    for result in (later, at):
+        assert result.get(timeout=20)["message"] in ("in 1.5s", "at +1.5s")
+        row = job(db, int(result.id))
+        assert row["started_at"] - row["created_at"] >= timedelta(seconds=1.4)
+    with pytest.raises(CeleryTimeoutError):
+        api.remind_later("never waited for", 60).get(timeout=0.2)
+
+
+def test_explicit_queue_beats_the_routes(plain: Any, db: psycopg.Connection) -> None:
+    from plainproj.billing.tasks import add, charge
+
+    assert job(db, int(add.apply_async((1, 1), queue="lopri").id))["queue"] == "lopri"
+    result = charge.apply_async(("o-2",), queue="celery")
+    assert result.get(timeout=20)["queue"] == "celery"
+
+
+def test_transactional_enqueue_commits_and_rolls_back(plain: Any, module_database_url: str,
+                                                      db: psycopg.Connection) -> None:
+    from plainproj.billing.tasks import add
+
+    with psycopg.connect(module_database_url) as connection:
+        with pytest.raises(RuntimeError), akadze_compat.transaction(connection):
+            lost = add.delay(1, 2)
+            raise RuntimeError("the order was not saved")
+        with akadze_compat.transaction(connection):
+            kept = add.delay(2, 2)
+    assert db.execute("SELECT count(*) FROM akadze.jobs WHERE id = %s",
+                      (int(lost.id),)).fetchone() == (0,)
+    assert kept.get(timeout=20) == 4
+
+
+def test_worker_signals_fire_in_celery_order(plain_worker: CompatWorker) -> None:
+    names = re.findall(r"plainproj-signal (\w+)", plain_worker.log())
+    assert names[:3] == ["celeryd_init", "worker_init", "worker_ready"]
+    assert "worker_process_init" not in names  # Celery's threads pool does not send it
+
+
+# --- stopping, solo and prefork ------------------------------------------------------------------
+
+def test_sigterm_lets_the_running_task_finish_then_exits_0(
+        projects: dict[str, Any], module_database_url: str, spawn_compat: SpawnCompat,
+        db: psycopg.Connection) -> None:
+    from plainproj.reports.tasks import nap
+
+    projects["plain"].set_current()
+    worker = spawn_compat("-b", module_database_url, "-A", "plainproj", "worker", "-P", "solo",
+                          "-Q", "slowq", "-l", "INFO")
+    worker.wait_ready()
+    result = nap.apply_async((1.5,), queue="slowq")
+    wait_until(lambda: job(db, int(result.id))["state"] == "running", timeout=20)
+    worker.terminate(signal.SIGTERM)
+    assert worker.wait_exit() == 0, worker.log()
+    assert result.get(timeout=5) == "slept 1.5"
+    log = worker.log()
+    assert "worker: Warm shutdown (MainProcess)" in log
+    assert "worker_shutting_down" in log and "how=Warm" in log and "sig=SIGTERM" in log
+    names = re.findall(r"plainproj-signal (\w+)", log)
+    assert names == ["celeryd_init", "worker_init", "worker_process_init", "worker_ready",
+                     "worker_shutting_down", "worker_shutdown"]
+
+
+def _live_pids(db: psycopg.Connection, queue: str) -> set[int]:
+    rows = db.execute("SELECT pid FROM akadze.workers WHERE %s = ANY(queues) "
+                      "AND heartbeat_at + heartbeat_ttl > now()", (queue,)).fetchall()
+    return {row[0] for row in rows}
+
+
+def test_prefork_runs_tasks_in_two_processes(projects: dict[str, Any], module_database_url: str,
+                                             spawn_compat: SpawnCompat,
+                                             db: psycopg.Connection) -> None:
+    from plainproj.reports.tasks import whoami
+
+    projects["plain"].set_current()
+    worker = spawn_compat("-A", "plainproj", "worker", "-P", "prefork", "-c", "2", "-Q", "cpu",
+                          "-l", "INFO", env={"CELERY_BROKER_URL": module_database_url})
+    worker.wait_ready()
+    children = _live_pids(db, "cpu")
+    assert len(children) == 2 and worker.pid not in children
+    results = [whoami.apply_async((0.4,), queue="cpu") for _ in range(6)]
+    pids = {result.get(timeout=30)["pid"] for result in results}
+    assert pids == children
+    # A child killed from outside is replaced; the pool goes on.
+    victim = min(children)
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: len(_live_pids(db, "cpu") - children) == 1, timeout=30)
+    assert whoami.apply_async(queue="cpu").get(timeout=30)["pid"] != victim
+    worker.terminate(signal.SIGTERM)
+    assert worker.wait_exit() == 0, worker.log()
+    log = worker.log()
+    assert "died unexpectedly (killed by SIGKILL): replacing it" in log
+    assert log.count("worker_process_init") == 3
+    assert log.count("worker_process_shutdown") == 2  # the killed one could not say it
+    names = re.findall(r"plainproj-signal (\w+)", log)
+    assert names[:2] == ["celeryd_init", "worker_init"] and names[-1] == "worker_shutdown"
+
+
+def test_prefork_replaces_a_child_after_max_tasks(projects: dict[str, Any],
+                                                  module_database_url: str,
+                                                  spawn_compat: SpawnCompat,
+                                                  db: psycopg.Connection) -> None:
+    from plainproj.reports.tasks import whoami
+
+    projects["plain"].set_current()
+    worker = spawn_compat("-b", module_database_url, "-A", "plainproj", "worker", "-c", "1",
+                          "--max-tasks-per-child", "2", "-Q", "recycle", "-l", "INFO")
+    worker.wait_ready()
+    pids = [whoami.apply_async(queue="recycle").get(timeout=30)["pid"] for _ in range(5)]
+    assert pids[0] == pids[1] and pids[2] == pids[3] and len(set(pids)) == 3, pids
+    assert worker.log().count("ran 2 tasks (--max-tasks-per-child)") == 2
+    # Children stop by themselves when the supervisor is killed.
+    assert _live_pids(db, "recycle") == {pids[-1]}
+    worker.terminate(signal.SIGKILL)
+    wait_until(lambda: not _live_pids(db, "recycle"), timeout=15)
+    worker.wait_log("the supervisor (pid", timeout=5)
+
+
+# --- the Django project -------------------------------------------------------------------------
+
+@pytest.fixture
+def django_app(projects: dict[str, Any], module_database_url: str,
+               spawn_compat: SpawnCompat) -> Iterator[CompatWorker]:
+    projects["django"].set_current()
+    worker = spawn_compat("-A", "djangoproj", "worker", "-P", "threads", "-Q", "django,orders",
+                          "-l", "INFO", cwd=DJANGO_PROJECT,
+                          env={"DJANGOPROJ_DATABASE_URL": module_database_url})
+    worker.wait_ready()
+    yield worker
+    worker.terminate()
+    assert worker.wait_exit() == 0, worker.log()
+
+
+def test_django_project_runs_with_celery_namespace_settings(django_app: CompatWorker,
+                                                            db: psycopg.Connection) -> None:
+    from shop.tasks import process_order, send_receipt
+
+    receipt = send_receipt.delay(7, "ann@example.com")
+    assert receipt.get(timeout=20) == "receipt for order 7 sent to ann@example.com"
+    assert job(db, int(receipt.id))["queue"] == "django"  # CELERY_TASK_DEFAULT_QUEUE
+    order = process_order.delay(8).get(timeout=20)
+    assert order["queue"] == "orders" and order["time_zone"] == "Europe/Paris"
+    log = django_app.log()
+    # The project's setup_logging receiver took logging over (Django's LOGGING).
+    assert "djangoproj-log INFO celery.worker: celery@" in log
+    assert "INFO/MainProcess]" not in log
+    assert "pool:        threads (concurrency 2)" in log  # CELERY_WORKER_CONCURRENCY
