@@ -23,8 +23,7 @@ from typing import Any, NoReturn
 import click
 import psycopg
 
-from akadze_core import AkadzeError
-from akadze_core.dsn import password_of, redact_password
+from akadze_core import AkadzeError, password_of, redact_password
 
 from .exceptions import ImproperlyConfigured
 

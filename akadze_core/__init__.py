@@ -7,6 +7,7 @@ other's lost jobs, and write outcomes fenced by ``run_count`` so a late run neve
 from .app import App
 from .context import JobContext, current
 from .control import request_cancel, request_cancel_sync, requeue, requeue_sync
+from .dsn import password_of, redact, redact_password
 from .errors import (
     AkadzeError,
     Cancel,
@@ -56,6 +57,9 @@ __all__ = [
     "WorkerError",
     "current",
     "default_backoff",
+    "password_of",
+    "redact",
+    "redact_password",
     "request_cancel",
     "request_cancel_sync",
     "requeue",
