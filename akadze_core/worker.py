@@ -26,14 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import psycopg_pool
-from psycopg import sql
 
 from . import database
 from .completer import Completer
-from .database import NOTIFY_CHANNEL
 from .dberrors import fatal_message, is_transient
 from .errors import AkadzeError, SchemaMissing
 from .executor import execute
+from .listener import listen_for_jobs
 from .outcomes import RETRY, Outcome, error_entry, raised
 from .retry import default_backoff
 from .schedules import MIN_CHECK_INTERVAL, Scheduler
@@ -219,7 +218,8 @@ class Worker:
         await self.app.use_async_pool(self._pool)
         self._completer = Completer(self._pool.connection, self._outcomes_written)
         self._completer_task = asyncio.create_task(self._completer.run(), name="completer")
-        self._listener_task = asyncio.create_task(self._listen(url), name="listener")
+        self._listener_task = asyncio.create_task(
+            listen_for_jobs(url, self.queues, self._wake.set, self._backoff), name="listener")
         self._healthy = True
         self._last_heartbeat_ok = time.monotonic()
         self._heartbeat_failures = 0
@@ -543,31 +543,6 @@ class Worker:
         self._fatal = self.app.redact(fatal_message(exc) if exc else "the completer stopped")
         logger.error("writing outcomes failed: %s", self._fatal)
         self._stop.set()
-
-    # --- notifications -----------------------------------------------------------------------
-
-    async def _listen(self, url: str) -> None:
-        """Wake the loop when a job is enqueued on one of our queues (polling is the
-        fallback, so a lost LISTEN connection only costs latency)."""
-        queues = set(self.queues)
-        failures = 0
-        while True:
-            try:
-                async with await psycopg.AsyncConnection.connect(
-                        url, autocommit=True, connect_timeout=5) as connection:
-                    await connection.execute(
-                        sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
-                    failures = 0
-                    async for notify in connection.notifies():
-                        if notify.payload in queues:
-                            self._wake.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                failures += 1
-                logger.debug("LISTEN connection lost (%s); polling meanwhile",
-                             type(exc).__name__)
-                await asyncio.sleep(self._backoff(failures))
 
     # --- helpers -------------------------------------------------------------------------------
 

@@ -1,0 +1,42 @@
+"""Turn NOTIFY into wake-ups: an idle worker claims right after an enqueue commits.
+
+Polling stays the fallback, so a lost LISTEN connection (or pgbouncer in transaction mode,
+where LISTEN does not work) only costs latency, never a job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+
+import psycopg
+from psycopg import sql
+
+from .database import NOTIFY_CHANNEL
+
+logger = logging.getLogger("akadze.worker")
+
+
+async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], None],
+                          backoff: Callable[[int], float]) -> None:
+    """Call ``wake()`` whenever a job becomes due on one of ``queues``; runs until cancelled,
+    reconnecting after ``backoff(failures)`` seconds when the connection is lost."""
+    watched = set(queues)
+    failures = 0
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                    url, autocommit=True, connect_timeout=5) as connection:
+                await connection.execute(
+                    sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+                failures = 0
+                async for notify in connection.notifies():
+                    if notify.payload in watched:
+                        wake()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            failures += 1
+            logger.debug("LISTEN connection lost (%s); polling meanwhile", type(exc).__name__)
+            await asyncio.sleep(backoff(failures))
