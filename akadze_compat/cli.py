@@ -3,7 +3,8 @@
 ``celery -A proj worker -l INFO`` becomes ``akadze-compat -A proj worker -l INFO``. The global
 options are Celery's (``-A/--app``, ``-b/--broker``, ``--workdir``, ``--config``, ...) with its
 environment variables (``APP``, ``BROKER_URL``, ``CELERY_<COMMAND>_<OPTION>``). Commands:
-``worker``, ``beat``, ``purge``, ``inspect``, ``status``, ``call``, ``result``, ``migrate``.
+``worker``, ``beat``, ``purge``, ``inspect``, ``status``, ``call``, ``result``, ``migrate``,
+``doctor``.
 
 Every expected error ends the command with one ``akadze-compat: error: ...`` line on stderr
 and a non-zero exit code; no output ever contains a database password.
@@ -166,9 +167,11 @@ def cli(ctx: click.Context, app_spec: str | None, broker: str | None,
 
 def _register() -> None:
     from .cli_commands import COMMANDS
+    from .cli_doctor import doctor_command
     from .cli_worker import worker_command
 
     cli.add_command(worker_command)
+    cli.add_command(doctor_command)
     for command in COMMANDS:
         cli.add_command(command)
 

@@ -4,8 +4,8 @@ Settings are grouped by namespace (``task``, ``worker``, ...): the setting name 
 ``<namespace>_<key>``. Old names follow one pattern per namespace (``CELERYD_CONCURRENCY``
 for ``worker_concurrency``, ``CELERY_ALWAYS_EAGER`` for ``task_always_eager``, ...) with the
 exceptions listed in ``_OLD_NAME_EXCEPTIONS``. Most settings only need to be *accepted*
-(they configure brokers and result backends we do not have); ``migration_guide/`` says
-which ones take effect. ``tests/compat/test_config.py`` checks this table against Celery's.
+(they configure brokers and result backends we do not have); ``support.SETTING_SUPPORT``
+says which ones take effect. ``tests/compat/test_config.py`` checks this table against Celery's.
 """
 
 from __future__ import annotations
