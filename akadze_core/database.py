@@ -43,17 +43,13 @@ class JobRequest:
         }
 
 
-def _many_params(requests: Sequence[JobRequest]) -> dict[str, list[Any]]:
-    if any(request.unique_key for request in requests):
+def _many_params(template: JobRequest, args: Sequence[str]) -> dict[str, Any]:
+    if template.unique_key:
         raise ValueError("unique_key is not supported by bulk enqueue; enqueue those one by one")
-    return {
-        "task": [r.task for r in requests], "queue": [r.queue for r in requests],
-        "args": [r.args for r in requests], "priority": [r.priority for r in requests],
-        "scheduled_at": [r.scheduled_at for r in requests],
-        "delay": [r.delay for r in requests],
-        "max_attempts": [r.max_attempts for r in requests],
-        "expires_at": [r.expires_at for r in requests], "meta": [r.meta for r in requests],
-    }
+    params = template.params()
+    del params["unique_key"]
+    params["args"] = list(args)
+    return params
 
 
 def _outcome_params(outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:
@@ -76,11 +72,13 @@ def insert_job(connection: psycopg.Connection, request: JobRequest) -> int:
         # The key's holder committed after our snapshot was taken: look again.
 
 
-def insert_jobs(connection: psycopg.Connection, requests: Sequence[JobRequest]) -> list[int]:
-    """Insert many jobs in one statement; returns their ids in order."""
-    if not requests:
+def insert_jobs(connection: psycopg.Connection, template: JobRequest,
+                args: Sequence[str]) -> list[int]:
+    """Insert one job per ``args`` text, all otherwise like ``template``, in one statement;
+    returns their ids in order."""
+    if not args:
         return []
-    row = connection.execute(query("job_insert_many"), _many_params(requests)).fetchone()
+    row = connection.execute(query("job_insert_many"), _many_params(template, args)).fetchone()
     return list(row[0]) if row else []
 
 
@@ -115,12 +113,12 @@ async def insert_job_async(connection: psycopg.AsyncConnection, request: JobRequ
 
 
 async def insert_jobs_async(
-    connection: psycopg.AsyncConnection, requests: Sequence[JobRequest]
+    connection: psycopg.AsyncConnection, template: JobRequest, args: Sequence[str]
 ) -> list[int]:
     """Async twin of ``insert_jobs``."""
-    if not requests:
+    if not args:
         return []
-    cursor = await connection.execute(query("job_insert_many"), _many_params(requests))
+    cursor = await connection.execute(query("job_insert_many"), _many_params(template, args))
     row = await cursor.fetchone()
     return list(row[0]) if row else []
 

@@ -108,6 +108,13 @@ class TaskCall:
             meta=meta,
         )
 
+    def requests(self, kwargs_list: Iterable[Mapping[str, Any]]) -> tuple[JobRequest, list[str]]:
+        """The bulk form of ``request``: one row template (the options, resolved and encoded
+        once) and each job's validated args (the bulk path's hot loop)."""
+        template = self.request({})
+        dumps, limit = self.task.app.json_dumps, self.task.app.max_args_bytes
+        return template, [encode_args(dict(kwargs), dumps, limit) for kwargs in kwargs_list]
+
     def enqueue(self, **kwargs: Any) -> Any:
         """Insert a job; returns its id (an awaitable of it when using an async session)."""
         request = self.request(kwargs)
@@ -134,24 +141,25 @@ class TaskCall:
 
         Every job is validated first: one bad argument set inserts nothing.
         """
-        requests = [self.request(kwargs) for kwargs in kwargs_list]
+        template, args = self.requests(kwargs_list)
         session = self.options.session
         if isinstance(session, psycopg.AsyncConnection):
-            return database.insert_jobs_async(session, requests)
+            return database.insert_jobs_async(session, template, args)
         if session is not None:
-            return database.insert_jobs(session, requests)
-        return self.task.app.run_sync(lambda connection: database.insert_jobs(connection, requests))
+            return database.insert_jobs(session, template, args)
+        return self.task.app.run_sync(
+            lambda connection: database.insert_jobs(connection, template, args))
 
     async def enqueue_many_async(self, kwargs_list: Iterable[Mapping[str, Any]]) -> list[int]:
         """Async twin of ``enqueue_many``."""
-        requests = [self.request(kwargs) for kwargs in kwargs_list]
+        template, args = self.requests(kwargs_list)
         session = self.options.session
         if session is not None:
             if not isinstance(session, psycopg.AsyncConnection):
                 raise TypeError("enqueue_many_async needs an async session; use enqueue_many()")
-            return await database.insert_jobs_async(session, requests)
+            return await database.insert_jobs_async(session, template, args)
         return list(await self.task.app.run_async(
-            lambda connection: database.insert_jobs_async(connection, requests)))
+            lambda connection: database.insert_jobs_async(connection, template, args)))
 
 
 class Task(TaskCall):
