@@ -66,7 +66,8 @@ class Secrets:
         text = redact_password(text, None)
         # Longest first, so a password that contains another one is replaced whole.
         for password in sorted(self.passwords, key=len, reverse=True):
-            text = text.replace(password, "***")
+            if password in text:
+                text = text.replace(password, "***")
         return text
 
 

@@ -66,6 +66,8 @@ class App:
         self.json_loads = json_loads
         self.pool_size = pool_size
         self.tasks: dict[str, Task] = {}
+        self._redact_url: str | None = None
+        self._redact_password: str | None = None
         #: Declared schedules by name; every worker of this app enqueues their due runs.
         self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
@@ -192,7 +194,10 @@ class App:
 
     def redact(self, text: str) -> str:
         """``text`` with this app's database password scrubbed out."""
-        return redact_password(text, password_of(self._url or self._explicit_url or ""))
+        url = self._url or self._explicit_url or ""
+        if url != self._redact_url:  # parse the DSN once, not on every log line
+            self._redact_url, self._redact_password = url, password_of(url)
+        return redact_password(text, self._redact_password)
 
     def connect(self, **kwargs: Any) -> psycopg.Connection:
         """A new sync connection to the database (the caller closes it)."""

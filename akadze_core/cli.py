@@ -61,7 +61,8 @@ class _Secrets:
         text = redact_password(text, None)
         # Longest first, so a password that contains another one is replaced whole.
         for password in sorted(self.passwords, key=len, reverse=True):
-            text = text.replace(password, "***")
+            if password in text:
+                text = text.replace(password, "***")
         for app in self.apps:
             text = app.redact(text)
         return text
