@@ -1,0 +1,523 @@
+#!/usr/bin/env python3
+"""Generate ``migration_guide/celery-settings.md`` and ``celery-api.md``.
+
+Run it from the repository root with the project's Python (akadze installed)::
+
+    python migration_guide/tools/celery_tables.py           # rewrite both files
+    python migration_guide/tools/celery_tables.py --check   # exit 1 if they are stale
+
+The lists come from Celery itself: every setting of ``celery/app/defaults.py`` and every
+public name of ``celery``, ``celery.exceptions``, ``celery.signals``, ``celery.result``,
+``celery.schedules`` (plus ``celery.states``, ``celery.utils.log`` and the members of
+``Celery``, ``Task`` and ``AsyncResult``). Celery is imported only in a child process run
+with Celery's own interpreter: ``--celery-python``, else ``$CELERY_PYTHON``, else
+``/tmp/celery-venv/bin/python`` (``python -m venv /tmp/celery-venv &&
+/tmp/celery-venv/bin/pip install celery==5.7.0``). This script is never imported by the
+package or the tests.
+
+What akadze does with each name:
+
+- settings, signals and task options: ``akadze_compat.support`` (the table the
+  ``akadze-compat doctor`` command reads too), so a claim lives in one place;
+- every other API name: ``API_NOTES`` below, written by hand after reading the code and
+  trying it; a name ``akadze_compat`` lacks is always "missing", whatever the note says
+  (the script stops when a note claims more than the import finds).
+
+Checks made on every run: the settings Celery has and the ones akadze_compat accepts are the
+same list; every "honoured" or "different" setting is read somewhere in ``akadze_compat``;
+every note names something Celery has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "migration_guide"
+DEFAULT_CELERY_PYTHON = "/tmp/celery-venv/bin/python"
+
+# Run in Celery's interpreter: prints what Celery has, as JSON.
+CELERY_SIDE = r'''
+import json
+import celery
+from celery.app.defaults import NAMESPACES, flatten
+from celery.utils.dispatch import Signal
+
+def defined_in(module):
+    names = set(getattr(module, "__all__", ()))
+    for name in dir(module):
+        if name.startswith("_"):
+            continue
+        value = getattr(module, name)
+        if isinstance(value, Signal) or getattr(value, "__module__", None) == module.__name__:
+            names.add(name)
+    return sorted(names)
+
+import celery.exceptions, celery.result, celery.schedules, celery.signals, celery.states
+import celery.utils.log
+from celery.app.task import Task
+from celery.result import AsyncResult
+
+# The lazy module's __all__ also lists its private helpers and Celery 3's old modules
+# (execute, messaging, registry, log): the public attributes are what dir() shows.
+top = {n for n in dir(celery) if not n.startswith("_")} | {"subtask"}  # lazy, not in dir()
+modules = {"celery": sorted(top)}
+for module in (celery.exceptions, celery.signals, celery.result, celery.schedules,
+               celery.states, celery.utils.log):
+    modules[module.__name__] = defined_in(module)
+members = {cls.__name__: sorted(n for n in dir(cls) if not n.startswith("_"))
+           for cls in (celery.Celery, Task, AsyncResult)}
+settings = [[name, repr(option.default)] for name, option in flatten(NAMESPACES)]
+print(json.dumps({"version": celery.__version__, "settings": settings, "modules": modules,
+                  "members": members}))
+'''
+
+S, D, IGN, M = "supported", "different", "ignored", "missing"
+
+_NO_CANVAS = ("defined, but making one raises NotImplementedError: canvas workflows are not "
+              "supported. Call the next task from the body, or enqueue it inside "
+              "`current().complete_tx()` (akadze_core) when it must follow the commit")
+_NEVER_RAISED = "defined with Celery's hierarchy, for `except` clauses; akadze never raises it"
+_NO_BROKER = "there is no broker connection: the queue is the Postgres database"
+_CLI = "use the `akadze-compat` command"
+_INTERNAL = "Celery internals, not provided"
+
+#: "module:name" (module "Celery", "Task", "AsyncResult" for members) -> (status, note).
+API_NOTES: dict[str, tuple[str, str]] = {
+    # --- celery
+    "celery:Celery": (D, "`broker_url` must be a Postgres URL (none: `$AKADZE_DATABASE_URL`, "
+                         "else the embedded Postgres); `result_backend` is ignored"),
+    "celery:Signature": (M, "not exported at the top level: `from akadze_compat.canvas import "
+                            "Signature`"),
+    "celery:bugreport": (M, ""),
+    "celery:chain": (M, _NO_CANVAS), "celery:chord": (M, _NO_CANVAS),
+    "celery:chunks": (M, _NO_CANVAS), "celery:group": (M, _NO_CANVAS),
+    "celery:xmap": (M, _NO_CANVAS), "celery:xstarmap": (M, _NO_CANVAS),
+    "celery:current_app": (D, "one current app per process (Celery: per thread)"),
+    "celery:signature": (D, "single-task signatures (`delay`, `apply_async`, `apply`, "
+                            "`clone`, `set`); `link=`/`link_error=` are stored with the job but "
+                            "never called; `|` raises NotImplementedError"),
+    "celery:subtask": (D, "alias of `signature`"),
+    "celery:maybe_signature": (S, ""),
+    "celery:local": (M, "`celery.local` (Proxy, PromiseProxy) is not provided"),
+    "celery:maybe_patch_concurrency": (M, "eventlet and gevent are not supported (`-P "
+                                          "eventlet` runs the threads pool)"),
+    "celery:SERIES": (M, "no Celery version constants"),
+    "celery:VERSION": (M, "no Celery version constants"),
+    "celery:VERSION_BANNER": (M, "no Celery version constants"),
+    "celery:version_info": (M, "no Celery version constants"),
+    "celery:version_info_t": (M, "no Celery version constants"),
+    # --- celery.exceptions
+    "celery.exceptions:Ignore": (D, "the task ends SUCCESS with result None (Celery leaves its "
+                                    "state as it was)"),
+    "celery.exceptions:Reject": (D, "`requeue=True`: back to the queue without spending a "
+                                    "retry; `requeue=False`: FAILURE"),
+    "celery.exceptions:Retry": (S, "raised by `self.retry()`; the task keeps its id"),
+    "celery.exceptions:RetryTaskError": (S, "alias of Retry"),
+    "celery.exceptions:MaxRetriesExceededError": (S, ""),
+    "celery.exceptions:TimeLimitExceeded": (D, "raised inside the body at the hard limit (the "
+                                               "process is not killed); see task_time_limit"),
+    "celery.exceptions:SoftTimeLimitExceeded": (D, "raised inside the body; a plain `def` "
+                                                   "blocked in C code sees it only when the "
+                                                   "call returns"),
+    "celery.exceptions:WorkerLostError": (D, "the task of a lost worker runs again (at least "
+                                             "once); it fails with this only after more losses "
+                                             "than max_retries allows"),
+    "celery.exceptions:TaskRevokedError": (S, "the result of a REVOKED task"),
+    "celery.exceptions:TimeoutError": (S, "raised by `AsyncResult.get(timeout=...)`"),
+    "celery.exceptions:QueueNotFound": (S, "raised with `task_create_missing_queues=False`"),
+    "celery.exceptions:NotRegistered": (D, "raised by `app.tasks[name]`; a job whose task the "
+                                           "worker does not know ends FAILURE with a "
+                                           "stand-in exception of that name that is not this "
+                                           "class (Celery drops the message)"),
+    "celery.exceptions:ImproperlyConfigured": (S, "raised for a non-Postgres broker URL and "
+                                                  "for serializers other than JSON"),
+    "celery.exceptions:OperationalError": (D, "kombu's class, for `except` clauses; a send "
+                                              "that cannot reach Postgres raises "
+                                              "`akadze_core.ConfigurationError`, "
+                                              "`psycopg.OperationalError` or "
+                                              "`psycopg_pool.PoolTimeout` instead, at once "
+                                              "(no publish retry)"),
+    "celery.exceptions:WorkerShutdown": (D, "raised in a task it fails that task; the worker "
+                                            "goes on"),
+    "celery.exceptions:WorkerTerminate": (D, "raised in a task it fails that task; the worker "
+                                             "goes on"),
+    "celery.exceptions:SystemTerminate": (D, "alias of WorkerTerminate"),
+    "celery.exceptions:Terminated": (S, f"{_NEVER_RAISED} (revoke does not terminate)"),
+    "celery.exceptions:AlwaysEagerIgnored": (S, "warned by `send_task` in eager mode"),
+    "celery.exceptions:DuplicateTaskNameWarning": (S, ""),
+    "celery.exceptions:reraise": (S, ""),
+    **{f"celery.exceptions:{name}": (S, _NEVER_RAISED) for name in (
+        "AlreadyRegistered", "BackendError", "BackendGetMetaError", "BackendStoreError",
+        "CDeprecationWarning", "CPendingDeprecationWarning", "CeleryCommandException",
+        "CeleryError", "CeleryWarning", "ChordError", "DuplicateNodenameWarning",
+        "FixupWarning", "IncompleteStream", "InvalidTaskError", "NotConfigured",
+        "SecurityError", "SecurityWarning", "TaskError", "TaskPredicate")},
+    # --- celery.result
+    "celery.result:AsyncResult": (D, "reads the task's job row; see its members below"),
+    "celery.result:EagerResult": (S, ""),
+    "celery.result:GroupResult": (M, "no groups"),
+    "celery.result:ResultSet": (M, "no groups"),
+    "celery.result:ResultBase": (M, ""),
+    "celery.result:result_from_tuple": (M, ""),
+    "celery.result:allow_join_result": (M, "`get()` inside a task raises RuntimeError; pass "
+                                           "`disable_sync_subtasks=False` to that call"),
+    "celery.result:denied_join_result": (M, ""),
+    "celery.result:assert_will_not_block": (S, ""),
+    # --- celery.schedules
+    "celery.schedules:crontab": (D, "Celery's parsing and matching, checked against Celery "
+                                    "5.7; `is_due()`/`remaining_estimate()` raise "
+                                    "NotImplementedError (workers compute the ticks)"),
+    "celery.schedules:schedule": (D, "ticks on a fixed grid since the Unix epoch (Celery: "
+                                     "counted from beat's start); `is_due()` not available"),
+    "celery.schedules:solar": (M, "can be made, but a worker whose beat_schedule holds one "
+                                  "refuses to start"),
+    "celery.schedules:BaseSchedule": (D, "a custom subclass runs only if it also has "
+                                         "`latest(at)`, `next(after)` and `spec` (an "
+                                         "akadze_core trigger)"),
+    "celery.schedules:maybe_schedule": (S, ""),
+    "celery.schedules:crontab_parser": (S, ""),
+    "celery.schedules:ParseException": (S, ""),
+    "celery.schedules:schedstate": (M, "beat internals: workers compute the ticks"),
+    "celery.schedules:cronfield": (M, "beat internals"),
+    # --- celery.states
+    "celery.states:RECEIVED": (S, "never reported: a claimed task starts at once"),
+    "celery.states:IGNORED": (S, "never reported: `Ignore` ends SUCCESS"),
+    "celery.states:STARTED": (S, "reported only with `track_started`"),
+    # --- celery.utils.log
+    **{f"celery.utils.log:{name}": (M, "worker internals, not provided") for name in (
+        "ColorFormatter", "LoggingProxy", "in_sighandler", "set_in_sighandler",
+        "get_multiprocessing_logger", "reset_multiprocessing_logger", "current_process",
+        "current_process_index", "iter_open_logger_fds", "logger_isa")},
+    # --- Celery (the app)
+    "Celery:add_periodic_task": (D, "every worker schedules it, each tick enqueued once"),
+    "Celery:autodiscover_tasks": (S, "imports when a worker starts, or at once with "
+                                     "`force=True`"),
+    "Celery:control": (D, "`revoke()` and `purge()` only; `inspect()` raises "
+                          "NotImplementedError (use `akadze-compat inspect`)"),
+    "Celery:send_task": (D, "the task id is the job id unless `task_id=` is given; for a task "
+                            "the sender does not know, the worker's max_retries decides"),
+    "Celery:annotations": (M, "task_annotations are not applied"),
+    "Celery:backend": (M, "no result backend object: AsyncResult reads the job"),
+    "Celery:backend_cls": (M, "no result backend object: AsyncResult reads the job"),
+    "Celery:events": (M, "no event stream"), "Celery:events_cls": (M, "no event stream"),
+    "Celery:start": (M, _CLI), "Celery:worker_main": (M, _CLI), "Celery:Worker": (M, _CLI),
+    "Celery:WorkController": (M, _CLI),
+    "Celery:Beat": (M, "beat runs inside every worker"),
+    "Celery:Pickler": (M, "no pickle"),
+    "Celery:GroupResult": (M, "no groups"), "Celery:ResultSet": (M, "no groups"),
+    "Celery:user_options": (M, "custom command-line options are not supported"),
+    "Celery:setup_security": (M, "message signing is not supported"),
+    **{f"Celery:{name}": (M, _NO_BROKER) for name in (
+        "amqp", "amqp_cls", "broker_connection", "connection", "connection_for_read",
+        "connection_for_write", "connection_or_acquire", "default_connection",
+        "default_producer", "pool", "producer_or_acquire", "producer_pool", "select_queues")},
+    **{f"Celery:{name}": (M, _INTERNAL) for name in (
+        "IS_WINDOWS", "IS_macOS", "SYSTEM", "builtin_fixups", "bugreport", "control_cls",
+        "create_task_cls", "either", "loader_cls", "log", "log_cls", "oid", "prepare_config",
+        "registry_cls", "steps", "subclass_with_self", "thread_oid", "type_checker")},
+    # --- Task
+    "Task:apply_async": (D, "countdown, eta, expires, queue, priority, task_id, headers, "
+                            "time_limit, soft_time_limit, ignore_result, `connection=` (a "
+                            "psycopg connection whose transaction the job joins); link/"
+                            "link_error are stored, never called; kombu options are ignored"),
+    "Task:retry": (D, "same task id; `throw=False` schedules no retry; `queue=`/`priority=` "
+                      "are ignored; `args=`/`kwargs=` work"),
+    "Task:update_state": (D, "only for the task running here (other ids: a warning); does "
+                             "nothing in eager mode"),
+    "Task:max_retries": (S, "None retries forever"),
+    "Task:request": (D, "`id` is the job id unless `task_id=` was given; `hostname` is the "
+                        "worker's `-n`"),
+    "Task:map": (M, _NO_CANVAS), "Task:starmap": (M, _NO_CANVAS),
+    "Task:chunks": (M, _NO_CANVAS),
+    "Task:replace": (M, "not supported: enqueue the replacement yourself"),
+    "Task:add_to_chord": (M, "no chords"),
+    "Task:send_event": (M, "no event stream"),
+    "Task:OperationalError": (M, ""),
+    "Task:acks_on_failure": (M, "a failed task ends FAILURE; it is never put back"),
+    "Task:acks_on_timeout": (M, "a timed-out task ends FAILURE; it is never put back"),
+    "Task:retry_on_worker_lost": (M, "the task of a lost worker always runs again"),
+    **{f"Task:{name}": (M, _INTERNAL) for name in (
+        "Request", "Strategy", "start_strategy", "add_around", "add_trail", "annotate",
+        "from_config", "on_bound", "on_replace", "signature_from_request",
+        "subtask_from_request")},
+    # --- AsyncResult
+    "AsyncResult:get": (D, "wakes on LISTEN/NOTIFY, no polling; a failure comes back as its "
+                           "exception type with its message only (never unpickled); inside a "
+                           "task it raises RuntimeError unless `disable_sync_subtasks=False`"),
+    "AsyncResult:result": (D, "on FAILURE the exception rebuilt from type and message; dicts "
+                              "come back with keys in jsonb's order"),
+    "AsyncResult:info": (D, "as `result`"),
+    "AsyncResult:state": (S, "unknown id: PENDING; a retry waiting: RETRY; STARTED only with "
+                             "track_started"),
+    "AsyncResult:id": (S, "the job id (digits) unless `task_id=` was given"),
+    "AsyncResult:forget": (D, "deletes nothing: the job goes when its retention ends "
+                              "(result_expires)"),
+    "AsyncResult:revoke": (D, "a waiting task never runs; a running one is not interrupted "
+                              "(`terminate=True` is not supported)"),
+    "AsyncResult:children": (D, "always None (not tracked)"),
+    "AsyncResult:worker": (D, "always None (not recorded)"),
+    "AsyncResult:backend": (D, "always None: there is no result backend"),
+    "AsyncResult:TimeoutError": (M, "import it from `akadze_compat.exceptions`"),
+    "AsyncResult:then": (M, "no promises"), "AsyncResult:throw": (M, "no promises"),
+    "AsyncResult:revoke_by_stamped_headers": (M, "no stamping"),
+    "AsyncResult:supports_native_join": (M, ""),
+    **{f"AsyncResult:{name}": (M, "no canvas, so no result graph") for name in (
+        "build_graph", "collect", "get_leaf", "graph", "iterdeps")},
+}
+
+#: Where each Celery module lives in akadze_compat.
+AKADZE_MODULES = {"celery": "akadze_compat", "celery.exceptions": "akadze_compat.exceptions",
+                  "celery.signals": "akadze_compat.signals", "celery.result":
+                  "akadze_compat.result", "celery.schedules": "akadze_compat.schedules",
+                  "celery.states": "akadze_compat.states",
+                  "celery.utils.log": "akadze_compat.utils.log"}
+#: "different" settings whose difference is that they are not read (results are always JSON).
+NOT_READ = frozenset({"result_serializer"})
+#: support.py's words -> the API table's.
+SUPPORT_STATUS = {"honoured": S, "different": D, "ignored": IGN, "missing": M}
+
+
+# --- the two sides --------------------------------------------------------------------------
+
+def celery_side(python: str) -> dict[str, Any]:
+    """What Celery has, from its own interpreter."""
+    try:
+        output = subprocess.run([python, "-c", CELERY_SIDE], capture_output=True, text=True,
+                                check=True, timeout=120).stdout
+    except FileNotFoundError:
+        sys.exit(f"no Celery interpreter at {python}: pass --celery-python or set CELERY_PYTHON")
+    except subprocess.CalledProcessError as exc:
+        sys.exit(f"{python} could not list Celery's names:\n{exc.stderr}")
+    return json.loads(output)
+
+
+def akadze_members() -> dict[str, Any]:
+    """Instances whose attributes are checked: an app, one of its tasks, a result."""
+    from akadze_compat import Celery
+    from akadze_compat.result import AsyncResult
+
+    app = Celery("tables", set_as_current=False)
+
+    @app.task
+    def task() -> None:
+        """A task to look at."""
+
+    return {"Celery": app, "Task": task, "AsyncResult": AsyncResult("1", app=app)}
+
+
+def has_member(instance: Any, name: str) -> bool:
+    # The class and the instance's own dict: no property is evaluated.
+    return hasattr(type(instance), name) or name in vars(instance)
+
+
+def akadze_sources() -> str:
+    package = ROOT / "akadze_compat"
+    return "\n".join(path.read_text() for path in sorted(package.rglob("*.py"))
+                     if path.name not in ("defaults.py", "support.py", "doctor.py",
+                                          "doctor_scan.py"))
+
+
+# --- rows ---------------------------------------------------------------------------------
+
+def api_row(where: str, name: str, present: bool, support: dict[str, Any],
+            problems: list[str]) -> tuple[str, str]:
+    """(status, note) of one API name."""
+    key = f"{where}:{name}"
+    if key in API_NOTES:
+        status, note = API_NOTES[key]
+    elif name in support:
+        status, note = SUPPORT_STATUS[support[name].status], support[name].note
+    else:
+        status, note = (S, "") if present else (M, "")
+    if not present and status != M:
+        problems.append(f"{key}: the note says {status!r} but akadze_compat has no such name")
+        status = M
+    return status, note
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows]
+    return lines
+
+
+def counts(statuses: list[str]) -> str:
+    order = ["honoured", S, D, IGN, M]
+    found = {status: statuses.count(status) for status in order if status in statuses}
+    return ", ".join(f"{number} {status}" for status, number in found.items())
+
+
+HEADER = ("<!-- Generated by migration_guide/tools/celery_tables.py from Celery {version} and "
+          "akadze_compat; edit the notes there (or in akadze_compat/support.py), not here. -->")
+
+
+def settings_page(celery: dict[str, Any], problems: list[str]) -> str:
+    from akadze_compat.defaults import DEFAULTS, TO_OLD_NAME
+    from akadze_compat.support import EXTRA_SETTINGS, SETTING_SUPPORT
+
+    names = [name for name, _ in celery["settings"]]
+    if set(names) != set(DEFAULTS):
+        problems.append(f"settings Celery has and akadze_compat lacks: "
+                        f"{sorted(set(names) - set(DEFAULTS))}; the reverse: "
+                        f"{sorted(set(DEFAULTS) - set(names))}")
+    source = akadze_sources()
+    rows_by_group: dict[str, list[list[str]]] = {}
+    statuses = []
+    for name, default in celery["settings"]:
+        support = SETTING_SUPPORT.get(name)
+        if support is None:
+            problems.append(f"setting {name} has no entry in akadze_compat.support")
+            continue
+        old = TO_OLD_NAME.get(name, "")
+        if (support.status in ("honoured", "different") and name not in NOT_READ
+                and not any(re.search(rf"\b{re.escape(spelling)}\b", source)
+                            for spelling in (name, old))):
+            problems.append(f"setting {name} is {support.status} but akadze_compat never reads "
+                            "it")
+        status = support.status
+        statuses.append(status)
+        group = name.split("_", 1)[0] if "_" in name and name.split("_", 1)[0] in GROUPS \
+            else ""
+        rows_by_group.setdefault(group, []).append(
+            [f"`{name}`", f"`{old}`" if old else "", f"`{default}`",
+             f"**{status}**" if status != IGN else status, support.note])
+    lines = [
+        HEADER.format(version=celery["version"]), "",
+        "# Every Celery setting, and what akadze_compat does with it", "",
+        f"All {len(names)} settings of Celery {celery['version']} (`celery/app/defaults.py`) "
+        f"are accepted, under their new names, their old upper-case names and, with "
+        "`config_from_object(..., namespace=\"CELERY\")`, the `CELERY_` prefixed ones "
+        f"(Django). Summary: {counts(statuses)}.", "",
+        "- **honoured**: takes effect as in Celery (the note says how it is read);",
+        "- **different**: takes effect, with the difference the note describes;",
+        "- ignored: accepted and without effect here (the note says why and what to do "
+        "instead).", "",
+        "A value that cannot work stops the app when it first connects (a broker URL that is "
+        "not Postgres; `task_serializer` or `accept_content` other than JSON), with a message "
+        "saying what to set. `akadze-compat -A proj doctor` lists the settings a project "
+        "actually sets, with these notes.", "",
+        "Settings akadze_compat reads that Celery does not have:", "",
+    ]
+    lines += table(["setting", "status", "note"],
+                   [[f"`{name}`", support.status, support.note]
+                    for name, support in EXTRA_SETTINGS.items()])
+    for group, title in GROUPS.items():
+        rows = rows_by_group.get(group)
+        if not rows:
+            continue
+        lines += ["", f"## {title}", ""]
+        lines += table(["setting", "old name", "Celery default", "status", "note"], rows)
+    return "\n".join(lines) + "\n"
+
+
+GROUPS = {
+    "": "General", "broker": "Broker", "task": "Tasks", "result": "Results", "worker": "Worker",
+    "beat": "Beat", "control": "Remote control", "event": "Events", "security": "Security",
+    "database": "Result backend: database", "redis": "Result backend: Redis",
+    "cache": "Result backend: cache", "cassandra": "Result backend: Cassandra",
+    "s3": "Result backend: S3", "azureblockblob": "Result backend: Azure Block Blob",
+    "gcs": "Result backend: Google Cloud Storage", "couchbase": "Result backend: Couchbase",
+    "arangodb": "Result backend: ArangoDB", "mongodb": "Result backend: MongoDB",
+    "cosmosdbsql": "Result backend: CosmosDB", "elasticsearch": "Result backend: Elasticsearch",
+}
+
+
+def api_page(celery: dict[str, Any], problems: list[str]) -> str:
+    from akadze_compat.support import SIGNAL_SUPPORT, TASK_OPTION_SUPPORT
+
+    sections: list[str] = []
+    statuses: list[str] = []
+    app_signals = {name.split(".", 1)[1]: support for name, support in SIGNAL_SUPPORT.items()
+                   if name.startswith("app.")}
+    for module_name, names in celery["modules"].items():
+        module = importlib.import_module(AKADZE_MODULES[module_name])
+        support = SIGNAL_SUPPORT if module_name == "celery.signals" else {}
+        rows = []
+        for name in names:
+            status, note = api_row(module_name, name, hasattr(module, name), support, problems)
+            statuses.append(status)
+            rows.append([f"`{name}`", f"**{status}**" if status != S else status, note])
+        sections += ["", f"## `{module_name}` → `{AKADZE_MODULES[module_name]}`", ""]
+        sections += table(["name", "status", "note"], rows)
+    instances = akadze_members()
+    titles = {"Celery": "The app: `Celery` members", "Task": "`Task` members",
+              "AsyncResult": "`AsyncResult` members"}
+    for cls_name, names in celery["members"].items():
+        support = {"Celery": app_signals, "Task": TASK_OPTION_SUPPORT}.get(cls_name, {})
+        rows = []
+        for name in names:
+            present = has_member(instances[cls_name], name)
+            status, note = api_row(cls_name, name, present, support, problems)
+            statuses.append(status)
+            rows.append([f"`{name}`", f"**{status}**" if status != S else status, note])
+        sections += ["", f"## {titles[cls_name]}", ""]
+        sections += table(["name", "status", "note"], rows)
+    known = {f"{where}:{name}" for where, names in celery["modules"].items() for name in names}
+    known |= {f"{where}:{name}" for where, names in celery["members"].items() for name in names}
+    problems += [f"API_NOTES names {key}, which Celery {celery['version']} does not have"
+                 for key in API_NOTES if key not in known]
+    head = [
+        HEADER.format(version=celery["version"]), "",
+        "# Every public Celery name, and where it stands in akadze_compat", "",
+        f"The public names of Celery {celery['version']}'s `celery`, `celery.exceptions`, "
+        "`celery.signals`, `celery.result`, `celery.schedules`, `celery.states` and "
+        "`celery.utils.log` (their `__all__` and what they define), and the public members of "
+        "`Celery`, `Task` and `AsyncResult`, each checked by importing it from "
+        f"`akadze_compat`. Summary: {counts(statuses)}.", "",
+        "- supported: same name, same behaviour as far as a caller can tell;",
+        "- **different**: there, with the difference the note describes;",
+        "- **ignored**: accepted and without effect (task options);",
+        "- **missing**: not there (an ImportError or AttributeError), or there but refusing to "
+        "work (NotImplementedError), or a signal that is never sent.", "",
+        "Other Celery modules are not provided: `celery.app.task` (import `Task` from "
+        "`akadze_compat`), `celery.contrib.*` (`delay_on_commit` is on every task, see "
+        "[django.md](django.md); no `AbortableTask`, no `celery.contrib.testing` fixtures), "
+        "`celery.beat`, `celery.bin`, `celery.backends`, `celery.worker`. `akadze_compat.canvas` "
+        "and `akadze_compat.utils` (`uuid`) exist. kombu stays as it is (`kombu.Queue` in "
+        "`task_queues` is read by name).",
+    ]
+    return "\n".join(head + sections) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--celery-python", default=os.environ.get("CELERY_PYTHON",
+                                                                  DEFAULT_CELERY_PYTHON))
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if the files differ from what would be written")
+    options = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    celery = celery_side(options.celery_python)
+    problems: list[str] = []
+    pages = {GUIDE / "celery-settings.md": settings_page(celery, problems),
+             GUIDE / "celery-api.md": api_page(celery, problems)}
+    for problem in problems:
+        print(f"problem: {problem}", file=sys.stderr)
+    stale = [path for path, text in pages.items()
+             if not path.exists() or path.read_text() != text]
+    if options.check:
+        for path in stale:
+            print(f"{path.relative_to(ROOT)} is stale: run python "
+                  "migration_guide/tools/celery_tables.py", file=sys.stderr)
+        return 1 if stale or problems else 0
+    for path in stale:
+        path.write_text(pages[path])
+        print(f"wrote {path.relative_to(ROOT)}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
