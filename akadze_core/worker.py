@@ -178,7 +178,7 @@ class Worker:
                                            thread_name_prefix="akadze-task")
         started = await self._start(total_slots)
         try:
-            if started:
+            if started and await self._ready():
                 await self._loop()
         finally:
             await self._shutdown(started)
@@ -229,13 +229,24 @@ class Worker:
         self._rescue_pending = True
         # Set by any connection error: a claim may have committed and lost its answer.
         self._orphans_pending = False
-        for hook in self.on_startup:
-            await _maybe_await(hook(self.context))
-        if self.health_file:
-            self.health_file.touch()
         logger.info("worker %s (id %s) started: queues %s, slots %s%s", self.name,
                     self.worker_id, ",".join(self.queues), total_slots,
                     ", fair" if self.fair else "")
+        return True
+
+    async def _ready(self) -> bool:
+        """Run the on_startup hooks, then announce readiness (the health file). A failing
+        hook stops the worker cleanly with a clear error instead of half-starting it."""
+        for hook in self.on_startup:
+            try:
+                await _maybe_await(hook(self.context))
+            except Exception as exc:
+                logger.exception("on_startup hook failed")
+                name = getattr(hook, "__qualname__", repr(hook))
+                self._fatal = self.app.redact(f"on_startup hook {name} failed: {exc!r}")
+                return False
+        if self.health_file:
+            self.health_file.touch()
         return True
 
     async def _register(self, connection: psycopg.AsyncConnection) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -239,3 +240,19 @@ async def test_live_workers_scheduled_jobs_and_counts(app: App, db: psycopg.Conn
                " now())")
     assert [row["name"] for row in app.list_workers(live=True)] == ["alive"]
     assert len(app.list_workers()) == 2
+
+
+async def test_a_failing_startup_hook_stops_the_worker_cleanly(
+    app: App, db: psycopg.Connection, tmp_path: object
+) -> None:
+    from akadze_core import WorkerError
+
+    def broken(context: dict[str, object]) -> None:
+        raise RuntimeError("no redis today")
+
+    health = f"{tmp_path}/healthy"
+    worker = fast_worker(app, on_startup=[broken], health_file=health)
+    with pytest.raises(WorkerError, match=r"on_startup hook .*broken failed.*no redis today"):
+        await asyncio.wait_for(worker.run(), 10)
+    assert db.execute("SELECT count(*) FROM akadze.workers").fetchone()[0] == 0
+    assert not Path(health).exists()
