@@ -8,6 +8,7 @@ from . import states
 from ._state import Proxy, current_app
 from .app import Celery, shared_task
 from .canvas import (
+    Signature,
     chain,
     chord,
     chunks,
@@ -26,6 +27,6 @@ from .utils import uuid
 #: The task being run here (by a worker or eagerly), or a proxy of None.
 current_task = Proxy(_current_task, "current_task")
 
-__all__ = ["Celery", "Task", "chain", "chord", "chunks", "current_app", "current_task", "group",
-           "maybe_signature", "shared_task", "signature", "states", "subtask", "transaction",
-           "uuid", "xmap", "xstarmap"]
+__all__ = ["Celery", "Signature", "Task", "chain", "chord", "chunks", "current_app",
+           "current_task", "group", "maybe_signature", "shared_task", "signature", "states",
+           "subtask", "transaction", "uuid", "xmap", "xstarmap"]

@@ -57,8 +57,21 @@ def job_state(job: Job | None, track_started: bool = False) -> str:
     return states.PENDING if job.attempt <= 1 else states.RETRY
 
 
+# Errors the engine itself records (no module, or akadze_core's), as Celery's exceptions, so
+# `except akadze_compat.exceptions.NotRegistered` catches what a worker reported.
+_ENGINE_ERRORS = {
+    "NotRegistered": "NotRegistered",
+    "WorkerLost": "WorkerLostError",
+    "JobTimeout": "TimeLimitExceeded",
+}
+
+
 def _exception_type(module: str | None, name: str) -> type[Exception]:
     """The exception class called ``name`` in ``module``, or a stand-in of that name."""
+    if name in _ENGINE_ERRORS and (not module or module.startswith("akadze_core")):
+        from . import exceptions
+
+        return getattr(exceptions, _ENGINE_ERRORS[name])  # type: ignore[no-any-return]
     candidates = [module] if module else ["builtins"]
     for module_name in candidates:
         if not module_name or not _MODULE_NAME.match(module_name):

@@ -122,6 +122,10 @@ def _init(app: Any, settings: WorkerSettings, instance: WorkController, *,
         logger.info("%s", line)
     core = app.prepare_worker()
     _ = core.database_url  # a bad broker URL fails here, once, as one line
+    if main_process:
+        # Celery sends it once the worker is set up (queues, logging), before it starts.
+        signals.celeryd_after_setup.send(sender=settings.hostname, instance=instance,
+                                         conf=app.conf)
     if main_process and settings.purge:
         purged = core.purge(settings.queues)
         logger.warning("purged %d queued tasks from %s", purged, ", ".join(settings.queues))

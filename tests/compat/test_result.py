@@ -104,3 +104,21 @@ def test_eager_result() -> None:
         failed.get()
     assert isinstance(failed.get(propagate=False), ValueError) and failed.traceback == "tb"
     assert repr(ok) == "<EagerResult: id>"
+
+
+def test_engine_errors_come_back_as_celery_exceptions() -> None:
+    """What the core records itself (unknown task, lost worker, timeout) is rebuilt as the
+    Celery exception a caller would catch."""
+    from akadze_compat import exceptions
+    from akadze_compat.backend import exception_from_entry
+
+    unknown = exception_from_entry({"type": "NotRegistered", "module": "akadze_core.errors",
+                                    "message": "unknown task 'x'"})
+    assert isinstance(unknown, exceptions.NotRegistered)
+    assert isinstance(exception_from_entry({"type": "WorkerLost", "message": "gone"}),
+                      exceptions.WorkerLostError)
+    assert isinstance(exception_from_entry({"type": "JobTimeout", "module": "akadze_core.errors",
+                                            "message": "slow"}), exceptions.TimeLimitExceeded)
+    # A user's own class of the same name is left alone.
+    assert type(exception_from_entry({"type": "NotRegistered", "module": "myproj.errors",
+                                       "message": ""})).__module__ == "myproj.errors"
