@@ -92,7 +92,7 @@ class Worker:
         on_startup: Iterable[Hook] = (),
         on_shutdown: Iterable[Hook] = (),
         health_file: str | os.PathLike[str] | None = None,
-        max_pending_outcomes: int = 10_000,
+        max_pending_outcomes: int | None = None,
         schedules: bool = True,
         max_running: int | None = None,
     ) -> None:
@@ -124,7 +124,9 @@ class Worker:
         if max_running is not None and max_running < 1:
             raise ValueError("max_running must be at least 1")
         self.max_running = max_running
-        self.max_pending_outcomes = max_pending_outcomes
+        # Backpressure: stop claiming while this many outcomes wait to be written. Kept near
+        # the slot count, so few finished bodies sit 'running' (a crash would re-run them).
+        self.max_pending_outcomes = max_pending_outcomes or max(100, 4 * sum(self.slots.values()))
         #: Shared with the startup/shutdown hooks (ARQ's ctx): put your clients here.
         self.context: dict[str, Any] = {}
         #: Extra maintenance run each round while healthy (integrations hook in here).

@@ -172,10 +172,13 @@ decided AS (
             OR (o.kind IN ('retry', 'fail', 'cancel')
                 AND (j.cancel_requested OR j.expires_at <= now())))
                AS gives_back_attempt
-    FROM outcome AS o JOIN akadze.jobs AS j ON j.id = o.id
+    FROM (SELECT * FROM outcome ORDER BY id) AS o
+    -- Each job by primary key, locked in id order. A plain join let the planner drive this
+    -- from the partial index of running jobs when its statistics said "none are running",
+    -- turning a flush into running x outcomes comparisons (seconds at 10,000 running).
+    -- LIMIT 1 (ids are unique anyway) keeps the fence's quals from being pushed in here.
+    CROSS JOIN LATERAL (SELECT * FROM akadze.jobs WHERE id = o.id LIMIT 1 FOR UPDATE) AS j
     WHERE j.run_count = o.run_count AND j.state = 'running'
-    ORDER BY j.id
-    FOR UPDATE OF j
 ),
 updated AS (
 UPDATE akadze.jobs AS j
@@ -192,7 +195,9 @@ SET state = d.next_state,
     worker_id = NULL,
     finished_at = CASE WHEN d.next_state = 'queued' THEN NULL ELSE now() END
 FROM decided AS d
-WHERE j.id = d.id AND j.run_count = d.run_count AND j.state = 'running'
+-- decided fenced these rows and holds their locks: matching the id is enough, and keeps
+-- this join on the primary key too.
+WHERE j.id = d.id
 RETURNING j.id, j.run_count, j.state
 ),
 -- Whoever waits for a result (App.wait_for_job) hears of finished jobs: one NOTIFY per

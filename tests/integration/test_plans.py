@@ -1,0 +1,29 @@
+"""Hot-path statements stay index-driven whatever the planner's statistics say."""
+
+from __future__ import annotations
+
+import psycopg
+
+from akadze_core import database
+from akadze_core.queries import query
+
+
+def test_complete_many_finds_jobs_by_primary_key_with_stale_statistics(
+    db: psycopg.Connection,
+) -> None:
+    """Statistics taken while nothing ran say 'no running jobs'; the outcome write must still
+    look each job up by id instead of scanning every running row per outcome."""
+    db.execute("INSERT INTO akadze.jobs (task, queue, args) "
+               "SELECT 't', 'q', '{}' FROM generate_series(1, 5000)")
+    db.execute("ANALYZE akadze.jobs")
+    db.execute("UPDATE akadze.jobs SET state = 'running', run_count = 1, worker_id = 1")
+    ids = [row[0] for row in db.execute("SELECT id FROM akadze.jobs LIMIT 500")]
+    params = {"id": ids, "run_count": [1] * len(ids), "kind": ["success"] * len(ids),
+              "result": ["null"] * len(ids), "delay": [0.0] * len(ids),
+              "error": [None] * len(ids), "max_attempts": [None] * len(ids)}
+    plan = "\n".join(row[0] for row in db.execute(
+        "EXPLAIN " + query("job_complete_many"), params))
+    assert "jobs_running_idx" not in plan, plan
+    assert "jobs_pkey" in plan, plan
+    rows = database.fetch_all(db, "job_complete_many", **params)
+    assert len(rows) == 500 and {row["state"] for row in rows} == {"succeeded"}
