@@ -34,20 +34,27 @@ class JobRequest:
     unique_key: str | None = None
     meta: str = "{}"
 
+    @property
+    def query_name(self) -> str:
+        """The insert statement for this request: the unique-key form only when needed."""
+        return "job_insert_unique" if self.unique_key is not None else "job_insert"
+
     def params(self) -> dict[str, Any]:
-        return {
+        params = {
             "task": self.task, "queue": self.queue, "args": self.args,
             "priority": self.priority, "scheduled_at": self.scheduled_at, "delay": self.delay,
             "max_attempts": self.max_attempts, "expires_at": self.expires_at,
             "unique_key": self.unique_key, "meta": self.meta,
         }
+        if self.unique_key is None:
+            del params["unique_key"]
+        return params
 
 
 def _many_params(template: JobRequest, args: Sequence[str]) -> dict[str, Any]:
     if template.unique_key:
         raise ValueError("unique_key is not supported by bulk enqueue; enqueue those one by one")
     params = template.params()
-    del params["unique_key"]
     params["args"] = list(args)
     return params
 
@@ -66,7 +73,7 @@ def _outcome_params(outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:
 def insert_job(connection: psycopg.Connection, request: JobRequest) -> int:
     """Insert one job (or find the active one holding its unique key); returns its id."""
     while True:
-        row = connection.execute(query("job_insert"), request.params()).fetchone()
+        row = connection.execute(query(request.query_name), request.params()).fetchone()
         if row is not None:
             return int(row[0])
         # The key's holder committed after our snapshot was taken: look again.
@@ -106,7 +113,7 @@ def check_schema(connection: psycopg.Connection) -> None:
 async def insert_job_async(connection: psycopg.AsyncConnection, request: JobRequest) -> int:
     """Async twin of ``insert_job``."""
     while True:
-        cursor = await connection.execute(query("job_insert"), request.params())
+        cursor = await connection.execute(query(request.query_name), request.params())
         row = await cursor.fetchone()
         if row is not None:
             return int(row[0])

@@ -2,6 +2,17 @@
 -- Parameters are bound by name (%(name)s); values are never formatted into SQL.
 
 -- name: job_insert
+-- Insert one job; returns its id. The NOTIFY is deduplicated by Postgres per transaction,
+-- channel and payload, so a transaction that enqueues many jobs wakes the workers of each
+-- queue once, at commit. (With a unique_key, job_insert_unique is used instead.)
+INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts, expires_at,
+                         meta)
+VALUES (%(task)s, %(queue)s, %(args)s::jsonb, %(priority)s,
+        coalesce(%(scheduled_at)s::timestamptz, now() + %(delay)s::float8 * interval '1 second'),
+        %(max_attempts)s, %(expires_at)s::timestamptz, %(meta)s::jsonb)
+RETURNING id, CASE WHEN scheduled_at <= now() THEN pg_notify('akadze_jobs', queue) END AS notified;
+
+-- name: job_insert_unique
 -- Insert one job; with a unique_key, return the active job holding that key instead.
 -- The NOTIFY is deduplicated by Postgres per transaction, channel and payload, so a
 -- transaction that enqueues many jobs wakes the workers of each queue once, at commit.
