@@ -1,0 +1,5 @@
+"""``python -m bench``: see bench/README.md."""
+
+from bench.run import main
+
+main()

@@ -1,0 +1,145 @@
+"""Drain a pre-filled backlog with one worker subprocess and measure it from the database.
+
+The figure is ``succeeded jobs / (last outcome written - first job claimed)``, both read from
+the jobs table (``started_at``, ``finished_at``; database clock) after the drain: interpreter
+start-up, imports and the stop are outside the window, and nothing is polled heavily while
+the worker runs (two partial-index probes every half second to see the end, and /proc).
+The worker's memory and CPU are sampled from /proc meanwhile; the CPU of the Postgres
+backends serving it is read just before it stops.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from . import db, procs
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class DrainError(RuntimeError):
+    """The drain did not finish (the worker died, or the timeout passed)."""
+
+
+@dataclass
+class Sample:
+    """One look at the worker process (tree)."""
+
+    at: float
+    rss: int
+    cpu: float
+
+
+@dataclass
+class DrainResult:
+    """What one drain measured."""
+
+    jobs: int
+    succeeded: int
+    seconds: float
+    rate: float
+    rss_first: int | None = None
+    rss_start: int | None = None
+    rss_end: int | None = None
+    rss_peak: int | None = None
+    worker_cpu: float | None = None
+    postgres_cpu: float | None = None
+    log: str = ""
+    samples: list[Sample] = field(default_factory=list, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures, without the samples."""
+        values = asdict(self)
+        values.pop("samples")
+        return values
+
+
+def worker_env(url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a worker subprocess: the bench database, the repo importable."""
+    env = dict(os.environ)
+    env["AKADZE_DATABASE_URL"] = url
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                      env.get("PYTHONPATH")]))
+    env.update(extra or {})
+    return env
+
+
+def console_script(name: str, module: str) -> list[str]:
+    """The console script ``name`` of this interpreter, or ``python -m module``."""
+    script = Path(sys.executable).with_name(name)
+    return [str(script)] if script.exists() else [sys.executable, "-m", module]
+
+
+def drain(url: str, argv: Sequence[str], *, jobs: int, log: Path, timeout: float,
+          whole_tree: bool = False, env: dict[str, str] | None = None,
+          on_start: Callable[[subprocess.Popen[bytes]], None] | None = None) -> DrainResult:
+    """Start ``argv`` on a database holding ``jobs`` queued jobs; return when all ended.
+
+    ``on_start`` is called with the worker process at once (the profiler attaches there).
+    """
+    process = procs.start(argv, log=log, env=env or worker_env(url), cwd=REPO_ROOT)
+    try:
+        if on_start is not None:
+            on_start(process)
+        with psycopg.connect(url, autocommit=True) as connection:
+            samples = _watch(process, connection, timeout, whole_tree, log)
+            postgres_cpu = _backends_cpu(connection)
+            procs.stop(process)
+            window = db.drain_window(connection)
+    finally:
+        procs.stop(process)
+    return _result(jobs, window, samples, postgres_cpu, log)
+
+
+def _watch(process: subprocess.Popen[bytes], connection: psycopg.Connection, timeout: float,
+           whole_tree: bool, log: Path) -> list[Sample]:
+    samples: list[Sample] = []
+    deadline = time.monotonic() + timeout
+    next_check = 0.0
+    while True:
+        pids = procs.tree(process.pid) if whole_tree else [process.pid]
+        rss = sum(procs.rss_bytes(pid) or 0 for pid in pids)
+        cpu = sum(procs.cpu_seconds(pid) or 0.0 for pid in pids)
+        samples.append(Sample(time.time(), rss, cpu))
+        if process.poll() is not None:
+            raise DrainError(f"the worker exited with code {process.returncode}: see {log}")
+        now = time.monotonic()
+        if now >= next_check:
+            next_check = now + 0.5
+            if not db.unfinished(connection):
+                return samples
+        if now > deadline:
+            raise DrainError(f"the drain did not finish in {timeout:.0f}s: see {log}")
+        time.sleep(0.25)
+
+
+def _backends_cpu(connection: psycopg.Connection) -> float:
+    return sum(procs.cpu_seconds(pid) or 0.0 for pid in db.backend_pids(connection))
+
+
+def _result(jobs: int, window: dict[str, Any], samples: list[Sample],
+            postgres_cpu: float, log: Path) -> DrainResult:
+    first, last = window["first_start"], window["last_finish"]
+    if first is None or last is None or last <= first:
+        raise DrainError(f"no job ran: see {log}")
+    seconds = last - first
+    inside = [s for s in samples if first <= s.at <= last + 0.5] or samples[-1:]
+    # "Start" is taken a tenth into the drain: after the pools, caches and the first claims
+    # have settled, so start-to-end growth is what a long drain adds.
+    settled = [s for s in inside if s.at >= first + 0.1 * seconds] or inside
+    before = [s for s in samples if s.at <= first] or samples[:1]
+    return DrainResult(
+        jobs=jobs, succeeded=window["succeeded"], seconds=seconds,
+        rate=window["succeeded"] / seconds,
+        rss_first=inside[0].rss, rss_start=settled[0].rss, rss_end=inside[-1].rss,
+        rss_peak=max(s.rss for s in inside), worker_cpu=inside[-1].cpu - before[-1].cpu,
+        postgres_cpu=postgres_cpu, log=str(log), samples=samples)

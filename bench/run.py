@@ -1,0 +1,318 @@
+"""``python -m bench``: run the workloads of issue 6 and print one table of figures and ratios.
+
+Every figure and its comparison are measured in the same run, on this machine. Sizes are
+``--quick`` (about two minutes) or the fuller defaults; each can be overridden. The
+benchmark works in its own database (``akadze_bench``, dropped and created again) and
+stops every process it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields, is_dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from . import celery_side, claim, compat, core, db, enqueue, procs, table
+from .drain import DrainResult
+
+RESULTS = Path(__file__).resolve().parent / "results.md"
+WORKLOADS = ("enqueue", "bulk", "latency", "claim", "core", "sweep", "compat", "celery")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each workload is."""
+
+    drain_jobs: int        # the long core drain (throughput and RSS)
+    sweep_jobs: int        # the other core drains (more slots, quieter logging)
+    compat_jobs: int
+    celery_jobs: int
+    single_enqueue: int
+    bulk_jobs: int
+    bulk_batch: int
+    latency_samples: int
+    claim_small: int
+    claim_large: int
+    claim_future: int
+    claims: int
+
+
+QUICK = Sizes(drain_jobs=20_000, sweep_jobs=5_000, compat_jobs=5_000, celery_jobs=5_000,
+              single_enqueue=2_000, bulk_jobs=50_000, bulk_batch=5_000, latency_samples=100,
+              claim_small=10_000, claim_large=200_000, claim_future=100_000, claims=200)
+FULL = Sizes(drain_jobs=200_000, sweep_jobs=20_000, compat_jobs=50_000, celery_jobs=20_000,
+             single_enqueue=10_000, bulk_jobs=200_000, bulk_batch=10_000,
+             latency_samples=200, claim_small=10_000, claim_large=1_000_000,
+             claim_future=100_000, claims=300)
+
+
+@dataclass
+class Failed:
+    """A workload that could not run or did not finish, and why (exit code 1)."""
+
+    reason: str
+
+
+@dataclass
+class Skipped:
+    """A workload whose subject is absent (the facade's CLI, a broker), and why."""
+
+    reason: str
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line (``python -m bench --help``)."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes, about two minutes")
+    parser.add_argument("--only", metavar="LIST",
+                        help=f"comma-separated workloads to run, of: {', '.join(WORKLOADS)}")
+    parser.add_argument("--skip", metavar="LIST", default="", help="workloads not to run")
+    for field in fields(Sizes):
+        parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, metavar="N",
+                            help=f"override the size {field.name}")
+    parser.add_argument("--core-slots", type=int, default=10, metavar="N",
+                        help="--slots of the long core drain (default 10)")
+    parser.add_argument("--sweep-slots", default="1,100", metavar="LIST",
+                        help="--slots of the extra, shorter core drains (default 1,100; "
+                             "1 is the CLI's default)")
+    cores = os.cpu_count() or 2
+    parser.add_argument("--prefork", type=int, default=cores, metavar="N",
+                        help=f"prefork concurrency, Celery and akadze-compat (default {cores})")
+    parser.add_argument("--threads", type=int, default=10, metavar="N",
+                        help="threads concurrency, Celery and akadze-compat (default 10)")
+    parser.add_argument("--wide-threads", type=int, default=50, metavar="N",
+                        help="one more akadze-compat threads drain at this concurrency "
+                             "(default 50; 0 skips it)")
+    parser.add_argument("--admin-url", help=f"Postgres admin URL (default ${db.ADMIN_URL_ENV} "
+                                            f"or {db.DEFAULT_ADMIN_URL})")
+    parser.add_argument("--database", default=db.DEFAULT_NAME,
+                        help=f"benchmark database name, {db.NAME_PREFIX}* (dropped first)")
+    parser.add_argument("--keep-database", action="store_true", help="do not drop it at the end")
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help="where to write the Markdown table (default bench/results.md)")
+    parser.add_argument("--run-dir", type=Path,
+                        help="logs and raw results (default /tmp/akadze-bench-<time>)")
+    options = parser.parse_args(argv)
+    sizes = QUICK if options.quick else FULL
+    overrides = {f.name: getattr(options, f.name) for f in fields(Sizes)
+                 if getattr(options, f.name) is not None}
+    options.sizes = replace(sizes, **overrides)
+    chosen = options.only.split(",") if options.only else list(WORKLOADS)
+    skipped = set(filter(None, options.skip.split(",")))
+    unknown = (set(chosen) | skipped) - set(WORKLOADS)
+    if unknown:
+        parser.error(f"unknown workloads: {', '.join(sorted(unknown))}")
+    options.workloads = [name for name in WORKLOADS if name in chosen and name not in skipped]
+    options.sweep = [int(value) for value in options.sweep_slots.split(",") if value.strip()]
+    return options
+
+
+class Bench:
+    """One run: its database, run directory, results and load notes."""
+
+    def __init__(self, options: argparse.Namespace) -> None:
+        self.options = options
+        self.sizes: Sizes = options.sizes
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.run_dir: Path = options.run_dir or Path(f"/tmp/akadze-bench-{stamp}")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.admin = db.admin_url(options.admin_url)
+        self.url = ""
+        self.results: dict[str, Any] = {}
+        self.loads: list[tuple[str, float, str, str]] = []
+
+    def run(self) -> int:
+        """Run the chosen workloads, print and write the table; 1 if any workload failed."""
+        started = procs.load_average()
+        print(f"akadze bench: logs in {self.run_dir}; load average {started}", flush=True)
+        self.url = db.recreate(self.admin, self.options.database)
+        try:
+            self.facts = machine_facts(self.url)
+            for name in self.options.workloads:
+                self._step(name, getattr(self, f"_{name}"))
+        finally:
+            if not self.options.keep_database:
+                db.drop(self.admin, self.options.database)
+        rows = table.rows(self.results, self.sizes, self.options)
+        text = table.document(rows, self.results, self.facts, self.loads, started,
+                              procs.load_average(), self.options)
+        print("\n" + text, flush=True)
+        self.options.results.write_text(text)
+        (self.run_dir / "results.json").write_text(json.dumps(
+            _plain(self.results), indent=2, default=str))
+        print(f"\nwritten to {self.options.results}", flush=True)
+        return 1 if any(isinstance(v, Failed) for v in _leaves(self.results)) else 0
+
+    def _step(self, name: str, step: Callable[[], None]) -> None:
+        before = procs.load_average()
+        print(f"[{name}] running (load {before})", flush=True)
+        clock = time.monotonic()
+        try:
+            step()
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            self.results.setdefault(name, Failed(f"{type(exc).__name__}: {exc}"))
+        took = time.monotonic() - clock
+        after = procs.load_average()
+        self.loads.append((name, took, before, after))
+        print(f"[{name}] done in {took:.0f}s (load {after})", flush=True)
+
+    # --- the workloads -----------------------------------------------------------------------
+
+    def _enqueue(self) -> None:
+        self.results["enqueue"] = enqueue.single_enqueue(self.url, self.sizes.single_enqueue)
+
+    def _bulk(self) -> None:
+        self.results["bulk"] = enqueue.bulk_enqueue(self.url, self.sizes.bulk_jobs,
+                                                    batch=self.sizes.bulk_batch)
+
+    def _latency(self) -> None:
+        self.results["latency"] = core.latency(self.url, self.sizes.latency_samples,
+                                               slots=self.options.core_slots,
+                                               run_dir=self.run_dir)
+
+    def _claim(self) -> None:
+        small = self.sizes.claim_small
+        self.results["claim"] = claim.claim_latency(self.admin, self.options.database, [
+            claim.Scenario("small", small),
+            claim.Scenario("future", small, future=self.sizes.claim_future),
+            claim.Scenario("large", self.sizes.claim_large),
+            claim.Scenario("drained", small, finished=self.sizes.claim_large),
+        ], claims=self.sizes.claims)
+
+    def _core(self) -> None:
+        self.results["core"] = core.core_drain(self.url, self.sizes.drain_jobs,
+                                               slots=self.options.core_slots,
+                                               run_dir=self.run_dir)
+
+    def _sweep(self) -> None:
+        results: dict[str, Any] = {}
+        self.results["sweep"] = results
+        jobs = self.sizes.sweep_jobs
+        for slots in self.options.sweep:
+            results[f"slots {slots}"] = _attempt(lambda slots=slots: core.core_drain(
+                self.url, jobs, slots=slots, run_dir=self.run_dir))
+        results["quiet"] = _attempt(lambda: core.core_drain(
+            self.url, jobs, slots=self.options.core_slots, run_dir=self.run_dir,
+            log_level="WARNING"))
+        results["default"] = _attempt(lambda: core.core_drain(
+            self.url, jobs, slots=self.options.core_slots, run_dir=self.run_dir))
+
+    def _compat(self) -> None:
+        argv, why = compat.availability(self.url, self.run_dir / "compat-probe.log")
+        if argv is None:
+            self.results["compat"] = Skipped(why)
+            return
+        results: dict[str, Any] = {}
+        self.results["compat"] = results
+        for key, pool, concurrency in compat.pools(self.options):
+            results[key] = _attempt(lambda pool=pool, concurrency=concurrency:
+                                    compat.compat_drain(
+                                        self.url, argv, self.sizes.compat_jobs, pool=pool,
+                                        concurrency=concurrency, run_dir=self.run_dir))
+
+    def _celery(self) -> None:
+        results: dict[str, Any] = {}
+        self.results["celery"] = results
+        try:
+            python = celery_side.celery_python(self.run_dir / "celery-venv.log")
+        except celery_side.CeleryUnavailable as exc:
+            self.results["celery"] = Failed(str(exc))
+            return
+        for broker, url in celery_side.BROKERS.items():
+            for pool, concurrency in (("prefork", self.options.prefork),
+                                      ("threads", self.options.threads)):
+                key = f"{broker} {pool}"
+                if not celery_side.reachable(url):
+                    results[key] = Skipped(f"{broker} not reachable at {url}")
+                    continue
+                results[key] = _attempt(lambda url=url, pool=pool, concurrency=concurrency:
+                                        celery_side.celery_drain(celery_side.CeleryRun(
+                                            python, url, pool, concurrency,
+                                            self.sizes.celery_jobs, self.run_dir)))
+
+
+def _attempt(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        return Failed(f"{type(exc).__name__}: {exc}")
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    return [value]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, DrainResult):
+        return value.as_dict()
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+def machine_facts(url: str) -> dict[str, str]:
+    """What the figures depend on: CPU, memory, Python, Postgres and its settings."""
+    facts = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+             "cpu": _cpu_model(), "cores": str(os.cpu_count()),
+             "memory": _memory(), "python": platform.python_version(),
+             "system": f"{platform.system()} {platform.release()}"}
+    facts["akadze commit"] = _commit()
+    facts.update({f"postgres {key}": value for key, value in db.server_facts(url).items()})
+    return facts
+
+
+def _commit() -> str:
+    """The repository's HEAD, and whether the engine has uncommitted changes."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h %s"],
+                              capture_output=True, text=True, timeout=10, check=True)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--",
+                                "akadze_core", "akadze_compat"],
+                               capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    note = " (+ uncommitted changes in akadze_core/akadze_compat)" if dirty.stdout else ""
+    return head.stdout.strip() + note
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory() -> str:
+    try:
+        total = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
+        return f"{int(total) / 2**20:.1f} GiB"
+    except (OSError, IndexError, ValueError):
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``python -m bench``."""
+    options = parse(argv)
+    procs.install_cleanup()
+    sys.exit(Bench(options).run())

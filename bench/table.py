@@ -1,0 +1,255 @@
+"""Turn the run's results into the table's rows and the Markdown document around it."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from typing import Any
+
+from . import celery_side
+from .compat import pools
+from .drain import DrainResult
+from .report import Row, markdown, mib, ms, rate, times, verdict
+
+CORE_TARGET = 10_000
+COMPAT_TARGET = 5_000
+BULK_TARGET = 100_000
+
+
+def _failed(value: Any) -> str | None:
+    reason = getattr(value, "reason", None)
+    return None if reason is None else str(reason)
+
+
+def rows(results: dict[str, Any], sizes: Any, options: argparse.Namespace) -> list[Row]:
+    """Every row, in the order of issue 6."""
+    found: list[Row] = []
+    found += _core_rows(results, options)
+    found += _compat_rows(results, options)
+    found += _enqueue_rows(results, sizes)
+    found += _latency_rows(results)
+    found += _claim_rows(results)
+    found += _memory_rows(results)
+    return found
+
+
+def _drain_row(label: str, value: Any, target: float | None) -> Row:
+    if value is None:
+        return Row(label, "not run")
+    if (reason := _failed(value)) is not None:
+        return Row(label, reason)
+    ok = value.rate >= target if target else None
+    return Row(label, rate(value.rate), target=f"≥ {target:,} jobs/s" if target else "—",
+               verdict=verdict(ok))
+
+
+def _core_rows(results: dict[str, Any], options: argparse.Namespace) -> list[Row]:
+    found = []
+    core = results.get("core")
+    jobs = core.jobs if isinstance(core, DrainResult) else options.sizes.drain_jobs
+    if "core" in results:
+        found.append(_drain_row(f"core drain: async no-op, `akadze worker --slots "
+                                f"{options.core_slots}`, {jobs:,} jobs", core, CORE_TARGET))
+    sweep = results.get("sweep")
+    if isinstance(sweep, dict):
+        size = options.sizes.sweep_jobs
+        for slots in options.sweep:
+            found.append(_drain_row(f"core drain, `--slots {slots}`, {size:,} jobs",
+                                    sweep.get(f"slots {slots}"), CORE_TARGET))
+        quiet, loud = sweep.get("quiet"), sweep.get("default")
+        row = _drain_row(f"core drain, `--slots {options.core_slots} --log-level WARNING` vs "
+                         f"default INFO, {size:,} jobs", quiet, None)
+        if isinstance(quiet, DrainResult) and isinstance(loud, DrainResult):
+            row.comparison = f"INFO: {rate(loud.rate)}"
+            row.ratio = times(quiet.rate / loud.rate)
+        found.append(row)
+    elif sweep is not None:
+        found.append(Row("core drain sweep", _failed(sweep) or "?"))
+    return found
+
+
+def _compat_rows(results: dict[str, Any], options: argparse.Namespace) -> list[Row]:
+    if "compat" not in results and "celery" not in results:
+        return []
+    found = []
+    compat = results.get("compat")
+    unavailable = _failed(compat) if compat is not None else "not run"
+    best: tuple[str, DrainResult] | None = None
+    for key, pool, concurrency in pools(options):
+        label = (f"compat drain: sync no-op, `akadze-compat worker -P {pool} "
+                 f"-c {concurrency}`")
+        value = compat.get(key) if isinstance(compat, dict) else None
+        if unavailable is not None:
+            found.append(Row(label, unavailable, target=f"≥ {COMPAT_TARGET:,} jobs/s"))
+            continue
+        found.append(_drain_row(f"{label}, {options.sizes.compat_jobs:,} jobs", value,
+                                COMPAT_TARGET))
+        if isinstance(value, DrainResult) and (best is None or value.rate > best[1].rate):
+            best = (f"{pool} -c {concurrency}", value)
+    celery = results.get("celery")
+    for broker, goal in (("Redis", 4.0), ("RabbitMQ", 2.0)):
+        for pool, concurrency in (("prefork", options.prefork), ("threads", options.threads)):
+            reference = celery.get(f"{broker} {pool}") if isinstance(celery, dict) else celery
+            label = f"Celery 5.7 + {broker}, `-P {pool} -c {concurrency}`"
+            row = Row(label, "—")
+            if reference is None:
+                row.comparison = "not run"
+            elif (reason := _failed(reference)) is not None:
+                row.comparison = reason
+            else:
+                row.comparison = rate(reference.rate)
+            if pool == "prefork":  # the issue's reference: prefork, concurrency = cores
+                row.workload = f"compat best vs {label}"
+                row.target = f"≥ {goal:g}x"
+                if best is not None:
+                    row.akadze = f"{rate(best[1].rate)} ({best[0]})"
+                else:
+                    row.akadze = unavailable or "—"
+                if best is not None and isinstance(reference, DrainResult):
+                    ratio = best[1].rate / reference.rate
+                    row.ratio, row.verdict = times(ratio), verdict(ratio >= goal)
+            found.append(row)
+    core = results.get("core")
+    redis = celery.get("Redis prefork") if isinstance(celery, dict) else None
+    if isinstance(core, DrainResult) and isinstance(redis, DrainResult):
+        found.append(Row(f"(info) core async drain vs Celery + Redis `-P prefork -c "
+                         f"{options.prefork}`", rate(core.rate), rate(redis.rate),
+                         times(core.rate / redis.rate)))
+    return found
+
+
+def _enqueue_rows(results: dict[str, Any], sizes: Any) -> list[Row]:
+    found = []
+    single = results.get("enqueue")
+    if single is not None:
+        label = f"single enqueue, one transaction each ({sizes.single_enqueue:,} jobs)"
+        if (reason := _failed(single)) is not None:
+            found.append(Row(label, reason))
+        else:
+            ratio = single.ratio
+            found.append(Row(f"{label}: `enqueue()` vs bare psycopg INSERT",
+                             rate(single.akadze), f"bare: {rate(single.bare)}",
+                             f"{ratio:.0%}", "≥ 90 %", verdict(ratio >= 0.9)))
+            if single.compat is not None and single.compat_ratio is not None:
+                ratio = single.compat_ratio
+                found.append(Row("single `.delay()` (akadze_compat) vs bare psycopg INSERT",
+                                 rate(single.compat), f"bare: {rate(single.bare)}",
+                                 f"{ratio:.0%}", "≥ 90 %", verdict(ratio >= 0.9)))
+            else:
+                found.append(Row("single `.delay()` (akadze_compat)",
+                                 f"not available ({single.compat_error})"))
+    bulk = results.get("bulk")
+    if bulk is not None:
+        label = f"bulk `enqueue_many`, {sizes.bulk_batch:,} per call, {sizes.bulk_jobs:,} jobs"
+        if (reason := _failed(bulk)) is not None:
+            found.append(Row(label, reason))
+        else:
+            sql_only = (f" (its SQL alone: {rate(bulk.akadze_sql_only)})"
+                        if bulk.akadze_sql_only else "")
+            found.append(Row(label, rate(bulk.akadze), f"COPY: {rate(bulk.copy)}{sql_only}",
+                             times(bulk.akadze / bulk.copy), f"≥ {BULK_TARGET:,} jobs/s",
+                             verdict(bulk.akadze >= BULK_TARGET)))
+    return found
+
+
+def _latency_rows(results: dict[str, Any]) -> list[Row]:
+    value = results.get("latency")
+    if value is None:
+        return []
+    if (reason := _failed(value)) is not None:
+        return [Row("latency, enqueue commit → task start", reason)]
+    label = f"latency enqueue commit → task start, idle worker ({value.samples} samples)"
+    return [Row(f"{label}, p50", ms(value.p50), target="≤ 3 ms", verdict=verdict(value.p50 <= 3)),
+            Row(f"{label}, p99", ms(value.p99), f"max {ms(value.max)}", target="≤ 15 ms",
+                verdict=verdict(value.p99 <= 15))]
+
+
+def _claim_rows(results: dict[str, Any]) -> list[Row]:
+    value = results.get("claim")
+    if value is None:
+        return []
+    if (reason := _failed(value)) is not None:
+        return [Row("claim latency", reason)]
+    small = value.get("small")
+    found = []
+    for key in ("large", "future", "drained"):
+        other = value.get(key)
+        if other is None or small is None:
+            continue
+        target = "≤ 1.5x"
+        if key == "large":
+            label = (f"claim_jobs(limit {other.limit}) p50: {other.backlog:,} queued vs "
+                     f"{small.backlog:,}")
+        elif key == "future":
+            label = (f"claim_jobs(limit {other.limit}) p50: {other.backlog:,} due + "
+                     f"{other.future:,} future vs {small.backlog:,} due")
+        else:  # not one of the issue's targets: what a long drain without VACUUM does
+            label = (f"(info) claim_jobs(limit {other.limit}) p50: {other.backlog:,} queued "
+                     f"behind {other.finished:,} just finished, not vacuumed, vs "
+                     f"{small.backlog:,}")
+            target = "—"
+        ratio = other.p50 / small.p50
+        found.append(Row(label, ms(other.p50), ms(small.p50), times(ratio), target,
+                         verdict(ratio <= 1.5) if target != "—" else "—"))
+    return found
+
+
+def _memory_rows(results: dict[str, Any]) -> list[Row]:
+    core = results.get("core")
+    if not isinstance(core, DrainResult) or not core.rss_start or not core.rss_end:
+        return []
+    ratio = core.rss_end / core.rss_start
+    return [Row(f"worker RSS over the {core.jobs:,}-job drain: at 10 % → end",
+                f"{mib(core.rss_start)} → {mib(core.rss_end)}",
+                f"first {mib(core.rss_first)}, peak {mib(core.rss_peak)}", times(ratio),
+                "flat (≤ 1.10x)", verdict(ratio <= 1.10))]
+
+
+def _drains(results: dict[str, Any]) -> list[tuple[str, DrainResult]]:
+    found = []
+    for key, value in results.items():
+        if isinstance(value, DrainResult):
+            found.append((key, value))
+        elif isinstance(value, dict):
+            found += [(f"{key} {name}", item) for name, item in value.items()
+                      if isinstance(item, DrainResult)]
+    return found
+
+
+def document(table_rows: list[Row], results: dict[str, Any], facts: dict[str, str],
+             loads: list[tuple[str, float, str, str]], load_before: str, load_after: str,
+             options: argparse.Namespace) -> str:
+    """The Markdown written to bench/results.md (and printed)."""
+    command = "python -m bench " + shlex.join(sys.argv[1:]) if sys.argv[1:] else \
+        "python -m bench"
+    lines = ["# akadze benchmark results", "",
+             f"`{command}` — {'quick' if options.quick else 'full'} sizes, "
+             f"{facts.get('date', '')}.", "",
+             markdown(table_rows), "",
+             "## Machine", ""]
+    lines += [f"- {key}: {value}" for key, value in facts.items() if key != "date"]
+    lines += [f"- Celery: {celery_side.CELERY_VERSION} in its own virtualenv; brokers "
+              + ", ".join(f"{name} {url}" for name, url in celery_side.BROKERS.items()),
+              f"- load average (1, 5, 15 min) at start: {load_before}; at end: {load_after}",
+              "", "## Per workload", "",
+              "| workload | took | load before | load after |", "|---|---|---|---|"]
+    lines += [f"| {name} | {took:.0f} s | {before} | {after} |"
+              for name, took, before, after in loads]
+    drains = _drains(results)
+    if drains:
+        lines += ["", "## Drains: where the CPU went", "",
+                  "Worker CPU is the worker process (tree) during the drain window; Postgres "
+                  "CPU is the backends serving it, over their lifetime (Celery: not "
+                  "measured).", "",
+                  "| drain | jobs | seconds | jobs/s | worker CPU µs/job "
+                  "| Postgres CPU µs/job | log |", "|---|---|---|---|---|---|---|"]
+        for name, drain in drains:
+            worker = (f"{drain.worker_cpu / drain.succeeded * 1e6:,.0f}"
+                      if drain.worker_cpu is not None and drain.succeeded else "—")
+            postgres = (f"{drain.postgres_cpu / drain.succeeded * 1e6:,.0f}"
+                        if drain.postgres_cpu is not None and drain.succeeded else "—")
+            lines.append(f"| {name} | {drain.succeeded:,} | {drain.seconds:.1f} | "
+                         f"{drain.rate:,.0f} | {worker} | {postgres} | `{drain.log}` |")
+    lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,38 @@
+"""The benchmark harness runs end to end at a tiny size (no Celery, no speed asserted:
+speed targets live in bench/, not in the test suite)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bench import run as bench_run
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_core_drain_runs_and_reports_numbers(admin_url: str, tmp_path: Path) -> None:
+    results = tmp_path / "results.md"
+    run_dir = tmp_path / "run"
+    options = bench_run.parse([
+        "--only", "core", "--drain-jobs", "200", "--admin-url", admin_url,
+        "--database", f"akadze_bench_test_{uuid.uuid4().hex[:8]}",
+        "--results", str(results), "--run-dir", str(run_dir)])
+
+    assert bench_run.Bench(options).run() == 0
+
+    core = json.loads((run_dir / "results.json").read_text())["core"]
+    assert core["succeeded"] == 200
+    assert core["rate"] > 0
+    assert core["rss_start"] > 0 and core["rss_end"] > 0
+    table = results.read_text()
+    assert "core drain: async no-op, `akadze worker --slots 10`, 200 jobs" in table
+    assert "worker RSS over the 200-job drain" in table
+
+
+def test_the_database_name_is_checked() -> None:
+    with pytest.raises(ValueError, match="akadze_bench"):
+        bench_run.db.recreate("postgresql://nobody@127.0.0.1:1/postgres", "postgres")
