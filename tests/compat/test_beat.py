@@ -25,7 +25,7 @@ from akadze_compat.beat import (
 from akadze_compat.exceptions import ImproperlyConfigured
 from akadze_compat.schedules import BaseSchedule, crontab, schedule, solar
 from akadze_core import Cron, Worker
-from tests.compat.test_execution import Recorder
+from tests.compat.signal_recorder import Recorder
 from tests.helpers import run_worker_until
 
 UTC = timezone.utc

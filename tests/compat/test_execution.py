@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 import akadze_compat
-from akadze_compat import Celery, Task, signals, states
+from akadze_compat import Celery, Task, states
 from akadze_compat.exceptions import (
     Ignore,
     MaxRetriesExceededError,
@@ -23,6 +23,7 @@ from akadze_compat.exceptions import (
     TimeoutError,
 )
 from akadze_core import Worker
+from tests.compat.signal_recorder import Recorder
 from tests.helpers import job, run_worker_until
 
 
@@ -48,31 +49,6 @@ async def work(app: Celery, done: Callable[[], bool], queues: tuple[str, ...] = 
 
 def finished(*results: Any) -> Callable[[], bool]:
     return lambda: all(result.ready() for result in results)
-
-
-class Recorder:
-    """Collects signal deliveries (kept alive: signals hold receivers weakly)."""
-
-    def __init__(self, *names: str) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self._receivers = []
-        for name in names:
-            receiver = self._make(name)
-            getattr(signals, name).connect(receiver)
-            self._receivers.append((name, receiver))
-
-    def _make(self, name: str) -> Any:
-        def receiver(sender: Any = None, **kwargs: Any) -> None:
-            kwargs.pop("signal", None)
-            self.calls.append((name, {"sender": sender, **kwargs}))
-        return receiver
-
-    def names(self) -> list[str]:
-        return [name for name, _ in self.calls]
-
-    def close(self) -> None:
-        for name, receiver in self._receivers:
-            getattr(signals, name).disconnect(receiver)
 
 
 async def test_delay_runs_and_result_reads_success(celery: Celery,

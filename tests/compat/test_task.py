@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from akadze_compat import Celery, Task, signals, states
+from akadze_compat import Celery, Task, states
 from akadze_compat.autoretry import autoretry_countdown, exponential_backoff
 from akadze_compat.exceptions import (
     Ignore,
@@ -20,6 +20,7 @@ from akadze_compat.exceptions import (
 )
 from akadze_compat.task import Context, retry_arguments
 from tests.compat.celery_reference import run_celery
+from tests.compat.signal_recorder import Recorder
 
 
 @pytest.fixture
@@ -27,31 +28,6 @@ def app() -> Iterator[Celery]:
     celery = Celery("proj", set_as_current=False, task_always_eager=True)
     yield celery
     celery.close()
-
-
-class Recorder:
-    """Collects signal deliveries (kept alive: signals hold receivers weakly)."""
-
-    def __init__(self, *names: str) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.receivers = []
-        for name in names:
-            receiver = self.make(name)
-            getattr(signals, name).connect(receiver)
-            self.receivers.append((name, receiver))
-
-    def make(self, name: str) -> Any:
-        def receiver(sender: Any = None, **kwargs: Any) -> None:
-            kwargs.pop("signal", None)
-            self.calls.append((name, {"sender": sender, **kwargs}))
-        return receiver
-
-    def names(self) -> list[str]:
-        return [name for name, _ in self.calls]
-
-    def close(self) -> None:
-        for name, receiver in self.receivers:
-            getattr(signals, name).disconnect(receiver)
 
 
 @pytest.fixture
