@@ -49,6 +49,17 @@ def _mentions(payload: str, job_id: int) -> bool:
     return str(job_id) in payload.split(",")
 
 
+def _next_wait(job_id: int, timeout: float | None, deadline: float | None,
+               poll_interval: float) -> float:
+    """How long to listen before looking again; TimeoutError once the deadline passed."""
+    if deadline is None:
+        return poll_interval
+    wait = min(poll_interval, deadline - time.monotonic())
+    if wait <= 0:
+        raise TimeoutError(f"job {job_id} did not finish within {timeout:g}s")
+    return wait
+
+
 def wait_for_job(connection: psycopg.Connection, job_id: int, timeout: float | None,
                  poll_interval: float = 5.0) -> Job:
     """Block until the job is succeeded, failed or cancelled; raise TimeoutError after
@@ -59,11 +70,7 @@ def wait_for_job(connection: psycopg.Connection, job_id: int, timeout: float | N
         job = get_job(connection, job_id)
         if job is not None and job.state in FINISHED_STATES:
             return job
-        wait = poll_interval
-        if deadline is not None:
-            wait = min(wait, deadline - time.monotonic())
-            if wait <= 0:
-                raise TimeoutError(f"job {job_id} did not finish within {timeout:g}s")
+        wait = _next_wait(job_id, timeout, deadline, poll_interval)
         for notify in connection.notifies(timeout=wait):
             if _mentions(notify.payload, job_id):
                 break
@@ -78,11 +85,7 @@ async def wait_for_job_async(connection: psycopg.AsyncConnection, job_id: int,
         job = await get_job_async(connection, job_id)
         if job is not None and job.state in FINISHED_STATES:
             return job
-        wait = poll_interval
-        if deadline is not None:
-            wait = min(wait, deadline - time.monotonic())
-            if wait <= 0:
-                raise TimeoutError(f"job {job_id} did not finish within {timeout:g}s")
+        wait = _next_wait(job_id, timeout, deadline, poll_interval)
         async for notify in connection.notifies(timeout=wait):
             if _mentions(notify.payload, job_id):
                 break
