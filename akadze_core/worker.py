@@ -18,7 +18,6 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -36,6 +35,7 @@ from .listener import listen_for_jobs
 from .outcomes import RETRY, Outcome, error_entry, raised
 from .retry import default_backoff
 from .schedules import MIN_CHECK_INTERVAL, Scheduler
+from .threads import ThreadRunner
 
 if TYPE_CHECKING:
     from .app import App
@@ -176,8 +176,8 @@ class Worker:
         self._exit_code = 0
         self._fatal: str | None = None
         total_slots = sum(self.slots.values())
-        self._threads = ThreadPoolExecutor(max_workers=total_slots * 2 + 4,
-                                           thread_name_prefix="akadze-task")
+        # Twice the slots: a sync body past its timeout keeps its thread until it returns.
+        self._threads = ThreadRunner(max_threads=total_slots * 2 + 4)
         started = await self._start(total_slots)
         try:
             if started and await self._ready():
@@ -273,7 +273,7 @@ class Worker:
         if self.health_file:
             self.health_file.unlink(missing_ok=True)
         # A sync task's thread cannot be stopped; do not wait for it.
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        self._threads.close()
         logger.info("worker %s stopped", self.name)
 
     async def _drain(self) -> None:
@@ -538,16 +538,21 @@ class Worker:
 
     def _outcomes_written(self, batch: Any, rows: list[dict[str, Any]]) -> None:
         changed = {(row["id"], row["run_count"]): row["state"] for row in rows}
+        # Checked once per batch: below INFO the per-outcome lines cost nothing to skip.
+        info = logger.isEnabledFor(logging.INFO)
+        now = time.monotonic()
         for outcome in batch:
             key = (outcome.job_id, outcome.run_count)
             run = self._finished.pop(key, None)
-            label = f"job {outcome.job_id} {run.task if run else ''}".rstrip()
             state = changed.get(key)
+            if state is not None and not info:
+                continue
+            label = f"job {outcome.job_id} {run.task if run else ''}".rstrip()
             if state is None:
                 logger.warning("%s: outcome of run %s rejected, the run no longer owns the job",
                                label, outcome.run_count)
                 continue
-            took = f" in {time.monotonic() - run.started:.3f}s" if run else ""
+            took = f" in {now - run.started:.3f}s" if run else ""
             logger.info("%s %s%s (attempt %s, %s)", label, state, took,
                         run.attempt if run else "?", outcome.kind)
 

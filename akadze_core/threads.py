@@ -1,0 +1,103 @@
+"""Run sync task bodies on threads and hand their results back to the event loop in batches.
+
+``loop.run_in_executor`` costs one ``concurrent.futures.Future``, a chained asyncio future
+and one ``call_soon_threadsafe`` (a write to the loop's wake-up pipe) per call. A busy
+worker running thousands of short sync bodies a second spent a sixth of its time there.
+Here a body's result goes into a deque, and only the first result after the loop last
+looked schedules a wake-up: under load, one wake-up delivers many results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import threading
+from collections.abc import Callable
+from queue import SimpleQueue
+from typing import Any
+
+_Item = tuple["asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+
+
+class ThreadRunner:
+    """Up to ``max_threads`` threads, started as needed and reused, like ThreadPoolExecutor.
+
+    Threads are daemons: a body that never returns (its timeout fired, the worker is
+    stopping) cannot keep the process alive, since nothing can stop a thread anyway.
+    """
+
+    def __init__(self, max_threads: int, name: str = "akadze-task") -> None:
+        if max_threads < 1:
+            raise ValueError("max_threads must be at least 1")
+        self._max_threads = max_threads
+        self._name = name
+        self._work: SimpleQueue[_Item | None] = SimpleQueue()
+        self._results: collections.deque[tuple[asyncio.Future[Any], Any, BaseException | None]]
+        self._results = collections.deque()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._delivery_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    def submit(self, func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+        """Run ``func(*args, **kwargs)`` on a thread; the returned future resolves on the
+        running loop. Cancelling the future does not stop the body, its result is dropped."""
+        if self._closed:
+            raise RuntimeError("the thread runner is closed")
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        future = self._loop.create_future()
+        self._work.put((future, func, args, kwargs))
+        # Like ThreadPoolExecutor: reuse an idle thread when there is one, else start one.
+        if not self._idle.acquire(blocking=False) and len(self._threads) < self._max_threads:
+            thread = threading.Thread(target=self._serve, daemon=True,
+                                      name=f"{self._name}-{len(self._threads)}")
+            self._threads.append(thread)
+            thread.start()
+        return future
+
+    def close(self) -> None:
+        """Let idle threads end; bodies still running finish on their own (not waited for)."""
+        self._closed = True
+        for _ in self._threads:
+            self._work.put(None)
+
+    def _serve(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            future, func, args, kwargs = item
+            try:
+                outcome = (future, func(*args, **kwargs), None)
+            except BaseException as exc:  # SystemExit from a body is its outcome, not ours
+                outcome = (future, None, exc)
+            del item, func, args, kwargs
+            self._results.append(outcome)
+            del outcome, future
+            with self._lock:
+                wake = not self._delivery_scheduled
+                self._delivery_scheduled = True
+            if wake and self._loop is not None:
+                # A closed loop raises RuntimeError: nobody waits for this result then.
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(self._deliver)
+            self._idle.release()
+
+    def _deliver(self) -> None:
+        # Clear the flag before draining: a result appended after this point either is
+        # drained below or schedules the next delivery itself.
+        with self._lock:
+            self._delivery_scheduled = False
+        results = self._results
+        while results:
+            future, value, error = results.popleft()
+            if future.done():  # cancelled by a timeout or a stop: the result is dropped
+                continue
+            if error is None:
+                future.set_result(value)
+            else:
+                future.set_exception(error)

@@ -1,0 +1,92 @@
+"""ThreadRunner: sync bodies on threads, results delivered to the loop in batches."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from akadze_core.threads import ThreadRunner
+
+
+async def test_results_and_exceptions_reach_their_own_futures() -> None:
+    runner = ThreadRunner(max_threads=4)
+
+    def body(i: int) -> int:
+        if i % 7 == 0:
+            raise ValueError(i)
+        return i * 2
+
+    futures = [runner.submit(body, i) for i in range(200)]
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    for i, outcome in enumerate(outcomes):
+        if i % 7 == 0:
+            assert isinstance(outcome, ValueError) and outcome.args == (i,)
+        else:
+            assert outcome == i * 2
+    runner.close()
+
+
+async def test_system_exit_in_a_body_is_its_outcome() -> None:
+    runner = ThreadRunner(max_threads=1)
+
+    def leave() -> None:
+        raise SystemExit(3)
+
+    with pytest.raises(SystemExit):
+        await runner.submit(leave)
+    assert await runner.submit(lambda: "still serving") == "still serving"
+    runner.close()
+
+
+async def test_threads_are_capped_and_reused() -> None:
+    runner = ThreadRunner(max_threads=3)
+    running = 0
+    most = 0
+    lock = threading.Lock()
+
+    def body() -> str:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.01)
+        with lock:
+            running -= 1
+        return threading.current_thread().name
+
+    names = await asyncio.gather(*(runner.submit(body) for _ in range(30)))
+    assert most == 3
+    assert len(set(names)) == 3
+    # Sequential calls reuse an idle thread rather than starting new ones.
+    for _ in range(5):
+        await runner.submit(body)
+    assert len(runner._threads) == 3
+    runner.close()
+
+
+async def test_a_cancelled_future_drops_the_late_result() -> None:
+    runner = ThreadRunner(max_threads=2)
+    release = threading.Event()
+    slow = runner.submit(release.wait, 5)
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(slow, 0.05)
+    assert slow.cancelled()
+    release.set()
+    # The late result must not break delivery of the next ones.
+    assert await runner.submit(lambda: 42) == 42
+    runner.close()
+
+
+async def test_closed_runner_refuses_work_and_lets_threads_end() -> None:
+    runner = ThreadRunner(max_threads=2)
+    await asyncio.gather(runner.submit(time.sleep, 0.01), runner.submit(time.sleep, 0.01))
+    runner.close()
+    with pytest.raises(RuntimeError):
+        runner.submit(lambda: None)
+    for thread in runner._threads:
+        thread.join(2)
+        assert not thread.is_alive()
+        assert thread.daemon
