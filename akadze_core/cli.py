@@ -32,6 +32,8 @@ from .dsn import ENV_VAR, password_of, redact_password
 from .errors import AkadzeError
 from .jobs import JOB_STATES, Job
 from .migrations import latest_version, migrate
+from .processes import ProcessPool, serve
+from .processes import is_child as is_pool_child
 from .worker import Worker
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -535,6 +537,9 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
               help="Rotate claims across the task names of each queue.")
 @click.option("--health-file", type=click.Path(dir_okay=False), metavar="PATH",
               help="Touched when the worker is up, removed when it stops.")
+@click.option("--processes", "-p", type=click.IntRange(min=1), metavar="N",
+              help="Run bodies in N child processes (for CPU-bound sync tasks); this "
+                   "process still claims and writes outcomes. At most N run at once.")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
               default="INFO", show_default=True)
 @click.pass_context
@@ -553,8 +558,17 @@ def worker_command(ctx: click.Context, app_spec: str, queues: tuple[str, ...],
         options = _options(ctx)
         if options.url_from_command_line and options.url:
             app.set_database_url(options.url)
+        if is_pool_child():
+            # A --processes child: the parent claims and writes outcomes; this runs bodies.
+            _exit_now(serve(app))
         names = [name.strip() for value in queues for name in value.split(",") if name.strip()]
+        processes = settings.pop("processes")
         kwargs = {name: value for name, value in settings.items() if value is not None}
+        if processes:
+            kwargs.setdefault("slots", processes)
+            kwargs["max_running"] = processes
+            kwargs["process_pool"] = ProcessPool(
+                processes, [sys.executable, "-m", "akadze_core.cli", *sys.argv[1:]])
         try:
             worker = Worker(app, queues=names or [app.default_queue], **kwargs)
         except ValueError as exc:

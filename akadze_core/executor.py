@@ -50,40 +50,79 @@ def _claimed_job(row: dict[str, Any], args: Any) -> Job:
                created_at=row.get("created_at"), started_at=row.get("started_at"))
 
 
-async def execute(
-    app: App, row: dict[str, Any], worker_id: int | None, threads: ThreadRunner
-) -> outcomes.Outcome | None:
-    """Run the job of ``row``; returns the outcome to write, or None when nothing must be
-    written (complete_tx already committed it)."""
+def _prepare(
+    app: App, row: dict[str, Any], worker_id: int | None
+) -> tuple[outcomes.Outcome | None, Any, JobContext | None]:
+    """The task and context to run ``row`` with, or the outcome when it cannot run."""
     job, decode_error = decode_job(app, row)
     task = app.tasks.get(job.task)
     if task is None:
         error = Fail(f"unknown task {job.task!r}: it is not registered in this worker")
         return outcomes.Outcome(job.id, job.run_count, outcomes.FAIL,
-                                error=outcomes.error_entry(error, "NotRegistered"))
+                                error=outcomes.error_entry(error, "NotRegistered")), None, None
     if decode_error is not None:
-        return outcomes.Outcome(job.id, job.run_count, outcomes.FAIL,
-                                error=outcomes.error_entry(Fail(decode_error), "ArgsDecodeError"))
-
+        return outcomes.Outcome(
+            job.id, job.run_count, outcomes.FAIL,
+            error=outcomes.error_entry(Fail(decode_error), "ArgsDecodeError")), None, None
     last_error = row.get("last_error")
     context = JobContext(app, job, worker_id,
                          json.loads(last_error) if isinstance(last_error, str) else None)
+    return None, task, context
+
+
+def _raised(context: JobContext, task: Any, exc: BaseException) -> outcomes.Outcome | None:
+    job = context.job
+    if context.completed:
+        logger.warning("job %s raised after complete_tx committed it: %r", job.id, exc)
+        return None
+    return outcomes.raised(job.id, job.run_count, job.attempt, exc, task.backoff)
+
+
+def _returned(app: App, context: JobContext, task: Any, value: Any) -> outcomes.Outcome | None:
+    if context.completed:
+        return None
+    job = context.job
+    return outcomes.succeeded(job.id, job.run_count, job.attempt, value, task.backoff,
+                              app.json_dumps)
+
+
+async def execute(
+    app: App, row: dict[str, Any], worker_id: int | None, threads: ThreadRunner
+) -> outcomes.Outcome | None:
+    """Run the job of ``row``; returns the outcome to write, or None when nothing must be
+    written (complete_tx already committed it)."""
+    early, task, context = _prepare(app, row, worker_id)
+    if context is None:
+        return early
     token = set_current(context)
     try:
-        value = await _call(task, job.args, threads)
+        value = await _call(task, context.job.args, threads)
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # a task's SystemExit must not take the worker down
-        if context.completed:
-            logger.warning("job %s raised after complete_tx committed it: %r", job.id, exc)
-            return None
-        return outcomes.raised(job.id, job.run_count, job.attempt, exc, task.backoff)
+        return _raised(context, task, exc)
     finally:
         reset_current(token)
-    if context.completed:
-        return None
-    return outcomes.succeeded(job.id, job.run_count, job.attempt, value, task.backoff,
-                              app.json_dumps)
+    return _returned(app, context, task, value)
+
+
+def execute_here(app: App, row: dict[str, Any], worker_id: int | None) -> outcomes.Outcome | None:
+    """Run the job of ``row`` in this thread, to the end (a process pool's child does this;
+    its parent enforces the timeout by ending the process)."""
+    early, task, context = _prepare(app, row, worker_id)
+    if context is None:
+        return early
+    token = set_current(context)
+    try:
+        if task.is_async:
+            value = asyncio.run(task.func(**context.job.args))
+        else:
+            value = task.func(**context.job.args)
+    except BaseException as exc:  # a task's SystemExit must not take the process down
+        return _raised(context, task, exc)
+    finally:
+        reset_current(token)
+    return _returned(app, context, task, value)
 
 
 async def _call(task: Any, args: dict[str, Any], threads: ThreadRunner) -> Any:

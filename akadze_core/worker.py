@@ -33,6 +33,7 @@ from .errors import AkadzeError, SchemaMissing
 from .executor import execute
 from .listener import listen_for_jobs
 from .outcomes import RETRY, Outcome, error_entry, raised
+from .processes import ProcessPool, ProcessPoolError
 from .retry import default_backoff
 from .schedules import MIN_CHECK_INTERVAL, Scheduler
 from .threads import ThreadRunner
@@ -95,6 +96,7 @@ class Worker:
         max_pending_outcomes: int | None = None,
         schedules: bool = True,
         max_running: int | None = None,
+        process_pool: ProcessPool | None = None,
     ) -> None:
         self.app = app
         self.queues = list(dict.fromkeys(queues))
@@ -124,6 +126,9 @@ class Worker:
         if max_running is not None and max_running < 1:
             raise ValueError("max_running must be at least 1")
         self.max_running = max_running
+        #: Run bodies in these child processes (Celery's prefork) instead of this process;
+        #: the worker starts and closes it. Give it as many processes as slots.
+        self.process_pool = process_pool
         # Backpressure: stop claiming while this many outcomes wait to be written. Kept near
         # the slot count, so few finished bodies sit 'running' (a crash would re-run them).
         self.max_pending_outcomes = max_pending_outcomes or max(100, 4 * sum(self.slots.values()))
@@ -239,6 +244,12 @@ class Worker:
     async def _ready(self) -> bool:
         """Run the on_startup hooks, then announce readiness (the health file). A failing
         hook stops the worker cleanly with a clear error instead of half-starting it."""
+        if self.process_pool is not None:
+            try:
+                await self.process_pool.start()
+            except ProcessPoolError as exc:
+                self._fatal = self.app.redact(str(exc))
+                return False
         for hook in self.on_startup:
             try:
                 await _maybe_await(hook(self.context))
@@ -266,6 +277,8 @@ class Worker:
                     await _maybe_await(hook(self.context))
                 except Exception:
                     logger.exception("on_shutdown hook failed")
+            if self.process_pool is not None:
+                await self.process_pool.close()
             self._listener_task.cancel()
             await asyncio.gather(self._listener_task, return_exceptions=True)
             self.app.forget_async_pool(self._pool)
@@ -514,7 +527,10 @@ class Worker:
 
     async def _run_job(self, row: dict[str, Any]) -> None:
         try:
-            outcome = await execute(self.app, row, self.worker_id, self._threads)
+            if self.process_pool is not None:
+                outcome = await self.process_pool.execute(self.app, row, self.worker_id)
+            else:
+                outcome = await execute(self.app, row, self.worker_id, self._threads)
         except asyncio.CancelledError as exc:
             if self._stop.is_set():
                 return  # stopping: the job goes back to the queue unspent

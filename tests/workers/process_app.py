@@ -1,0 +1,44 @@
+"""The app of the ``akadze worker --processes`` tests: ``tests.workers.process_app:app``.
+
+Bodies report the pid they ran in, so tests can tell the worker from its children.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from akadze_core import App, current
+
+app = App(os.environ.get("AKADZE_DATABASE_URL"))
+
+
+@app.task("whoami")
+def whoami(pause: float = 0.0) -> list[float]:
+    """The pid of the process running the body, and when the body started and ended
+    (CLOCK_MONOTONIC is one clock for every process of the machine)."""
+    started = time.monotonic()
+    time.sleep(pause)
+    return [os.getpid(), started, time.monotonic()]
+
+
+@app.task("die_once")
+def die_once() -> int:
+    """The first run kills its own process (as the OOM killer would); later runs succeed."""
+    if current().run_count == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return os.getpid()
+
+
+@app.task("hang", timeout=0.5)
+def hang() -> None:
+    """Never returns in time: only ending its process stops it."""
+    time.sleep(3600)
+
+
+@app.task("in_tx")
+def in_tx() -> None:
+    """Completes itself inside a transaction of its own (complete_tx in a child)."""
+    with current().complete_tx() as connection:
+        connection.execute("SELECT 1")

@@ -1,0 +1,136 @@
+"""``akadze worker --processes N``: the worker claims and writes outcomes, children run bodies.
+
+Each test starts the real ``akadze`` command on its own database and breaks what it owns:
+a child killed mid-body, a body past its timeout, a stop signal.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from akadze_core import App
+from tests.helpers import job
+from tests.workers.support import WorkerProcess, wait_until
+
+pytestmark = pytest.mark.slow
+
+APP = "tests.workers.process_app:app"
+
+
+@pytest.fixture
+def app(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[App]:
+    """The test module's App, pointed at this test's database (only used to enqueue)."""
+    monkeypatch.setenv("AKADZE_DATABASE_URL", database_url)
+    from tests.workers import process_app
+
+    process_app.app.set_database_url(database_url)
+    yield process_app.app
+    process_app.app.close()
+
+
+@pytest.fixture
+def start(database_url: str, tmp_path: Path) -> Iterator[object]:
+    started: list[WorkerProcess] = []
+
+    def spawn(*args: str) -> WorkerProcess:
+        process = WorkerProcess(database_url, tmp_path / f"worker-{len(started)}.log",
+                                ["worker", APP, *args], module="akadze_core.cli")
+        started.append(process)
+        process.wait_log("processes ready to run bodies", 60)
+        return process
+
+    yield spawn
+    for process in started:
+        process.stop()
+
+
+def finished(db: psycopg.Connection, *ids: int) -> bool:
+    return all(job(db, job_id)["state"] in ("succeeded", "failed") for job_id in ids)
+
+
+def children_of(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def test_bodies_run_in_the_children_at_most_n_at_once(app: App, db: psycopg.Connection,
+                                                      start) -> None:
+    worker = start("--processes", "2")
+    ids = [app.tasks["whoami"].enqueue(pause=0.3) for _ in range(6)]
+    wait_until(lambda: finished(db, *ids), what="the jobs to finish", timeout=30)
+    assert all(job(db, job_id)["state"] == "succeeded" for job_id in ids)
+    bodies = [job(db, job_id)["result"] for job_id in ids]
+    pids = {int(pid) for pid, _, _ in bodies}
+    assert worker.pid not in pids
+    assert pids <= children_of(worker.pid)
+    assert len(pids) == 2
+    # Two at a time: no three bodies overlap.
+    for _, started, _ in bodies:
+        overlapping = sum(1 for _, s, e in bodies if s <= started < e)
+        assert overlapping <= 2, bodies
+
+
+def test_a_child_killed_mid_body_spends_the_attempt_and_is_replaced(
+        app: App, db: psycopg.Connection, start) -> None:
+    worker = start("--processes", "1")
+    before = children_of(worker.pid)
+    job_id = app.tasks["die_once"].enqueue()
+    wait_until(lambda: finished(db, job_id), what="the job to finish", timeout=30)
+    row = job(db, job_id)
+    assert row["state"] == "succeeded", row
+    assert row["run_count"] == 2 and row["attempt"] == 2, row
+    [error] = row["errors"]
+    assert error["type"] == "ProcessLost", error
+    assert "SIGKILL" in error["message"], error
+    assert row["result"] in children_of(worker.pid)
+    assert row["result"] not in before
+
+
+def test_a_body_past_its_timeout_ends_with_its_process(app: App, db: psycopg.Connection,
+                                                       start) -> None:
+    worker = start("--processes", "1")
+    [first_child] = children_of(worker.pid)
+    job_id = app.tasks["hang"].configure(max_attempts=1).enqueue()
+    wait_until(lambda: finished(db, job_id), what="the job to fail", timeout=30)
+    row = job(db, job_id)
+    assert row["state"] == "failed", row
+    assert row["errors"][0]["type"] == "JobTimeout", row
+    wait_until(lambda: not os.path.exists(f"/proc/{first_child}"),
+               what="the hung child to be gone")
+    after = app.tasks["whoami"].enqueue()
+    wait_until(lambda: finished(db, after), what="the next job", timeout=30)
+    assert job(db, after)["result"][0] != first_child
+
+
+def test_complete_tx_in_a_child_is_the_outcome(app: App, db: psycopg.Connection,
+                                               start) -> None:
+    start("--processes", "1")
+    job_id = app.tasks["in_tx"].enqueue()
+    wait_until(lambda: finished(db, job_id), what="the job to finish", timeout=30)
+    row = job(db, job_id)
+    assert row["state"] == "succeeded" and row["run_count"] == 1, row
+
+
+def test_sigterm_stops_the_children_too(app: App, db: psycopg.Connection, start) -> None:
+    worker = start("--processes", "2")
+    children = children_of(worker.pid)
+    assert len(children) == 2
+    worker.signal(signal.SIGTERM)
+    code, _ = worker.wait_exit(30)
+    assert code == 0, worker.log()
+    wait_until(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in children),
+               what="the children to exit")
