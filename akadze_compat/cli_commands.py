@@ -88,7 +88,8 @@ def _inspect_ping(app: Any) -> dict[str, Any]:
 
 
 def _inspect_reserved(app: Any) -> dict[str, Any]:
-    # Nothing is prefetched: a worker holds only the tasks it runs.
+    # The database does not tell a prefork worker's prefetched tasks from the running ones:
+    # both are claimed (they are listed by active).
     return {name: [] for name in live_nodes(app.core)}
 
 
@@ -194,7 +195,7 @@ def inspect_command(ctx: click.Context, command: str, timeout: float,
     """Inspect the workers and queues: active, active_queues, ping, registered, reserved,
     scheduled or stats.
 
-    active, active_queues, ping and reserved (always empty: nothing is prefetched) reply
+    active, active_queues, ping and reserved (always empty: claimed tasks are active) reply
     per worker node; scheduled lists the waiting future tasks per queue; registered lists
     the app's task names; stats gives the live workers and the jobs per queue and state.
     """

@@ -1,8 +1,8 @@
 """``akadze-compat worker``: Celery's worker command on akadze_core workers.
 
 Pools: ``threads -c N`` is one akadze_core Worker running at most N tasks at once across
-its queues (Celery's total); ``solo`` runs one; ``prefork -c N`` (Celery's default) is N
-processes running one task each, under the supervisor of ``worker_pool``;
+its queues (Celery's total); ``solo`` runs one; ``prefork -c N`` (Celery's default) is the
+same Worker running task bodies in N child processes, one each (``worker_pool``);
 ``eventlet``/``gevent`` run as ``threads`` (warned).
 
 Celery's worker signals are sent with Celery's senders and arguments, at the same points:
@@ -24,7 +24,6 @@ import logging
 import multiprocessing
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 import click
 
 from akadze_core import Worker
+from akadze_core.processes import ProcessPool, serve
 
 from . import entry, signals
 from .cli_logging import setup_worker_logging
@@ -42,7 +42,7 @@ from .cli_worker_options import (
     warn_unsupported,
     worker_options,
 )
-from .worker_pool import CHILD_ENV, ChildInfo, Supervisor, child_info, report_ready, watch_parent
+from .worker_pool import ChildInfo, child_info
 
 __all__ = ["WorkController", "worker_command"]
 
@@ -92,10 +92,7 @@ def worker_command(ctx: click.Context, **options: Any) -> None:
     if child is not None:
         exit_now(_run_child(app, settings, instance, child))
     with _pidfile(settings.pidfile):
-        if settings.pool == "prefork":
-            code = _run_supervisor(app, settings, instance, state.invocation)
-        else:
-            code = _run_single(app, settings, instance)
+        code = _run_single(app, settings, instance, state.invocation)
     # os._exit: a task thread the worker gave up on at shutdown must not keep us alive.
     exit_now(code)
 
@@ -149,11 +146,13 @@ def _banner(app: Any, settings: WorkerSettings, core: Any) -> None:
 
 
 def _worker(core: Any, settings: WorkerSettings, slots: int,
-            on_startup: list[Callable[[dict[str, Any]], Any]]) -> Worker:
+            on_startup: list[Callable[[dict[str, Any]], Any]],
+            process_pool: ProcessPool | None = None) -> Worker:
     try:
         # Celery's -c is a total across queues: slots per queue, capped by max_running.
         return Worker(core, queues=settings.queues, slots=slots, max_running=slots,
-                      name=settings.hostname, on_startup=on_startup, **settings.worker_kwargs)
+                      name=settings.hostname, on_startup=on_startup,
+                      process_pool=process_pool, **settings.worker_kwargs)
     except ValueError as exc:
         raise CliError(str(exc), exit_code=2) from None
 
@@ -181,9 +180,10 @@ def _shutting_down(settings: WorkerSettings, signum: int, how: str) -> None:
                                       exitcode=1 if how == "Cold" else 0)
 
 
-# --- threads / solo: one process ------------------------------------------------------------
+# --- the worker process: threads, solo, and prefork's parent --------------------------------
 
-def _run_single(app: Any, settings: WorkerSettings, instance: WorkController) -> int:
+def _run_single(app: Any, settings: WorkerSettings, instance: WorkController,
+                invocation: list[str]) -> int:
     core = _init(app, settings, instance)
     _banner(app, settings, core)
     if settings.pool == "solo":
@@ -195,8 +195,14 @@ def _run_single(app: Any, settings: WorkerSettings, instance: WorkController) ->
         signals.worker_ready.send(sender=instance)
         logger.info("%s ready.", settings.hostname)
 
-    worker = _worker(core, settings, 1 if settings.pool == "solo" else settings.concurrency,
-                     [ready])
+    slots = 1 if settings.pool == "solo" else settings.concurrency
+    pool = None
+    if settings.pool == "prefork":
+        pool = _process_pool(settings, invocation)
+        # Celery's prefetch: claims (one statement for many) run ahead of the processes;
+        # a claimed task waits for a free process, never queued behind a busy one.
+        slots *= settings.prefetch_multiplier
+    worker = _worker(core, settings, slots, [ready], pool)
 
     def on_signal(signum: int) -> None:
         cold = signum == signal.SIGQUIT or bool(received)
@@ -212,33 +218,12 @@ def _run_single(app: Any, settings: WorkerSettings, instance: WorkController) ->
     return 1 if code == 0 and "Cold" in received else code
 
 
-# --- prefork: the supervisor and its children ------------------------------------------------
+# --- prefork: this process claims, its children run the bodies ------------------------------
 
-def _run_supervisor(app: Any, settings: WorkerSettings, instance: WorkController,
-                    invocation: list[str]) -> int:
-    core = _init(app, settings, instance)
-    _banner(app, settings, core)
-
-    def spawn(number: int, ready_fd: int) -> subprocess.Popen[bytes]:
-        env = {**os.environ, CHILD_ENV: f"{number}:{ready_fd}:{os.getpid()}"}
-        return subprocess.Popen([sys.executable, "-m", "akadze_compat", *invocation],
-                                env=env, pass_fds=(ready_fd,), start_new_session=True,
-                                stdin=subprocess.DEVNULL)
-
-    def ready() -> None:
-        signals.worker_ready.send(sender=instance)
-        logger.info("%s ready.", settings.hostname)
-
-    def stopping(name: str, how: str) -> None:
-        _shutting_down(settings, signal.Signals[name], how)
-
-    supervisor = Supervisor(settings.concurrency, spawn, on_ready=ready, on_stopping=stopping)
-    try:
-        code = supervisor.run()
-    except Exception as exc:
-        code = report(exc)
-    signals.worker_shutdown.send(sender=instance)
-    return code
+def _process_pool(settings: WorkerSettings, invocation: list[str]) -> ProcessPool:
+    """Celery's ``-c`` processes, each re-running this command as a pool child."""
+    return ProcessPool(settings.concurrency, [sys.executable, "-m", "akadze_compat", *invocation],
+                       max_tasks_per_child=settings.max_tasks_per_child)
 
 
 def _run_child(app: Any, settings: WorkerSettings, instance: WorkController,
@@ -246,42 +231,11 @@ def _run_child(app: Any, settings: WorkerSettings, instance: WorkController,
     multiprocessing.current_process().name = f"ForkPoolWorker-{info.number}"
     core = _init(app, settings, instance, main_process=False)
     signals.worker_process_init.send(sender=settings.hostname)
-    worker = _worker(core, settings, 1, [lambda context: report_ready(info)])
-
-    def stop() -> None:
-        # A signal to ourselves is thread-safe, and before the loop's handlers exist it
-        # simply ends the process (nothing runs yet).
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    if settings.max_tasks_per_child:
-        _stop_after(settings.max_tasks_per_child, stop)
-    watch_parent(info, stop)
-
-    def on_signal(signum: int) -> None:
-        worker.request_stop()
-        if signum == signal.SIGQUIT:
-            worker.request_stop()  # the second call stops at once
-
-    code = _run_worker(worker, on_signal)
+    code = serve(core)
     with contextlib.suppress(Exception):
         signals.worker_process_shutdown.send(sender=settings.hostname, pid=os.getpid(),
                                              exitcode=code)
     return code
-
-
-def _stop_after(limit: int, stop: Callable[[], None]) -> None:
-    """Stop this child after ``limit`` tasks (``--max-tasks-per-child``): it exits 0 and the
-    supervisor replaces it."""
-    done = [0]
-
-    def count(**kwargs: Any) -> None:
-        done[0] += 1
-        if done[0] == limit:
-            logger.info("ran %d tasks (--max-tasks-per-child): this process is replaced",
-                        limit)
-            stop()
-
-    signals.task_postrun.connect(count, weak=False)
 
 
 @contextlib.contextmanager

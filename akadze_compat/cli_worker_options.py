@@ -35,9 +35,7 @@ IGNORED: tuple[tuple[tuple[str, ...], bool, str], ...] = (
     (("-D", "--detach"), True, "the worker runs in the foreground; let your process manager "
                                "(systemd, supervisord, Docker) keep it in the background"),
     (("-S", "--statedb"), False, "there is no worker state file: revokes live in the database"),
-    (("--prefetch-multiplier",), False, "nothing is prefetched: a worker claims only what its "
-                                        "free slots can run"),
-    (("--disable-prefetch",), True, "nothing is prefetched anyway"),
+    (("--disable-prefetch",), True, "use --prefetch-multiplier 1 (prefork) instead"),
     (("-E", "--task-events", "--events"), True, "there is no event stream; task states are in "
                                                 "the database (`akadze-compat inspect`)"),
     (("--pool-start-method",), False, "prefork children are always fresh interpreters"),
@@ -80,6 +78,9 @@ def worker_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("-I", "--include", multiple=True, help="More task modules to import."),
         click.option("--max-tasks-per-child", type=click.IntRange(min=1),
                      help="Replace a prefork process after this many tasks."),
+        click.option("--prefetch-multiplier", type=click.IntRange(min=0),
+                     help="prefork: claim up to this many tasks per process; they wait for "
+                          "a free process.  [default: worker_prefetch_multiplier, 4]"),
         click.option("--time-limit", type=float, help="Hard time limit of every task (s)."),
         click.option("--soft-time-limit", type=float, help="Soft time limit of every task (s)."),
         click.option("--purge", "--discard", "purge", is_flag=True,
@@ -87,7 +88,8 @@ def worker_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("-B", "--beat", is_flag=True, help="Accepted: every worker runs the "
                                                         "schedules already."),
         click.option("-O", "--optimization", type=click.Choice(("default", "fair")),
-                     help="Accepted: claims are always 'fair' (no prefetch)."),
+                     help="Accepted: claims are always 'fair' (a claimed task waits for a "
+                          "free process, never for a busy one)."),
         click.option("--heartbeat-interval", type=click.IntRange(min=1),
                      help="Seconds between this worker's heartbeats.  [default: 5]"),
         click.option("--autoscale", help="Not supported: MAX,MIN runs a fixed pool of MAX."),
@@ -128,6 +130,8 @@ class WorkerSettings:
     queues: list[str]
     include: list[str]
     max_tasks_per_child: int | None
+    #: prefork: tasks claimed per process (Celery's worker_prefetch_multiplier).
+    prefetch_multiplier: int
     time_limit: float | None
     soft_time_limit: float | None
     purge: bool
@@ -216,17 +220,25 @@ def settings_from_options(app: Any, options: dict[str, Any], child: Any, *,
         if main and options.get("max_tasks_per_child"):
             warn(f"--max-tasks-per-child applies to the prefork pool only, not {pool}")
         max_tasks = None
+    prefetch = options.get("prefetch_multiplier")
+    if prefetch is None:
+        prefetch = conf.worker_prefetch_multiplier
+    if pool == "prefork" and int(prefetch) < 1:
+        # Celery's 0 means "no limit"; a claim needs one, so 0 keeps Celery's default.
+        notes.append("worker_prefetch_multiplier 0 (no limit) is not supported: using 4")
+        prefetch = 4
     if options.get("beat"):
         notes.append("-B: periodic tasks are enqueued by every worker, exactly once per tick; "
                      "no beat process is needed")
     if options.get("optimization") == "fair":
-        notes.append("-O fair: claims always take only what free slots can run")
+        notes.append("-O fair: a claimed task waits for a free process, never for a busy one")
     logfile = options.get("logfile")
     return WorkerSettings(
         hostname=nodename(options.get("hostname")), loglevel=_level(options["loglevel"]),
         logfile=host_format(logfile, child.number if child else None) if logfile else None,
         pidfile=options.get("pidfile"), pool=pool, concurrency=concurrency, queues=queues,
         include=split_names(options.get("include")), max_tasks_per_child=max_tasks,
+        prefetch_multiplier=max(1, int(prefetch)),
         time_limit=options.get("time_limit"), soft_time_limit=options.get("soft_time_limit"),
         purge=bool(options.get("purge")), quiet=quiet,
         options={key: value for key, value in options.items() if value is not None},

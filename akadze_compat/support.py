@@ -62,7 +62,9 @@ _IN_URL = "put it in broker_url, the Postgres URL (user, password, host, port, s
 _NO_EVENTS = ("there is no event stream (celery events, Flower): task states are rows in the "
               "database; use `akadze-compat inspect`")
 _NO_CHORDS = "there are no chords (canvas is not supported)"
-_NO_PREFETCH = "nothing is prefetched: a worker claims only what its free slots can run"
+_PREFETCH = ("prefork only: the worker claims up to multiplier x processes tasks (they count "
+             "as started); a claimed task waits for a free process, never a busy one; 0 "
+             "(no limit) means 4. The threads and solo pools claim only what they can run")
 _AT_LEAST_ONCE = ("delivery is always at least once: the job of a lost worker runs again "
                   "(what acks_late=True gives in Celery)")
 _FINAL_FAILURE = "a failed or timed-out task ends FAILURE; it is never put back in the queue"
@@ -175,9 +177,9 @@ _BY_SETTING: dict[str, Support] = {
                       "eventlet and gevent run the threads pool"),
     "worker_max_tasks_per_child": _h("prefork only"),
     "worker_max_memory_per_child": _i("not supported: use worker_max_tasks_per_child"),
-    "worker_prefetch_multiplier": _i(_NO_PREFETCH),
-    "worker_disable_prefetch": _i(_NO_PREFETCH),
-    "worker_enable_prefetch_count_reduction": _i(_NO_PREFETCH),
+    "worker_prefetch_multiplier": _h(_PREFETCH),
+    "worker_disable_prefetch": _i(f"{_PREFETCH}; set worker_prefetch_multiplier to 1 instead"),
+    "worker_enable_prefetch_count_reduction": _i(_PREFETCH),
     "worker_eta_task_limit": _i("tasks with an eta wait in the database, not in worker memory"),
     "worker_disable_rate_limits": _i(_NO_RATE_LIMITS),
     "worker_hijack_root_logger": _h(),

@@ -51,6 +51,8 @@ MAX_RESTART_DELAY = 10.0
 # One message is one JSON line; a job's args and result may be large.
 _LINE_LIMIT = 1 << 30
 _DATETIME_FIELDS = ("scheduled_at", "expires_at", "created_at", "started_at")
+# Tells a child to exit; end of file without it means the parent died.
+_STOP = b'{"stop": true}\n'
 
 
 class ProcessPoolError(AkadzeError):
@@ -87,6 +89,7 @@ class _Child:
     writer: asyncio.WriteTransport
     started: float = field(default_factory=time.monotonic)
     done: int = 0
+    busy: bool = False
 
 
 class ProcessPool:
@@ -140,6 +143,11 @@ class ProcessPool:
         wrote it). Raises ``JobTimeout`` or ``ProcessLost``; on cancellation the child is
         ended, since its body cannot be stopped any other way."""
         child = await self._idle.get()
+        while child.number not in self._children or child.process.poll() is not None:
+            if child.number in self._children:  # died idle, before _exited heard of it
+                self._died_idle(child)
+            child = await self._idle.get()
+        child.busy = True
         try:
             child.writer.write(_encode_row(row, worker_id))
             if timeout is None:
@@ -155,10 +163,13 @@ class ProcessPool:
             raise
         if not line.endswith(b"\n"):
             code = await self._exit_code(child)
+            logger.warning("worker process %s %s while running job %s: replacing it",
+                           child.process.pid, _describe_exit(code), row["id"])
             self._replace(child, kill=True)
             raise ProcessLost(f"the process running the job (pid {child.process.pid}) "
                               f"{_describe_exit(code)} before it answered")
         child.done += 1
+        child.busy = False
         if self.max_tasks_per_child and child.done >= self.max_tasks_per_child:
             logger.info("process %s ran %d tasks (max_tasks_per_child): replacing it",
                         child.process.pid, child.done)
@@ -188,6 +199,7 @@ class ProcessPool:
         await asyncio.gather(*self._replacing, return_exceptions=True)
         children = list(self._children.values())
         for child in children:
+            child.writer.write(_STOP)
             child.writer.close()
         deadline = time.monotonic() + timeout
         while any(child.process.poll() is None for child in children):
@@ -223,6 +235,7 @@ class ProcessPool:
                                                   os.fdopen(to_child_w, "wb", buffering=0))
         child = _Child(number, process, reader, writer)  # type: ignore[arg-type]
         self._children[number] = child
+        self._watch(child)
         try:
             ready = await asyncio.wait_for(reader.readline(), self.start_timeout)
         except asyncio.TimeoutError:
@@ -237,9 +250,33 @@ class ProcessPool:
                                    f"ready (its error is above)")
         return child
 
+    def _watch(self, child: _Child) -> None:
+        """Hear at once of a child that exits while idle (killed from outside), so it is
+        replaced before a job is handed to it; a busy child's exit reaches ``run``."""
+        try:
+            pidfd = os.pidfd_open(child.process.pid)
+        except (AttributeError, OSError):  # no pidfd here: run() checks before each job
+            return
+        loop = asyncio.get_running_loop()
+
+        def exited() -> None:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            if not (child.busy or self._closing) and child.number in self._children:
+                self._died_idle(child)
+
+        loop.add_reader(pidfd, exited)
+
+    def _died_idle(self, child: _Child) -> None:
+        logger.warning("worker process %s %s while idle: replacing it", child.process.pid,
+                       _describe_exit(child.process.poll()))
+        self._replace(child, kill=True)
+
     def _replace(self, child: _Child, kill: bool) -> None:
         """Retire ``child`` (killed, or told to exit) and start its replacement."""
         self._children.pop(child.number, None)
+        if not kill:
+            child.writer.write(_STOP)
         child.writer.close()
         if kill:
             with contextlib.suppress(ProcessLookupError):
@@ -291,9 +328,10 @@ def child_number() -> int:
 
 def serve(app: App) -> int:
     """A pool child's life: tell the parent it is ready, then run one body per message
-    until the parent closes the pipe. Returns the exit code (0)."""
+    until the parent says stop (or dies). Returns the exit code (0)."""
     number, read_fd, write_fd = (int(part) for part in os.environ.pop(CHILD_ENV).split(":"))
     del number
+    parent = os.getppid()
     # The parent decides when children stop: Ctrl-C in a terminal is for the parent.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with os.fdopen(read_fd, "rb") as reader, os.fdopen(write_fd, "wb") as writer:
@@ -301,9 +339,14 @@ def serve(app: App) -> int:
         writer.flush()
         for line in reader:
             message = json.loads(line)
+            if message.get("stop"):
+                break
             outcome = execute_here(app, _decode_row(message), message["worker_id"])
             answer = None if outcome is None else list(astuple(outcome))
             writer.write(json.dumps(answer).encode() + b"\n")
             writer.flush()
+        else:
+            # End of file without a stop message: the worker process died (SIGKILL?).
+            logger.warning("the worker process (pid %s) is gone: exiting", parent)
     sys.stdout.flush()
     return 0

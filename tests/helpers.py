@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -52,3 +53,19 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, interval: flo
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         time.sleep(interval)
+
+
+def children_of(pid: int) -> set[int]:
+    """The live child processes of ``pid`` (read from /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The parent pid follows the state, after the ")" that ends the command name.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.add(int(entry.name))
+    return found

@@ -27,7 +27,7 @@ from akadze_compat.exceptions import TimeoutError as CeleryTimeoutError
 from akadze_compat.result import AsyncResult
 from tests.compat.cli_harness import DJANGO_PROJECT, PROJECTS, CompatWorker, wait_until
 from tests.compat.conftest import SpawnCompat
-from tests.helpers import job
+from tests.helpers import children_of, job
 
 pytestmark = pytest.mark.slow
 
@@ -208,35 +208,29 @@ def test_sigterm_lets_the_running_task_finish_then_exits_0(
                      "worker_shutting_down", "worker_shutdown"]
 
 
-def _live_pids(db: psycopg.Connection, queue: str) -> set[int]:
-    rows = db.execute("SELECT pid FROM akadze.workers WHERE %s = ANY(queues) "
-                      "AND heartbeat_at + heartbeat_ttl > now()", (queue,)).fetchall()
-    return {row[0] for row in rows}
-
-
 def test_prefork_runs_tasks_in_two_processes(projects: dict[str, Any], module_database_url: str,
-                                             spawn_compat: SpawnCompat,
-                                             db: psycopg.Connection) -> None:
+                                             spawn_compat: SpawnCompat) -> None:
     from plainproj.reports.tasks import whoami
 
     projects["plain"].set_current()
     worker = spawn_compat("-A", "plainproj", "worker", "-P", "prefork", "-c", "2", "-Q", "cpu",
                           "-l", "INFO", env={"CELERY_BROKER_URL": module_database_url})
     worker.wait_ready()
-    children = _live_pids(db, "cpu")
-    assert len(children) == 2 and worker.pid not in children
+    children = children_of(worker.pid)
+    assert len(children) == 2
     results = [whoami.apply_async((0.4,), queue="cpu") for _ in range(6)]
     pids = {result.get(timeout=30)["pid"] for result in results}
     assert pids == children
-    # A child killed from outside is replaced; the pool goes on.
+    # A child killed from outside is replaced; the pool goes on, and no task is lost.
     victim = min(children)
     os.kill(victim, signal.SIGKILL)
-    wait_until(lambda: len(_live_pids(db, "cpu") - children) == 1, timeout=30)
-    assert whoami.apply_async(queue="cpu").get(timeout=30)["pid"] != victim
+    wait_until(lambda: len(children_of(worker.pid) - children) == 1, timeout=30)
+    after = [whoami.apply_async(queue="cpu") for _ in range(4)]
+    assert victim not in {result.get(timeout=30)["pid"] for result in after}
     worker.terminate(signal.SIGTERM)
     assert worker.wait_exit() == 0, worker.log()
     log = worker.log()
-    assert "died unexpectedly (killed by SIGKILL): replacing it" in log
+    assert f"worker process {victim} was ended by SIGKILL while idle: replacing it" in log
     assert log.count("worker_process_init") == 3
     assert log.count("worker_process_shutdown") == 2  # the killed one could not say it
     names = re.findall(r"plainproj-signal (\w+)", log)
@@ -245,8 +239,7 @@ def test_prefork_runs_tasks_in_two_processes(projects: dict[str, Any], module_da
 
 def test_prefork_replaces_a_child_after_max_tasks(projects: dict[str, Any],
                                                   module_database_url: str,
-                                                  spawn_compat: SpawnCompat,
-                                                  db: psycopg.Connection) -> None:
+                                                  spawn_compat: SpawnCompat) -> None:
     from plainproj.reports.tasks import whoami
 
     projects["plain"].set_current()
@@ -255,12 +248,56 @@ def test_prefork_replaces_a_child_after_max_tasks(projects: dict[str, Any],
     worker.wait_ready()
     pids = [whoami.apply_async(queue="recycle").get(timeout=30)["pid"] for _ in range(5)]
     assert pids[0] == pids[1] and pids[2] == pids[3] and len(set(pids)) == 3, pids
-    assert worker.log().count("ran 2 tasks (--max-tasks-per-child)") == 2
-    # Children stop by themselves when the supervisor is killed.
-    assert _live_pids(db, "recycle") == {pids[-1]}
+    assert worker.log().count("ran 2 tasks (max_tasks_per_child)") == 2
+    # Children stop by themselves when the worker process is killed.
+    last = pids[-1]
+    assert children_of(worker.pid) == {last}
     worker.terminate(signal.SIGKILL)
-    wait_until(lambda: not _live_pids(db, "recycle"), timeout=15)
-    worker.wait_log("the supervisor (pid", timeout=5)
+    wait_until(lambda: not os.path.exists(f"/proc/{last}"), timeout=15)
+    worker.wait_log(f"the worker process (pid {worker.pid}) is gone: exiting", timeout=5)
+
+
+def _running(db: psycopg.Connection, queue: str) -> int:
+    return db.execute("SELECT count(*) FROM akadze.jobs WHERE queue = %s AND state = 'running'",
+                      (queue,)).fetchone()[0]
+
+
+def test_prefork_prefetches_but_a_claimed_task_waits_for_a_free_process(
+        projects: dict[str, Any], module_database_url: str, spawn_compat: SpawnCompat,
+        db: psycopg.Connection) -> None:
+    from plainproj.reports.tasks import whoami
+
+    projects["plain"].set_current()
+    worker = spawn_compat("-b", module_database_url, "-A", "plainproj", "worker", "-c", "2",
+                          "--prefetch-multiplier", "4", "-Q", "fairq", "-l", "INFO")
+    worker.wait_ready()
+    slow = whoami.apply_async((4.0,), queue="fairq")
+    wait_until(lambda: _running(db, "fairq") == 1, timeout=20)
+    quick = [whoami.apply_async((0.05,), queue="fairq") for _ in range(8)]
+    # Claimed ahead (up to 4 per process), they all run in the free process meanwhile.
+    assert "slots 8" in worker.log()
+    pids = {result.get(timeout=10)["pid"] for result in quick}
+    assert job(db, int(slow.id))["state"] == "running"
+    assert len(pids) == 1 and slow.get(timeout=10)["pid"] not in pids
+
+
+# plainproj's celeryconfig sets worker_prefetch_multiplier = 1; the option overrides it.
+@pytest.mark.parametrize(("multiplier", "claimed"), [(None, 1), ("3", 3)])
+def test_prefork_prefetch_multiplier_bounds_the_claimed_tasks(
+        projects: dict[str, Any], module_database_url: str, spawn_compat: SpawnCompat,
+        db: psycopg.Connection, multiplier: str | None, claimed: int) -> None:
+    from plainproj.reports.tasks import nap
+
+    projects["plain"].set_current()
+    queue = f"prefetch{multiplier or 'conf'}"
+    options = ["--prefetch-multiplier", multiplier] if multiplier else []
+    worker = spawn_compat("-b", module_database_url, "-A", "plainproj", "worker", "-c", "1",
+                          *options, "-Q", queue, "-l", "INFO")
+    worker.wait_ready()
+    results = [nap.apply_async((0.6,), queue=queue) for _ in range(3)]
+    wait_until(lambda: _running(db, queue) == claimed, timeout=20)
+    assert max(_running(db, queue) for _ in range(20)) == claimed
+    assert [result.get(timeout=20) for result in results] == ["slept 0.6"] * 3
 
 
 # --- the Django project -------------------------------------------------------------------------

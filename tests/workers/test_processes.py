@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from akadze_core import App
-from tests.helpers import job
+from tests.helpers import children_of, job
 from tests.workers.support import WorkerProcess, wait_until
 
 pytestmark = pytest.mark.slow
@@ -52,19 +52,6 @@ def start(database_url: str, tmp_path: Path) -> Iterator[object]:
 
 def finished(db: psycopg.Connection, *ids: int) -> bool:
     return all(job(db, job_id)["state"] in ("succeeded", "failed") for job_id in ids)
-
-
-def children_of(pid: int) -> set[int]:
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.add(int(entry.name))
-    return found
 
 
 def test_bodies_run_in_the_children_at_most_n_at_once(app: App, db: psycopg.Connection,
