@@ -43,14 +43,16 @@ from .exceptions import (
 )
 from .execution import ExceptionInfo, TraceResult, _worker_request, call_body, trace, trace_async
 from .publish import FOREVER
+from .request import Context
 from .serialization import revive
+from .task import RetryCall
 from .timelimits import AsyncLimits, ThreadLimits, limits_for
 
 if TYPE_CHECKING:
     from akadze_core import Job, JobContext
 
     from .app import Celery
-    from .task import Context, Task
+    from .task import Task
 
 __all__ = ["core_timeout", "is_async_task", "make_entry", "update_state"]
 
@@ -92,7 +94,7 @@ def make_entry(app: Celery, name: str) -> Any:
     return run_celery_task
 
 
-@dataclass
+@dataclass(slots=True)
 class _Run:
     task: Task
     context: JobContext
@@ -106,29 +108,49 @@ class _Run:
 def build_request(task: Task, job: Job, meta: dict[str, Any], args: list[Any],
                   kwargs: dict[str, Any]) -> Context:
     """``self.request`` for a run of ``job``."""
-    from .task import Context
-
     task_id = str(job.meta.get("task_id") or job.id)
     custom_headers = dict(meta.get("headers") or {})
     hard, soft = meta.get("time_limit"), meta.get("soft_time_limit")
-    request = Context(
-        custom_headers, id=task_id, task=job.task, args=args, kwargs=kwargs,
-        retries=max(0, job.attempt - 1), is_eager=False, called_directly=False,
-        hostname=worker_hostname, eta=meta.get("eta"),
-        expires=meta.get("expires") or (job.expires_at.isoformat() if job.expires_at else None),
-        delivery_info={"exchange": meta.get("exchange") or "",
-                       "routing_key": meta.get("routing_key") or job.queue,
-                       "queue": job.queue, "priority": job.priority,
-                       "redelivered": job.run_count > job.attempt},
-        headers=custom_headers or None, root_id=meta.get("root_id") or task_id,
-        parent_id=meta.get("parent_id"), correlation_id=task_id, reply_to="",
-        ignore_result=meta.get("ignore_result"), shadow=meta.get("shadow"),
-        callbacks=meta.get("link"), errbacks=meta.get("link_error"), utc=True,
-        timelimit=(hard, soft) if hard is not None or soft is not None else None,
-        origin=None, _akadze_meta=meta)
-    if request.ignore_result is None:
-        request.ignore_result = bool(task.option("ignore_result", "task_ignore_result"))
-    return request
+    ignore_result = meta.get("ignore_result")
+    if ignore_result is None:
+        ignore_result = bool(task.option("ignore_result", "task_ignore_result"))
+    # One dict literal handed to the request as its attributes: what Context(custom_headers,
+    # **fields) builds (the fields win over a custom header of the same name, and
+    # ``timelimit`` fills ``time_limit``/``soft_time_limit``), in a fraction of the time.
+    fields = {
+        "id": task_id, "task": job.task, "args": args, "kwargs": kwargs,
+        "retries": max(0, job.attempt - 1), "is_eager": False, "called_directly": False,
+        "hostname": worker_hostname, "eta": meta.get("eta"),
+        "expires": meta.get("expires") or (job.expires_at.isoformat() if job.expires_at
+                                           else None),
+        "delivery_info": {"exchange": meta.get("exchange") or "",
+                          "routing_key": meta.get("routing_key") or job.queue,
+                          "queue": job.queue, "priority": job.priority,
+                          "redelivered": job.run_count > job.attempt},
+        "headers": custom_headers or None, "root_id": meta.get("root_id") or task_id,
+        "parent_id": meta.get("parent_id"), "correlation_id": task_id, "reply_to": "",
+        "ignore_result": ignore_result, "shadow": meta.get("shadow"),
+        "callbacks": meta.get("link"), "errbacks": meta.get("link_error"), "utc": True,
+        "timelimit": (hard, soft) if hard is not None or soft is not None else None,
+        "origin": None, "_akadze_meta": meta, "time_limit": hard, "soft_time_limit": soft,
+    }
+    return Context._of({**custom_headers, **fields} if custom_headers else fields)
+
+
+def _revived_meta(job: Job) -> dict[str, Any]:
+    """``dict(revive(celery_meta(job)))``: a new dict, without a call per scalar.
+
+    Most of the meta is None, strings and booleans, which ``revive`` returns as they are,
+    and an empty container (the usual ``headers``) revives to a new empty one of its kind.
+    """
+    source = celery_meta(job)
+    if len(source) == 2 and "__type__" in source and "__value__" in source:
+        return dict(revive(source))  # the whole meta is one typed value: as revive sees it
+    meta = dict(source)
+    for key, value in source.items():
+        if value is not None and isinstance(value, (dict, list)):
+            meta[key] = revive(value) if value else ({} if isinstance(value, dict) else [])
+    return meta
 
 
 def _prepare(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[str, Any]) \
@@ -139,7 +161,7 @@ def _prepare(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[st
     task = app._tasks[name]
     context = current()
     job = context.job
-    meta = dict(revive(celery_meta(job)))
+    meta = _revived_meta(job)
     override = meta.get("retry_args")
     if isinstance(override, dict):
         args, kwargs = override.get("args"), override.get("kwargs")
@@ -272,10 +294,10 @@ def _retry_countdown(run: _Run, when: Any) -> float:
 
 def _retry_patch(run: _Run, result: TraceResult) -> dict[str, Any] | None:
     """New arguments asked for by ``retry(args=..., kwargs=...)``, kept in the job's meta."""
-    from .task import RetryCall
-
+    if result.state != states.RETRY:
+        return None
     sig = getattr(result.exception, "sig", None)
-    if result.state != states.RETRY or not isinstance(sig, RetryCall) or sig.args is None:
+    if not isinstance(sig, RetryCall) or sig.args is None:
         return None
     run.meta["retry_args"] = {"args": list(sig.args), "kwargs": dict(sig.kwargs or {})}
     return {"celery": run.meta}
@@ -290,8 +312,6 @@ def _retry_budget(exc: BaseException) -> int | None:
     a retry past ``M``, so the core raises the budget (never lowers it) and retries. None
     for a ``Retry`` raised by hand: the job's budget stands.
     """
-    from .task import RetryCall
-
     sig = getattr(exc, "sig", None)
     if not isinstance(sig, RetryCall):
         return None
@@ -341,6 +361,8 @@ def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[s
     _check_deadline(run)
 
     def body() -> Any:
+        if not run.limits:  # no timers to arm: skip the context manager
+            return call_body(run.task, run.args, run.kwargs)
         with ThreadLimits(run.limits):
             return call_body(run.task, run.args, run.kwargs)
 

@@ -20,9 +20,10 @@ from kombu.exceptions import EncodeError
 
 from . import serialization, signals, states
 from .exceptions import Ignore, Reject, Retry
+from .task import Task, task_overrides
 
 if TYPE_CHECKING:
-    from .task import Context, Task
+    from .task import Context
 
 __all__ = ["ExceptionInfo", "TraceResult", "current_worker_request", "current_worker_task",
            "trace", "trace_async"]
@@ -90,11 +91,25 @@ class TraceResult:
 def call_body(task: Task, args: Any, kwargs: Any) -> Any:
     """Call the task as Celery's tracer does: through a custom ``__call__`` if the class
     has one, else straight to ``run``."""
-    from .task import task_overrides
-
     if task_overrides(task, "__call__"):
         return task(*args, **kwargs)
     return task.run(*args, **kwargs)
+
+
+#: Task's own handlers, which do nothing: calling them would only cost time.
+_NO_OP_HANDLERS = {name: getattr(Task, name) for name in
+                   ("before_start", "on_success", "on_retry", "on_failure", "after_return")}
+
+
+def _handler(task: Task, name: str) -> Callable[..., Any] | None:
+    """``task``'s handler ``name``, or None when it is Task's no-op (so nothing to call).
+
+    Looked up on every call, not cached: a class patched later is still seen.
+    """
+    handler: Callable[..., Any] = getattr(task, name)
+    if getattr(handler, "__func__", None) is _NO_OP_HANDLERS[name]:
+        return None
+    return handler
 
 
 def _safely(what: str, handler: Callable[..., Any], *args: Any, eager: bool) -> None:
@@ -127,12 +142,16 @@ def _on_exception(task: Task, request: Context, args: Any, kwargs: Any, exc: Exc
                                   signum=None, expired=expired)
         return TraceResult(states.REVOKED, exc, einfo)
     if isinstance(exc, Retry):
-        _safely("on_retry", task.on_retry, exc.exc, request.id, args, kwargs, einfo,
-                eager=eager)
+        on_retry = _handler(task, "on_retry")
+        if on_retry is not None:
+            _safely("on_retry", on_retry, exc.exc, request.id, args, kwargs, einfo,
+                    eager=eager)
         signals.task_retry.send(sender=task, request=request, reason=exc, einfo=einfo)
         logger.info("Task %s[%s] retry: %s", task.name, request.id, exc)
         return TraceResult(states.RETRY, exc, einfo)
-    _safely("on_failure", task.on_failure, exc, request.id, args, kwargs, einfo, eager=eager)
+    on_failure = _handler(task, "on_failure")
+    if on_failure is not None:
+        _safely("on_failure", on_failure, exc, request.id, args, kwargs, einfo, eager=eager)
     signals.task_failure.send(sender=task, task_id=request.id, exception=exc, args=args,
                               kwargs=kwargs, traceback=exc.__traceback__, einfo=einfo)
     if task.throws and isinstance(exc, task.throws):
@@ -157,22 +176,34 @@ def _on_return(task: Task, request: Context, args: Any, kwargs: Any, retval: Any
             except EncodeError as raised:
                 return _on_exception(task, request, args, kwargs, raised, eager=eager,
                                      propagate=propagate, revoked=revoked)
-    _safely("on_success", task.on_success, retval, request.id, args, kwargs, eager=eager)
-    signals.task_success.send(sender=task, result=retval, runtime=time.monotonic() - started)
-    logger.info("Task %s[%s] succeeded in %.3fs: %r", task.name, request.id,
-                time.monotonic() - started, retval)
+    on_success = _handler(task, "on_success")
+    if on_success is not None:
+        _safely("on_success", on_success, retval, request.id, args, kwargs, eager=eager)
+    # A signal without receivers and a disabled level cost nothing beyond these checks:
+    # no keyword dict, no clock read, no log record.
+    if signals.task_success.receivers:
+        signals.task_success.send(sender=task, result=retval,
+                                  runtime=time.monotonic() - started)
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("Task %s[%s] succeeded in %.3fs: %r", task.name, request.id,
+                    time.monotonic() - started, retval)
     return TraceResult(states.SUCCESS, retval)
 
 
 def _after_return(task: Task, request: Context, args: Any, kwargs: Any, result: TraceResult,
                   eager: bool) -> None:
     if result.state in (states.SUCCESS, states.FAILURE):
-        _safely("after_return", task.after_return, result.state, result.retval, request.id,
-                args, kwargs, None, eager=eager)
+        after_return = _handler(task, "after_return")
+        if after_return is not None:
+            _safely("after_return", after_return, result.state, result.retval, request.id,
+                    args, kwargs, None, eager=eager)
 
 
 class _Tracing:
     """Push the request (and the worker marker) for the duration of one traced call."""
+
+    __slots__ = ("_request_token", "_requests", "_stack_token", "_worker_token", "args",
+                 "eager", "kwargs", "request", "result", "task")
 
     def __init__(self, task: Task, request: Context, args: Any, kwargs: Any,
                  eager: bool) -> None:
@@ -181,26 +212,30 @@ class _Tracing:
         self.result: TraceResult | None = None
 
     def __enter__(self) -> _Tracing:
-        requests = self.task._requests
+        requests = self._requests = self.task._requests
         self._request_token = requests.set((*requests.get(), self.request))
         self._stack_token = _task_stack.set((*_task_stack.get(), self.task))
         self._worker_token = None if self.eager else _worker_request.set(
             (self.task, self.request))
-        signals.task_prerun.send(sender=self.task, task_id=self.request.id, task=self.task,
-                                 args=self.args, kwargs=self.kwargs)
+        if signals.task_prerun.receivers:  # no receivers: not even the keyword dict
+            signals.task_prerun.send(sender=self.task, task_id=self.request.id,
+                                     task=self.task, args=self.args, kwargs=self.kwargs)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         try:
-            signals.task_postrun.send(
-                sender=self.task, task_id=self.request.id, task=self.task, args=self.args,
-                kwargs=self.kwargs, retval=self.result.retval if self.result else None,
-                state=self.result.state if self.result else None)
+            if signals.task_postrun.receivers:
+                result = self.result
+                signals.task_postrun.send(
+                    sender=self.task, task_id=self.request.id, task=self.task,
+                    args=self.args, kwargs=self.kwargs,
+                    retval=result.retval if result else None,
+                    state=result.state if result else None)
         finally:
             if self._worker_token is not None:
                 _worker_request.reset(self._worker_token)
             _task_stack.reset(self._stack_token)
-            self.task._requests.reset(self._request_token)
+            self._requests.reset(self._request_token)
 
 
 def trace(task: Task, request: Context, args: Any, kwargs: Any, body: Callable[[], Any], *,
@@ -215,7 +250,9 @@ def trace(task: Task, request: Context, args: Any, kwargs: Any, body: Callable[[
     with _Tracing(task, request, args, kwargs, eager) as tracing:
         started = time.monotonic()
         try:
-            task.before_start(str(request.id), args, kwargs)
+            before_start = _handler(task, "before_start")
+            if before_start is not None:
+                before_start(str(request.id), args, kwargs)
             retval = body()
         except Exception as exc:
             tracing.result = _on_exception(task, request, args, kwargs, exc, eager=eager,
@@ -235,7 +272,9 @@ async def trace_async(task: Task, request: Context, args: Any, kwargs: Any,
     with _Tracing(task, request, args, kwargs, False) as tracing:
         started = time.monotonic()
         try:
-            task.before_start(str(request.id), args, kwargs)
+            before_start = _handler(task, "before_start")
+            if before_start is not None:
+                before_start(str(request.id), args, kwargs)
             retval = await body()
         except Exception as exc:
             # Only the exceptions _on_exception asks about need the (awaited) answer:

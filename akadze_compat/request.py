@@ -64,6 +64,17 @@ class Context:
                 and len(limits) >= 2 else (None, None)
             self.__dict__.update(time_limit=hard, soft_time_limit=soft)
 
+    @classmethod
+    def _of(cls, attributes: dict[str, Any]) -> Context:
+        """A request whose attributes are ``attributes`` itself (taken over, not copied).
+
+        The worker's per-job constructor: it builds the complete dict (both limits already
+        set from ``timelimit``), so ``update``'s copy and checks would only cost time.
+        """
+        request = cls.__new__(cls)
+        request.__dict__ = attributes
+        return request
+
     def clear(self) -> None:
         """Drop every attribute set on this request."""
         self.__dict__.clear()

@@ -254,7 +254,9 @@ def test_prefork_replaces_a_child_after_max_tasks(projects: dict[str, Any],
     assert children_of(worker.pid) == {last}
     worker.terminate(signal.SIGKILL)
     wait_until(lambda: not os.path.exists(f"/proc/{last}"), timeout=15)
-    worker.wait_log(f"the worker process (pid {worker.pid}) is gone: exiting", timeout=5)
+    # The child writes it after its parent is gone: wait on the log, not on the parent.
+    gone = f"the worker process (pid {worker.pid}) is gone: exiting"
+    wait_until(lambda: gone in worker.log(), timeout=10)
 
 
 def _running(db: psycopg.Connection, queue: str) -> int:
