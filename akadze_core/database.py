@@ -51,11 +51,11 @@ class JobRequest:
         return params
 
 
-def _many_params(template: JobRequest, args: Sequence[str]) -> dict[str, Any]:
+def _many_params(template: JobRequest, arrays: Sequence[str]) -> dict[str, Any]:
     if template.unique_key:
         raise ValueError("unique_key is not supported by bulk enqueue; enqueue those one by one")
     params = template.params()
-    params["args"] = list(args)
+    params["args"] = list(arrays)
     return params
 
 
@@ -72,20 +72,29 @@ def _outcome_params(outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:
 
 def insert_job(connection: psycopg.Connection, request: JobRequest) -> int:
     """Insert one job (or find the active one holding its unique key); returns its id."""
+    return insert_job_params(connection, request.params())
+
+
+def insert_job_params(target: psycopg.Connection | psycopg.Cursor[Any],
+                      params: dict[str, Any]) -> int:
+    """``insert_job`` from the parameters ``JobRequest.params`` returns (a ``unique_key``
+    entry only when set), on a connection or on a cursor kept for reuse; returns the id."""
+    statement = query("job_insert_unique" if "unique_key" in params else "job_insert")
     while True:
-        row = connection.execute(query(request.query_name), request.params()).fetchone()
+        row = target.execute(statement, params).fetchone()
         if row is not None:
             return int(row[0])
         # The key's holder committed after our snapshot was taken: look again.
 
 
 def insert_jobs(connection: psycopg.Connection, template: JobRequest,
-                args: Sequence[str]) -> list[int]:
-    """Insert one job per ``args`` text, all otherwise like ``template``, in one statement;
+                arrays: Sequence[str]) -> list[int]:
+    """Insert the jobs whose args are the items of the JSON arrays ``arrays`` (as
+    ``tasks.encode_many`` makes them), all otherwise like ``template``, in one statement;
     returns their ids in order."""
-    if not args:
+    if not arrays:
         return []
-    row = connection.execute(query("job_insert_many"), _many_params(template, args)).fetchone()
+    row = connection.execute(query("job_insert_many"), _many_params(template, arrays)).fetchone()
     return list(row[0]) if row else []
 
 
@@ -112,20 +121,27 @@ def check_schema(connection: psycopg.Connection) -> None:
 
 async def insert_job_async(connection: psycopg.AsyncConnection, request: JobRequest) -> int:
     """Async twin of ``insert_job``."""
+    return await insert_job_params_async(connection, request.params())
+
+
+async def insert_job_params_async(connection: psycopg.AsyncConnection,
+                                  params: dict[str, Any]) -> int:
+    """Async twin of ``insert_job_params`` (on a connection)."""
+    statement = query("job_insert_unique" if "unique_key" in params else "job_insert")
     while True:
-        cursor = await connection.execute(query(request.query_name), request.params())
+        cursor = await connection.execute(statement, params)
         row = await cursor.fetchone()
         if row is not None:
             return int(row[0])
 
 
 async def insert_jobs_async(
-    connection: psycopg.AsyncConnection, template: JobRequest, args: Sequence[str]
+    connection: psycopg.AsyncConnection, template: JobRequest, arrays: Sequence[str]
 ) -> list[int]:
     """Async twin of ``insert_jobs``."""
-    if not args:
+    if not arrays:
         return []
-    cursor = await connection.execute(query("job_insert_many"), _many_params(template, args))
+    cursor = await connection.execute(query("job_insert_many"), _many_params(template, arrays))
     row = await cursor.fetchone()
     return list(row[0]) if row else []
 

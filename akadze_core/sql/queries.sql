@@ -38,14 +38,19 @@ LIMIT 1;
 -- name: job_insert_many
 -- Bulk insert of one task's jobs sharing every option but their args (one round trip);
 -- returns the ids in input order. Scalars for the shared columns keep this as fast as COPY.
+-- The args come as JSON arrays of up to 100 jobs each (tasks.encode_many; a text[] bound in
+-- binary, so nothing is quoted or escaped per element): one dumps() per array on the client
+-- and one jsonb parse per array here, not one of each per job. This statement with its
+-- parameters runs at about twice the rate of the former text[] of one args text per job.
 WITH inserted AS (
     INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts,
                              expires_at, meta)
-    SELECT %(task)s, %(queue)s, a.args::jsonb, %(priority)s,
+    SELECT %(task)s, %(queue)s, a.args, %(priority)s,
            coalesce(%(scheduled_at)s::timestamptz, now() + %(delay)s::float8 * interval '1 second'),
            %(max_attempts)s, %(expires_at)s::timestamptz, %(meta)s::jsonb
-    FROM unnest(%(args)s::text[]) WITH ORDINALITY AS a(args, ord)
-    ORDER BY a.ord
+    FROM unnest(%(args)b::text[]) WITH ORDINALITY AS c(array_text, chunk)
+    CROSS JOIN LATERAL jsonb_array_elements(c.array_text::jsonb) WITH ORDINALITY AS a(args, ord)
+    ORDER BY c.chunk, a.ord
     RETURNING id, scheduled_at <= now() AS due
 )
 SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids,

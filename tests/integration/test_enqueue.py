@@ -4,6 +4,7 @@ keys, bad input rejected before anything is inserted, names as data, and NOTIFY 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -13,6 +14,7 @@ import psycopg
 import pytest
 
 from akadze_core import App, InvalidArgs, Worker
+from akadze_core.tasks import BULK_CHUNK
 from tests.helpers import job
 from tests.integration.lease_support import (
     claim,
@@ -192,6 +194,173 @@ async def test_one_bad_item_in_a_batch_inserts_nothing(app: App, db: psycopg.Con
     with pytest.raises(InvalidArgs):
         send.enqueue_many(batch)
     assert job_count(db) == 0
+
+
+# Bulk args travel as JSON arrays of BULK_CHUNK jobs: these batches span several of them.
+TRICKY: list[dict[str, Any]] = [
+    {}, {"unicode": "😀 ünï 日本", "é": "clé"}, {"escaped": "\\u0000", "quote": "'\"\\"},
+    {"nested": {"list": [1, 2.5, None, True, {"deep": []}]}, "tab": "a\tb\nc"},
+    {"big": 10**30, "neg": -0.5}, {"hostile": HOSTILE},
+]
+
+
+async def test_bulk_across_chunks_stores_every_job_exactly_in_input_order(
+    app: App, db: psycopg.Connection
+) -> None:
+    send = make_tasks(app)
+    batch = [dict(TRICKY[i % len(TRICKY)], i=i) for i in range(2 * BULK_CHUNK + 37)]
+    ids = send.configure(priority=3).enqueue_many(batch)
+    more = await send.configure(queue="async").enqueue_many_async(iter(batch))
+    assert len(set(ids + more)) == 2 * len(batch)
+    assert ids == sorted(ids) and more == sorted(more)  # ascending: FIFO for the claim
+    stored = dict(db.execute("SELECT id, args FROM akadze.jobs").fetchall())
+    assert [stored[i] for i in ids] == batch and [stored[i] for i in more] == batch
+    rows = db.execute("SELECT DISTINCT queue, priority, meta, max_attempts FROM akadze.jobs"
+                      " ORDER BY queue").fetchall()
+    assert rows == [("async", 0, {}, 3), ("default", 3, {}, 3)]
+
+
+@pytest.mark.parametrize("position", [0, BULK_CHUNK - 1, BULK_CHUNK, 2 * BULK_CHUNK + 1])
+async def test_a_bad_job_in_any_chunk_inserts_nothing_with_the_same_message(
+    app: App, db: psycopg.Connection, position: int
+) -> None:
+    send = make_tasks(app)
+    for name, bad in BAD_ARGS.items():
+        batch: list[dict[str, Any]] = [{"i": i} for i in range(2 * BULK_CHUNK + 2)]
+        batch[position] = bad
+        with pytest.raises(InvalidArgs) as single:
+            send.enqueue(**bad)
+        with pytest.raises(InvalidArgs) as bulk:
+            send.enqueue_many(batch)
+        assert str(bulk.value) == str(single.value), name
+        with pytest.raises(InvalidArgs) as bulk_async:
+            await send.enqueue_many_async(batch)
+        assert str(bulk_async.value) == str(single.value), name
+    assert job_count(db) == 0
+
+
+async def test_refused_bulk_input_leaves_the_callers_transaction_usable(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    """Validation happens before any SQL: the caller's transaction is not aborted."""
+    send = make_tasks(app)
+    bad: list[dict[str, Any]] = [{"i": i} for i in range(BULK_CHUNK + 5)]
+    bad[-1] = {"i": float("nan")}
+    with psycopg.connect(database_url) as session:
+        kept = send.using(session=session).enqueue(n=1)
+        with pytest.raises(InvalidArgs):
+            send.using(session=session).enqueue_many(bad)
+        many = send.using(session=session).enqueue_many(bad[:-1])
+        session.commit()
+    async with await psycopg.AsyncConnection.connect(database_url) as async_session:
+        with pytest.raises(InvalidArgs):
+            await send.using(session=async_session).enqueue_many_async(bad)
+        more = await send.using(session=async_session).enqueue_many_async(bad[:3])
+        await async_session.commit()
+    assert job_count(db) == 1 + len(bad) - 1 + 3
+    assert job(db, kept)["args"] == {"n": 1}
+    assert [job(db, i)["args"] for i in many + more] == bad[:-1] + bad[:3]
+
+
+async def test_a_bulk_insert_that_fails_in_the_database_inserts_nothing(
+    database_url: str, db: psycopg.Connection
+) -> None:
+    """A dumps that returns text jsonb refuses (after validation passed): the statement
+    fails as a whole, whichever chunk the bad text is in."""
+    def dumps(value: Any) -> str:
+        return "{oops" if value.get("i") == BULK_CHUNK + 1 else json.dumps(value)
+
+    app = App(database_url, json_dumps=dumps)
+    try:
+        send = make_tasks(app)
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            send.enqueue_many([{"i": i} for i in range(2 * BULK_CHUNK)])
+        assert job_count(db) == 0
+    finally:
+        await app.aclose()
+
+
+async def test_bulk_with_a_custom_dumps_and_a_small_size_limit(
+    database_url: str, db: psycopg.Connection
+) -> None:
+    """Every job is checked alone against the limit, whatever the batch's total size."""
+    app = App(database_url, max_args_bytes=60,
+              json_dumps=lambda value: json.dumps(value, indent=1, ensure_ascii=False))
+    try:
+        send = make_tasks(app)
+        batch = [{"i": i, "s": "é" * 10} for i in range(2 * BULK_CHUNK + 1)]
+        ids = send.enqueue_many(batch)
+        assert [job(db, i)["args"] for i in ids[::50]] == batch[::50]
+        with pytest.raises(InvalidArgs, match="over the limit of 60 bytes"):
+            send.enqueue_many([*batch, {"i": 0, "s": "é" * 30}])
+        assert job_count(db) == len(batch)
+    finally:
+        await app.aclose()
+
+
+async def test_one_notify_per_queue_for_a_bulk_insert_of_many_chunks(
+    app: App, database_url: str
+) -> None:
+    send = make_tasks(app)
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN akadze_jobs")
+        send.configure(queue="c").enqueue_many([{"n": n} for n in range(3 * BULK_CHUNK)])
+        await send.configure(queue="d").enqueue_many_async([{}] * (BULK_CHUNK + 1))
+        send.configure(queue="marker").enqueue()
+        assert drain_notifies(listener, "marker") == ["c", "d"]
+
+
+# --- single enqueue from many threads on the shared pool ------------------------------------
+
+
+async def test_enqueue_from_many_threads_on_a_small_pool(
+    database_url: str, db: psycopg.Connection
+) -> None:
+    """Pooled connections keep a cursor each for reuse: threads taking turns on two
+    connections must still get their own rows back."""
+    app = App(database_url, pool_size=2)
+    try:
+        send = make_tasks(app)
+        keyed = send.configure(unique_key="shared")
+        got: dict[int, list[tuple[int, int]]] = {}
+
+        def enqueue_some(thread: int) -> None:
+            got[thread] = [(n, send.enqueue(thread=thread, n=n)) for n in range(40)]
+            got[thread].append((-1, keyed.enqueue(thread=thread, n=-1)))
+
+        threads = [threading.Thread(target=enqueue_some, args=(t,)) for t in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            await asyncio.to_thread(thread.join, 60)
+        stored = {row[0]: row[1] for row in db.execute("SELECT id, args FROM akadze.jobs")}
+        assert len(stored) == 8 * 40 + 1
+        for thread, pairs in got.items():
+            for n, job_id in pairs[:-1]:
+                assert stored[job_id] == {"thread": thread, "n": n}
+        assert len({pairs[-1][1] for pairs in got.values()}) == 1  # one holder of the key
+    finally:
+        await app.aclose()
+
+
+async def test_enqueue_recovers_after_its_pooled_connections_are_killed(
+    app: App, db: psycopg.Connection
+) -> None:
+    send = make_tasks(app)
+    first = send.enqueue(n=0)
+    killed = db.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                        ).fetchone()
+    assert killed is not None and killed[0] >= 1
+    done, failures = [first], 0
+    while len(done) < 4:  # a dead pooled connection fails its call once and is replaced
+        try:
+            done.append(send.enqueue(n=len(done)))
+        except psycopg.OperationalError:
+            failures += 1
+            assert failures <= app.pool_size
+    assert [job(db, i)["args"] for i in done] == [{"n": n} for n in range(4)]
+    assert job_count(db) == 4
 
 
 # --- unique keys -----------------------------------------------------------------------------
