@@ -7,6 +7,11 @@ looked up under each of its spellings: the new name (``task_always_eager``), the
 upper-case one (``CELERY_ALWAYS_EAGER``) and, with a namespace, the prefixed one
 (``CELERY_TASK_ALWAYS_EAGER``). The source is never copied: an object or module is read
 with ``getattr`` at every lookup, so changing the Django settings object later is seen.
+
+Values computed from settings on every send (the router, the serializer check, the default
+time limits) are kept with ``Settings.derived`` instead: rebuilt after any change made
+through ``conf`` (or a new source), but not after a change inside a live source. Celery
+itself reads those once, when the task is bound or the router first used.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ import copy
 import importlib
 import os
 import threading
+import types
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from . import defaults as _defaults
@@ -28,7 +34,17 @@ __all__ = ["ObjectView", "Settings", "database_url", "import_object", "load_sour
 
 _POSTGRES_SCHEMES = {"postgres", "postgresql"}
 
+T = TypeVar("T")
+
 _HIDDEN = ("API", "TOKEN", "KEY", "SECRET", "PASS", "SIGNATURE", "DATABASE", "URL")
+
+#: A value no layer holds: ``dict.get`` with it tells a miss from a stored None without the
+#: cost of raising KeyError.
+_MISSING = object()
+
+#: Distinct keys whose spellings are remembered per Settings (programs look up a few dozen;
+#: the bound only stops a program reading made-up names from growing the cache forever).
+_SPELLINGS_CACHE_SIZE = 1024
 
 
 def import_object(path: str) -> Any:
@@ -81,6 +97,15 @@ class ObjectView(Mapping[str, Any]):
         return f"ObjectView({self.obj!r})"
 
 
+def _module_dict(obj: Any) -> dict[str, Any] | None:
+    """The ``__dict__`` of ``obj`` if it is a plain module (without a module ``__getattr__``),
+    else None."""
+    if type(obj) is not types.ModuleType:
+        return None
+    namespace: dict[str, Any] = obj.__dict__
+    return None if "__getattr__" in namespace else namespace
+
+
 def source_mapping(source: Any) -> Mapping[str, Any]:
     """A live mapping view of a configuration source (a mapping is used as it is)."""
     if isinstance(source, Mapping):
@@ -116,6 +141,17 @@ class Settings(MutableMapping[str, Any]):
         state["prefix"] = None
         state["_on_first_read"] = on_first_read
         state["_loading"] = threading.RLock()
+        # Lookups are hot (``delay()`` makes several): the spellings of each key and the
+        # list of layers are computed once, not per lookup. Both caches only hold what the
+        # layers *are*, never a value read from them, so every lookup still reads each layer
+        # live. They are replaced whenever the namespace, source or added defaults change.
+        state["_spellings_cache"] = {}
+        state["_layers_lock"] = threading.Lock()
+        state["_layers_cache"] = ()
+        # Values derived from settings (``derived``) are kept until the generation moves.
+        state["_generation"] = 0
+        state["_derived"] = {}
+        self._refresh_layers()
         self.set_namespace(namespace)
 
     # --- configuration --------------------------------------------------------------------
@@ -123,6 +159,8 @@ class Settings(MutableMapping[str, Any]):
     def set_namespace(self, namespace: str | None) -> None:
         """Read ``<NAMESPACE>_<setting>`` names too (``None`` turns the namespace off)."""
         self.__dict__["prefix"] = f"{namespace.rstrip('_')}_" if namespace else None
+        self.__dict__["_spellings_cache"] = {}
+        self._changed()
 
     @property
     def namespace(self) -> str | None:
@@ -132,11 +170,15 @@ class Settings(MutableMapping[str, Any]):
 
     def set_source(self, source: Any) -> None:
         """Use ``source`` (a mapping or an object, read live) as the configuration source."""
-        self.__dict__["source"] = None if source is None else source_mapping(source)
+        with self.__dict__["_layers_lock"]:
+            self.__dict__["source"] = None if source is None else source_mapping(source)
+            self._refresh_layers()
 
     def add_defaults(self, mapping: Mapping[str, Any]) -> None:
         """Add a layer of defaults, consulted after the source and before Celery's."""
-        self.__dict__["added_defaults"].insert(0, mapping)
+        with self.__dict__["_layers_lock"]:
+            self.__dict__["added_defaults"].insert(0, mapping)
+            self._refresh_layers()
 
     def _ensure_loaded(self) -> None:
         if self.__dict__["_on_first_read"] is None:
@@ -151,14 +193,36 @@ class Settings(MutableMapping[str, Any]):
     # --- lookup -------------------------------------------------------------------------------
 
     def _layers(self) -> list[Mapping[str, Any]]:
+        return list(self.__dict__["_layers_cache"])
+
+    def _changed(self) -> None:
+        # Not atomic across threads, and need not be: any bump makes ``derived`` rebuild.
+        self.__dict__["_generation"] += 1
+
+    def _refresh_layers(self) -> None:
+        # Called with _layers_lock held (or from __init__): the whole tuple is replaced at
+        # once, so a concurrent lookup sees either the old layers or the new ones.
         state = self.__dict__
         layers: list[Mapping[str, Any]] = [state["changes"]]
         if state["source"] is not None:
             layers.append(state["source"])
-        return [*layers, *state["added_defaults"], state["defaults"]]
+        state["_layers_cache"] = (*layers, *state["added_defaults"], state["defaults"])
+        self._changed()
 
     def spellings(self, key: str) -> list[str]:
         """Every name ``key`` may be stored under, in the order they are tried."""
+        return list(self._spellings(key))
+
+    def _spellings(self, key: str) -> tuple[str, ...]:
+        cache = self.__dict__["_spellings_cache"]
+        names = cache.get(key)
+        if names is None:
+            names = self._spell(key)
+            if len(cache) < _SPELLINGS_CACHE_SIZE:
+                cache[key] = names
+        return names
+
+    def _spell(self, key: str) -> tuple[str, ...]:
         prefix = self.__dict__["prefix"]
         names = []
         if prefix:
@@ -170,17 +234,43 @@ class Settings(MutableMapping[str, Any]):
             new = new or key[len(prefix):].lower()
         names.append(new or key)
         names.append(_defaults.TO_OLD_NAME.get(new or key, key))
-        return list(dict.fromkeys(names))
+        return tuple(dict.fromkeys(names))
 
     def __getitem__(self, key: str) -> Any:
-        self._ensure_loaded()
-        names = self.spellings(key)
-        for layer in self._layers():
-            for name in names:
-                try:
-                    return layer[name]
-                except KeyError:
-                    pass
+        state = self.__dict__
+        if state["_on_first_read"] is not None:
+            self._ensure_loaded()
+        names = state["_spellings_cache"].get(key) or self._spellings(key)
+        for layer in state["_layers_cache"]:
+            if type(layer) is dict:
+                # The common layers (changes, defaults) are plain dicts: a sentinel get is
+                # the same lookup without raising and catching KeyError per miss.
+                for name in names:
+                    value = layer.get(name, _MISSING)
+                    if value is not _MISSING:
+                        return value
+            elif type(layer) is ObjectView:
+                # A settings module or object. Most lookups miss the source and end in the
+                # defaults, and a miss by getattr() raises (and formats) an AttributeError,
+                # then a KeyError, per spelling: 1-2 us each. A plain module (no module
+                # __getattr__) is read from its __dict__, which for names that are not
+                # dunders is exactly what getattr() sees; other objects get getattr() with a
+                # default, which skips the KeyError.
+                obj = layer.obj
+                namespace = _module_dict(obj)
+                for name in names:
+                    if namespace is not None and not name.startswith("__"):
+                        value = namespace.get(name, _MISSING)
+                    else:
+                        value = getattr(obj, name, _MISSING)
+                    if value is not _MISSING:
+                        return value
+            else:
+                for name in names:
+                    try:
+                        return layer[name]
+                    except KeyError:
+                        pass
         raise KeyError(key)
 
     def __contains__(self, key: object) -> bool:
@@ -194,9 +284,11 @@ class Settings(MutableMapping[str, Any]):
 
     def __setitem__(self, key: str, value: Any) -> None:
         self.__dict__["changes"][key] = value
+        self._changed()
 
     def __delitem__(self, key: str) -> None:
         del self.__dict__["changes"][key]
+        self._changed()
 
     def __iter__(self) -> Iterator[str]:
         self._ensure_loaded()
@@ -229,6 +321,7 @@ class Settings(MutableMapping[str, Any]):
     def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
         """Set several settings at once (``conf.update(task_always_eager=True)``)."""
         self.__dict__["changes"].update(*args, **kwargs)
+        self._changed()
 
     def setdefault(self, key: str, default: Any = None) -> Any:
         """Set ``key`` unless it already has a value (Celery's ``conf.setdefault``)."""
@@ -249,7 +342,7 @@ class Settings(MutableMapping[str, Any]):
         self._ensure_loaded()
         state = self.__dict__
         layers = [state["changes"], *([state["source"]] if state["source"] is not None else [])]
-        names = self.spellings(key)
+        names = self._spellings(key)
         return any(name in layer for layer in layers for name in names)
 
     # --- Celery's helpers ---------------------------------------------------------------------
@@ -291,6 +384,34 @@ class Settings(MutableMapping[str, Any]):
         """The settings as ``key: value`` lines."""
         return "\n".join(f"{key}: {value!r}"
                          for key, value in self.table(with_defaults, censored).items())
+
+    def generation(self) -> int:
+        """A number that moves whenever settings change through this object: set, updated or
+        deleted here, or a new source, namespace or added defaults. Changes made inside a
+        live source (an attribute of a settings module or of Django's settings changed in
+        place) do not move it."""
+        return int(self.__dict__["_generation"])
+
+    def derived(self, key: str, build: Callable[[Settings, Any], T]) -> T:
+        """A value computed from the settings, kept until ``generation()`` moves.
+
+        ``build(settings, previous)`` makes it (``previous`` is the value it replaces, or
+        None) so a builder can reuse the parts that did not change. Like Celery's own caches
+        (its router is built once, at first use), a value kept here does not follow changes
+        inside a live source; unlike them, it follows every change made through ``conf``.
+        """
+        state = self.__dict__
+        if state["_on_first_read"] is not None:
+            self._ensure_loaded()  # loading sets the source: build after it, not before
+        # Read first: a change while building leaves the value stale, so the next call
+        # (which sees a newer generation) builds it again.
+        generation = state["_generation"]
+        cached = state["_derived"].get(key)
+        if cached is not None and cached[0] == generation:
+            return cached[1]  # type: ignore[no-any-return]
+        value = build(self, None if cached is None else cached[1])
+        state["_derived"][key] = (generation, value)
+        return value
 
     def finalize(self) -> Settings:
         """Load the configuration now (it is otherwise loaded at the first lookup)."""

@@ -17,8 +17,9 @@ import functools
 import logging
 import os
 import socket
+import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -30,10 +31,13 @@ from akadze_core import Task as CoreTask
 
 from . import serialization, signals
 from .exceptions import AlwaysEagerIgnored, ImproperlyConfigured
+from .routing import settings_router, settings_router_state
 from .utils import uuid
 
 if TYPE_CHECKING:
     from .app import Celery
+    from .config import Settings
+    from .request import Context
     from .result import AsyncResult
     from .task import Task
 
@@ -93,26 +97,129 @@ def max_attempts_for(task: Task | None) -> int:
 def apply_async(task: Task, args: Any = None, kwargs: Any = None, *, task_id: str | None = None,
                 link: Any = None, link_error: Any = None, shadow: str | None = None,
                 **options: Any) -> AsyncResult:
-    """``Task.apply_async``: check the call, then run it eagerly or enqueue it."""
-    hard = task.option("time_limit", "task_time_limit")
-    soft = task.option("soft_time_limit", "task_soft_time_limit")
+    """``Task.apply_async``: check the call, then run it eagerly or enqueue it.
+
+    Which settings are read at every call and which are kept: see the note above
+    ``_LIMITS_KEY``; what a plain call reuses: ``_PLAIN_CALL``; the body's signature is read
+    once per body (``Task.check_arguments``).
+    """
+    app = task.app
+    conf = app.conf
+    given = bool(options)
+    hard, soft = task.time_limit, task.soft_time_limit
+    if hard is None or soft is None:
+        default_hard, default_soft = conf.derived(_LIMITS_KEY, _settings_limits)
+        hard = default_hard if hard is None else hard
+        soft = default_soft if soft is None else soft
     if soft and hard and soft > hard:
         raise ValueError("soft_time_limit must be less than or equal to time_limit")
-    typing = task.typing if task.typing is not None else task.app.strict_typing
+    typing = task.typing if task.typing is not None else app.strict_typing
     if typing:
         task.check_arguments(args, kwargs)
     options = {**task._get_exec_options(), **options}
     options.setdefault("ignore_result", task.ignore_result)
-    app = task.app
-    if app.conf.task_always_eager:
+    if conf["task_always_eager"]:
         check_serializers(app, options.get("serializer"))
         # Like Celery: the arguments make the JSON round trip even when eager.
         args, kwargs = serialization.loads(serialization.dumps([args or (), kwargs or {}]))
         return task.apply(args, kwargs, task_id=task_id or uuid(), link=link,
                           link_error=link_error, **options)
+    shadow = shadow or task.shadow_name(args, kwargs, options)
+    if _stock_send_task(app):
+        # Celery.send_task only hands its arguments on to send_task here (dropping kombu's
+        # producer/router/chord... options, which send_task ignores anyway), and send_task
+        # only checks the serializers and task_always_eager (just read) before _send. Each
+        # layer of keyword forwarding costs about 2 us with a dozen options, so this goes
+        # straight to _send. A send_task that is overridden, wrapped or mocked is called
+        # as Celery calls it.
+        check_serializers(app, options.pop("serializer", None))
+        plain = None
+        if not given and task_id is None and link is None and link_error is None \
+                and shadow is None:
+            plain = _plain_key(app, conf, task, args, kwargs, options)
+            if plain is not None:
+                cached = task.__dict__.get(_PLAIN_CALL)
+                if cached is not None and cached[0] == plain:
+                    return _enqueue_plain(app, task, cached[1], args, kwargs, options)
+        return _send(app, str(task.name), args, kwargs, options, task_id=task_id, link=link,
+                     link_error=link_error, shadow=shadow, task_type=task, plain_key=plain)
     return app.send_task(str(task.name), args, kwargs, task_id=task_id, link=link,
-                         link_error=link_error, shadow=shadow or task.shadow_name(
-                             args, kwargs, options), task_type=task, **options)
+                         link_error=link_error, shadow=shadow, task_type=task, **options)
+
+
+# A plain call (``delay(...)`` or ``apply_async(args, kwargs)`` with no option, outside a
+# worker's task, outside transaction(), no publish signal receiver) enqueues the same job but
+# for its arguments every time, as long as the task's options, its max_retries, the app's
+# settings and the router's answer stay the same: the configured core call (queue, priority,
+# max_attempts, meta) is kept on the task after the first such call built it through the
+# full path (_send), and reused while the key that decided it is unchanged. That skips the
+# option handling, routing, meta building and core configure() of every later plain call.
+_PLAIN_CALL = "_akadze_plain_call"
+
+
+def _plain_key(app: Celery, conf: Settings, task: Task, args: Any, kwargs: Any,
+               options: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What decides a plain call's configured core call, or None if this call is not plain
+    (see ``_PLAIN_CALL``); ``options`` are the task's exec options, serializer popped."""
+    if args is not None and type(args) is not tuple and type(args) is not list:
+        return None  # send_task's type errors come from the full path
+    if kwargs is not None and type(kwargs) is not dict:
+        return None
+    if options.get("expires") is not None:  # relative to now: differs at every call
+        return None
+    if signals.before_task_publish.receivers or signals.after_task_publish.receivers:
+        return None
+    if _session.get() is not None or _late_imports()[0]() is not None:
+        return None  # a transaction() block, or ids and priority inherited from a parent
+    if not settings_router_state(conf)[1]:
+        return None  # a router function may answer differently for other arguments
+    # The router's answer is fixed while the generation of conf is (it is rebuilt only when
+    # it moves). The app and conf by identity (a new Settings object starts its generation
+    # again): the kept entry references both, so while it exists no other object has their
+    # ids. The task's options are compared by value.
+    return (id(app), id(conf), conf.generation(), task.name, task.max_retries,
+            *options.values())
+
+
+def _enqueue_plain(app: Celery, task: Task, call: Any, args: Any, kwargs: Any,
+                   options: dict[str, Any]) -> AsyncResult:
+    """The end of ``_send`` for a plain call whose configured core call is known."""
+    AsyncResult = _late_imports()[1]
+    try:
+        job_id = int(call.enqueue(args=list(args or ()), kwargs=dict(kwargs or {})))
+    except InvalidArgs as exc:
+        raise EncodeError(str(exc)) from exc
+    result = AsyncResult(str(job_id), app=app, task_name=str(task.name), job_id=job_id)
+    ignore_result = options.get("ignore_result")
+    if ignore_result is None:
+        ignore_result = task.option("ignore_result", "task_ignore_result")
+    result.ignored = bool(ignore_result)
+    return result
+
+
+#: Classes whose ``send_task`` was checked: class -> (its send_task, whether it is stock).
+_send_task_checked: dict[type, tuple[Any, bool]] = {}
+
+
+def _stock_send_task(app: Celery) -> bool:
+    """Whether ``app.send_task`` is ``akadze_compat.app.Celery.send_task`` itself: not set on
+    the instance, not overridden in a subclass, not replaced or wrapped on the class (a
+    mock, an instrumentation wrapper). Told by its code object, which a wrapper copying
+    ``__name__``/``__qualname__`` (functools.wraps) does not share."""
+    if "send_task" in app.__dict__:
+        return False
+    cls = type(app)
+    method = getattr(cls, "send_task", None)
+    checked = _send_task_checked.get(cls)
+    if checked is not None and checked[0] is method:
+        return checked[1]
+    code = getattr(method, "__code__", None)
+    app_module = sys.modules.get("akadze_compat.app")
+    stock = (code is not None and app_module is not None
+             and getattr(code, "co_qualname", None) == "Celery.send_task"
+             and code.co_filename == getattr(app_module, "__file__", None))
+    _send_task_checked[cls] = (method, stock)
+    return stock
 
 
 def apply_on_commit(task: Task, args: Any, kwargs: Any, options: dict[str, Any]) \
@@ -149,10 +256,38 @@ def same_database(connection: psycopg.Connection, url: str) -> bool:
 
 
 def check_serializers(app: Celery, serializer: str | None = None) -> None:
-    """Refuse any serializer but JSON (settings and the call's ``serializer=``)."""
-    serialization.check_serializer(serializer, "serializer")
-    serialization.check_serializer(app.conf.task_serializer, "task_serializer")
-    serialization.check_accept_content(app.conf.accept_content)
+    """Refuse any serializer but JSON (settings and the call's ``serializer=``).
+
+    The call's ``serializer=`` is checked at every call; ``task_serializer`` and
+    ``accept_content`` once per configuration (see ``_settings_limits``).
+    """
+    if serializer is not None and serializer != "json":
+        serialization.check_serializer(serializer, "serializer")
+    app.conf.derived(_SERIALIZERS_KEY, _check_settings_serializers)
+
+
+# Settings read by every send are kept with Settings.derived, i.e. read again after any
+# change made through conf, but not after a change inside a live source (a settings module
+# or Django's settings changed in place, override_settings): 2-7 us per lookup that misses
+# Django's settings, several per call. Celery itself reads these when a task is bound
+# (time limits, serializer), or not at all when sending (accept_content), so this follows
+# more changes than Celery does. task_always_eager stays live: Django test suites switch it
+# with override_settings, and Celery reads it at every call too.
+_LIMITS_KEY = "akadze_compat.publish.time_limits"
+_SERIALIZERS_KEY = "akadze_compat.publish.serializers"
+
+
+def _settings_limits(conf: Settings, previous: Any) -> tuple[Any, Any]:
+    """``task_time_limit`` and ``task_soft_time_limit``: what a task left at None uses."""
+    return conf.get("task_time_limit"), conf.get("task_soft_time_limit")
+
+
+def _check_settings_serializers(conf: Settings, previous: Any) -> bool:
+    """Raise ImproperlyConfigured unless the serializer settings mean JSON (nothing is kept
+    then, so every call raises until they are fixed)."""
+    serialization.check_serializer(conf["task_serializer"], "task_serializer")
+    serialization.check_accept_content(conf["accept_content"])
+    return True
 
 
 def to_datetime(value: datetime | str, app: Celery) -> datetime:
@@ -174,6 +309,8 @@ def _expires_at(expires: Any, app: Celery) -> datetime | None:
 
 
 def _json_or_none(value: Any, what: str) -> Any:
+    if value is None or (not value and type(value) in (dict, list)):
+        return value  # trivially JSON: no need to encode it to find out
     try:
         serialization.dumps(value)
     except (TypeError, ValueError):
@@ -191,10 +328,7 @@ def send_task(app: Celery, name: str, args: Any = None, kwargs: Any = None, *,
               shadow: str | None = None, task_type: Task | None = None,
               headers: Mapping[str, Any] | None = None, **options: Any) -> AsyncResult:
     """``Celery.send_task``: enqueue the task called ``name`` and return its AsyncResult."""
-    from .execution import current_worker_request
-    from .result import AsyncResult
-
-    if app.conf.task_always_eager:
+    if app.conf["task_always_eager"]:
         warnings.warn(AlwaysEagerIgnored("task_always_eager has no effect on send_task"),
                       stacklevel=3)
     check_serializers(app, options.pop("serializer", None))
@@ -204,50 +338,82 @@ def send_task(app: Celery, name: str, args: Any = None, kwargs: Any = None, *,
             defaults = {key: value for key, value in task_type._get_exec_options().items()
                         if value is not None}
             options = {**defaults, **options}
-    time_limit = options.pop("time_limit", None) if time_limit is None else time_limit
-    soft_time_limit = (options.pop("soft_time_limit", None) if soft_time_limit is None
-                       else soft_time_limit)
-    expires = options.pop("expires", None) if expires is None else expires
-    ignore_result = options.pop("ignore_result", None)
+    # Given here, these beat the registered task's defaults merged into options just above.
+    for key, value in (("time_limit", time_limit), ("soft_time_limit", soft_time_limit),
+                       ("expires", expires)):
+        if value is not None:
+            options[key] = value
+    options.update(countdown=countdown, eta=eta, connection=connection, root_id=root_id,
+                   parent_id=parent_id, route_name=route_name, headers=headers)
+    return _send(app, name, args, kwargs, options, task_id=task_id, link=link,
+                 link_error=link_error, shadow=shadow, task_type=task_type)
+
+
+def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any], *,
+          task_id: str | None, link: Any, link_error: Any, shadow: str | None,
+          task_type: Task | None, plain_key: tuple[Any, ...] | None = None) -> AsyncResult:
+    """Enqueue one call; ``options`` (consumed) holds every option of ``send_task`` but the
+    keyword-only ones here, the serializer checked already. The message headers and body that
+    Celery's publish signals receive are only built when ``before_task_publish`` or
+    ``after_task_publish`` has a receiver; the router is built once per configuration
+    (``routing.settings_router``). With ``plain_key`` (a plain call, see ``_PLAIN_CALL``) the
+    configured core call is kept on ``task_type`` for the next plain calls."""
+    current_worker_request, AsyncResult = _late_imports()
+    conf = app.conf
+    pop = options.pop
+    time_limit, soft_time_limit = pop("time_limit", None), pop("soft_time_limit", None)
+    expires, ignore_result = pop("expires", None), pop("ignore_result", None)
+    countdown, eta, connection = pop("countdown", None), pop("eta", None), pop("connection", None)
+    root_id, parent_id = pop("root_id", None), pop("parent_id", None)
+    route_name, headers = pop("route_name", None), pop("headers", None)
     args = [] if args is None else args
     kwargs = {} if kwargs is None else kwargs
     if not isinstance(args, (list, tuple)):
         raise TypeError("task args must be a list or tuple")
-    if not isinstance(kwargs, Mapping):
+    if type(kwargs) is not dict and not isinstance(kwargs, Mapping):  # dict: skip the ABC
         raise TypeError("task keyword arguments must be a mapping")
-    routed = app.router().route(
+    routed = settings_router(conf).route(
         {key: value for key, value in options.items() if key in ROUTE_KEYS},
         route_name or name, args, kwargs, task_type)
     parent = current_worker_request()
     if parent is not None:
         root_id = root_id or parent.root_id or parent.id
         parent_id = parent_id or parent.id
-        if app.conf.task_inherit_parent_priority and routed.get("priority") is None:
+        if conf["task_inherit_parent_priority"] and routed.get("priority") is None:
             routed["priority"] = (parent.delivery_info or {}).get("priority")
     at = to_datetime(eta, app) if eta is not None and not countdown else None
     eta_text = (at.isoformat() if at else (datetime.now(timezone.utc) + timedelta(
         seconds=float(countdown))).isoformat() if countdown else None)
     expires_at = _expires_at(expires, app)
-    message_headers = {
-        "lang": "py", "task": name, "id": task_id, "shadow": shadow, "eta": eta_text,
-        "expires": expires_at.isoformat() if expires_at else None, "group": None,
-        "group_index": None, "retries": 0, "timelimit": [time_limit, soft_time_limit],
-        "root_id": root_id, "parent_id": parent_id, "argsrepr": repr(args)[:1024],
-        "kwargsrepr": repr(kwargs)[:1024], "origin": f"gen{os.getpid()}@{socket.gethostname()}",
-        "ignore_result": ignore_result, "replaced_task_nesting": 0, "stamped_headers": None,
-        "stamps": {}, **(headers or {}),
-    }
-    body = (list(args), dict(kwargs), {"callbacks": link, "errbacks": link_error,
-                                       "chain": None, "chord": None})
-    signals.before_task_publish.send(
-        sender=name, body=body, exchange="", routing_key=routed["queue"], declare=[],
-        headers=message_headers, properties={"correlation_id": task_id, "reply_to": ""},
-        retry_policy=None)
+    expires_text = expires_at.isoformat() if expires_at else None
+    message_headers: dict[str, Any] | None = None
+    body: tuple[list[Any], dict[str, Any], dict[str, Any]] | None = None
+    if headers is not None and type(headers) is not dict:
+        headers = {**headers}  # what the full headers' {..., **headers} accepts, or its error
+    if signals.before_task_publish.receivers or signals.after_task_publish.receivers:
+        message_headers = {
+            "lang": "py", "task": name, "id": task_id, "shadow": shadow, "eta": eta_text,
+            "expires": expires_text, "group": None, "group_index": None, "retries": 0,
+            "timelimit": [time_limit, soft_time_limit], "root_id": root_id,
+            "parent_id": parent_id, "argsrepr": repr(args)[:1024],
+            "kwargsrepr": repr(kwargs)[:1024], "origin": f"gen{os.getpid()}@{socket.gethostname()}",
+            "ignore_result": ignore_result, "replaced_task_nesting": 0,
+            "stamped_headers": None, "stamps": {}, **(headers or {}),
+        }
+        body = (list(args), dict(kwargs), {"callbacks": link, "errbacks": link_error,
+                                           "chain": None, "chord": None})
+        signals.before_task_publish.send(
+            sender=name, body=body, exchange="", routing_key=routed["queue"], declare=[],
+            headers=message_headers, properties={"correlation_id": task_id, "reply_to": ""},
+            retry_policy=None)
+    # Without receivers the custom headers are the caller's: the same ones message_meta
+    # would keep of the full headers (the standard ones are dropped either way); with
+    # receivers, what they changed in the headers is kept, as in Celery.
     meta: dict[str, Any] = {"celery": message_meta(
-        routed, headers=message_headers, root_id=root_id, parent_id=parent_id, eta=eta_text,
-        expires=expires_at.isoformat() if expires_at else None, ignore_result=ignore_result,
-        time_limit=time_limit, soft_time_limit=soft_time_limit, shadow=shadow, link=link,
-        link_error=link_error)}
+        routed, headers=headers if message_headers is None else message_headers,
+        root_id=root_id, parent_id=parent_id, eta=eta_text, expires=expires_text,
+        ignore_result=ignore_result, time_limit=time_limit, soft_time_limit=soft_time_limit,
+        shadow=shadow, link=link, link_error=link_error)}
     if task_id is not None:
         meta["task_id"] = str(task_id)
     core = app.core
@@ -258,6 +424,11 @@ def send_task(app: Celery, name: str, args: Any = None, kwargs: Any = None, *,
         delay=float(countdown) if countdown else None, at=at, expires_at=expires_at,
         max_attempts=max_attempts_for(task_type), meta=meta)
     session = current_session(connection)
+    if plain_key is not None and task_type is not None and session is None \
+            and parent is None and message_headers is None:
+        # Checked again here: a receiver connected by another thread since _plain_key ran
+        # may have added headers to this call's meta.
+        task_type.__dict__[_PLAIN_CALL] = (plain_key, call, (app, conf))
     if session is not None:
         call = call.using(session=session)
     try:
@@ -265,14 +436,31 @@ def send_task(app: Celery, name: str, args: Any = None, kwargs: Any = None, *,
     except InvalidArgs as exc:
         raise EncodeError(str(exc)) from exc
     result_id = str(task_id) if task_id is not None else str(job_id)
-    message_headers["id"] = result_id
-    signals.after_task_publish.send(sender=name, body=body, headers=message_headers,
-                                    exchange="", routing_key=routed["queue"])
+    if message_headers is not None and body is not None:
+        message_headers["id"] = result_id
+        signals.after_task_publish.send(sender=name, body=body, headers=message_headers,
+                                        exchange="", routing_key=routed["queue"])
     result = AsyncResult(result_id, app=app, task_name=name, job_id=job_id)
     if ignore_result is None and task_type is not None:
         ignore_result = task_type.option("ignore_result", "task_ignore_result")
     result.ignored = bool(ignore_result)
     return result
+
+
+_late: tuple[Callable[[], Context | None], type[AsyncResult]] | None = None
+
+
+def _late_imports() -> tuple[Callable[[], Context | None], type[AsyncResult]]:
+    """``execution.current_worker_request`` and ``result.AsyncResult``, imported at the first
+    send (importing them with this module would be circular) and kept: an import statement
+    in ``send_task`` costs about a microsecond per call."""
+    global _late
+    if _late is None:
+        from .execution import current_worker_request
+        from .result import AsyncResult
+
+        _late = (current_worker_request, AsyncResult)
+    return _late
 
 
 def message_meta(routed: Mapping[str, Any], *, headers: Mapping[str, Any] | None,

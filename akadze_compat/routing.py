@@ -10,6 +10,14 @@ beats every route; with no queue at all the task goes to ``task_default_queue``.
 Queues exist in Postgres as soon as a job names them, so the only queue check is Celery's
 ``task_create_missing_queues=False``: then a queue not declared in ``task_queues`` (or, with
 no ``task_queues``, other than the default queue) raises ``QueueNotFound``.
+
+Sending uses ``settings_router(conf)``: the router is built from ``task_routes``,
+``task_queues``, ``task_default_queue`` and ``task_create_missing_queues`` at first use and
+kept until a setting changes through ``conf`` (``conf.task_routes = ...``, ``conf.update()``,
+``config_from_object()``...). Celery builds its router once, at first use, and never again;
+here any change made through ``conf`` is still honoured. What neither sees is a change made
+inside a live configuration source after the first send (a settings module's attribute
+reassigned, or Django's ``override_settings(CELERY_TASK_ROUTES=...)``).
 """
 
 from __future__ import annotations
@@ -19,10 +27,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .config import import_object
+from .config import Settings, import_object
 from .exceptions import QueueNotFound
 
-__all__ = ["MapRoute", "Router", "prepare", "queue_name", "queue_names"]
+__all__ = ["MapRoute", "Router", "prepare", "queue_name", "queue_names", "settings_router",
+           "settings_router_state"]
 
 RouterFunction = Callable[..., Any]
 
@@ -189,3 +198,31 @@ class Router:
         if not options.get("queue"):
             options["queue"] = self._check(self.default_queue)
         return options
+
+
+def _build_router(conf: Settings, previous: tuple[Any, Router, bool] | None) \
+        -> tuple[Any, Router, bool]:
+    routes = conf["task_routes"]
+    # The same task_routes object keeps its prepared routers: a named router is imported
+    # (and a router class instantiated) once, not again after an unrelated setting changed.
+    prepared = previous[1].routes if previous is not None and previous[0] is routes \
+        else prepare(routes)
+    router = Router(prepared, queue_names(conf["task_queues"]),
+                    conf["task_default_queue"] or "celery",
+                    bool(conf["task_create_missing_queues"]))
+    # Only mappings: the answer depends on the task name and options, never on the call's
+    # arguments, so it may be reused for every call with the same name and options.
+    static = all(type(route) is MapRoute for route in router.routes)
+    return routes, router, static
+
+
+def settings_router_state(conf: Settings) -> tuple[Router, bool]:
+    """``settings_router(conf)``, and whether its routes are all mappings (``static``)."""
+    _, router, static = conf.derived("akadze_compat.routing.router", _build_router)
+    return router, static
+
+
+def settings_router(conf: Settings) -> Router:
+    """The router for ``conf``, built at first use and kept until a setting changes through
+    ``conf`` (see the module docstring). Treat it as read-only: it is shared."""
+    return settings_router_state(conf)[0]

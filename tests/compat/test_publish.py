@@ -1,0 +1,475 @@
+"""The publish path of ``delay()``/``apply_async``: what it caches, and that the caches change
+nothing Celery code can observe (argument checks, routes, settings, signals, options)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+from typing import Any
+from unittest import mock
+
+import psycopg
+import pytest
+
+import akadze_compat
+from akadze_compat import Celery, Task
+from akadze_compat.config import Settings
+from akadze_compat.exceptions import QueueNotFound
+from akadze_compat.task import ArgumentCheck
+from tests.compat.signal_recorder import Recorder
+from tests.helpers import job
+
+# --- argument checks ---------------------------------------------------------------------
+
+
+def _no_parameters() -> None: ...
+def _one(a: Any) -> None: ...
+def _default(a: Any, b: Any = 1) -> None: ...
+def _star_args(a: Any, *args: Any) -> None: ...
+def _star_kwargs(a: Any, **kw: Any) -> None: ...
+def _keyword_only(a: Any, *, b: Any) -> None: ...
+def _keyword_only_default(a: Any, *, b: Any = 2) -> None: ...
+def _anything(*args: Any, **kwargs: Any) -> None: ...
+def _positional_only(a: Any, /, b: Any) -> None: ...
+def _everything(a: Any = 1, *args: Any, b: Any, c: Any = 3, **kw: Any) -> None: ...
+def _two_required(a: Any, b: Any, c: Any = 0) -> None: ...
+
+
+BODIES = [_no_parameters, _one, _default, _star_args, _star_kwargs, _keyword_only,
+          _keyword_only_default, _anything, _positional_only, _everything, _two_required]
+
+
+def _calls() -> Iterator[tuple[Any, Any]]:
+    names = ["a", "b", "c", "z", "args", "kw"]
+    for count in range(4):
+        for size in range(3):
+            for keys in itertools.combinations(names, size):
+                yield list(range(count)), {key: key for key in keys}
+                yield tuple(range(count)), {key: key for key in keys}
+    yield "ab", {}  # a string is unpacked like any iterable by bind (and Celery's check)
+    yield [], {1: "not a string key"}
+
+
+def _bind_error(signature: inspect.Signature, args: Any, kwargs: Any) -> str | None:
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.parametrize("body", BODIES, ids=lambda body: body.__name__)
+def test_argument_check_raises_exactly_what_bind_raises(body: Callable[..., Any]) -> None:
+    signature = inspect.signature(body)
+    check = ArgumentCheck(body, signature)
+    for args, kwargs in _calls():
+        expected = _bind_error(signature, args, kwargs)
+        if check.fits(args, kwargs):
+            assert expected is None, (body.__name__, args, kwargs)
+        try:
+            check(args, kwargs)
+        except TypeError as exc:
+            assert str(exc) == expected, (body.__name__, args, kwargs)
+        else:
+            assert expected is None, (body.__name__, args, kwargs)
+
+
+@pytest.fixture
+def eager() -> Iterator[Celery]:
+    celery = Celery("proj", set_as_current=False, task_always_eager=True)
+    yield celery
+    celery.close()
+
+
+def test_argument_check_follows_a_replaced_body(eager: Celery) -> None:
+    @eager.task
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    assert add.delay(1, 2).get() == 3
+    with pytest.raises(TypeError):
+        add.delay(1)
+    add.run = lambda x: x  # type: ignore[method-assign]
+    assert add.delay(1).get() == 1
+    with pytest.raises(TypeError):
+        add.delay(1, 2)
+
+
+def test_argument_check_of_class_based_and_bound_tasks(eager: Celery) -> None:
+    class Scale(Task):
+        name = "proj.scale"
+
+        def run(self, value: int, *, factor: int = 2) -> int:
+            return value * factor
+
+    scale = eager.register_task(Scale)
+    assert scale.delay(3).get() == 6 and scale.delay(3, factor=3).get() == 9
+    for bad in (lambda: scale.delay(), lambda: scale.delay(1, 2),
+                lambda: scale.delay(1, value=1)):
+        with pytest.raises(TypeError):
+            bad()
+
+    @eager.task(bind=True)
+    def bound(self: Task, x: int) -> int:
+        return x
+
+    assert bound.delay(4).get() == 4
+    with pytest.raises(TypeError):
+        bound.delay()
+
+
+def test_argument_check_of_a_body_that_is_not_a_function(eager: Celery) -> None:
+    @eager.task(name="proj.partial")
+    def base(x: int, y: int) -> int:
+        return x + y
+
+    base.run = functools.partial(lambda x, y: x + y, 1)  # type: ignore[method-assign]
+    assert base.delay(2).get() == 3
+    with pytest.raises(TypeError):
+        base.delay(2, 3)
+
+
+# --- settings lookups ----------------------------------------------------------------------
+
+
+def test_lookups_follow_namespace_source_and_defaults_changes() -> None:
+    conf = Settings()
+    assert conf.task_default_queue == "celery"
+    assert conf.spellings("task_always_eager") == ["task_always_eager", "CELERY_ALWAYS_EAGER"]
+    conf.set_namespace("CELERY")
+    assert conf.spellings("task_always_eager")[0] == "CELERY_TASK_ALWAYS_EAGER"
+    source = SimpleNamespace(CELERY_TASK_DEFAULT_QUEUE="from-source")
+    conf.set_source(source)
+    assert conf.task_default_queue == "from-source"
+    source.CELERY_TASK_DEFAULT_QUEUE = "changed in place"  # a live source is read live
+    assert conf.task_default_queue == "changed in place"
+    conf.set_source({"task_routes": {"a": "b"}})
+    assert conf.task_default_queue == "celery" and conf.task_routes == {"a": "b"}
+    conf.add_defaults({"custom_setting": 1})
+    assert conf.custom_setting == 1
+    conf.task_default_queue = "changed"
+    assert conf["task_default_queue"] == "changed"
+    del conf["task_default_queue"]
+    assert conf.task_default_queue == "celery"
+
+
+def test_generation_moves_on_every_change_through_conf() -> None:
+    conf = Settings()
+    built: list[int] = []
+
+    def build(settings: Settings, previous: Any) -> int:
+        built.append(settings.generation())
+        return len(built)
+
+    changes: list[Callable[[], Any]] = [
+        lambda: conf.__setitem__("task_routes", {}), lambda: conf.update(a=1),
+        lambda: conf.__delitem__("a"), lambda: setattr(conf, "task_queues", None),
+        lambda: conf.set_source({}), lambda: conf.add_defaults({}),
+        lambda: conf.set_namespace("CELERY"), lambda: conf.setdefault("new_one", 1),
+    ]
+    assert conf.derived("key", build) == 1 and conf.derived("key", build) == 1
+    for number, change in enumerate(changes, start=2):
+        before = conf.generation()
+        change()
+        assert conf.generation() != before
+        assert conf.derived("key", build) == number
+
+
+# --- routing, signals, options: through the database -------------------------------------------
+
+
+@pytest.fixture
+def celery(database_url: str) -> Iterator[Celery]:
+    app = Celery("proj", broker=database_url, set_as_current=False)
+    yield app
+    app.close()
+
+
+def test_routes_follow_changes_made_through_conf_after_first_use(
+        celery: Celery, db: psycopg.Connection) -> None:
+    @celery.task(name="feeds.fetch")
+    def fetch() -> None: ...
+
+    first = fetch.delay()
+    celery.conf.task_routes = {"feeds.*": {"queue": "feeds", "priority": 4}}
+    routed = fetch.delay()
+    celery.conf.update(task_default_queue="fallback", task_routes=None)
+    fallback = fetch.delay()
+    del celery.conf["task_routes"]  # else the change made on the app beats the source
+    celery.config_from_object({"task_routes": {"feeds.fetch": "from-source"}}, force=True)
+    sourced = fetch.delay()
+    rows = [job(db, int(result.id)) for result in (first, routed, fallback, sourced)]
+    assert [row["queue"] for row in rows] == ["celery", "feeds", "fallback", "from-source"]
+    assert rows[1]["priority"] == 4
+    celery.conf.update(task_routes={}, task_create_missing_queues=False,
+                       task_queues=["known"])
+    with pytest.raises(QueueNotFound):
+        fetch.delay()
+    assert job(db, int(fetch.apply_async(queue="known").id))["queue"] == "known"
+
+
+def test_a_named_router_is_imported_once_per_task_routes_value(celery: Celery) -> None:
+    calls: list[str] = []
+
+    def route(name: str, args: Any, kwargs: Any, options: Any, task: Any = None,
+              **kw: Any) -> dict[str, Any]:
+        calls.append(name)
+        return {"queue": "routed"}
+
+    celery.conf.task_routes = (route,)
+
+    @celery.task(name="proj.routed")
+    def routed() -> None: ...
+
+    routed.delay()
+    celery.conf.result_expires = 60  # an unrelated change: the router is built again
+    routed.delay()
+    assert calls == ["proj.routed", "proj.routed"]
+
+
+def test_publish_signals_and_custom_headers(celery: Celery, db: psycopg.Connection) -> None:
+    @celery.task(name="proj.tagged")
+    def tagged(x: int) -> None: ...
+
+    quiet = tagged.apply_async((1,), headers={"tenant": "acme", "task": "overridden"})
+    meta = job(db, int(quiet.id))["meta"]["celery"]
+    assert meta["headers"] == {"tenant": "acme"}  # Celery's own header names are not kept
+
+    def add_header(headers: dict[str, Any], **kwargs: Any) -> None:
+        headers["trace"] = "t-1"  # tracing libraries inject headers here
+
+    akadze_compat.signals.before_task_publish.connect(add_header)
+    try:
+        traced = tagged.apply_async((2,), headers={"tenant": "acme"})
+    finally:
+        akadze_compat.signals.before_task_publish.disconnect(add_header)
+    assert job(db, int(traced.id))["meta"]["celery"]["headers"] == {
+        "tenant": "acme", "trace": "t-1"}
+
+    recorder = Recorder("after_task_publish")
+    try:
+        after_only = tagged.delay(3)
+    finally:
+        recorder.close()
+    [(_name, call)] = recorder.calls
+    assert call["sender"] == "proj.tagged" and call["headers"]["id"] == after_only.id
+    assert call["headers"]["argsrepr"] == "(3,)" and call["body"][0] == [3]
+    assert call["routing_key"] == "celery"
+
+
+class _Forwarding(Celery):
+    """An app whose send_task is its own (so ``delay`` goes through it)."""
+
+    sent: list[str]
+
+    def send_task(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        self.sent.append(name)
+        return super().send_task(name, *args, **kwargs)
+
+
+def _same_job(db: psycopg.Connection, first: Any, second: Any) -> bool:
+    """Whether two jobs are alike but for their ids and for times computed a moment apart
+    (a countdown or a relative expiry)."""
+    rows = [job(db, int(result.id)) for result in (first, second)]
+    moments: list[list[Any]] = []
+    for row in rows:
+        meta = row["meta"]["celery"]
+        moments.append([row.pop("scheduled_at"), row.pop("expires_at"),
+                        *(meta.pop(key) for key in ("eta", "expires"))])
+        for volatile in ("id", "created_at"):
+            row.pop(volatile, None)
+    for ours, theirs in zip(*moments, strict=True):
+        if ours is None or theirs is None:
+            assert ours is theirs
+            continue
+        if isinstance(ours, str):
+            ours, theirs = datetime.fromisoformat(ours), datetime.fromisoformat(theirs)
+        assert abs(ours - theirs) < timedelta(seconds=5)
+    return rows[0] == rows[1]
+
+
+def test_every_option_gives_the_same_job_with_and_without_an_own_send_task(
+        database_url: str, db: psycopg.Connection) -> None:
+    at = datetime.now(timezone.utc).replace(second=0, microsecond=0) + timedelta(hours=1)
+    calls: list[dict[str, Any]] = [
+        {}, {"countdown": 600}, {"eta": at}, {"eta": at.isoformat()}, {"expires": 600},
+        {"expires": at}, {"priority": 3}, {"queue": "special"}, {"headers": {"tenant": "a"}},
+        {"time_limit": 30, "soft_time_limit": 20}, {"ignore_result": True},
+        {"retries": 2, "chord": None, "group_id": "g", "reply_to": "r", "producer": object(),
+         "exchange": "ex", "routing_key": "rk"},
+    ]
+    plain = Celery("proj", broker=database_url, set_as_current=False)
+    forwarding = _Forwarding("proj", broker=database_url, set_as_current=False)
+    forwarding.sent = []
+    try:
+        tasks = [app.task(name="proj.options", max_retries=5)(lambda x, y=0: None)
+                 for app in (plain, forwarding)]
+        for options in calls:
+            results = [task.apply_async((1,), {"y": 2}, **options) for task in tasks]
+            assert _same_job(db, *results), options
+        assert forwarding.sent == ["proj.options"] * len(calls)
+        chosen = [task.apply_async((1,), task_id=f"chosen-{index}")
+                  for index, task in enumerate(tasks)]
+        assert [result.id for result in chosen] == ["chosen-0", "chosen-1"]
+        assert all(app.AsyncResult(result.id).exists()
+                   for app, result in zip((plain, forwarding), chosen, strict=True))
+    finally:
+        plain.close()
+        forwarding.close()
+
+
+def test_a_mocked_or_wrapped_send_task_still_sees_every_call(celery: Celery) -> None:
+    @celery.task(name="proj.seen")
+    def seen(x: int) -> None: ...
+
+    with mock.patch.object(Celery, "send_task", autospec=True) as patched:
+        seen.delay(1)
+    assert patched.call_args.args[1] == "proj.seen"
+    with mock.patch.object(celery, "send_task") as on_instance:
+        seen.delay(2)
+    assert on_instance.call_args.args[0] == "proj.seen"
+
+    original = Celery.send_task
+    wrapped: list[str] = []
+
+    @functools.wraps(original)
+    def wrapper(self: Celery, name: str, *args: Any, **kwargs: Any) -> Any:
+        wrapped.append(name)
+        return original(self, name, *args, **kwargs)
+
+    with mock.patch.object(Celery, "send_task", wrapper):
+        seen.delay(3)
+    assert wrapped == ["proj.seen"]
+    assert seen.delay(4).exists()  # and the stock method again once unpatched
+
+
+def test_connection_and_transaction_options(celery: Celery, database_url: str,
+                                            db: psycopg.Connection) -> None:
+    @celery.task(name="proj.in_tx")
+    def in_tx() -> None: ...
+
+    with psycopg.connect(database_url) as connection:
+        kept = in_tx.apply_async(connection=connection)
+        with akadze_compat.transaction(connection):
+            also = in_tx.delay()
+        assert not celery.AsyncResult(kept.id).exists()  # not committed yet
+        connection.rollback()
+        with akadze_compat.transaction(connection):
+            committed = in_tx.delay()
+    assert [celery.AsyncResult(result.id).exists() for result in (kept, also, committed)] \
+        == [False, False, True]
+    assert db.execute("SELECT count(*) FROM akadze.jobs").fetchone() == (1,)
+
+
+# --- plain calls: the configured core call kept per task ---------------------------------------
+
+
+def test_plain_calls_follow_changes_to_the_task_and_the_settings(
+        celery: Celery, db: psycopg.Connection) -> None:
+    @celery.task(name="proj.plain", max_retries=2)
+    def plain(x: int) -> None: ...
+
+    def row() -> dict[str, Any]:
+        return job(db, int(plain.delay(1).id))
+
+    first, again = row(), row()
+    assert (first["queue"], first["priority"], first["max_attempts"]) == ("celery", 0, 3)
+    assert {key: again[key] for key in ("queue", "priority", "max_attempts", "meta")} == {
+        key: first[key] for key in ("queue", "priority", "max_attempts", "meta")}
+    plain.max_retries = 7
+    assert row()["max_attempts"] == 8
+    plain.queue, plain.priority = "other", 5
+    changed = row()
+    assert (changed["queue"], changed["priority"], changed["max_attempts"]) == ("other", 5, 8)
+    plain.time_limit, plain.ignore_result = 30, True
+    assert row()["meta"]["celery"]["time_limit"] == 30
+    assert plain.delay(1).ignored
+    plain.queue = None
+    celery.conf.task_default_queue = "renamed"
+    assert row()["queue"] == "renamed"
+    plain.expires = 60  # relative to each call
+    expiring = [row()["expires_at"] for _ in range(2)]
+    assert expiring[0] is not None and expiring[1] > expiring[0]
+
+
+def test_plain_calls_and_a_router_function_see_each_call(celery: Celery,
+                                                         db: psycopg.Connection) -> None:
+    def by_argument(name: str, args: Any, kwargs: Any, options: Any, task: Any = None,
+                    **kw: Any) -> dict[str, Any]:
+        return {"queue": f"shard-{args[0] % 2}"}
+
+    celery.conf.task_routes = (by_argument,)
+
+    @celery.task(name="proj.sharded")
+    def sharded(n: int) -> None: ...
+
+    assert [job(db, int(sharded.delay(n).id))["queue"] for n in range(4)] == [
+        "shard-0", "shard-1", "shard-0", "shard-1"]
+
+
+def test_plain_calls_in_a_transaction_and_with_receivers(
+        celery: Celery, database_url: str, db: psycopg.Connection) -> None:
+    @celery.task(name="proj.joined")
+    def joined() -> None: ...
+
+    before = joined.delay()  # a plain call through the pool: kept for the next ones
+    with psycopg.connect(database_url) as connection, pytest.raises(RuntimeError), \
+            akadze_compat.transaction(connection):
+        inside = joined.delay()
+        raise RuntimeError("roll back")
+    assert before.exists() and not inside.exists()
+    recorder = Recorder("before_task_publish", "after_task_publish")
+    try:
+        sent = joined.delay()
+    finally:
+        recorder.close()
+    assert recorder.names() == ["before_task_publish", "after_task_publish"]
+    assert recorder.calls[1][1]["headers"]["id"] == sent.id
+    assert joined.delay().exists()
+
+
+async def test_a_plain_call_inside_a_task_gets_its_parent(celery: Celery) -> None:
+    from akadze_core import Worker
+    from tests.helpers import run_worker_until
+
+    seen: dict[str, Any] = {}
+
+    @celery.task(bind=True, name="proj.child")
+    def child(self: Task) -> None:
+        seen[self.request.id] = (self.request.parent_id, self.request.root_id)
+
+    @celery.task(name="proj.parent", bind=True)
+    def parent(self: Task) -> str:
+        return str(child.delay().id)
+
+    worker = Worker(celery.prepare_worker(), queues=["celery"], slots=2, poll_interval=0.05)
+    outside = child.delay()  # kept as a plain call: no parent
+    result = parent.delay()
+
+    def done() -> bool:
+        return result.ready() and len(seen) == 2
+
+    assert await run_worker_until(worker, done) == 0
+    assert seen[outside.id] == (None, outside.id)
+    assert seen[result.get()] == (result.id, result.id)
+
+
+def test_repeated_plain_calls_equal_the_full_path(database_url: str,
+                                                  db: psycopg.Connection) -> None:
+    plain = Celery("proj", broker=database_url, set_as_current=False)
+    forwarding = _Forwarding("proj", broker=database_url, set_as_current=False)
+    forwarding.sent = []
+    try:
+        plain.conf.task_routes = {"proj.*": {"queue": "routed", "priority": 2}}
+        forwarding.conf.task_routes = {"proj.*": {"queue": "routed", "priority": 2}}
+        tasks = [app.task(name="proj.same", max_retries=1, time_limit=9)(lambda x=0: None)
+                 for app in (plain, forwarding)]
+        for n in range(3):
+            assert _same_job(db, *(task.delay(n) for task in tasks)), n
+    finally:
+        plain.close()
+        forwarding.close()
