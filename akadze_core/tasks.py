@@ -150,6 +150,9 @@ class TaskCall:
     def __init__(self, task: Task, options: EnqueueOptions) -> None:
         self.task = task
         self.options = options
+        # The options are frozen, so their meta is encoded once, at the first enqueue (a
+        # call kept and reused, like the facade's plain .delay(), pays for it once).
+        self._meta_text: str | None = None
 
     def configure(
         self,
@@ -166,7 +169,8 @@ class TaskCall:
         """Override when (``delay`` or ``at``), where and how the next enqueue runs.
 
         ``unique_key``: while a job with this key is queued or running, enqueue returns its
-        id instead of inserting a duplicate.
+        id instead of inserting a duplicate. ``meta`` is encoded at the first enqueue of the
+        returned call: change it by configuring again, not by changing the mapping.
         """
         if delay is not None and at is not None:
             raise ValueError("give either delay or at, not both")
@@ -192,12 +196,15 @@ class TaskCall:
         return TaskCall(self.task, replace(self.options, session=session))
 
     def _meta(self) -> str:
-        """The options' meta, encoded and validated like args."""
-        meta = self.options.meta
-        if not meta:  # the usual case; jsonb stores any encoding of {} the same way
-            return "{}"
-        app = self.task.app
-        return _encode(meta, app.json_dumps, app.max_args_bytes)
+        """The options' meta, encoded and validated like args (once per TaskCall)."""
+        if self._meta_text is None:
+            meta = self.options.meta
+            if not meta:  # the usual case; jsonb stores any encoding of {} the same way
+                self._meta_text = "{}"
+            else:
+                app = self.task.app
+                self._meta_text = _encode(meta, app.json_dumps, app.max_args_bytes)
+        return self._meta_text
 
     def _insert_params(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """``request(kwargs).params()`` without the request object: the bound parameters of

@@ -645,3 +645,17 @@ async def test_requeue_refuses_while_a_newer_job_holds_the_unique_key(
         db.execute("UPDATE akadze.jobs SET state = 'succeeded' WHERE id = %s", (newer,))
         assert await requeue(connection, old) is True
     assert job(db, old)["state"] == "queued"
+
+
+def test_a_configured_call_encodes_its_meta_once_and_bad_meta_fails_at_enqueue(
+        app: App, db: psycopg.Connection) -> None:
+    noop = make_tasks(app)
+    call = noop.configure(meta={"origin": "api", "tags": ["a"]})
+    first, second = call.enqueue(n=1), call.enqueue(n=2)
+    assert job(db, first)["meta"] == job(db, second)["meta"] == {"origin": "api",
+                                                                  "tags": ["a"]}
+    bad = noop.configure(meta={"when": object()})  # configure itself does not encode
+    for _ in range(2):  # a failed encoding is not kept: it fails again, nothing inserted
+        with pytest.raises(InvalidArgs):
+            bad.enqueue(n=3)
+    assert db.execute("SELECT count(*) FROM akadze.jobs").fetchone()[0] == 2
