@@ -152,7 +152,9 @@ def _worker(core: Any, settings: WorkerSettings, slots: int,
         # Celery's -c is a total across queues: slots per queue, capped by max_running.
         return Worker(core, queues=settings.queues, slots=slots, max_running=slots,
                       name=settings.hostname, on_startup=on_startup,
-                      process_pool=process_pool, **settings.worker_kwargs)
+                      process_pool=process_pool,
+                      # Celery's own "Task ... succeeded/raised/retry" lines say it at INFO.
+                      outcome_log_level=logging.DEBUG, **settings.worker_kwargs)
     except ValueError as exc:
         raise CliError(str(exc), exit_code=2) from None
 

@@ -97,6 +97,7 @@ class Worker:
         schedules: bool = True,
         max_running: int | None = None,
         process_pool: ProcessPool | None = None,
+        outcome_log_level: int = logging.INFO,
     ) -> None:
         self.app = app
         self.queues = list(dict.fromkeys(queues))
@@ -129,6 +130,9 @@ class Worker:
         #: Run bodies in these child processes (Celery's prefork) instead of this process;
         #: the worker starts and closes it. Give it as many processes as slots.
         self.process_pool = process_pool
+        #: The level of the one line per finished run (the Celery facade, which logs
+        #: Celery's own lines, lowers it to DEBUG).
+        self.outcome_log_level = outcome_log_level
         # Backpressure: stop claiming while this many outcomes wait to be written. Kept near
         # the slot count, so few finished bodies sit 'running' (a crash would re-run them).
         self.max_pending_outcomes = max_pending_outcomes or max(100, 4 * sum(self.slots.values()))
@@ -549,13 +553,14 @@ class Worker:
                 self._finished[(run.job_id, run.run_count)] = run
             self._completer.submit(outcome)
         elif run is not None:
-            logger.info("job %s %s succeeded in %.3fs (attempt %s, completed in transaction)",
-                        run.job_id, run.task, time.monotonic() - run.started, run.attempt)
+            logger.log(self.outcome_log_level,
+                       "job %s %s succeeded in %.3fs (attempt %s, completed in transaction)",
+                       run.job_id, run.task, time.monotonic() - run.started, run.attempt)
 
     def _outcomes_written(self, batch: Any, rows: list[dict[str, Any]]) -> None:
         changed = {(row["id"], row["run_count"]): row["state"] for row in rows}
-        # Checked once per batch: below INFO the per-outcome lines cost nothing to skip.
-        info = logger.isEnabledFor(logging.INFO)
+        # Checked once per batch: when the level is off, the lines cost nothing to skip.
+        info = logger.isEnabledFor(self.outcome_log_level)
         now = time.monotonic()
         for outcome in batch:
             key = (outcome.job_id, outcome.run_count)
@@ -569,8 +574,8 @@ class Worker:
                                label, outcome.run_count)
                 continue
             took = f" in {now - run.started:.3f}s" if run else ""
-            logger.info("%s %s%s (attempt %s, %s)", label, state, took,
-                        run.attempt if run else "?", outcome.kind)
+            logger.log(self.outcome_log_level, "%s %s%s (attempt %s, %s)", label, state,
+                       took, run.attempt if run else "?", outcome.kind)
 
     def _completer_failed(self) -> None:
         exc = self._completer_task.exception()

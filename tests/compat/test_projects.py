@@ -300,6 +300,10 @@ def test_prefork_prefetch_multiplier_bounds_the_claimed_tasks(
     wait_until(lambda: _running(db, queue) == claimed, timeout=20)
     assert max(_running(db, queue) for _ in range(20)) == claimed
     assert [result.get(timeout=20) for result in results] == ["slept 0.6"] * 3
+    # One line per task at INFO, Celery's (the engine's own is at DEBUG here).
+    log = worker.log()
+    assert log.count("Task plainproj.reports.tasks.nap[") == 3
+    assert "(attempt 1, success)" not in log
 
 
 # --- the Django project -------------------------------------------------------------------------
