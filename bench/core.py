@@ -32,11 +32,12 @@ def worker_argv(url: str, slots: int, log_level: str | None = None) -> list[str]
 def core_drain(url: str, jobs: int, *, slots: int, run_dir: Path, log_level: str | None = None,
                timeout: float = 1800,
                on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
-               ) -> DrainResult:
-    """Fill ``jobs`` async no-ops, then drain them with one ``akadze worker``."""
+               label: str = "core-drain") -> DrainResult:
+    """Fill ``jobs`` async no-ops, then drain them with one ``akadze worker`` (its log:
+    ``run_dir/<label>-<jobs>-<slots>-<log level>.log``)."""
     db.reset(url)
     db.fill(url, jobs, task=NOOP)
-    name = f"core-drain-{jobs}-{slots}-{(log_level or 'default').lower()}"
+    name = f"{label}-{jobs}-{slots}-{(log_level or 'default').lower()}"
     return drain(url, worker_argv(url, slots, log_level), jobs=jobs,
                  log=run_dir / f"{name}.log", timeout=timeout, on_start=on_start)
 

@@ -126,15 +126,20 @@ def unfinished(connection: psycopg.Connection) -> bool:
 
 def drain_window(connection: psycopg.Connection) -> dict[str, Any]:
     """Counts by outcome and the window from the first claim to the last outcome write
-    (database clock, as epoch seconds)."""
+    (database clock, as epoch seconds), and when the first and the last tenth of the
+    finished jobs were done (``tenth``: the 10th percentile of ``finished_at``, ``ninth``:
+    the 90th), for the rate at the start and at the end of a drain."""
     row = connection.execute(
-        "SELECT count(*) FILTER (WHERE state = 'succeeded'), count(*),"
+        "SELECT count(*) FILTER (WHERE state = 'succeeded'), count(*), count(finished_at),"
         " extract(epoch FROM min(started_at))::float8,"
-        " extract(epoch FROM max(finished_at))::float8"
+        " extract(epoch FROM max(finished_at))::float8,"
+        " extract(epoch FROM percentile_disc(0.1) WITHIN GROUP (ORDER BY finished_at))::float8,"
+        " extract(epoch FROM percentile_disc(0.9) WITHIN GROUP (ORDER BY finished_at))::float8"
         " FROM akadze.jobs").fetchone()
     assert row is not None
-    succeeded, total, first, last = row
-    return {"succeeded": succeeded, "total": total, "first_start": first, "last_finish": last}
+    succeeded, total, finished, first, last, tenth, ninth = row
+    return {"succeeded": succeeded, "total": total, "finished": finished, "first_start": first,
+            "last_finish": last, "tenth": tenth, "ninth": ninth}
 
 
 def backend_pids(connection: psycopg.Connection) -> list[int]:

@@ -47,6 +47,8 @@ class DrainResult:
     succeeded: int
     seconds: float
     rate: float
+    rate_first: float | None = None  # jobs/s over the first tenth of the jobs finished
+    rate_last: float | None = None   # ... and over the last tenth
     rss_first: int | None = None
     rss_start: int | None = None
     rss_end: int | None = None
@@ -140,6 +142,16 @@ def _result(jobs: int, window: dict[str, Any], samples: list[Sample],
     return DrainResult(
         jobs=jobs, succeeded=window["succeeded"], seconds=seconds,
         rate=window["succeeded"] / seconds,
+        rate_first=_tenth_rate(window, first, window.get("tenth")),
+        rate_last=_tenth_rate(window, window.get("ninth"), last),
         rss_first=inside[0].rss, rss_start=settled[0].rss, rss_end=inside[-1].rss,
         rss_peak=max(s.rss for s in inside), worker_cpu=inside[-1].cpu - before[-1].cpu,
         postgres_cpu=postgres_cpu, log=str(log), samples=samples)
+
+
+def _tenth_rate(window: dict[str, Any], start: float | None,
+                end: float | None) -> float | None:
+    """Jobs/s over a tenth of the finished jobs done between ``start`` and ``end``."""
+    if start is None or end is None or end <= start or not window.get("finished"):
+        return None
+    return 0.1 * window["finished"] / (end - start)

@@ -26,14 +26,16 @@ from . import celery_side, claim, compat, core, db, enqueue, procs, table
 from .drain import DrainResult
 
 RESULTS = Path(__file__).resolve().parent / "results.md"
-WORKLOADS = ("enqueue", "bulk", "latency", "claim", "core", "sweep", "compat", "celery")
+WORKLOADS = ("enqueue", "bulk", "latency", "claim", "core", "memory", "sweep", "compat",
+             "celery")
 
 
 @dataclass(frozen=True)
 class Sizes:
     """How big each workload is."""
 
-    drain_jobs: int        # the long core drain (throughput and RSS)
+    drain_jobs: int        # the core drain (throughput)
+    memory_jobs: int       # the long core drain (RSS and throughput over time)
     sweep_jobs: int        # the other core drains (more slots, quieter logging)
     compat_jobs: int
     celery_jobs: int
@@ -47,11 +49,12 @@ class Sizes:
     claims: int
 
 
-QUICK = Sizes(drain_jobs=20_000, sweep_jobs=5_000, compat_jobs=5_000, celery_jobs=5_000,
-              single_enqueue=2_000, bulk_jobs=50_000, bulk_batch=5_000, latency_samples=100,
-              claim_small=10_000, claim_large=200_000, claim_future=100_000, claims=200)
-FULL = Sizes(drain_jobs=200_000, sweep_jobs=20_000, compat_jobs=50_000, celery_jobs=20_000,
-             single_enqueue=10_000, bulk_jobs=200_000, bulk_batch=10_000,
+QUICK = Sizes(drain_jobs=20_000, memory_jobs=20_000, sweep_jobs=5_000, compat_jobs=5_000,
+              celery_jobs=5_000, single_enqueue=2_000, bulk_jobs=50_000, bulk_batch=5_000,
+              latency_samples=100, claim_small=10_000, claim_large=200_000,
+              claim_future=100_000, claims=200)
+FULL = Sizes(drain_jobs=200_000, memory_jobs=1_000_000, sweep_jobs=20_000, compat_jobs=50_000,
+             celery_jobs=20_000, single_enqueue=10_000, bulk_jobs=200_000, bulk_batch=10_000,
              latency_samples=200, claim_small=10_000, claim_large=1_000_000,
              claim_future=100_000, claims=300)
 
@@ -82,7 +85,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.add_argument(f"--{field.name.replace('_', '-')}", type=int, metavar="N",
                             help=f"override the size {field.name}")
     parser.add_argument("--core-slots", type=int, default=10, metavar="N",
-                        help="--slots of the long core drain (default 10)")
+                        help="--slots of the core drain (default 10)")
+    parser.add_argument("--memory-slots", type=int, default=100, metavar="N",
+                        help="--slots of the long drain that measures the worker's memory "
+                             "(default 100, the fastest setting)")
     parser.add_argument("--sweep-slots", default="1,100", metavar="LIST",
                         help="--slots of the extra, shorter core drains (default 1,100; "
                              "1 is the CLI's default)")
@@ -195,6 +201,11 @@ class Bench:
         self.results["core"] = core.core_drain(self.url, self.sizes.drain_jobs,
                                                slots=self.options.core_slots,
                                                run_dir=self.run_dir)
+
+    def _memory(self) -> None:
+        self.results["memory"] = core.core_drain(self.url, self.sizes.memory_jobs,
+                                                 slots=self.options.memory_slots,
+                                                 run_dir=self.run_dir, label="memory-drain")
 
     def _sweep(self) -> None:
         results: dict[str, Any] = {}

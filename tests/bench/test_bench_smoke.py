@@ -18,19 +18,23 @@ def test_the_core_drain_runs_and_reports_numbers(admin_url: str, tmp_path: Path)
     results = tmp_path / "results.md"
     run_dir = tmp_path / "run"
     options = bench_run.parse([
-        "--only", "core", "--drain-jobs", "200", "--admin-url", admin_url,
+        "--only", "core,memory", "--drain-jobs", "200", "--memory-jobs", "300",
+        "--admin-url", admin_url,
         "--database", f"akadze_bench_test_{uuid.uuid4().hex[:8]}",
         "--results", str(results), "--run-dir", str(run_dir)])
 
     assert bench_run.Bench(options).run() == 0
 
-    core = json.loads((run_dir / "results.json").read_text())["core"]
+    figures = json.loads((run_dir / "results.json").read_text())
+    core, memory = figures["core"], figures["memory"]
     assert core["succeeded"] == 200
     assert core["rate"] > 0
-    assert core["rss_start"] > 0 and core["rss_end"] > 0
+    assert memory["succeeded"] == 300
+    assert memory["rss_start"] > 0 and memory["rss_end"] > 0
+    assert "rate_first" in memory and "rate_last" in memory
     table = results.read_text()
     assert "core drain: async no-op, `akadze worker --slots 10`, 200 jobs" in table
-    assert "worker RSS over the 200-job drain" in table
+    assert "worker RSS over the 300-job drain, `--slots 100`" in table
 
 
 def test_the_database_name_is_checked() -> None:
