@@ -173,6 +173,19 @@ async def check_schema_async(connection: psycopg.AsyncConnection) -> None:
     check_version(version[0] if version else None)
 
 
+async def autovacuum_runs_async(connection: psycopg.AsyncConnection) -> bool | None:
+    """Whether autovacuum will vacuum ``akadze.jobs`` (None: this role cannot tell).
+
+    Without it every claim steps over the index entries of the jobs finished since the last
+    VACUUM: claims slow down about tenfold behind a million finished jobs.
+    """
+    try:
+        row = await (await connection.execute(query("autovacuum_runs"))).fetchone()
+    except psycopg.errors.Error:
+        return None
+    return None if row is None else bool(row[0])
+
+
 async def claim_jobs(
     connection: psycopg.AsyncConnection, queue: str, limit: int, worker_id: int, fair: bool,
     after_task: str | None = None,

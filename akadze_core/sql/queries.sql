@@ -351,6 +351,15 @@ LIMIT %(limit)s;
 -- name: job_stats
 SELECT queue, state, count(*) AS jobs FROM akadze.jobs GROUP BY queue, state ORDER BY queue, state;
 
+-- name: autovacuum_runs
+-- Whether autovacuum will vacuum the jobs table: on for the server (with the statistics it
+-- needs) and not switched off for the table itself.
+SELECT current_setting('autovacuum')::boolean
+       AND current_setting('track_counts')::boolean
+       AND coalesce((SELECT option_value::boolean FROM pg_options_to_table(c.reloptions)
+                     WHERE option_name = 'autovacuum_enabled'), true)
+FROM pg_class AS c WHERE c.oid = 'akadze.jobs'::regclass;
+
 -- name: worker_register
 INSERT INTO akadze.workers (name, hostname, pid, queues, heartbeat_ttl)
 VALUES (%(name)s, %(hostname)s, %(pid)s, %(queues)s, %(heartbeat_ttl)s::float8 * interval '1 second')

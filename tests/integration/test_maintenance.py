@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import os
 import pickle
 from datetime import timedelta
@@ -15,8 +16,8 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from akadze_core import App, Worker
-from tests.helpers import job
+from akadze_core import App, Worker, database
+from tests.helpers import job, run_worker_until
 from tests.integration.lease_support import FAST, fake_worker, running, scalar, wait_until
 
 
@@ -175,3 +176,25 @@ async def test_tampered_args_fail_with_args_decode_error_and_nothing_is_unpickle
     assert row["args"] == value  # left as found, for a human to look at
     assert ran == [{"fine": True}]
     assert not marker.exists()
+
+
+# --- autovacuum: a worker says when the jobs table will not be vacuumed -----------------------
+
+async def test_the_worker_warns_when_autovacuum_will_not_run_on_the_jobs_table(
+        app: App, db: psycopg.Connection, caplog: pytest.LogCaptureFixture) -> None:
+    server_on = scalar(db, "SELECT current_setting('autovacuum')::boolean "
+                           "AND current_setting('track_counts')::boolean")
+    async with await psycopg.AsyncConnection.connect(app.database_url,
+                                                     autocommit=True) as connection:
+        assert await database.autovacuum_runs_async(connection) is server_on
+        db.execute("ALTER TABLE akadze.jobs SET (autovacuum_enabled = off)")
+        assert await database.autovacuum_runs_async(connection) is False
+    caplog.set_level(logging.WARNING, logger="akadze.worker")
+    worker = Worker(app, slots=1, poll_interval=0.05)
+    await run_worker_until(worker, lambda: worker.worker_id is not None)
+    assert [r.getMessage() for r in caplog.records
+            if r.getMessage().startswith("autovacuum does not run on akadze.jobs")]
+    db.execute("ALTER TABLE akadze.jobs RESET (autovacuum_enabled)")
+    async with await psycopg.AsyncConnection.connect(app.database_url,
+                                                     autocommit=True) as connection:
+        assert await database.autovacuum_runs_async(connection) is server_on
