@@ -475,8 +475,8 @@ def message_meta(routed: Mapping[str, Any], *, headers: Mapping[str, Any] | None
     both kinds of job run the same way."""
     custom = {key: value for key, value in (headers or {}).items()
               if key not in STANDARD_HEADERS}
-    return {
-        "headers": _json_or_none(custom, "headers") or {}, "root_id": root_id,
+    meta = {
+        "headers": _json_or_none(custom, "headers") or None, "root_id": root_id,
         "parent_id": parent_id, "eta": eta, "expires": expires,
         "ignore_result": ignore_result, "time_limit": time_limit,
         "soft_time_limit": soft_time_limit, "shadow": shadow,
@@ -485,6 +485,9 @@ def message_meta(routed: Mapping[str, Any], *, headers: Mapping[str, Any] | None
         "routing_key": routed.get("routing_key"), "exchange": _name(routed.get("exchange")),
         "priority": routed.get("priority"),
     }
+    # Only what was given: readers take a missing key as None (no headers: {}), and every
+    # byte is in each job's row and WAL (a plain delay()'s meta went from 264 bytes to ~40).
+    return {key: value for key, value in meta.items() if value is not None}
 
 
 def _listed(value: Any) -> Any:

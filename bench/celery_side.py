@@ -61,8 +61,9 @@ def celery_python(log: Path) -> Path:
         procs.run([sys.executable, "-m", "venv", str(DEFAULT_VENV)], log=log)
     version = _celery_version(python, log)
     if version is None and not explicit:
-        procs.run([str(python), "-m", "pip", "install", "-q", f"celery[redis]=={CELERY_VERSION}"],
-                  log=log, timeout=900)
+        # kombu's Redis transport imports packaging, which celery[redis] does not pull in.
+        procs.run([str(python), "-m", "pip", "install", "-q", f"celery[redis]=={CELERY_VERSION}",
+                   "packaging"], log=log, timeout=900)
         version = _celery_version(python, log)
     if version is None:
         raise CeleryUnavailable(f"no Celery in {python}: see {log}")
@@ -72,8 +73,10 @@ def celery_python(log: Path) -> Path:
 def _celery_version(python: Path, log: Path) -> str | None:
     if not python.exists():
         return None
-    done = procs.run([str(python), "-c", "import celery, redis, amqp; print(celery.__version__)"],
-                     log=log, timeout=120)
+    # Both transports imported, not only their client libraries: a transport module may need
+    # more (kombu.transport.redis imports packaging).
+    done = procs.run([str(python), "-c", "import celery, kombu.transport.redis, "
+                      "kombu.transport.pyamqp; print(celery.__version__)"], log=log, timeout=120)
     return done.stdout.strip() if done.returncode == 0 else None
 
 

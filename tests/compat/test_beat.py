@@ -79,7 +79,8 @@ def test_beat_schedule_setting_becomes_core_schedules(apps: list[Celery]) -> Non
     assert morning.args == {"args": [1], "kwargs": {"kind": "daily"}}
     celery_meta = morning.meta["celery"]
     assert celery_meta["headers"] == {"celery_beat_task": True}
-    assert (celery_meta["priority"], celery_meta["root_id"], celery_meta["eta"]) == (3, None, None)
+    assert celery_meta["priority"] == 3
+    assert "root_id" not in celery_meta and "eta" not in celery_meta  # only what was given
     # The task's own queue beats the routes, as with apply_async; None retries forever.
     assert (tick.trigger.spec, tick.queue, tick.max_attempts) == ("every 30s", "pings",
                                                                  2**31 - 1)

@@ -279,7 +279,7 @@ def _same_job(db: psycopg.Connection, first: Any, second: Any) -> bool:
     for row in rows:
         meta = row["meta"]["celery"]
         moments.append([row.pop("scheduled_at"), row.pop("expires_at"),
-                        *(meta.pop(key) for key in ("eta", "expires"))])
+                        *(meta.pop(key, None) for key in ("eta", "expires"))])
         for volatile in ("id", "created_at"):
             row.pop(volatile, None)
     for ours, theirs in zip(*moments, strict=True):
