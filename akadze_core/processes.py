@@ -118,6 +118,12 @@ class ProcessPool:
         self._young_deaths = 0
         self._replacing: set[asyncio.Task[None]] = set()
         self._closing = False
+        # Jobs handed to run() that wait for a free process (claimed ahead of the children).
+        self._waiting: set[int] = set()
+
+    def waiting(self, job_id: int) -> bool:
+        """Whether the job is still waiting for a free process (its body has not started)."""
+        return job_id in self._waiting
 
     @property
     def pids(self) -> list[int]:
@@ -142,11 +148,15 @@ class ProcessPool:
         """Run the job of ``row`` in an idle child; returns its outcome (None: complete_tx
         wrote it). Raises ``JobTimeout`` or ``ProcessLost``; on cancellation the child is
         ended, since its body cannot be stopped any other way."""
-        child = await self._idle.get()
-        while child.number not in self._children or child.process.poll() is not None:
-            if child.number in self._children:  # died idle, before _exited heard of it
-                self._died_idle(child)
+        self._waiting.add(row["id"])
+        try:
             child = await self._idle.get()
+            while child.number not in self._children or child.process.poll() is not None:
+                if child.number in self._children:  # died idle, before _exited heard of it
+                    self._died_idle(child)
+                child = await self._idle.get()
+        finally:
+            self._waiting.discard(row["id"])
         child.busy = True
         try:
             child.writer.write(_encode_row(row, worker_id))

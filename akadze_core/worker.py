@@ -304,6 +304,13 @@ class Worker:
 
     async def _drain(self) -> None:
         """Seed 000's stop: wait up to shutdown_timeout, then return what is left unspent."""
+        # Jobs claimed ahead for the process pool and not started yet go back at once, as
+        # Celery's warm shutdown releases its reserved (prefetched) tasks.
+        held_back = [run for run in self._running.values()
+                     if self.process_pool is not None and self.process_pool.waiting(run.job_id)]
+        for run in held_back:
+            run.future.cancel()
+        await asyncio.gather(*(run.future for run in held_back), return_exceptions=True)
         if self._running and not self._stop_now.is_set():
             all_done = asyncio.ensure_future(
                 asyncio.wait([run.future for run in self._running.values()]))
@@ -326,8 +333,8 @@ class Worker:
         flushed = await self._completer.close(timeout=timeout)
         self._completer_task.cancel()
         await asyncio.gather(self._completer_task, return_exceptions=True)
-        returned = await self._return_jobs([(run.job_id, run.run_count) for run in unfinished],
-                                           timeout)
+        returned = await self._return_jobs(
+            [(run.job_id, run.run_count) for run in held_back + unfinished], timeout)
         if flushed and returned:
             await self._unregister(timeout)
         else:

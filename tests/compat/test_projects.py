@@ -306,6 +306,27 @@ def test_prefork_prefetch_multiplier_bounds_the_claimed_tasks(
     assert "(attempt 1, success)" not in log
 
 
+def test_prefork_warm_shutdown_hands_back_the_tasks_claimed_ahead(
+        projects: dict[str, Any], module_database_url: str, spawn_compat: SpawnCompat,
+        db: psycopg.Connection) -> None:
+    from plainproj.reports.tasks import nap
+
+    projects["plain"].set_current()
+    worker = spawn_compat("-b", module_database_url, "-A", "plainproj", "worker", "-c", "1",
+                          "--prefetch-multiplier", "3", "-Q", "warmq", "-l", "INFO")
+    worker.wait_ready()
+    results = [nap.apply_async((1.5,), queue="warmq") for _ in range(3)]
+    wait_until(lambda: _running(db, "warmq") == 3, timeout=20)
+    worker.terminate(signal.SIGTERM)
+    assert worker.wait_exit() == 0, worker.log()
+    # The running task finished; the two claimed ahead went back unspent, never started.
+    rows = sorted((job(db, int(r.id)) for r in results), key=lambda row: row["state"])
+    assert [row["state"] for row in rows] == ["queued", "queued", "succeeded"]
+    for row in rows[:2]:
+        assert (row["attempt"], row["run_count"], row["errors"]) == (0, 1, []), row
+    assert worker.log().count("Task plainproj.reports.tasks.nap[") == 1
+
+
 # --- the Django project -------------------------------------------------------------------------
 
 @pytest.fixture
