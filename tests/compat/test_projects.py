@@ -225,6 +225,7 @@ def test_prefork_runs_tasks_in_two_processes(projects: dict[str, Any], module_da
     victim = min(children)
     os.kill(victim, signal.SIGKILL)
     wait_until(lambda: len(children_of(worker.pid) - children) == 1, timeout=30)
+    wait_until(lambda: worker.log().count("worker_process_init") == 3, timeout=30)
     after = [whoami.apply_async(queue="cpu") for _ in range(4)]
     assert victim not in {result.get(timeout=30)["pid"] for result in after}
     worker.terminate(signal.SIGTERM)

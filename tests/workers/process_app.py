@@ -42,3 +42,11 @@ def in_tx() -> None:
     """Completes itself inside a transaction of its own (complete_tx in a child)."""
     with current().complete_tx() as connection:
         connection.execute("SELECT 1")
+
+
+@app.task("maybe_die")
+def maybe_die(die: bool = False) -> int:
+    """Returns at once, or kills its own process (a crash right after a quick start)."""
+    if die:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return os.getpid()

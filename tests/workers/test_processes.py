@@ -121,3 +121,15 @@ def test_sigterm_stops_the_children_too(app: App, db: psycopg.Connection, start)
     assert code == 0, worker.log()
     wait_until(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in children),
                what="the children to exit")
+
+
+def test_jobs_claimed_ahead_of_a_process_that_dies_run_elsewhere_unspent(
+        app: App, db: psycopg.Connection, start) -> None:
+    start("--processes", "1", "--slots", "4")
+    crash = app.tasks["maybe_die"].configure(max_attempts=1).enqueue(die=True)
+    behind = [app.tasks["whoami"].enqueue() for _ in range(3)]
+    wait_until(lambda: finished(db, crash, *behind), what="the jobs to end", timeout=30)
+    assert job(db, crash)["errors"][0]["type"] == "ProcessLost"
+    for job_id in behind:  # claimed ahead, they wait for the replacement: no attempt spent
+        row = job(db, job_id)
+        assert (row["state"], row["run_count"], row["errors"]) == ("succeeded", 1, []), row
