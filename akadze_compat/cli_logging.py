@@ -10,28 +10,14 @@ sends ``after_setup_logger`` and ``after_setup_task_logger``.
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any
+
+from akadze_core.cli_support import StderrHandler
 
 from . import signals
 from .cli_support import secrets
 
 __all__ = ["setup_command_logging", "setup_worker_logging"]
-
-
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever ``sys.stderr`` is at emit time (test runners swap it)."""
-
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
-
-    @property  # type: ignore[override]
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: Any) -> None:
-        pass  # always sys.stderr
 
 
 class ScrubbingFormatter(logging.Formatter):
@@ -57,7 +43,7 @@ class TaskFormatter(ScrubbingFormatter):
 
 def _handler(logfile: str | None, formatter: logging.Formatter) -> logging.Handler:
     handler: logging.Handler = (logging.FileHandler(logfile, encoding="utf-8") if logfile
-                                else _StderrHandler())
+                                else StderrHandler())
     handler.setFormatter(formatter)
     return handler
 

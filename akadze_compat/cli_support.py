@@ -8,22 +8,20 @@ through the literal passwords of every URL this invocation saw.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import importlib
-import logging
 import os
 import socket
 import sys
 import traceback
 from collections.abc import Iterable
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 import psycopg
 
 from akadze_core import AkadzeError, password_of, redact_password
+from akadze_core.cli_support import exit_now
 
 from .exceptions import ImproperlyConfigured
 
@@ -106,21 +104,6 @@ def report(exc: BaseException) -> int:
         line = f"unexpected {type(exc).__name__}: {exc}"
     click.echo(error_line(line), err=True)
     return getattr(exc, "exit_code", 1) if isinstance(exc, click.ClickException) else 1
-
-
-def exit_now(code: int) -> NoReturn:
-    """Leave the process with ``code`` even if a task thread is still running.
-
-    A sync task's thread cannot be killed and the worker does not wait for one it gave up
-    on; a normal interpreter exit would join it. So: run the atexit handlers ourselves,
-    flush, and ``os._exit`` (what the core ``akadze worker`` does).
-    """
-    atexit._run_exitfuncs()
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
 
 
 # --- node names (Celery's -n) ---------------------------------------------------------------

@@ -8,7 +8,6 @@ message goes through ``dsn.redact_password`` with the passwords of every URL in 
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib
 import json
@@ -19,13 +18,14 @@ import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 import psycopg
 
 from . import database
 from .app import App
+from .cli_support import StderrHandler, exit_now
 from .control import request_cancel_sync, requeue_sync
 from .dberrors import fatal_message
 from .dsn import ENV_VAR, password_of, redact_password
@@ -89,21 +89,6 @@ def _error_line(message: str) -> str:
 
 # --- logging -----------------------------------------------------------------------------------
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever ``sys.stderr`` is at emit time (test runners swap it)."""
-
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
-
-    @property  # type: ignore[override]
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: Any) -> None:
-        pass  # always sys.stderr
-
-
 class _ScrubbingFormatter(logging.Formatter):
     """The standard format, with every known password scrubbed from the finished text
     (messages of other libraries, exception text and tracebacks included)."""
@@ -119,7 +104,7 @@ def _logging_to_stderr(level: str) -> Iterator[None]:
     Undone on exit, so in-process callers (tests, embedding code) get their logging back.
     """
     root = logging.getLogger()
-    handler = _StderrHandler()
+    handler = StderrHandler()
     handler.setFormatter(_ScrubbingFormatter(LOG_FORMAT))
     previous_level = root.level
     root.addHandler(handler)
@@ -499,22 +484,6 @@ def _import_failed(module_name: str, exc: BaseException) -> str:
     return f"importing {module_name!r} failed: {type(exc).__name__}: {exc}{where}"
 
 
-def _exit_now(code: int) -> NoReturn:
-    """Leave the process with ``code`` even if a task thread is still running.
-
-    The worker does not wait for a sync task's thread it gave up on at shutdown (a thread
-    cannot be killed); a normal interpreter exit would join it and hang for as long as the
-    task runs. So: run the atexit handlers ourselves (logging flush, the embedded Postgres
-    stopping), flush stdio, and ``os._exit``.
-    """
-    atexit._run_exitfuncs()
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
-
-
 _SECONDS = click.FloatRange(min=0, min_open=True)
 
 
@@ -560,7 +529,7 @@ def worker_command(ctx: click.Context, app_spec: str, queues: tuple[str, ...],
             app.set_database_url(options.url)
         if is_pool_child():
             # A --processes child: the parent claims and writes outcomes; this runs bodies.
-            _exit_now(serve(app))
+            exit_now(serve(app))
         names = [name.strip() for value in queues for name in value.split(",") if name.strip()]
         processes = settings.pop("processes")
         kwargs = {name: value for name, value in settings.items() if value is not None}
@@ -578,7 +547,7 @@ def worker_command(ctx: click.Context, app_spec: str, queues: tuple[str, ...],
         except Exception as exc:  # WorkerError: schema missing, permission denied, ...
             _report(exc)
             code = 1
-        _exit_now(code)
+        exit_now(code)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
