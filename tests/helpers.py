@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
 from akadze_core import Worker
+from bench.procs import children
 
 
 def job(db: psycopg.Connection, job_id: int) -> dict[str, Any]:
@@ -56,16 +56,5 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, interval: flo
 
 
 def children_of(pid: int) -> set[int]:
-    """The live child processes of ``pid`` (read from /proc)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The parent pid follows the state, after the ")" that ends the command name.
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.add(int(entry.name))
-    return found
+    """The live child processes of ``pid`` (the benchmark's /proc reader)."""
+    return set(children(pid))
