@@ -34,11 +34,6 @@ class JobRequest:
     unique_key: str | None = None
     meta: str = "{}"
 
-    @property
-    def query_name(self) -> str:
-        """The insert statement for this request: the unique-key form only when needed."""
-        return "job_insert_unique" if self.unique_key is not None else "job_insert"
-
     def params(self) -> dict[str, Any]:
         params = {
             "task": self.task, "queue": self.queue, "args": self.args,
@@ -119,14 +114,10 @@ def check_schema(connection: psycopg.Connection) -> None:
 
 # --- async face (worker, async enqueue) ------------------------------------------------------
 
-async def insert_job_async(connection: psycopg.AsyncConnection, request: JobRequest) -> int:
-    """Async twin of ``insert_job``."""
-    return await insert_job_params_async(connection, request.params())
-
-
 async def insert_job_params_async(connection: psycopg.AsyncConnection,
                                   params: dict[str, Any]) -> int:
-    """Async twin of ``insert_job_params`` (on a connection)."""
+    """Async insert of one job from ``JobRequest.params``-style parameters (see
+    ``insert_job_params``); returns its id."""
     statement = query("job_insert_unique" if "unique_key" in params else "job_insert")
     while True:
         cursor = await connection.execute(statement, params)

@@ -207,8 +207,9 @@ class TaskCall:
         return self._meta_text
 
     def _insert_params(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        """``request(kwargs).params()`` without the request object: the bound parameters of
-        the insert, built straight (single enqueue is bound by its client-side cost)."""
+        """The bound parameters of the insert (``JobRequest``'s fields; ``unique_key`` only
+        when set, as it selects the conflict-handling insert). Single enqueue binds these
+        straight, without the request object: it is bound by its client-side cost."""
         app, task, options = self.task.app, self.task, self.options
         params = {
             "task": task.name, "queue": options.queue or task.queue,
@@ -218,27 +219,13 @@ class TaskCall:
             "max_attempts": options.max_attempts or task.max_attempts,
             "expires_at": _aware(options.expires_at), "meta": self._meta(),
         }
-        if options.unique_key is not None:  # the key selects the conflict-handling insert
+        if options.unique_key is not None:
             params["unique_key"] = options.unique_key
         return params
 
     def request(self, kwargs: Mapping[str, Any]) -> JobRequest:
         """Validate ``kwargs`` and build the row to insert (raises ``InvalidArgs``)."""
-        app, task, options = self.task.app, self.task, self.options
-        args = _encode(kwargs, app.json_dumps, app.max_args_bytes)
-        meta = self._meta()
-        return JobRequest(
-            task=task.name,
-            queue=options.queue or task.queue,
-            args=args,
-            priority=task.priority if options.priority is None else options.priority,
-            scheduled_at=_aware(options.at),
-            delay=options.delay or 0.0,
-            max_attempts=options.max_attempts or task.max_attempts,
-            expires_at=_aware(options.expires_at),
-            unique_key=options.unique_key,
-            meta=meta,
-        )
+        return JobRequest(**self._insert_params(kwargs))
 
     def requests(self, kwargs_list: Iterable[Mapping[str, Any]]) -> tuple[JobRequest, list[str]]:
         """The bulk form of ``request``: one row template (the options, resolved and encoded
