@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from akadze_compat import Celery
+from akadze_core import Worker
 from tests.compat.cli_harness import PROJECTS, CompatWorker
 from tests.conftest import create_database, database_url_for, drop_database
+from tests.helpers import run_worker_until
 
 
 @pytest.fixture(scope="module")
@@ -51,3 +54,20 @@ def module_spawn_compat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sp
     yield spawn
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture
+async def celery(database_url: str) -> AsyncIterator[Celery]:
+    """A Celery app on this test's database (its engine pools closed afterwards)."""
+    app = Celery("proj", broker=database_url, set_as_current=False)
+    yield app
+    if app._core is not None:
+        await app._core.aclose()
+    app.close()
+
+
+async def work(app: Celery, done: Callable[[], bool], queues: tuple[str, ...] = ("celery",),
+               timeout: float = 20, slots: int = 4) -> None:
+    """Run an in-process worker for ``app`` until ``done()``."""
+    worker = Worker(app.prepare_worker(), queues=list(queues), slots=slots, poll_interval=0.05)
+    assert await run_worker_until(worker, done, timeout) == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -22,29 +22,13 @@ from akadze_compat.exceptions import (
     TimeLimitExceeded,
     TimeoutError,
 )
-from akadze_core import Worker
+from tests.compat.conftest import work
 from tests.compat.signal_recorder import Recorder
-from tests.helpers import job, run_worker_until
+from tests.helpers import job
 
 
 class PaymentDeclined(Exception):
     """A project's own exception: FAILURE must give back this type."""
-
-
-@pytest.fixture
-async def celery(database_url: str) -> AsyncIterator[Celery]:
-    app = Celery("proj", broker=database_url, set_as_current=False)
-    yield app
-    if app._core is not None:
-        await app._core.aclose()
-    app.close()
-
-
-async def work(app: Celery, done: Callable[[], bool], queues: tuple[str, ...] = ("celery",),
-               timeout: float = 20) -> None:
-    """Run a worker for ``app`` until ``done()``."""
-    worker = Worker(app.prepare_worker(), queues=list(queues), slots=4, poll_interval=0.05)
-    assert await run_worker_until(worker, done, timeout) == 0
 
 
 def finished(*results: Any) -> Callable[[], bool]:

@@ -10,7 +10,6 @@ between two runs is still seen (nothing is cached across runs).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
@@ -21,9 +20,9 @@ from akadze_compat import Celery, Task, entry
 from akadze_compat.backend import celery_meta
 from akadze_compat.request import Context
 from akadze_compat.serialization import dumps, revive
-from akadze_core import Job, Worker
+from akadze_core import Job
+from tests.compat.conftest import work
 from tests.compat.signal_recorder import Recorder
-from tests.helpers import run_worker_until
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 TYPED = {"__type__": "decimal", "__value__": "1.50"}
@@ -127,20 +126,6 @@ def test_build_request_is_the_context_constructor(meta: dict[str, Any],
         assert (built.time_limit, built.soft_time_limit) == (expected.time_limit,
                                                              expected.soft_time_limit)
     app.close()
-
-
-@pytest.fixture
-async def celery(database_url: str) -> AsyncIterator[Celery]:
-    app = Celery("proj", broker=database_url, set_as_current=False)
-    yield app
-    if app._core is not None:
-        await app._core.aclose()
-    app.close()
-
-
-async def work(app: Celery, done: Callable[[], bool]) -> None:
-    worker = Worker(app.prepare_worker(), queues=["celery"], slots=2, poll_interval=0.05)
-    assert await run_worker_until(worker, done, 20) == 0
 
 
 async def test_handlers_receivers_and_levels_added_between_runs_are_used(
