@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import math
 import uuid
 from datetime import date, datetime, time, timezone
@@ -44,6 +45,33 @@ def test_same_encoding_as_kombu(value: object) -> None:
     # What a Celery client sends decodes here and the other way round.
     assert loads(kombu_json.dumps(value)) == value
     assert kombu_json.loads(dumps(value)) == value
+
+
+class _Reduced:
+    """An object kombu encodes through its ``__json__`` method."""
+
+    def __json__(self) -> dict[str, int]:
+        return {"reduced": 1}
+
+
+class _Number(enum.IntEnum):
+    ONE = 1
+
+
+class _Text(str):
+    pass
+
+
+PLAIN_VALUES = [{"a": [1, 2.5, None, True, "é ✓"]}, {1: "int key", 2.5: "float key"},
+                [_Number.ONE, _Text("text subclass")], (1, 2), {"deep": {"er": [[], {}]}}]
+
+
+@pytest.mark.parametrize("value", [*VALUES, *PLAIN_VALUES, _Reduced(), [_Reduced()]], ids=repr)
+def test_the_text_is_exactly_kombus(value: object) -> None:
+    # dumps() takes the stdlib's encoder first and kombu's only for types that need it:
+    # the text must not depend on which one wrote it.
+    assert dumps(value) == kombu_json.dumps(value, allow_nan=False, ensure_ascii=False,
+                                            separators=(",", ":"))
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, [1.0, math.nan]])
