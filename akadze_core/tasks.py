@@ -153,6 +153,9 @@ class TaskCall:
         # The options are frozen, so their meta is encoded once, at the first enqueue (a
         # call kept and reused, like the facade's plain .delay(), pays for it once).
         self._meta_text: str | None = None
+        # The insert's parameters but the args, with the task defaults they were resolved
+        # from (see _insert_params).
+        self._fixed: tuple[tuple[Any, ...], dict[str, Any]] | None = None
 
     def configure(
         self,
@@ -209,11 +212,24 @@ class TaskCall:
     def _insert_params(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The bound parameters of the insert (``JobRequest``'s fields; ``unique_key`` only
         when set, as it selects the conflict-handling insert). Single enqueue binds these
-        straight, without the request object: it is bound by its client-side cost."""
-        app, task, options = self.task.app, self.task, self.options
+        straight, without the request object: it is bound by its client-side cost.
+
+        All but the args depend only on the frozen options and on the task's defaults, so
+        they are resolved once and copied per call, again whenever a default changed."""
+        task = self.task
+        app = task.app
+        defaults = (task.name, task.queue, task.priority, task.max_attempts)
+        fixed = self._fixed
+        if fixed is None or fixed[0] != defaults:
+            fixed = self._fixed = (defaults, self._fixed_params())
+        params = fixed[1].copy()
+        params["args"] = _encode(kwargs, app.json_dumps, app.max_args_bytes)
+        return params
+
+    def _fixed_params(self) -> dict[str, Any]:
+        task, options = self.task, self.options
         params = {
-            "task": task.name, "queue": options.queue or task.queue,
-            "args": _encode(kwargs, app.json_dumps, app.max_args_bytes),
+            "task": task.name, "queue": options.queue or task.queue, "args": None,
             "priority": task.priority if options.priority is None else options.priority,
             "scheduled_at": _aware(options.at), "delay": options.delay or 0.0,
             "max_attempts": options.max_attempts or task.max_attempts,

@@ -67,6 +67,20 @@ async def test_task_defaults_are_stored(app: App, db: psycopg.Connection) -> Non
     assert (row["queue"], row["max_attempts"], row["priority"]) == ("reports", 7, 4)
 
 
+async def test_changed_task_defaults_are_stored_from_the_next_enqueue(
+        app: App, db: psycopg.Connection) -> None:
+    @app.task("report.build", queue="reports", max_attempts=7, priority=4)
+    def build() -> None:
+        return None
+
+    call = build.configure(priority=9)  # its own priority, the task's other defaults
+    assert job(db, build.enqueue())["queue"] == job(db, call.enqueue())["queue"] == "reports"
+    build.queue, build.max_attempts, build.priority = "later", 2, 1
+    rows = [job(db, build.enqueue()), job(db, call.enqueue())]
+    assert [(row["queue"], row["max_attempts"], row["priority"]) for row in rows] == [
+        ("later", 2, 1), ("later", 2, 9)]
+
+
 async def test_configure_stores_every_option(app: App, db: psycopg.Connection) -> None:
     send = make_tasks(app)
     expires = datetime(2999, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
