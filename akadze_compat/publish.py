@@ -15,13 +15,14 @@ import contextlib
 import contextvars
 import functools
 import logging
+import operator
 import os
 import socket
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psycopg
 from kombu.exceptions import EncodeError
@@ -32,6 +33,8 @@ from akadze_core import Task as CoreTask
 from . import serialization, signals
 from .exceptions import AlwaysEagerIgnored, ImproperlyConfigured
 from .routing import settings_router, settings_router_state
+from .task import EXEC_OPTIONS, PLAIN_CALL
+from .task import Task as _StockTask
 from .utils import uuid
 
 if TYPE_CHECKING:
@@ -42,7 +45,7 @@ if TYPE_CHECKING:
     from .task import Task
 
 __all__ = ["apply_async", "apply_on_commit", "current_session", "max_attempts_for",
-           "message_meta", "send_task", "transaction"]
+           "message_meta", "send_plain", "send_task", "transaction"]
 
 logger = logging.getLogger("akadze_compat.publish")
 
@@ -103,6 +106,13 @@ def apply_async(task: Task, args: Any = None, kwargs: Any = None, *, task_id: st
     ``_LIMITS_KEY``; what a plain call reuses: ``_PLAIN_CALL``; the body's signature is read
     once per body (``Task.check_arguments``).
     """
+    if not options and task_id is None and link is None and link_error is None \
+            and shadow is None:
+        kept = task.__dict__.get(_PLAIN_CALL)
+        if kept is not None:
+            sent = send_plain(task, kept, args, kwargs)
+            if sent is not None:
+                return sent
     app = task.app
     conf = app.conf
     given = bool(options)
@@ -135,12 +145,8 @@ def apply_async(task: Task, args: Any = None, kwargs: Any = None, *, task_id: st
         check_serializers(app, options.pop("serializer", None))
         plain = None
         if not given and task_id is None and link is None and link_error is None \
-                and shadow is None:
-            plain = _plain_key(app, conf, task, args, kwargs, options)
-            if plain is not None:
-                cached = task.__dict__.get(_PLAIN_CALL)
-                if cached is not None and cached[0] == plain:
-                    return _enqueue_plain(app, task, cached[1], args, kwargs, options)
+                and shadow is None and _plain_now(args, kwargs) and _keepable(task, conf):
+            plain = _plain_key(task, app, conf)
         return _send(app, str(task.name), args, kwargs, options, task_id=task_id, link=link,
                      link_error=link_error, shadow=shadow, task_type=task, plain_key=plain)
     return app.send_task(str(task.name), args, kwargs, task_id=task_id, link=link,
@@ -149,50 +155,84 @@ def apply_async(task: Task, args: Any = None, kwargs: Any = None, *, task_id: st
 
 # A plain call (``delay(...)`` or ``apply_async(args, kwargs)`` with no option, outside a
 # worker's task, outside transaction(), no publish signal receiver) enqueues the same job but
-# for its arguments every time, as long as the task's options, its max_retries, the app's
-# settings and the router's answer stay the same: the configured core call (queue, priority,
-# max_attempts, meta) is kept on the task after the first such call built it through the
-# full path (_send), and reused while the key that decided it is unchanged. That skips the
-# option handling, routing, meta building and core configure() of every later plain call.
-_PLAIN_CALL = "_akadze_plain_call"
+# for its arguments every time, as long as the task's attributes, the app's settings and the
+# router's answer stay the same: the configured core call (queue, priority, max_attempts,
+# meta) is kept on the task after the first such call built it through the full path (_send),
+# and reused while the key that decided it (_plain_key) is unchanged. Such a call goes
+# straight from apply_async to the core enqueue (send_plain): no option handling, routing,
+# meta building or core configure(), and no re-check of the time limits and serializers,
+# which depend only on what the key holds. What may differ per call is still done per call:
+# the argument check, task_always_eager (read live, as Celery does), the publish signals'
+# receivers, the transaction() block and the parent task.
+_PLAIN_CALL = PLAIN_CALL
+
+#: The task attributes a plain call's configured core call (and its checks) depend on.
+_PLAIN_ATTRIBUTES = operator.attrgetter("name", "max_retries", "ignore_result", "typing",
+                                        *EXEC_OPTIONS)
 
 
-def _plain_key(app: Celery, conf: Settings, task: Task, args: Any, kwargs: Any,
-               options: dict[str, Any]) -> tuple[Any, ...] | None:
-    """What decides a plain call's configured core call, or None if this call is not plain
-    (see ``_PLAIN_CALL``); ``options`` are the task's exec options, serializer popped."""
+class _Plain(NamedTuple):
+    """What a task keeps for its plain calls (see ``_PLAIN_CALL``)."""
+
+    key: tuple[Any, ...]
+    call: Any  # the configured akadze_core TaskCall
+    # The app and conf the key names by id: kept alive with it, so no other object has
+    # their ids while it exists.
+    owners: tuple[Any, ...]
+
+
+def _plain_key(task: Task, app: Celery, conf: Settings) -> tuple[Any, ...]:
+    """What decides a plain call's configured core call. The app and conf by identity (a new
+    Settings object starts its generation again); the router's answer is fixed while the
+    generation of conf is (``_keepable`` checked it is static); the task's class and its
+    overridable methods by identity, its attributes by value."""
+    cls = type(task)
+    return (id(app), id(conf), conf.generation(), app.strict_typing, cls, cls.shadow_name,
+            cls._get_exec_options, *_PLAIN_ATTRIBUTES(task))
+
+
+def _plain_now(args: Any, kwargs: Any) -> bool:
+    """Whether this call, by what may change between calls, may be a kept plain call."""
     if args is not None and type(args) is not tuple and type(args) is not list:
-        return None  # send_task's type errors come from the full path
+        return False  # send_task's type errors come from the full path
     if kwargs is not None and type(kwargs) is not dict:
-        return None
-    if options.get("expires") is not None:  # relative to now: differs at every call
-        return None
+        return False
     if signals.before_task_publish.receivers or signals.after_task_publish.receivers:
+        return False
+    # A transaction() block, or ids and priority inherited from a parent task.
+    return _session.get() is None and _late_imports()[0]() is None
+
+
+def _keepable(task: Task, conf: Settings) -> bool:
+    """Whether the task's plain calls may be kept at all: relative expiry differs at every
+    call, a router function may answer differently for other arguments, and an overridden
+    shadow_name or _get_exec_options is called as Celery calls it."""
+    cls = type(task)
+    return (task.expires is None and bool(settings_router_state(conf)[1])
+            and cls.shadow_name is _STOCK_SHADOW_NAME and "shadow_name" not in task.__dict__
+            and cls._get_exec_options is _STOCK_EXEC_OPTIONS)
+
+
+def send_plain(task: Task, kept: _Plain, args: Any, kwargs: Any) -> AsyncResult | None:
+    """Enqueue a plain call with its kept core call; None when this call is not one (the
+    full path then handles it)."""
+    app = task.app
+    conf = app.conf
+    if kept.key != _plain_key(task, app, conf) or not _plain_now(args, kwargs) \
+            or "shadow_name" in task.__dict__ or not _stock_send_task(app):
         return None
-    if _session.get() is not None or _late_imports()[0]() is not None:
-        return None  # a transaction() block, or ids and priority inherited from a parent
-    if not settings_router_state(conf)[1]:
-        return None  # a router function may answer differently for other arguments
-    # The router's answer is fixed while the generation of conf is (it is rebuilt only when
-    # it moves). The app and conf by identity (a new Settings object starts its generation
-    # again): the kept entry references both, so while it exists no other object has their
-    # ids. The task's options are compared by value.
-    return (id(app), id(conf), conf.generation(), task.name, task.max_retries,
-            *options.values())
-
-
-def _enqueue_plain(app: Celery, task: Task, call: Any, args: Any, kwargs: Any,
-                   options: dict[str, Any]) -> AsyncResult:
-    """The end of ``_send`` for a plain call whose configured core call is known."""
-    AsyncResult = _late_imports()[1]
+    if task.typing if task.typing is not None else app.strict_typing:
+        task.check_arguments(args, kwargs)
+    if conf["task_always_eager"]:
+        return None
     try:
-        job_id = int(call.enqueue(args=list(args or ()), kwargs=dict(kwargs or {})))
+        job_id = int(kept.call.enqueue(args=list(args or ()), kwargs=dict(kwargs or {})))
     except InvalidArgs as exc:
         raise EncodeError(str(exc)) from exc
-    result = AsyncResult(str(job_id), app=app, task_name=str(task.name), job_id=job_id)
-    ignore_result = options.get("ignore_result")
+    result = _late_imports()[1](str(job_id), app=app, task_name=str(task.name), job_id=job_id)
+    ignore_result = task.ignore_result
     if ignore_result is None:
-        ignore_result = task.option("ignore_result", "task_ignore_result")
+        ignore_result = conf.get("task_ignore_result")
     result.ignored = bool(ignore_result)
     return result
 
@@ -428,7 +468,7 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
             and parent is None and message_headers is None:
         # Checked again here: a receiver connected by another thread since _plain_key ran
         # may have added headers to this call's meta.
-        task_type.__dict__[_PLAIN_CALL] = (plain_key, call, (app, conf))
+        task_type.__dict__[_PLAIN_CALL] = _Plain(plain_key, call, (app, conf))
     if session is not None:
         call = call.using(session=session)
     try:
@@ -506,6 +546,9 @@ def _name(value: Any) -> Any:
 def _not_here(**kwargs: Any) -> None:
     raise RuntimeError("this task is only enqueued from here, never run")
 
+
+_STOCK_SHADOW_NAME = _StockTask.shadow_name
+_STOCK_EXEC_OPTIONS = _StockTask._get_exec_options
 
 #: Options the router sees (and may override).
 ROUTE_KEYS = frozenset({"queue", "routing_key", "exchange", "priority", "exchange_type"})

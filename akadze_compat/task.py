@@ -47,6 +47,9 @@ FROM_CONFIG = (
 
 _request_var_lock = threading.Lock()
 
+#: Where a task keeps what its plain calls reuse (``akadze_compat.publish.send_plain``).
+PLAIN_CALL = "_akadze_plain_call"
+
 
 class ArgumentCheck:
     """The argument check of one task body: its signature, read once.
@@ -228,6 +231,12 @@ class Task:
     #: Default priority (lower numbers run first).
     priority: int | None = None
     queue: Any = None
+    # Kombu's routing and delivery options, None unless a task sets them (one attribute each
+    # for every name of EXEC_OPTIONS, so they can all be read in one attrgetter call).
+    routing_key: str | None = None
+    exchange: Any = None
+    delivery_mode: Any = None
+    compression: str | None = None
     resultrepr_maxsize = 1024
     abstract = True
     #: Automatic retries: exceptions to retry on, and how (see ``autoretry``).
@@ -343,6 +352,15 @@ class Task:
 
     def delay(self, *args: Any, **kwargs: Any) -> AsyncResult:
         """``apply_async(args, kwargs)``: enqueue the task with these arguments."""
+        kept = self.__dict__.get(PLAIN_CALL)
+        # A plain call that the stock apply_async would send with the kept core call goes
+        # there directly; an apply_async overridden in a subclass or replaced on the task (a
+        # mock) is called as Celery calls it.
+        if kept is not None and type(self).apply_async is _STOCK_APPLY_ASYNC \
+                and "apply_async" not in self.__dict__:
+            sent = _publish().send_plain(self, kept, args, kwargs)
+            if sent is not None:
+                return sent
         return self.apply_async(args, kwargs)
 
     def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
@@ -504,3 +522,6 @@ def task_overrides(task: Task, attribute: str) -> bool:
     """Whether ``task``'s class defines its own ``attribute`` (not Task's)."""
     method: Callable[..., Any] | None = getattr(type(task), attribute, None)
     return method is not getattr(Task, attribute)
+
+
+_STOCK_APPLY_ASYNC = Task.apply_async

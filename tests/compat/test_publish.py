@@ -458,6 +458,57 @@ async def test_a_plain_call_inside_a_task_gets_its_parent(celery: Celery) -> Non
     assert seen[result.get()] == (result.id, result.id)
 
 
+def test_kept_plain_calls_still_check_arguments_and_read_eager_live(
+        celery: Celery, db: psycopg.Connection) -> None:
+    @celery.task(name="proj.checked")
+    def checked(x: int) -> int:
+        return x * 2
+
+    checked.delay(1)  # kept from here on
+    with pytest.raises(TypeError):
+        checked.delay(1, 2)
+    with pytest.raises(TypeError):
+        checked.apply_async((), {"y": 1})
+    celery.conf.task_always_eager = True
+    assert checked.delay(4).get() == 8
+    celery.conf.task_always_eager = False
+    assert db.execute("SELECT count(*) FROM akadze.jobs").fetchone() == (1,)
+
+
+def test_kept_plain_calls_go_through_an_overridden_apply_async_and_shadow_name(
+        celery: Celery, db: psycopg.Connection) -> None:
+    sent: list[Any] = []
+
+    class Counting(Task):
+        def apply_async(self, *args: Any, **kwargs: Any) -> Any:
+            sent.append(args)
+            return super().apply_async(*args, **kwargs)
+
+    class Shadowed(Task):
+        def shadow_name(self, args: Any, kwargs: Any, options: Any) -> str | None:
+            return f"shadow-{args[0]}" if args and args[0] else None
+
+    @celery.task(name="proj.counted", base=Counting)
+    def counted() -> None: ...
+
+    @celery.task(name="proj.shadowed", base=Shadowed)
+    def shadowed(n: int) -> None: ...
+
+    @celery.task(name="proj.mocked")
+    def mocked() -> None: ...
+
+    for _ in range(3):
+        counted.delay()
+    assert len(sent) == 3
+    shadows = [job(db, int(shadowed.delay(n).id))["meta"]["celery"].get("shadow")
+               for n in (0, 0, 1, 0)]
+    assert shadows == [None, None, "shadow-1", None]
+    mocked.delay()  # kept: the mock on the instance must still be what delay() calls
+    with mock.patch.object(mocked, "apply_async") as patched:
+        mocked.delay(5)
+    patched.assert_called_once_with((5,), {})
+
+
 def test_repeated_plain_calls_equal_the_full_path(database_url: str,
                                                   db: psycopg.Connection) -> None:
     plain = Celery("proj", broker=database_url, set_as_current=False)
