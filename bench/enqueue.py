@@ -36,9 +36,13 @@ class SingleEnqueueResult:
     compat: float | None = None
     compat_ratio: float | None = None
     compat_error: str | None = None
+    # The bare INSERT of the very row .delay() writes (Celery's args and meta), and .delay()
+    # against it: what the facade adds, without the larger row's own cost.
+    bare_compat_row: float | None = None
+    compat_ratio_same_row: float | None = None
 
 
-def single_enqueue(url: str, count: int, *, rounds: int = 10,
+def single_enqueue(url: str, count: int, *, rounds: int = 50,
                    compat: bool = True) -> SingleEnqueueResult:
     """``noop.enqueue(n=i)`` vs ``INSERT ... RETURNING id`` (and ``delay()``), one
     transaction each. The sides take turns in ``rounds`` blocks, in alternating order, and
@@ -54,9 +58,14 @@ def single_enqueue(url: str, count: int, *, rounds: int = 10,
     if celery_task is not None:
         sides["compat"] = celery_task.delay
         spent["compat"] = []
+        spent["bare_compat_row"] = []
     try:
         with psycopg.connect(url, autocommit=True) as bare:
             sides["bare"] = lambda i: _bare_insert(bare, i)
+            if celery_task is not None:
+                meta = _delay_meta(bare, celery_task.delay(0).id)
+                sides["bare_compat_row"] = lambda i: _bare_insert(
+                    bare, i, {"args": [i], "kwargs": {}}, meta)
             for i in range(20):  # warm up pools and prepared statements
                 for call in sides.values():
                     call(i)
@@ -77,21 +86,33 @@ def single_enqueue(url: str, count: int, *, rounds: int = 10,
     def rate(name: str) -> float:
         return done / sum(spent[name])
 
-    def ratio(name: str) -> float:  # per round: bare's time over the side's time
-        return statistics.median(b / s for b, s in zip(spent["bare"], spent[name], strict=True))
+    def ratio(name: str, baseline: str = "bare") -> float:  # per round: bare's over the side's
+        return statistics.median(b / s for b, s in zip(spent[baseline], spent[name],
+                                                        strict=True))
 
     return SingleEnqueueResult(
         count=done, akadze=rate("akadze"), bare=rate("bare"), ratio=ratio("akadze"),
         compat=rate("compat") if "compat" in spent else None,
         compat_ratio=ratio("compat") if "compat" in spent else None,
-        compat_error=compat_error)
+        compat_error=compat_error,
+        bare_compat_row=rate("bare_compat_row") if "compat" in spent else None,
+        compat_ratio_same_row=ratio("compat", "bare_compat_row") if "compat" in spent else None)
 
 
-def _bare_insert(connection: psycopg.Connection, n: int) -> int:
-    row = connection.execute(BARE_INSERT, (NOOP, "default", json.dumps({"n": n}), 0, 3,
-                                           "{}")).fetchone()
+def _bare_insert(connection: psycopg.Connection, n: int, args: Any = None,
+                 meta: str = "{}") -> int:
+    row = connection.execute(BARE_INSERT, (NOOP, "default", json.dumps(
+        {"n": n} if args is None else args), 0, 3, meta)).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def _delay_meta(connection: psycopg.Connection, job_id: str) -> str:
+    """The meta text of the job a .delay() inserted (the same for every plain call)."""
+    row = connection.execute("SELECT meta::text FROM akadze.jobs WHERE id = %s",
+                             (int(job_id),)).fetchone()
+    assert row is not None
+    return str(row[0])
 
 
 def _compat_task(url: str) -> tuple[Any, str | None]:
