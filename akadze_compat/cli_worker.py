@@ -201,9 +201,8 @@ def _run_single(app: Any, settings: WorkerSettings, instance: WorkController,
     pool = None
     if settings.pool == "prefork":
         pool = _process_pool(settings, invocation)
-        # Celery's prefetch: claims (one statement for many) run ahead of the processes;
-        # a claimed task waits for a free process, never queued behind a busy one.
-        slots *= settings.prefetch_multiplier
+        slots = prefork_slots(settings.concurrency, settings.prefetch_multiplier,
+                              bool(app.conf.get("task_acks_late")))
     worker = _worker(core, settings, slots, [ready], pool)
 
     def on_signal(signum: int) -> None:
@@ -221,6 +220,19 @@ def _run_single(app: Any, settings: WorkerSettings, instance: WorkController,
 
 
 # --- prefork: this process claims, its children run the bodies ------------------------------
+
+def prefork_slots(processes: int, prefetch_multiplier: int, acks_late: bool) -> int:
+    """How many tasks a prefork worker holds at once: Celery's prefetch window.
+
+    Claims (one statement for many) run ahead of the processes; a claimed task waits for a
+    free process, never queued behind a busy one. Celery's window counts the messages not
+    acknowledged yet, ``prefetch_multiplier`` per process. With early acknowledgement (its
+    default) a task is acknowledged when a process starts it, so each process also has one
+    running outside the window: "-c 10 may reserve at most 20 tasks" at a multiplier of 1,
+    in Celery's words. With ``task_acks_late`` running tasks stay in the window.
+    """
+    return processes * prefetch_multiplier + (0 if acks_late else processes)
+
 
 def _process_pool(settings: WorkerSettings, invocation: list[str]) -> ProcessPool:
     """Celery's ``-c`` processes, each re-running this command as a pool child."""

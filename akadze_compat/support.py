@@ -62,9 +62,11 @@ _IN_URL = "put it in broker_url, the Postgres URL (user, password, host, port, s
 _NO_EVENTS = ("there is no event stream (celery events, Flower): task states are rows in the "
               "database; use `akadze-compat inspect`")
 _NO_CHORDS = "there are no chords (canvas is not supported)"
-_PREFETCH = ("prefork only: the worker claims up to multiplier x processes tasks (they count "
-             "as started); a claimed task waits for a free process, never a busy one; 0 "
-             "(no limit) means 4. The threads and solo pools claim only what they can run")
+_PREFETCH = ("prefork only: as in Celery, the worker holds up to multiplier x processes tasks "
+             "claimed ahead, plus one running per process (with task_acks_late, running "
+             "tasks count in the multiplier); they count as started; a claimed task waits "
+             "for a free process, never a busy one; 0 (no limit) means 4. The threads and "
+             "solo pools claim only what they can run")
 _AT_LEAST_ONCE = ("delivery is always at least once: the job of a lost worker runs again "
                   "(what acks_late=True gives in Celery)")
 _FINAL_FAILURE = "a failed or timed-out task ends FAILURE; it is never put back in the queue"

@@ -284,26 +284,30 @@ def test_prefork_prefetches_but_a_claimed_task_waits_for_a_free_process(
     assert len(pids) == 1 and slow.get(timeout=10)["pid"] not in pids
 
 
-# plainproj's celeryconfig sets worker_prefetch_multiplier = 1; the option overrides it.
-@pytest.mark.parametrize(("multiplier", "claimed"), [(None, 1), ("3", 3)])
+# plainproj's celeryconfig sets worker_prefetch_multiplier = 1 and task_acks_late = True; the
+# option overrides the first, PLAINPROJ_ACKS_LATE the second. As in Celery, with early
+# acknowledgement the running task is outside the window: one process holds multiplier + 1.
+@pytest.mark.parametrize(("multiplier", "acks_late", "claimed"),
+                         [(None, True, 1), ("3", True, 3), (None, False, 2)])
 def test_prefork_prefetch_multiplier_bounds_the_claimed_tasks(
         projects: dict[str, Any], module_database_url: str, spawn_compat: SpawnCompat,
-        db: psycopg.Connection, multiplier: str | None, claimed: int) -> None:
+        db: psycopg.Connection, multiplier: str | None, acks_late: bool, claimed: int) -> None:
     from plainproj.reports.tasks import nap
 
     projects["plain"].set_current()
-    queue = f"prefetch{multiplier or 'conf'}"
+    queue = f"prefetch{multiplier or 'conf'}{'late' if acks_late else 'early'}"
     options = ["--prefetch-multiplier", multiplier] if multiplier else []
     worker = spawn_compat("-b", module_database_url, "-A", "plainproj", "worker", "-c", "1",
-                          *options, "-Q", queue, "-l", "INFO")
+                          *options, "-Q", queue, "-l", "INFO",
+                          env={"PLAINPROJ_ACKS_LATE": "1" if acks_late else "0"})
     worker.wait_ready()
-    results = [nap.apply_async((0.6,), queue=queue) for _ in range(3)]
+    results = [nap.apply_async((0.6,), queue=queue) for _ in range(4)]
     wait_until(lambda: _running(db, queue) == claimed, timeout=20)
     assert max(_running(db, queue) for _ in range(20)) == claimed
-    assert [result.get(timeout=20) for result in results] == ["slept 0.6"] * 3
+    assert [result.get(timeout=20) for result in results] == ["slept 0.6"] * 4
     # One line per task at INFO, Celery's (the engine's own is at DEBUG here).
     log = worker.log()
-    assert log.count("Task plainproj.reports.tasks.nap[") == 3
+    assert log.count("Task plainproj.reports.tasks.nap[") == 4
     assert "(attempt 1, success)" not in log
 
 
