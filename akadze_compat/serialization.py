@@ -59,8 +59,17 @@ def _strict_json_loads(text: str, **kwargs: Any) -> Any:
     return json.loads(text, parse_constant=_refuse_constant, **kwargs)
 
 
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def loads(text: str | bytes) -> Any:
     """Decode JSON written by :func:`dumps` (or by Celery), reviving kombu's typed values."""
+    # kombu's object_hook (Python, called for every object decoded) only changes objects
+    # whose keys are exactly __type__ and __value__. A text in which "__type__" appears
+    # neither as such nor spelled with \u escapes holds no such object, so the stdlib's
+    # decoder alone returns the same value: the common case for args, meta and results.
+    if type(text) is str and "__type__" not in text and "\\u" not in text:
+        return _STRICT_DECODER.decode(text)
     return kombu_json.loads(text, _loads=_strict_json_loads)
 
 

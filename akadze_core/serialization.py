@@ -23,9 +23,14 @@ _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 _UNSTORABLE_CHARACTER = re.compile("[\x00\ud800-\udfff]")
 
 
+# json.dumps() with any option builds a new encoder per call: made once here instead (an
+# encoder keeps no state between calls), the same text for the same value.
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
 def strict_dumps(value: Any) -> str:
     """Plain JSON, refusing NaN/Infinity and anything the json module cannot encode."""
-    return json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODER.encode(value)
 
 
 def check_storable(text: str, what: str) -> str:

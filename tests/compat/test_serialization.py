@@ -74,6 +74,26 @@ def test_the_text_is_exactly_kombus(value: object) -> None:
                                             separators=(",", ":"))
 
 
+@pytest.mark.parametrize("text", [
+    '{"args": [1, "two"], "kwargs": {"x": null}}', '[]', '"plain"', '{"a": {"b": [{}]}}',
+    '{"when": {"__type__": "datetime", "__value__": "2024-05-17T12:30:00"}}',
+    '{"\\u005f_type__": "uuid", "__value__": {"hex": "12345678123456781234567812345678"}}',
+    '{"\\u00e9t\\u00e9": 1}', '{"__type__": "kept", "other": 1}',
+])
+def test_loads_decodes_exactly_as_kombu(text: str) -> None:
+    # loads() skips kombu's object_hook when no object can carry a type marker: the value
+    # must not depend on which path decoded it (markers spelled with escapes included).
+    decoded = loads(text)
+    assert decoded == kombu_json.loads(text)
+    assert type(decoded) is type(kombu_json.loads(text))
+
+
+@pytest.mark.parametrize("text", ["NaN", "[Infinity]", '{"a": -Infinity, "__type__": 1}'])
+def test_nan_is_refused_on_both_decoding_paths(text: str) -> None:
+    with pytest.raises(ValueError):
+        loads(text)
+
+
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, [1.0, math.nan]])
 def test_nan_and_infinity_are_refused(value: object) -> None:
     with pytest.raises(ValueError):
