@@ -5,7 +5,7 @@ claims for every slot in one statement and writes every outcome through its batc
 completer, and each child only runs one body at a time. A child is a fresh interpreter
 started by ``argv`` (the caller's own command, which loads the same app and calls
 ``serve``); parent and child talk over two pipes, one JSON line per message, so nothing is
-ever unpickled.
+ever unpickled (``akadze_core.process_child``).
 
 - A body that outlives its task's timeout ends with its process: the parent kills the
   child (SIGKILL, like Celery's hard time limit) and the run ends with ``JobTimeout``.
@@ -13,6 +13,12 @@ ever unpickled.
   with ``ProcessLost``, which spends the attempt like any exception; the job is retried.
 - A dead or retired child is replaced; replacements that keep dying young wait longer.
 - ``max_tasks_per_child``: a child is retired (told to exit) after that many bodies.
+- A job waits for a free process, never behind a busy one (Celery's ``-O fair``), with one
+  exception that skips a process wake-up per job: jobs of a task whose last runs all took
+  under ``SHORT`` may be sent behind a running job of such a task, at most ``DEPTH - 1``
+  of them per process. A job sent behind another starts (and its timeout starts) when the
+  one before it ends; if that one ends its process, the jobs behind it never started and
+  go to another process, their attempt unspent.
 - Children start in their own session (a terminal's Ctrl-C reaches the parent only) and
   exit when the parent goes away: their pipe from the parent reaches end of file.
 """
@@ -20,40 +26,48 @@ ever unpickled.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import json
 import logging
-import operator
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from datetime import datetime
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import AkadzeError, JobTimeout
-from .executor import execute_here
 from .outcomes import Outcome, raised
+
+# The child's side, re-exported: the commands that start children import them from here.
+from .process_child import CHILD_ENV, STOP, child_number, decode_answer, encode_row, is_child, serve
+
+__all__ = ["CHILD_ENV", "DEPTH", "SHORT", "ProcessLost", "ProcessPool", "ProcessPoolError",
+           "child_number", "is_child", "serve"]
 
 if TYPE_CHECKING:
     from .app import App
 
 logger = logging.getLogger("akadze.worker")
 
-#: Set in a child's environment: ``"<number>:<read fd>:<write fd>"``.
-CHILD_ENV = "AKADZE_PROCESS_CHILD"
 #: A child that lived shorter than this died young: its replacement waits a little.
 YOUNG = 10.0
 #: Longest wait before replacing a child that keeps dying young.
 MAX_RESTART_DELAY = 10.0
 # One message is one JSON line; a job's args and result may be large.
 _LINE_LIMIT = 1 << 30
-_DATETIME_FIELDS = ("scheduled_at", "expires_at", "created_at", "started_at")
-# Tells a child to exit; end of file without it means the parent died.
-_STOP = b'{"stop": true}\n'
+#: A task is short when its last SHORT_RUNS bodies each took less than SHORT seconds (as
+#: the child measured them, its own log lines included). Waking a sleeping process costs a
+#: few hundred microseconds on a busy machine: for the shortest tasks that is most of each
+#: job. A job sent behind such runs waits for at most DEPTH - 1 of them (~20 ms), unless a
+#: short task suddenly takes long.
+SHORT = 0.01
+SHORT_RUNS = 3
+#: Jobs of short tasks a process may have been sent at once: one running, the rest waiting
+#: in its pipe. More than 3 measured slower on 2 cores: one process got the backlog while
+#: the other idled.
+DEPTH = 3
 
 
 class ProcessPoolError(AkadzeError):
@@ -64,27 +78,14 @@ class ProcessLost(Exception):
     """The process running the body died before it answered."""
 
 
-# An outcome's fields, in order, as one tuple: dataclasses.astuple deep-copies every field
-# (a tenth of a child's time per no-op body), and the fields are plain values anyway.
-_outcome_values = operator.attrgetter(*(item.name for item in fields(Outcome)))
+@dataclass
+class _Run:
+    """A job handed to the pool: waiting for a process, or sent to one."""
 
-
-def _encode_row(row: Mapping[str, Any], worker_id: int | None) -> bytes:
-    fields = dict(row)
-    for name in _DATETIME_FIELDS:
-        value = fields.get(name)
-        if isinstance(value, datetime):
-            fields[name] = value.isoformat()
-    return json.dumps({"row": fields, "worker_id": worker_id}).encode() + b"\n"
-
-
-def _decode_row(message: dict[str, Any]) -> dict[str, Any]:
-    row = message["row"]
-    for name in _DATETIME_FIELDS:
-        value = row.get(name)
-        if isinstance(value, str):
-            row[name] = datetime.fromisoformat(value)
-    return row
+    row: Mapping[str, Any]
+    worker_id: int | None
+    timeout: float | None
+    future: asyncio.Future[Outcome | None]
 
 
 @dataclass
@@ -95,7 +96,17 @@ class _Child:
     writer: asyncio.WriteTransport
     started: float = field(default_factory=time.monotonic)
     done: int = 0
-    busy: bool = False
+    # The runs sent to it, in order: the first is running (since ``head_since``), the
+    # others wait in its pipe.
+    sent: collections.deque[_Run] = field(default_factory=collections.deque)
+    head_since: float = 0.0
+    timer: asyncio.TimerHandle | None = None
+    timed_out: float | None = None  # the timeout that ended it
+    retiring: bool = False
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.sent)
 
 
 class ProcessPool:
@@ -118,17 +129,21 @@ class ProcessPool:
         self.env = dict(env or {})
         self.max_tasks_per_child = max_tasks_per_child
         self.start_timeout = start_timeout
-        self._idle: asyncio.Queue[_Child] = asyncio.Queue()
+        self._idle: list[_Child] = []
         self._children: dict[int, _Child] = {}
+        self._readers: set[asyncio.Task[None]] = set()
         self._numbers = 0
         self._young_deaths = 0
         self._replacing: set[asyncio.Task[None]] = set()
         self._closing = False
-        # Jobs handed to run() that wait for a free process (claimed ahead of the children).
+        # Jobs handed to run() that wait for a process (claimed ahead of the children).
+        self._pending: collections.deque[_Run] = collections.deque()
         self._waiting: set[int] = set()
+        # Per task name: how many of its last runs in a row were short (see SHORT).
+        self._short_streak: dict[str, int] = {}
 
     def waiting(self, job_id: int) -> bool:
-        """Whether the job is still waiting for a free process (its body has not started)."""
+        """Whether the job is still waiting for a process (it was sent to none yet)."""
         return job_id in self._waiting
 
     @property
@@ -139,61 +154,39 @@ class ProcessPool:
     async def start(self) -> None:
         """Start every child and wait until each is ready. The first starts alone, so a
         broken setup prints its error once, not once per process."""
-        self._idle.put_nowait(await self._spawn())
+        self._ready(await self._spawn())
         others = await asyncio.gather(*(self._spawn() for _ in range(self.processes - 1)),
                                       return_exceptions=True)
         for child in others:
             if isinstance(child, BaseException):
                 raise child
-            self._idle.put_nowait(child)
+            self._ready(child)
         logger.info("%d processes ready to run bodies: pids %s", self.processes,
                     ", ".join(map(str, self.pids)))
 
     async def run(self, row: Mapping[str, Any], worker_id: int | None,
                   timeout: float | None) -> Outcome | None:
-        """Run the job of ``row`` in an idle child; returns its outcome (None: complete_tx
-        wrote it). Raises ``JobTimeout`` or ``ProcessLost``; on cancellation the child is
-        ended, since its body cannot be stopped any other way."""
+        """Run the job of ``row`` in a child; returns its outcome (None: complete_tx wrote
+        it). Raises ``JobTimeout`` or ``ProcessLost``; on cancellation the child running it
+        is ended, since its body cannot be stopped any other way."""
+        run = _Run(row, worker_id, timeout, asyncio.get_running_loop().create_future())
+        self._pending.append(run)
         self._waiting.add(row["id"])
+        self._dispatch()
         try:
-            child = await self._idle.get()
-            while child.number not in self._children or child.process.poll() is not None:
-                if child.number in self._children:  # died idle, before _exited heard of it
-                    self._died_idle(child)
-                child = await self._idle.get()
-        finally:
-            self._waiting.discard(row["id"])
-        child.busy = True
-        try:
-            child.writer.write(_encode_row(row, worker_id))
-            if timeout is None:
-                line = await child.reader.readline()
+            return await run.future
+        except asyncio.CancelledError:
+            if row["id"] in self._waiting:
+                self._pending.remove(run)
+                self._waiting.discard(row["id"])
             else:
-                line = await asyncio.wait_for(child.reader.readline(), timeout)
-        except asyncio.TimeoutError:
-            self._replace(child, kill=True)
-            raise JobTimeout(f"the task ran longer than its timeout of {timeout:g}s; its "
-                             f"process (pid {child.process.pid}) was ended") from None
-        except BaseException:
-            self._replace(child, kill=True)
+                # Running: only ending its process stops the body. Sent behind another job:
+                # it stays in line (the process will answer for it), its answer unheard.
+                for child in list(self._children.values()):
+                    if child.sent and child.sent[0] is run:
+                        child.sent.popleft()
+                        self._lost(child, kill=True)
             raise
-        if not line.endswith(b"\n"):
-            code = await self._exit_code(child)
-            logger.warning("worker process %s %s while running job %s: replacing it",
-                           child.process.pid, _describe_exit(code), row["id"])
-            self._replace(child, kill=True)
-            raise ProcessLost(f"the process running the job (pid {child.process.pid}) "
-                              f"{_describe_exit(code)} before it answered")
-        child.done += 1
-        child.busy = False
-        if self.max_tasks_per_child and child.done >= self.max_tasks_per_child:
-            logger.info("process %s ran %d tasks (max_tasks_per_child): replacing it",
-                        child.process.pid, child.done)
-            self._replace(child, kill=False)
-        else:
-            self._idle.put_nowait(child)
-        values = json.loads(line)
-        return None if values is None else Outcome(*values)
 
     async def execute(self, app: App, row: Mapping[str, Any],
                       worker_id: int | None) -> Outcome | None:
@@ -213,9 +206,13 @@ class ProcessPool:
         for task in list(self._replacing):
             task.cancel()
         await asyncio.gather(*self._replacing, return_exceptions=True)
+        for run in self._pending:
+            run.future.cancel()
+        self._pending.clear()
+        self._waiting.clear()
         children = list(self._children.values())
         for child in children:
-            child.writer.write(_STOP)
+            child.writer.write(STOP)
             child.writer.close()
         deadline = time.monotonic() + timeout
         while any(child.process.poll() is None for child in children):
@@ -228,6 +225,138 @@ class ProcessPool:
         for child in children:
             await self._exit_code(child)
         self._children.clear()
+        await asyncio.gather(*self._readers, return_exceptions=True)
+
+    # --- dispatching ---------------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        """Send waiting jobs: to idle children first, then behind busy ones (short tasks)."""
+        pending = self._pending
+        while pending and self._idle:
+            child = self._idle.pop()
+            if child.number not in self._children or child.process.poll() is not None:
+                if child.number in self._children:  # died idle, its end of file not read yet
+                    self._died_idle(child)
+                continue
+            self._send(child, pending.popleft())
+        if not pending or not self._is_short(pending[0]):
+            return
+        for child in self._children.values():
+            while (pending and 0 < len(child.sent) < DEPTH and not child.retiring
+                   and self._is_short(pending[0]) and all(map(self._is_short, child.sent))
+                   and (not self.max_tasks_per_child
+                        or child.done + len(child.sent) < self.max_tasks_per_child)):
+                run = pending[0]
+                logger.debug("job %s sent to process %s behind job %s", run.row["id"],
+                             child.process.pid, child.sent[-1].row["id"])
+                self._send(child, pending.popleft())
+
+    def _send(self, child: _Child, run: _Run) -> None:
+        self._waiting.discard(run.row["id"])
+        child.sent.append(run)
+        if len(child.sent) == 1:
+            self._started(child)
+        child.writer.write(encode_row(run.row, run.worker_id))
+
+    def _started(self, child: _Child) -> None:
+        """The first job sent to ``child`` starts now: its timeout starts too."""
+        child.head_since = time.monotonic()
+        timeout = child.sent[0].timeout
+        if timeout is not None:
+            child.timer = asyncio.get_running_loop().call_later(
+                timeout, self._time_out, child, timeout)
+
+    def _time_out(self, child: _Child, timeout: float) -> None:
+        child.timer = None
+        child.timed_out = timeout
+        with contextlib.suppress(ProcessLookupError):
+            child.process.kill()  # its end of file reaches _read, which ends the run
+
+    def _is_short(self, run: _Run) -> bool:
+        return self._short_streak.get(run.row["task"], 0) >= SHORT_RUNS
+
+    def _ready(self, child: _Child) -> None:
+        """``child`` is ready to run bodies: read its answers, and give it work."""
+        task = asyncio.create_task(self._read(child), name=f"process-{child.number}")
+        self._readers.add(task)
+        task.add_done_callback(self._readers.discard)
+        self._idle.append(child)
+        self._dispatch()
+
+    async def _read(self, child: _Child) -> None:
+        """Answers of ``child``, one line per job sent, in order, until its end of file."""
+        while True:
+            line = await child.reader.readline()
+            if not line.endswith(b"\n"):
+                await self._ended(child)
+                return
+            if not child.sent:
+                continue  # the answer of a run cancelled while this process is ended
+            if child.timer is not None:
+                child.timer.cancel()
+                child.timer = None
+            run = child.sent.popleft()
+            took, outcome = decode_answer(line)
+            task = run.row["task"]
+            self._short_streak[task] = self._short_streak.get(task, 0) + 1 if took < SHORT \
+                else 0
+            child.done += 1
+            if child.timed_out is not None:
+                pass  # ended by its timer: nothing more starts there
+            elif child.sent:
+                self._started(child)
+            elif self.max_tasks_per_child and child.done >= self.max_tasks_per_child:
+                logger.info("process %s ran %d tasks (max_tasks_per_child): replacing it",
+                            child.process.pid, child.done)
+                self._replace(child, kill=False)
+            elif child.number in self._children:
+                self._idle.append(child)
+            if not run.future.done():
+                run.future.set_result(outcome)
+            if child.timed_out is not None:
+                # It answered just as its timeout ended its process: the jobs behind it
+                # (if one started, it was at its very first instant) go elsewhere.
+                self._lost(child, kill=True)
+                return
+            self._dispatch()
+
+    async def _ended(self, child: _Child) -> None:
+        """``child``'s pipe reached end of file: it exited (killed, crashed, timed out,
+        retired). The job it was running ends; those waiting behind it go elsewhere."""
+        child.retiring = True  # nothing more is sent to it while its exit code is read
+        if child.timer is not None:
+            child.timer.cancel()
+            child.timer = None
+        code = await self._exit_code(child)
+        if not child.sent:
+            if child.number in self._children and not self._closing:
+                self._died_idle(child)
+            return
+        running = child.sent.popleft()
+        if child.timed_out is not None:
+            error: Exception = JobTimeout(
+                f"the task ran longer than its timeout of {child.timed_out:g}s; its "
+                f"process (pid {child.process.pid}) was ended")
+        else:
+            logger.warning("worker process %s %s while running job %s: replacing it",
+                           child.process.pid, _describe_exit(code), running.row["id"])
+            error = ProcessLost(f"the process running the job (pid {child.process.pid}) "
+                                f"{_describe_exit(code)} before it answered")
+        self._lost(child, kill=True)
+        if not running.future.done():
+            running.future.set_exception(error)
+
+    def _lost(self, child: _Child, kill: bool) -> None:
+        """Replace ``child``; the jobs sent behind its running one never started: they wait
+        for a process again, first in line."""
+        behind = list(child.sent)
+        child.sent.clear()
+        for run in reversed(behind):
+            self._pending.appendleft(run)
+            self._waiting.add(run.row["id"])
+        if child.number in self._children:
+            self._replace(child, kill=kill)
+        self._dispatch()
 
     # --- children -----------------------------------------------------------------------------
 
@@ -291,8 +420,11 @@ class ProcessPool:
     def _replace(self, child: _Child, kill: bool) -> None:
         """Retire ``child`` (killed, or told to exit) and start its replacement."""
         self._children.pop(child.number, None)
+        child.retiring = True
+        if child in self._idle:
+            self._idle.remove(child)
         if not kill:
-            child.writer.write(_STOP)
+            child.writer.write(STOP)
         child.writer.close()
         if kill:
             with contextlib.suppress(ProcessLookupError):
@@ -312,7 +444,7 @@ class ProcessPool:
             if delay:
                 await asyncio.sleep(delay)
             try:
-                self._idle.put_nowait(await self._spawn())
+                self._ready(await self._spawn())
                 return
             except ProcessPoolError as exc:
                 delay = min(MAX_RESTART_DELAY, max(0.5, delay * 2))
@@ -330,39 +462,3 @@ def _describe_exit(code: int | None) -> str:
         with contextlib.suppress(ValueError):
             return f"was ended by {signal.Signals(-code).name}"
     return f"exited with code {code}"
-
-
-def is_child() -> bool:
-    """Whether this process is a pool child (its command should call ``serve``)."""
-    return CHILD_ENV in os.environ
-
-
-def child_number() -> int:
-    """This child's number in its pool (1, 2, ...; replacements get new numbers)."""
-    return int(os.environ[CHILD_ENV].split(":")[0])
-
-
-def serve(app: App) -> int:
-    """A pool child's life: tell the parent it is ready, then run one body per message
-    until the parent says stop (or dies). Returns the exit code (0)."""
-    number, read_fd, write_fd = (int(part) for part in os.environ.pop(CHILD_ENV).split(":"))
-    del number
-    parent = os.getppid()
-    # The parent decides when children stop: Ctrl-C in a terminal is for the parent.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with os.fdopen(read_fd, "rb") as reader, os.fdopen(write_fd, "wb") as writer:
-        writer.write(json.dumps({"ready": os.getpid()}).encode() + b"\n")
-        writer.flush()
-        for line in reader:
-            message = json.loads(line)
-            if message.get("stop"):
-                break
-            outcome = execute_here(app, _decode_row(message), message["worker_id"])
-            answer = None if outcome is None else _outcome_values(outcome)
-            writer.write(json.dumps(answer).encode() + b"\n")
-            writer.flush()
-        else:
-            # End of file without a stop message: the worker process died (SIGKILL?).
-            logger.warning("the worker process (pid %s) is gone: exiting", parent)
-    sys.stdout.flush()
-    return 0

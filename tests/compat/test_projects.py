@@ -311,6 +311,36 @@ def test_prefork_prefetch_multiplier_bounds_the_claimed_tasks(
     assert "(attempt 1, success)" not in log
 
 
+@pytest.mark.parametrize(("mode", "error"), [("die", "ProcessLost"), ("hang", "JobTimeout")])
+def test_prefork_short_tasks_sent_behind_one_that_ends_its_process_run_elsewhere_unspent(
+        projects: dict[str, Any], module_database_url: str, spawn_compat: SpawnCompat,
+        db: psycopg.Connection, mode: str, error: str) -> None:
+    from plainproj.reports.tasks import flaky
+
+    projects["plain"].set_current()
+    queue = f"behind{mode}"
+    worker = spawn_compat("-b", module_database_url, "-A", "plainproj", "worker", "-c", "1",
+                          "--prefetch-multiplier", "4", "-Q", queue, "-l", "DEBUG")
+    worker.wait_ready()
+    for _ in range(8):  # one at a time: flaky becomes a short task
+        assert isinstance(flaky.apply_async(queue=queue).get(timeout=20), int)
+    assert "behind job" not in worker.log()  # unknown tasks wait for a free process
+    with psycopg.connect(module_database_url) as connection, \
+            akadze_compat.transaction(connection):  # claimed together, in this order
+        ending = flaky.apply_async((mode,), queue=queue)
+        behind = [flaky.apply_async(queue=queue) for _ in range(2)]
+    ids = [int(result.id) for result in (ending, *behind)]
+    wait_until(lambda: all(job(db, job_id)["state"] in ("succeeded", "failed")
+                           for job_id in ids), timeout=30)
+    assert f"job {ids[1]} sent to process" in worker.log()  # it waited in the pipe
+    row = job(db, ids[0])
+    assert (row["state"], row["errors"][0]["type"]) == ("failed", error), row
+    for job_id in ids[1:]:  # never started there: run by the replacement, attempt unspent
+        row = job(db, job_id)
+        assert (row["state"], row["run_count"], row["attempt"], row["errors"]) == (
+            "succeeded", 1, 1, []), row
+
+
 def test_prefork_warm_shutdown_hands_back_the_tasks_claimed_ahead(
         projects: dict[str, Any], module_database_url: str, spawn_compat: SpawnCompat,
         db: psycopg.Connection) -> None:

@@ -1,6 +1,7 @@
 """Report tasks: written with @app.task on the project's app."""
 
 import os
+import signal
 import time
 from datetime import datetime, timezone
 
@@ -35,3 +36,15 @@ def whoami(seconds=0.0):
 def nap(seconds):
     time.sleep(seconds)
     return f"slept {seconds}"
+
+
+@app.task(time_limit=1, max_retries=0)
+def flaky(mode="fast"):
+    """Returns at once ("fast"), kills its own process a moment after it started ("die") or
+    outlives its time limit ("hang"): a short task, until it is not."""
+    if mode == "die":
+        time.sleep(0.3)  # while the worker sends the next jobs behind this one
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "hang":
+        time.sleep(3600)
+    return os.getpid()
