@@ -138,7 +138,9 @@ _BY_SETTING: dict[str, Support] = {
     "result_chord_join_timeout": _i(_NO_CHORDS),
     "result_chord_retry_interval": _i(_NO_CHORDS),
     # --- task
-    "task_acks_late": _i(_AT_LEAST_ONCE),
+    "task_acks_late": _d(f"{_AT_LEAST_ONCE}; with prefork it only decides, as in Celery, "
+                         "whether the running tasks count in the prefetch window "
+                         "(worker_prefetch_multiplier)"),
     "task_acks_on_failure_or_timeout": _i(_FINAL_FAILURE),
     "task_acks_on_failure": _i(_FINAL_FAILURE),
     "task_acks_on_timeout": _i(_FINAL_FAILURE),

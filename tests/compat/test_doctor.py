@@ -238,11 +238,12 @@ def test_plainproj_has_nothing_blocking() -> None:
                                                          "default_retry_delay": "30"}
     assert {key: item["kind"] for key, item in findings(report).items()} == {
         ("settings", "result_backend"): "ignored",
-        ("settings", "task_acks_late"): "ignored",
+        ("settings", "task_acks_late"): "different",
         ("api", "request.delivery_info"): "different",
+        ("task options", "time_limit"): "different",  # reports.tasks.flaky's hard limit
     }
     # worker_prefetch_multiplier = 1 is honoured (prefork), so not reported.
-    assert report["summary"] == {"missing": 0, "different": 1, "ignored": 2, "unknown": 0}
+    assert report["summary"] == {"missing": 0, "different": 3, "ignored": 1, "unknown": 0}
 
 
 def test_djangoproj_reads_the_celery_namespace() -> None:
