@@ -187,8 +187,10 @@ def _plain_key(task: Task, app: Celery, conf: Settings) -> tuple[Any, ...]:
     generation of conf is (``_keepable`` checked it is static); the task's class and its
     overridable methods by identity, its attributes by value."""
     cls = type(task)
+    # The attributes as attrgetter's own tuple, nested: unpacking them into this one cost
+    # as much again as the whole comparison.
     return (id(app), id(conf), conf.generation(), app.strict_typing, cls, cls.shadow_name,
-            cls._get_exec_options, *_PLAIN_ATTRIBUTES(task))
+            cls._get_exec_options, _PLAIN_ATTRIBUTES(task))
 
 
 def _plain_now(args: Any, kwargs: Any) -> bool:
