@@ -33,8 +33,7 @@ from akadze_core import Task as CoreTask
 from . import serialization, signals
 from .exceptions import AlwaysEagerIgnored, ImproperlyConfigured
 from .routing import settings_router, settings_router_state
-from .task import EXEC_OPTIONS, PLAIN_CALL
-from .task import Task as _StockTask
+from .task import EXEC_OPTIONS, PLAIN_CALL, task_overrides
 from .utils import uuid
 
 if TYPE_CHECKING:
@@ -103,12 +102,12 @@ def apply_async(task: Task, args: Any = None, kwargs: Any = None, *, task_id: st
     """``Task.apply_async``: check the call, then run it eagerly or enqueue it.
 
     Which settings are read at every call and which are kept: see the note above
-    ``_LIMITS_KEY``; what a plain call reuses: ``_PLAIN_CALL``; the body's signature is read
+    ``_LIMITS_KEY``; what a plain call reuses: ``PLAIN_CALL``; the body's signature is read
     once per body (``Task.check_arguments``).
     """
     if not options and task_id is None and link is None and link_error is None \
             and shadow is None:
-        kept = task.__dict__.get(_PLAIN_CALL)
+        kept = task.__dict__.get(PLAIN_CALL)
         if kept is not None:
             sent = send_plain(task, kept, args, kwargs)
             if sent is not None:
@@ -164,15 +163,13 @@ def apply_async(task: Task, args: Any = None, kwargs: Any = None, *, task_id: st
 # which depend only on what the key holds. What may differ per call is still done per call:
 # the argument check, task_always_eager (read live, as Celery does), the publish signals'
 # receivers, the transaction() block and the parent task.
-_PLAIN_CALL = PLAIN_CALL
-
 #: The task attributes a plain call's configured core call (and its checks) depend on.
 _PLAIN_ATTRIBUTES = operator.attrgetter("name", "max_retries", "ignore_result", "typing",
                                         *EXEC_OPTIONS)
 
 
 class _Plain(NamedTuple):
-    """What a task keeps for its plain calls (see ``_PLAIN_CALL``)."""
+    """What a task keeps for its plain calls (see ``PLAIN_CALL``)."""
 
     key: tuple[Any, ...]
     call: Any  # the configured akadze_core TaskCall
@@ -209,10 +206,9 @@ def _keepable(task: Task, conf: Settings) -> bool:
     """Whether the task's plain calls may be kept at all: relative expiry differs at every
     call, a router function may answer differently for other arguments, and an overridden
     shadow_name or _get_exec_options is called as Celery calls it."""
-    cls = type(task)
     return (task.expires is None and bool(settings_router_state(conf)[1])
-            and cls.shadow_name is _STOCK_SHADOW_NAME and "shadow_name" not in task.__dict__
-            and cls._get_exec_options is _STOCK_EXEC_OPTIONS)
+            and not task_overrides(task, "shadow_name") and "shadow_name" not in task.__dict__
+            and not task_overrides(task, "_get_exec_options"))
 
 
 def send_plain(task: Task, kept: _Plain, args: Any, kwargs: Any) -> AsyncResult | None:
@@ -232,10 +228,7 @@ def send_plain(task: Task, kept: _Plain, args: Any, kwargs: Any) -> AsyncResult 
     except InvalidArgs as exc:
         raise EncodeError(str(exc)) from exc
     result = _late_imports()[1](str(job_id), app=app, task_name=str(task.name), job_id=job_id)
-    ignore_result = task.ignore_result
-    if ignore_result is None:
-        ignore_result = conf.get("task_ignore_result")
-    result.ignored = bool(ignore_result)
+    result.ignored = bool(task.option("ignore_result", "task_ignore_result"))
     return result
 
 
@@ -398,7 +391,7 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
     keyword-only ones here, the serializer checked already. The message headers and body that
     Celery's publish signals receive are only built when ``before_task_publish`` or
     ``after_task_publish`` has a receiver; the router is built once per configuration
-    (``routing.settings_router``). With ``plain_key`` (a plain call, see ``_PLAIN_CALL``) the
+    (``routing.settings_router``). With ``plain_key`` (a plain call, see ``PLAIN_CALL``) the
     configured core call is kept on ``task_type`` for the next plain calls."""
     current_worker_request, AsyncResult = _late_imports()
     conf = app.conf
@@ -470,7 +463,7 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
             and parent is None and message_headers is None:
         # Checked again here: a receiver connected by another thread since _plain_key ran
         # may have added headers to this call's meta.
-        task_type.__dict__[_PLAIN_CALL] = _Plain(plain_key, call, (app, conf))
+        task_type.__dict__[PLAIN_CALL] = _Plain(plain_key, call, (app, conf))
     if session is not None:
         call = call.using(session=session)
     try:
@@ -548,9 +541,6 @@ def _name(value: Any) -> Any:
 def _not_here(**kwargs: Any) -> None:
     raise RuntimeError("this task is only enqueued from here, never run")
 
-
-_STOCK_SHADOW_NAME = _StockTask.shadow_name
-_STOCK_EXEC_OPTIONS = _StockTask._get_exec_options
 
 #: Options the router sees (and may override).
 ROUTE_KEYS = frozenset({"queue", "routing_key", "exchange", "priority", "exchange_type"})

@@ -356,7 +356,7 @@ class Task:
         # A plain call that the stock apply_async would send with the kept core call goes
         # there directly; an apply_async overridden in a subclass or replaced on the task (a
         # mock) is called as Celery calls it.
-        if kept is not None and type(self).apply_async is _STOCK_APPLY_ASYNC \
+        if kept is not None and not task_overrides(self, "apply_async") \
                 and "apply_async" not in self.__dict__:
             sent = _publish().send_plain(self, kept, args, kwargs)
             if sent is not None:
@@ -523,5 +523,3 @@ def task_overrides(task: Task, attribute: str) -> bool:
     method: Callable[..., Any] | None = getattr(type(task), attribute, None)
     return method is not getattr(Task, attribute)
 
-
-_STOCK_APPLY_ASYNC = Task.apply_async
