@@ -185,7 +185,7 @@ class ProcessPool:
                 for child in list(self._children.values()):
                     if child.sent and child.sent[0] is run:
                         child.sent.popleft()
-                        self._lost(child, kill=True)
+                        self._lost(child)
             raise
 
     async def execute(self, app: App, row: Mapping[str, Any],
@@ -301,9 +301,14 @@ class ProcessPool:
             self._short_streak[task] = self._short_streak.get(task, 0) + 1 if took < SHORT \
                 else 0
             child.done += 1
+            if not run.future.done():
+                run.future.set_result(outcome)
             if child.timed_out is not None:
-                pass  # ended by its timer: nothing more starts there
-            elif child.sent:
+                # It answered just as its timeout ended its process: the jobs behind it
+                # (if one started, it was at its very first instant) go elsewhere.
+                self._lost(child)
+                return
+            if child.sent:
                 self._started(child)
             elif self.max_tasks_per_child and child.done >= self.max_tasks_per_child:
                 logger.info("process %s ran %d tasks (max_tasks_per_child): replacing it",
@@ -311,13 +316,6 @@ class ProcessPool:
                 self._replace(child, kill=False)
             elif child.number in self._children:
                 self._idle.append(child)
-            if not run.future.done():
-                run.future.set_result(outcome)
-            if child.timed_out is not None:
-                # It answered just as its timeout ended its process: the jobs behind it
-                # (if one started, it was at its very first instant) go elsewhere.
-                self._lost(child, kill=True)
-                return
             self._dispatch()
 
     async def _ended(self, child: _Child) -> None:
@@ -342,20 +340,20 @@ class ProcessPool:
                            child.process.pid, _describe_exit(code), running.row["id"])
             error = ProcessLost(f"the process running the job (pid {child.process.pid}) "
                                 f"{_describe_exit(code)} before it answered")
-        self._lost(child, kill=True)
+        self._lost(child)
         if not running.future.done():
             running.future.set_exception(error)
 
-    def _lost(self, child: _Child, kill: bool) -> None:
-        """Replace ``child``; the jobs sent behind its running one never started: they wait
-        for a process again, first in line."""
+    def _lost(self, child: _Child) -> None:
+        """End and replace ``child``; the jobs sent behind its running one never started:
+        they wait for a process again, first in line."""
         behind = list(child.sent)
         child.sent.clear()
         for run in reversed(behind):
             self._pending.appendleft(run)
             self._waiting.add(run.row["id"])
         if child.number in self._children:
-            self._replace(child, kill=kill)
+            self._replace(child, kill=True)
         self._dispatch()
 
     # --- children -----------------------------------------------------------------------------
