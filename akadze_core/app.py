@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -29,6 +30,13 @@ from .triggers import Trigger
 logger = logging.getLogger("akadze.app")
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+#: Seconds ``App.run_single``'s connection is used before it is replaced by a new one (the
+#: pool's own ``max_lifetime`` default): a long-lived client moves with a rebalanced pooler
+#: and gives back the server memory a backend accumulates.
+SINGLE_LIFETIME = 3600.0
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 def _seconds(value: timedelta | float | int | None) -> float | None:
@@ -72,6 +80,10 @@ class App:
         self.schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
         self._pool: psycopg_pool.ConnectionPool | None = None
+        # run_single's own connection (with when it was opened) and the lock that says who
+        # is using it: a caller finding it in use takes a pooled connection instead.
+        self._single: tuple[psycopg.Connection, float] | None = None
+        self._single_lock = threading.Lock()
         self._async_pools: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, psycopg_pool.AsyncConnectionPool
         ] = weakref.WeakKeyDictionary()
@@ -187,7 +199,7 @@ class App:
         """Point the app at another database (``akadze --database-url`` overrides the URL
         the app was built with). Only before the app has opened a pool."""
         with self._lock:
-            if self._pool is not None or len(self._async_pools):
+            if self._pool is not None or self._single is not None or len(self._async_pools):
                 raise ConfigurationError("set_database_url: the app is already connected")
             self._explicit_url = url
             self._url = None
@@ -217,14 +229,10 @@ class App:
         with self._lock:
             pool = self._pool
         if pool is None:
-            url = self.database_url
             # Connect once directly: a wrong URL fails now with the server's own message,
             # not after a pool timeout.
-            try:
-                psycopg.connect(url, connect_timeout=10).close()
-            except psycopg.Error as exc:
-                message = self.redact(f"cannot connect to Postgres: {exc}")
-                raise ConfigurationError(message) from None
+            url = self.database_url
+            self._connect_checked(url).close()
             with self._lock:
                 if self._pool is None:
                     self._pool = psycopg_pool.ConnectionPool(
@@ -233,6 +241,15 @@ class App:
                     )
                 pool = self._pool
         return pool
+
+    def _connect_checked(self, url: str) -> psycopg.Connection:
+        """An autocommit connection to ``url``; ``ConfigurationError`` (password redacted)
+        when the server cannot be reached or refuses it."""
+        try:
+            return psycopg.connect(url, connect_timeout=10, autocommit=True)
+        except psycopg.Error as exc:
+            message = self.redact(f"cannot connect to Postgres: {exc}")
+            raise ConfigurationError(message) from None
 
     def async_pool(self) -> psycopg_pool.AsyncConnectionPool:
         """The async pool of autocommit connections for the running event loop."""
@@ -337,7 +354,12 @@ class App:
         return self.run_sync(lambda connection: lookup.purge(connection, queues))
 
     def close(self) -> None:
-        """Close the sync pool (async pools close with ``aclose`` on their loop)."""
+        """Close the sync pool and ``run_single``'s connection (async pools close with
+        ``aclose`` on their loop)."""
+        with self._single_lock:
+            single, self._single = self._single, None
+        if single is not None:
+            single[0].close()
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
@@ -357,6 +379,41 @@ class App:
         pool = await self._opened_async_pool()
         async with pool.connection() as connection:
             return await call(connection)
+
+    def run_single(self, call: Callable[[psycopg.Connection], T]) -> T:
+        """Run ``call(connection)``, one autocommit statement (a single enqueue), on this
+        app's single-call connection, or on a pooled one while another thread uses it.
+
+        The pool's getconn and putconn cost about thirty Python calls, as much client CPU as
+        the rest of an enqueue; a connection of its own, taken without waiting, costs one
+        lock. It is not the pool's, so no pool user ever waits for it: one connection more
+        than ``pool_size`` while it is open. It is dropped when a call leaves it broken or in
+        a transaction, replaced after ``SINGLE_LIFETIME`` seconds, closed by ``close()``.
+        """
+        lock = self._single_lock
+        if not lock.acquire(blocking=False):
+            pool = self.pool()
+            pooled = pool.getconn()
+            try:
+                return call(pooled)
+            finally:
+                pool.putconn(pooled)
+        try:
+            single = self._single
+            if single is None:
+                single = self._single = (self._connect_checked(self.database_url),
+                                         time.monotonic())
+            connection = single[0]
+            try:
+                return call(connection)
+            finally:
+                if connection.pgconn.transaction_status != _IDLE \
+                        or time.monotonic() - single[1] > SINGLE_LIFETIME:
+                    # Broken, interrupted mid-statement, or old: the next call opens another.
+                    self._single = None
+                    connection.close()
+        finally:
+            lock.release()
 
     def run_sync(self, call: Callable[[psycopg.Connection], Any]) -> Any:
         """Run ``call(connection)`` on a pooled autocommit connection."""

@@ -132,16 +132,10 @@ def _cursor_for(connection: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
 
 
 def _insert_pooled(app: App, params: dict[str, Any]) -> int:
-    """Insert one job on a connection of the app's sync pool (autocommit: one statement, one
-    transaction). getconn/putconn rather than ``pool.connection()``: that context manager's
-    generator, timing and commit() on an autocommit connection cost another tenth of the
-    client CPU, and putconn alone brings a connection back to idle or discards it."""
-    pool = app.pool()
-    connection = pool.getconn()
-    try:
-        return database.insert_job_params(_cursor_for(connection), params)
-    finally:
-        pool.putconn(connection)
+    """Insert one job on the app's kept pooled connection (autocommit: one statement, one
+    transaction; see ``App.run_single``), through the cursor kept for that connection."""
+    return app.run_single(
+        lambda connection: database.insert_job_params(_cursor_for(connection), params))
 
 
 class TaskCall:

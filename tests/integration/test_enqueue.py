@@ -377,6 +377,83 @@ async def test_enqueue_recovers_after_its_pooled_connections_are_killed(
     assert job_count(db) == 4
 
 
+def _backends(db: psycopg.Connection) -> int:
+    """Client connections to the test database other than ``db`` itself."""
+    return int(scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE datname ="
+                          " current_database() AND pid <> pg_backend_pid()"
+                          " AND backend_type = 'client backend'"))
+
+
+def _pid(connection: psycopg.Connection) -> int:
+    return int(connection.info.backend_pid)
+
+
+async def test_single_enqueues_share_one_connection_that_close_ends(
+    app: App, db: psycopg.Connection
+) -> None:
+    """One-by-one enqueues run on the app's single-call connection, not through the pool's
+    getconn/putconn: one backend serves them all, and close() ends it."""
+    send = make_tasks(app)
+    ids = [send.enqueue(n=n) for n in range(5)]
+    assert [job(db, i)["args"] for i in ids] == [{"n": n} for n in range(5)]
+    assert _backends(db) == 1
+    first = app.run_single(_pid)
+    assert app.run_single(_pid) == first
+    app.close()
+    await wait_until(lambda: _backends(db) == 0)
+    assert send.enqueue(n=5) > ids[-1]  # a closed app connects again, like its pool
+
+
+async def test_a_call_made_while_the_single_connection_is_busy_takes_a_pooled_one(
+    database_url: str, db: psycopg.Connection
+) -> None:
+    """Nobody waits for the single-call connection: a call that finds it in use (here, a
+    call made from inside one) runs on the pool, even a pool of one connection."""
+    app = App(database_url, pool_size=1)
+    try:
+        send = make_tasks(app)
+        inner: list[int] = []
+
+        def outer(connection: psycopg.Connection) -> int:
+            inner.append(app.run_single(_pid))
+            inner.append(send.enqueue(n=1))
+            return _pid(connection)
+
+        outer_pid = app.run_single(outer)
+        assert inner[0] != outer_pid
+        assert job(db, inner[1])["args"] == {"n": 1}
+        assert app.run_single(_pid) == outer_pid  # and the single one is kept after
+    finally:
+        app.close()
+
+
+async def test_the_single_connection_is_dropped_when_a_call_leaves_a_transaction_open(
+    app: App, db: psycopg.Connection
+) -> None:
+    """A call that leaves its connection in a transaction (or interrupted, or broken) must
+    not hand that state to the next enqueue: the connection is closed, its transaction
+    rolled back, and the next call opens another."""
+    make_tasks(app)
+    left_open = app.run_single(lambda connection: (
+        connection.execute("BEGIN"),
+        connection.execute("INSERT INTO akadze.jobs (task, queue, args) VALUES ('t', 'q', '{}')"),
+        _pid(connection))[-1])
+    assert app.run_single(_pid) != left_open
+    assert app.run_single(lambda connection: connection.info.transaction_status.name) == "IDLE"
+    assert scalar(db, "SELECT count(*) FROM akadze.jobs") == 0
+    await wait_until(lambda: scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
+                                    (left_open,)) == 0)
+
+
+async def test_the_single_connection_is_replaced_after_its_lifetime(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("akadze_core.app.SINGLE_LIFETIME", 0.0)
+    make_tasks(app)
+    pids = [app.run_single(_pid) for _ in range(3)]
+    assert len(set(pids)) == 3
+
+
 # --- unique keys -----------------------------------------------------------------------------
 
 
