@@ -176,18 +176,25 @@ class _Plain(NamedTuple):
     # The app and conf the key names by id: kept alive with it, so no other object has
     # their ids while it exists.
     owners: tuple[Any, ...]
+    # Decided by what the key holds: whether calls are checked against the body's signature
+    # (typing), and whether delay() may come here directly (the class's apply_async is the
+    # stock one; an override is called, and reaches the kept call through super()).
+    typed: bool
+    direct: bool
 
 
 def _plain_key(task: Task, app: Celery, conf: Settings) -> tuple[Any, ...]:
     """What decides a plain call's configured core call. The app and conf by identity (a new
     Settings object starts its generation again); the router's answer is fixed while the
-    generation of conf is (``_keepable`` checked it is static); the task's class and its
-    overridable methods by identity, its attributes by value."""
+    generation of conf is (``_keepable`` checked it is static); the task's and the app's
+    classes and their overridable methods by identity (a method replaced on the class, a
+    mock, changes the key), the task's attributes by value."""
     cls = type(task)
     # The attributes as attrgetter's own tuple, nested: unpacking them into this one cost
     # as much again as the whole comparison.
     return (id(app), id(conf), conf.generation(), app.strict_typing, cls, cls.shadow_name,
-            cls._get_exec_options, _PLAIN_ATTRIBUTES(task))
+            cls._get_exec_options, cls.apply_async, type(app).send_task,
+            _PLAIN_ATTRIBUTES(task))
 
 
 def _plain_now(args: Any, kwargs: Any) -> bool:
@@ -216,15 +223,18 @@ def send_plain(task: Task, kept: _Plain, args: Any, kwargs: Any) -> AsyncResult 
     full path then handles it)."""
     app = task.app
     conf = app.conf
+    # The key holds the classes' methods; what is set on the instances is looked at here.
     if kept.key != _plain_key(task, app, conf) or not _plain_now(args, kwargs) \
-            or "shadow_name" in task.__dict__ or not _stock_send_task(app):
+            or "shadow_name" in task.__dict__ or "send_task" in app.__dict__:
         return None
-    if task.typing if task.typing is not None else app.strict_typing:
+    if kept.typed:
         task.check_arguments(args, kwargs)
     if conf["task_always_eager"]:
         return None
     try:
-        job_id = int(kept.call.enqueue(args=list(args or ()), kwargs=dict(kwargs or {})))
+        # Tuples encode as the lists Celery sends; nothing here keeps or changes them.
+        job_id = int(kept.call.enqueue(args=args if args is not None else (),
+                                       kwargs=kwargs if kwargs is not None else {}))
     except InvalidArgs as exc:
         raise EncodeError(str(exc)) from exc
     result = _late_imports()[1](str(job_id), app=app, task_name=str(task.name), job_id=job_id)
@@ -463,7 +473,10 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
             and parent is None and message_headers is None:
         # Checked again here: a receiver connected by another thread since _plain_key ran
         # may have added headers to this call's meta.
-        task_type.__dict__[PLAIN_CALL] = _Plain(plain_key, call, (app, conf))
+        typing = task_type.typing if task_type.typing is not None else app.strict_typing
+        task_type.__dict__[PLAIN_CALL] = _Plain(
+            plain_key, call, (app, conf), typed=bool(typing),
+            direct=not task_overrides(task_type, "apply_async"))
     if session is not None:
         call = call.using(session=session)
     try:

@@ -354,10 +354,10 @@ class Task:
         """``apply_async(args, kwargs)``: enqueue the task with these arguments."""
         kept = self.__dict__.get(PLAIN_CALL)
         # A plain call that the stock apply_async would send with the kept core call goes
-        # there directly; an apply_async overridden in a subclass or replaced on the task (a
-        # mock) is called as Celery calls it.
-        if kept is not None and not task_overrides(self, "apply_async") \
-                and "apply_async" not in self.__dict__:
+        # there directly; an apply_async overridden in a subclass (``kept.direct``, which
+        # the kept call's key keeps true) or replaced on the task (a mock) is called as
+        # Celery calls it.
+        if kept is not None and kept.direct and "apply_async" not in self.__dict__:
             sent = _publish().send_plain(self, kept, args, kwargs)
             if sent is not None:
                 return sent

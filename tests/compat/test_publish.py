@@ -345,6 +345,10 @@ def test_a_mocked_or_wrapped_send_task_still_sees_every_call(celery: Celery) -> 
         seen.delay(3)
     assert wrapped == ["proj.seen"]
     assert seen.delay(4).exists()  # and the stock method again once unpatched
+    seen.delay(5)  # a kept plain call from here on: a class patched later still sees calls
+    with mock.patch.object(Celery, "send_task", autospec=True) as again:
+        seen.delay(6)
+    assert again.call_args.args[1] == "proj.seen"
 
 
 def test_connection_and_transaction_options(celery: Celery, database_url: str,
@@ -507,6 +511,10 @@ def test_kept_plain_calls_go_through_an_overridden_apply_async_and_shadow_name(
     with mock.patch.object(mocked, "apply_async") as patched:
         mocked.delay(5)
     patched.assert_called_once_with((5,), {})
+    with mock.patch.object(type(mocked), "apply_async") as on_class:
+        mocked.delay(6)
+    on_class.assert_called_once_with((6,), {})
+    assert counted.delay().exists() and len(sent) == 4  # an override, kept: still called
 
 
 def test_repeated_plain_calls_equal_the_full_path(database_url: str,
