@@ -71,6 +71,7 @@ class ThreadRunner:
             if item is None:
                 return
             future, func, args, kwargs = item
+            outcome: tuple[asyncio.Future[Any], Any, BaseException | None]
             try:
                 outcome = (future, func(*args, **kwargs), None)
             except BaseException as exc:  # SystemExit from a body is its outcome, not ours
