@@ -1,9 +1,11 @@
 """Write run outcomes in batches (River's completer): one fenced UPDATE per flush.
 
-Outcomes that arrive while a flush is in flight are written together by the next one, so an
-idle worker writes at once and a busy one batches by itself. A transient failure keeps the
-batch and retries it with backoff: the write is fenced, so retrying can never clobber a newer
-run, and the job is never re-run just because its outcome was slow to land.
+Outcomes that arrive while a flush is in flight are written together by the next one, and the
+first outcome after an idle spell waits ``GATHER`` seconds for the others finishing with it,
+so a busy worker batches by itself and an idle one writes within a couple of milliseconds.
+A transient failure keeps the batch and retries it with backoff: the write is fenced, so
+retrying can never clobber a newer run, and the job is never re-run just because its outcome
+was slow to land.
 """
 
 from __future__ import annotations
@@ -26,13 +28,20 @@ logger = logging.getLogger("akadze.worker")
 Connect = Callable[[], Any]  # returns an async context manager yielding a connection
 Written = Callable[[Sequence[Outcome], list[dict[str, Any]]], None]
 
+#: Seconds the first outcome after an idle spell waits before its flush. Without it a pool
+#: of a few processes finishing a job every half millisecond wrote one or two outcomes per
+#: flush, each its own commit: 2 ms cut the database's CPU per job by a tenth (prefork,
+#: -c 2). Only the write waits: the job's slot is free as soon as its run ends.
+GATHER = 0.002
+
 
 class Completer:
     """Batches outcomes and writes them with ``job_complete_many``."""
 
     def __init__(self, connection: Connect, on_written: Written, max_batch: int = 1000,
-                 retry_cap: float = 5.0) -> None:
+                 retry_cap: float = 5.0, gather: float = GATHER) -> None:
         self._connection = connection
+        self._gather = gather
         self._on_written = on_written
         self._max_batch = max_batch
         self._retry_cap = retry_cap
@@ -67,6 +76,8 @@ class Completer:
                     return
                 self._arrived.clear()
                 await self._arrived.wait()
+                if self._gather > 0 and not self._closing:
+                    await asyncio.sleep(self._gather)
                 continue
             batch = self._pending[: self._max_batch]
             try:
