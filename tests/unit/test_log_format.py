@@ -1,0 +1,26 @@
+"""The CLI's log formatter writes exactly what ``logging.Formatter`` writes."""
+
+from __future__ import annotations
+
+import logging
+
+from akadze_core.cli import LOG_FORMAT, _ScrubbingFormatter
+
+
+def _record(created: float) -> logging.LogRecord:
+    record = logging.LogRecord("akadze.worker", logging.INFO, __file__, 1,
+                               "job %s succeeded", (7,), None)
+    record.created = created
+    record.msecs = (created - int(created)) * 1000
+    return record
+
+
+def test_lines_equal_the_stock_formatters_within_and_across_seconds() -> None:
+    ours, stock = _ScrubbingFormatter(LOG_FORMAT), logging.Formatter(LOG_FORMAT)
+    # Within one second, into the next, back to an earlier one (another thread's record
+    # formatted late), across midnight and a year end.
+    for created in (1_764_583_200.001, 1_764_583_200.999, 1_764_583_201.5, 1_764_583_200.25,
+                    1_764_633_599.9995, 1_764_633_600.0, 1_767_225_599.5, 1_767_225_600.5):
+        record = _record(created)
+        assert ours.format(record) == stock.format(record)
+        assert ours.formatTime(record, "%H:%M") == stock.formatTime(record, "%H:%M")
