@@ -525,7 +525,9 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
               help="Touched when the worker is up, removed when it stops.")
 @click.option("--processes", "-p", type=click.IntRange(min=1), metavar="N",
               help="Run bodies in N child processes (for CPU-bound sync tasks); this "
-                   "process still claims and writes outcomes. At most N run at once.")
+                   "process still claims and writes outcomes. At most N run at once, and "
+                   "N are claimed unless --slots says how many to hold per queue (the "
+                   "rest wait for a free process).")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
               default="INFO", show_default=True)
 @click.pass_context
@@ -551,8 +553,11 @@ def worker_command(ctx: click.Context, app_spec: str, queues: tuple[str, ...],
         processes = settings.pop("processes")
         kwargs = {name: value for name, value in settings.items() if value is not None}
         if processes:
-            kwargs.setdefault("slots", processes)
-            kwargs["max_running"] = processes
+            if "slots" not in kwargs:
+                # Nothing claimed ahead: at most N jobs held, all of them running. With
+                # --slots M, M per queue are held and those beyond N wait for a process.
+                kwargs["slots"] = processes
+                kwargs["max_running"] = processes
             kwargs["process_pool"] = ProcessPool(
                 processes, [sys.executable, "-m", "akadze_core.cli", *sys.argv[1:]])
         try:

@@ -125,11 +125,17 @@ def test_sigterm_stops_the_children_too(app: App, db: psycopg.Connection, start)
 
 def test_jobs_claimed_ahead_of_a_process_that_dies_run_elsewhere_unspent(
         app: App, db: psycopg.Connection, start) -> None:
+    # Queued before the worker starts, so its first claim takes all four (--slots 4) while
+    # its one process runs the first: the other three are held ahead of the process.
+    with psycopg.connect(db.info.dsn) as connection:
+        crash = app.tasks["maybe_die"].configure(
+            max_attempts=1, priority=-1).using(session=connection).enqueue(die=True)
+        behind = [app.tasks["whoami"].using(session=connection).enqueue() for _ in range(3)]
     start("--processes", "1", "--slots", "4")
-    crash = app.tasks["maybe_die"].configure(max_attempts=1).enqueue(die=True)
-    behind = [app.tasks["whoami"].enqueue() for _ in range(3)]
     wait_until(lambda: finished(db, crash, *behind), what="the jobs to end", timeout=30)
     assert job(db, crash)["errors"][0]["type"] == "ProcessLost"
+    claimed_at = {job(db, job_id)["started_at"] for job_id in (crash, *behind)}
+    assert len(claimed_at) == 1, claimed_at  # one claim statement: three were held ahead
     for job_id in behind:  # claimed ahead, they wait for the replacement: no attempt spent
         row = job(db, job_id)
         assert (row["state"], row["run_count"], row["errors"]) == ("succeeded", 1, []), row
