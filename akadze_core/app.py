@@ -392,6 +392,9 @@ class App:
         """
         lock = self._single_lock
         if not lock.acquire(blocking=False):
+            # getconn/putconn rather than pool.connection(): that context manager's generator,
+            # timing and commit() on an autocommit connection cost more, and putconn alone
+            # brings a connection back to idle or discards it.
             pool = self.pool()
             pooled = pool.getconn()
             try:

@@ -132,8 +132,9 @@ def _cursor_for(connection: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
 
 
 def _insert_pooled(app: App, params: dict[str, Any]) -> int:
-    """Insert one job on the app's kept pooled connection (autocommit: one statement, one
-    transaction; see ``App.run_single``), through the cursor kept for that connection."""
+    """Insert one job on the app's single-call connection, or a pooled one while another
+    thread uses it (autocommit: one statement, one transaction; see ``App.run_single``),
+    through the cursor kept for that connection."""
     return app.run_single(
         lambda connection: database.insert_job_params(_cursor_for(connection), params))
 
