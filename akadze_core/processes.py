@@ -96,10 +96,8 @@ class _Child:
     writer: asyncio.WriteTransport
     started: float = field(default_factory=time.monotonic)
     done: int = 0
-    # The runs sent to it, in order: the first is running (since ``head_since``), the
-    # others wait in its pipe.
+    # The runs sent to it, in order: the first is running, the others wait in its pipe.
     sent: collections.deque[_Run] = field(default_factory=collections.deque)
-    head_since: float = 0.0
     timer: asyncio.TimerHandle | None = None
     timed_out: float | None = None  # the timeout that ended it
     retiring: bool = False
@@ -260,7 +258,6 @@ class ProcessPool:
 
     def _started(self, child: _Child) -> None:
         """The first job sent to ``child`` starts now: its timeout starts too."""
-        child.head_since = time.monotonic()
         timeout = child.sent[0].timeout
         if timeout is not None:
             child.timer = asyncio.get_running_loop().call_later(
