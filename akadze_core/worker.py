@@ -135,7 +135,8 @@ class Worker:
             raise ValueError("max_running must be at least 1")
         self.max_running = max_running
         #: Run bodies in these child processes (Celery's prefork) instead of this process;
-        #: the worker starts and closes it. Give it as many processes as slots.
+        #: the worker starts and closes it. Give it as many processes as slots. While its
+        #: runs are short it may take jobs beyond the slots (``ProcessPool.ahead``).
         self.process_pool = process_pool
         #: The level of the one line per finished run (the Celery facade, which logs
         #: Celery's own lines, lowers it to DEBUG).
@@ -533,9 +534,11 @@ class Worker:
                     break  # the queue is drained; a full claim means claim again at once
 
     def _free(self, queue: str) -> int:
-        free = self.slots[queue] - self._busy[queue]
+        # A process pool of short runs may take jobs ahead of its slots (ProcessPool.ahead).
+        ahead = self.process_pool.ahead if self.process_pool is not None else 0
+        free = self.slots[queue] + ahead - self._busy[queue]
         if self.max_running is not None:
-            free = min(free, self.max_running - len(self._running))
+            free = min(free, self.max_running + ahead - len(self._running))
         return free
 
     def _start_run(self, row: dict[str, Any]) -> None:

@@ -37,6 +37,12 @@ def hang() -> None:
     time.sleep(3600)
 
 
+@app.task("hang_2s", timeout=2.0)
+def hang_2s() -> None:
+    """``hang`` with time to look at the worker while it runs."""
+    time.sleep(3600)
+
+
 @app.task("in_tx")
 def in_tx() -> None:
     """Completes itself inside a transaction of its own (complete_tx in a child)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -139,3 +140,34 @@ def test_jobs_claimed_ahead_of_a_process_that_dies_run_elsewhere_unspent(
     for job_id in behind:  # claimed ahead, they wait for the replacement: no attempt spent
         row = job(db, job_id)
         assert (row["state"], row["run_count"], row["errors"]) == ("succeeded", 1, []), row
+
+
+def test_short_runs_let_the_worker_claim_ahead_until_a_body_runs_long(
+        app: App, db: psycopg.Connection, start) -> None:
+    start("--processes", "2", "--slots", "2")
+    warm = [app.tasks["whoami"].enqueue() for _ in range(30)]
+    wait_until(lambda: finished(db, *warm), what="the short jobs to finish", timeout=30)
+    # Thirty short runs in a row: the next claim takes many more than the two slots.
+    with psycopg.connect(db.info.dsn) as connection:
+        long = app.tasks["hang_2s"].configure(max_attempts=1, priority=-1).using(
+            session=connection).enqueue()
+        short = [app.tasks["maybe_die"].using(session=connection).enqueue()
+                 for _ in range(10)]
+    wait_until(lambda: finished(db, *short), what="the jobs held ahead to run", timeout=30)
+    assert len({job(db, job_id)["started_at"] for job_id in (long, *short)}) == 1
+    time.sleep(0.05)
+    # It has been running past SHORT: no more claiming ahead, one job per free slot.
+    with psycopg.connect(db.info.dsn) as connection:
+        later = [app.tasks["maybe_die"].using(session=connection).enqueue()
+                 for _ in range(5)]
+    wait_until(lambda: finished(db, *later), what="the later jobs to run", timeout=30)
+    wait_until(lambda: finished(db, long), what="the long job to time out", timeout=30)
+    assert job(db, long)["errors"][0]["type"] == "JobTimeout"
+    rows = [job(db, job_id) for job_id in later]
+    assert max(row["finished_at"] for row in rows) < job(db, long)["finished_at"]
+    assert len({row["started_at"] for row in rows}) == 5, rows
+    # Its process ended with it: claiming ahead waits for a new streak of short runs.
+    with psycopg.connect(db.info.dsn) as connection:
+        after = [app.tasks["maybe_die"].using(session=connection).enqueue() for _ in range(4)]
+    wait_until(lambda: finished(db, *after), what="the jobs after it to run", timeout=30)
+    assert len({job(db, job_id)["started_at"] for job_id in after}) >= 2
