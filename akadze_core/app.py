@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import threading
 import time
 import weakref
@@ -37,6 +38,26 @@ T = TypeVar("T")
 #: and gives back the server memory a backend accumulates.
 SINGLE_LIFETIME = 3600.0
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+
+
+def _after_fork() -> None:
+    """In a forked child, every App lets go of its parent's connections unclosed.
+
+    They are the parent's sockets: a statement sent on one would interleave two processes'
+    messages on one session, and closing one (psycopg sends Terminate) would end the
+    parent's session. Dropped, they are not closed: psycopg finishes a connection on garbage
+    collection only in the process that opened it. The locks are new too, since one held
+    by another thread at the fork would stay held in the child. Each app opens connections
+    of its own on first use (gunicorn ``--preload``, multiprocessing's fork start method).
+    """
+    for app in list(_APPS):
+        app._no_connections()
+
+
+# Every App, so that _after_fork can find them (weak: an App may be dropped).
+_APPS: weakref.WeakSet[App] = weakref.WeakSet()
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere there is no fork
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _seconds(value: timedelta | float | int | None) -> float | None:
@@ -78,6 +99,11 @@ class App:
         self._redact_password: str | None = None
         #: Declared schedules by name; every worker of this app enqueues their due runs.
         self.schedules: dict[str, Schedule] = {}
+        self._no_connections()
+        _APPS.add(self)
+
+    def _no_connections(self) -> None:
+        """Start with no connection: at creation, and in a forked child (``_after_fork``)."""
         self._lock = threading.Lock()
         self._pool: psycopg_pool.ConnectionPool | None = None
         # run_single's own connection (with when it was opened) and the lock that says who

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -452,6 +453,33 @@ async def test_the_single_connection_is_replaced_after_its_lifetime(
     make_tasks(app)
     pids = [app.run_single(_pid) for _ in range(3)]
     assert len(set(pids)) == 3
+
+
+def test_a_forked_child_connects_on_its_own_and_leaves_the_parents_sessions_alone(
+    app: App, db: psycopg.Connection
+) -> None:
+    """After a fork (gunicorn --preload, multiprocessing's fork), a statement on the
+    parent's connection would interleave both processes' messages on one session: the
+    child opens its own, and its exit does not end the parent's."""
+    send = make_tasks(app)
+    first = send.enqueue(n=0)
+    single, pooled = app.run_single(_pid), app.run_sync(_pid)
+    child = os.fork()
+    if child == 0:  # the child: no pytest here, only an exit code
+        code = 1
+        try:
+            backends = {app.run_single(_pid), app.run_sync(_pid)}
+            job_id = send.enqueue(n=1)
+            code = 0 if backends.isdisjoint({single, pooled}) and job_id > first else 3
+            app.close()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert (app.run_single(_pid), app.run_sync(_pid)) == (single, pooled)
+    assert send.enqueue(n=2) > first
+    rows = db.execute("SELECT (args->>'n')::int FROM akadze.jobs ORDER BY id").fetchall()
+    assert [n for (n,) in rows] == [0, 1, 2]
 
 
 # --- unique keys -----------------------------------------------------------------------------
