@@ -16,6 +16,8 @@ from typing import Any
 
 from kombu.utils import json as kombu_json
 
+from akadze_core.serialization import strict_dumps
+
 from .exceptions import ImproperlyConfigured
 
 __all__ = ["check_accept_content", "check_serializer", "dumps", "loads", "revive"]
@@ -38,18 +40,16 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON (Postgres cannot store it)")
 
 
-# The stdlib's encoder with dumps()'s options, made once. kombu's encoder differs from it
-# only in its default(), which the C encoder calls for objects of no JSON type: for values of
-# plain JSON types both write the same text. kombu.utils.json.dumps builds a new encoder
-# class instance per call (about a third of a plain delay()'s Python time), so plain values
-# take this one and only a TypeError (some datetime, UUID, Decimal...) goes to kombu's.
-_PLAIN_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
-
-
 def dumps(value: Any) -> str:
     """Encode ``value`` as compact JSON with kombu's type markers; NaN/Infinity refused."""
+    # The engine's strict_dumps is the stdlib's encoder with these options, made once.
+    # kombu's encoder differs from it only in its default(), which the C encoder calls for
+    # objects of no JSON type: for plain JSON values both write the same text. kombu's
+    # dumps builds a new encoder per call (about a third of a plain delay()'s Python time),
+    # so plain values take the engine's and only a TypeError (some datetime, UUID,
+    # Decimal...) goes to kombu's.
     try:
-        return _PLAIN_ENCODER.encode(value)
+        return strict_dumps(value)
     except TypeError:  # a type only kombu's default() knows, or an error kombu raises too
         return kombu_json.dumps(value, allow_nan=False, ensure_ascii=False,
                                 separators=(",", ":"))
