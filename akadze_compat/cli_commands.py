@@ -88,7 +88,7 @@ def _inspect_ping(app: Any) -> dict[str, Any]:
 
 
 def _inspect_reserved(app: Any) -> dict[str, Any]:
-    # The database does not tell a prefork worker's prefetched tasks from the running ones:
+    # The database does not tell a worker's prefetched tasks from the running ones:
     # both are claimed (they are listed by active).
     return {name: [] for name in live_nodes(app.core)}
 

@@ -147,12 +147,12 @@ def _banner(app: Any, settings: WorkerSettings, core: Any) -> None:
 
 def _worker(core: Any, settings: WorkerSettings, slots: int,
             on_startup: list[Callable[[dict[str, Any]], Any]],
-            process_pool: ProcessPool | None = None) -> Worker:
+            process_pool: ProcessPool | None = None, concurrency: int | None = None) -> Worker:
     try:
         # Celery's -c is a total across queues: slots per queue, capped by max_running.
         return Worker(core, queues=settings.queues, slots=slots, max_running=slots,
                       name=settings.hostname, on_startup=on_startup,
-                      process_pool=process_pool,
+                      process_pool=process_pool, concurrency=concurrency,
                       # Celery's own "Task ... succeeded/raised/retry" lines say it at INFO.
                       outcome_log_level=logging.DEBUG, **settings.worker_kwargs)
     except ValueError as exc:
@@ -197,13 +197,13 @@ def _run_single(app: Any, settings: WorkerSettings, instance: WorkController,
         signals.worker_ready.send(sender=instance)
         logger.info("%s ready.", settings.hostname)
 
-    slots = 1 if settings.pool == "solo" else settings.concurrency
-    pool = None
+    bodies = 1 if settings.pool == "solo" else settings.concurrency
+    slots = prefetch_slots(bodies, settings.prefetch_multiplier,
+                           bool(app.conf.get("task_acks_late")))
     if settings.pool == "prefork":
-        pool = _process_pool(settings, invocation)
-        slots = prefork_slots(settings.concurrency, settings.prefetch_multiplier,
-                              bool(app.conf.get("task_acks_late")))
-    worker = _worker(core, settings, slots, [ready], pool)
+        worker = _worker(core, settings, slots, [ready], _process_pool(settings, invocation))
+    else:  # threads: at most ``bodies`` run at once, the rest of the window waits for one
+        worker = _worker(core, settings, slots, [ready], concurrency=bodies)
 
     def on_signal(signum: int) -> None:
         cold = signum == signal.SIGQUIT or bool(received)
@@ -219,19 +219,21 @@ def _run_single(app: Any, settings: WorkerSettings, instance: WorkController,
     return 1 if code == 0 and "Cold" in received else code
 
 
-# --- prefork: this process claims, its children run the bodies ------------------------------
+def prefetch_slots(bodies: int, prefetch_multiplier: int, acks_late: bool) -> int:
+    """How many tasks a worker holds at once: Celery's prefetch window, in every pool.
 
-def prefork_slots(processes: int, prefetch_multiplier: int, acks_late: bool) -> int:
-    """How many tasks a prefork worker holds at once: Celery's prefetch window.
-
-    Claims (one statement for many) run ahead of the processes; a claimed task waits for a
-    free process, never queued behind a busy one. Celery's window counts the messages not
-    acknowledged yet, ``prefetch_multiplier`` per process. With early acknowledgement (its
-    default) a task is acknowledged when a process starts it, so each process also has one
-    running outside the window: "-c 10 may reserve at most 20 tasks" at a multiplier of 1,
-    in Celery's words. With ``task_acks_late`` running tasks stay in the window.
+    Claims (one statement for many) run ahead of the processes or threads; a claimed task
+    waits for a free one, never queued behind a busy one. Celery's window counts the
+    messages not acknowledged yet, ``prefetch_multiplier`` per process (or thread). With
+    early acknowledgement (its default) a task is acknowledged when it starts, so each
+    process also has one running outside the window: "-c 10 may reserve at most 20 tasks"
+    at a multiplier of 1, in Celery's words. With ``task_acks_late`` running tasks stay in
+    the window.
     """
-    return processes * prefetch_multiplier + (0 if acks_late else processes)
+    return bodies * prefetch_multiplier + (0 if acks_late else bodies)
+
+
+# --- prefork: this process claims, its children run the bodies ------------------------------
 
 
 def _process_pool(settings: WorkerSettings, invocation: list[str]) -> ProcessPool:

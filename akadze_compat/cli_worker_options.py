@@ -79,8 +79,8 @@ def worker_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--max-tasks-per-child", type=click.IntRange(min=1),
                      help="Replace a prefork process after this many tasks."),
         click.option("--prefetch-multiplier", type=click.IntRange(min=0),
-                     help="prefork: claim up to this many tasks per process; they wait for "
-                          "a free process.  [default: worker_prefetch_multiplier, 4]"),
+                     help="Claim up to this many tasks per process (or thread); they wait "
+                          "for a free one.  [default: worker_prefetch_multiplier, 4]"),
         click.option("--time-limit", type=float, help="Hard time limit of every task (s)."),
         click.option("--soft-time-limit", type=float, help="Soft time limit of every task (s)."),
         click.option("--purge", "--discard", "purge", is_flag=True,
@@ -130,7 +130,7 @@ class WorkerSettings:
     queues: list[str]
     include: list[str]
     max_tasks_per_child: int | None
-    #: prefork: tasks claimed per process (Celery's worker_prefetch_multiplier).
+    #: Tasks claimed per process or thread (Celery's worker_prefetch_multiplier).
     prefetch_multiplier: int
     time_limit: float | None
     soft_time_limit: float | None
@@ -223,7 +223,7 @@ def settings_from_options(app: Any, options: dict[str, Any], child: Any, *,
     prefetch = options.get("prefetch_multiplier")
     if prefetch is None:
         prefetch = conf.worker_prefetch_multiplier
-    if pool == "prefork" and int(prefetch) < 1:
+    if int(prefetch) < 1:
         # Celery's 0 means "no limit"; a claim needs one, so 0 keeps Celery's default.
         notes.append("worker_prefetch_multiplier 0 (no limit) is not supported: using 4")
         prefetch = 4

@@ -62,13 +62,13 @@ _IN_URL = "put it in broker_url, the Postgres URL (user, password, host, port, s
 _NO_EVENTS = ("there is no event stream (celery events, Flower): task states are rows in the "
               "database; use `akadze-compat inspect`")
 _NO_CHORDS = "there are no chords (canvas is not supported)"
-_PREFETCH = ("prefork only: as in Celery, the worker holds up to multiplier x processes tasks "
-             "claimed ahead, plus one running per process (with task_acks_late, running "
-             "tasks count in the multiplier); they count as started; a claimed task waits "
-             "for a free process, never a busy one; 0 (no limit) means 4. While every "
-             "recent run took under 10 ms it claims up to 16 more per process (about 20 ms "
-             "of their work), as Celery's guide advises a higher multiplier for short "
-             "tasks. The threads and solo pools claim only what they can run")
+_PREFETCH = ("every pool, as in Celery: the worker holds up to multiplier x processes (or "
+             "threads) tasks claimed ahead, plus one running per process (with "
+             "task_acks_late, running tasks count in the multiplier); they count as "
+             "started; a claimed task waits for a free process or thread, never a busy one; "
+             "0 (no limit) means 4. With prefork, while every recent run took under 10 ms "
+             "it claims up to 16 more per process (about 20 ms of their work), as Celery's "
+             "guide advises a higher multiplier for short tasks")
 _AT_LEAST_ONCE = ("delivery is always at least once: the job of a lost worker runs again "
                   "(what acks_late=True gives in Celery)")
 _FINAL_FAILURE = "a failed or timed-out task ends FAILURE; it is never put back in the queue"
@@ -140,7 +140,7 @@ _BY_SETTING: dict[str, Support] = {
     "result_chord_join_timeout": _i(_NO_CHORDS),
     "result_chord_retry_interval": _i(_NO_CHORDS),
     # --- task
-    "task_acks_late": _d(f"{_AT_LEAST_ONCE}; with prefork it only decides, as in Celery, "
+    "task_acks_late": _d(f"{_AT_LEAST_ONCE}; it only decides, as in Celery, "
                          "whether the running tasks count in the prefetch window "
                          "(worker_prefetch_multiplier)"),
     "task_acks_on_failure_or_timeout": _i(_FINAL_FAILURE),

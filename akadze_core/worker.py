@@ -105,6 +105,7 @@ class Worker:
         max_running: int | None = None,
         process_pool: ProcessPool | None = None,
         outcome_log_level: int = logging.INFO,
+        concurrency: int | None = None,
     ) -> None:
         self.app = app
         self.queues = list(dict.fromkeys(queues))
@@ -134,6 +135,12 @@ class Worker:
         if max_running is not None and max_running < 1:
             raise ValueError("max_running must be at least 1")
         self.max_running = max_running
+        #: At most this many bodies run at once (threads; Celery's -c): the runs beyond it
+        #: are claimed ahead and wait for one to end (Celery's prefetch). None: every
+        #: claimed run starts at once.
+        if concurrency is not None and concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.concurrency = concurrency
         #: Run bodies in these child processes (Celery's prefork) instead of this process;
         #: the worker starts and closes it. Give it as many processes as slots. While its
         #: runs are short it may take jobs beyond the slots (``ProcessPool.ahead``).
@@ -151,6 +158,9 @@ class Worker:
         self._scheduler = Scheduler(app) if schedules else None
         self.worker_id: int | None = None
         self._running: dict[int, _Run] = {}
+        # The concurrency gate, and the runs waiting at it (claimed, not started).
+        self._bodies = asyncio.Semaphore(concurrency) if concurrency is not None else None
+        self._gated: set[int] = set()
         self._busy = dict.fromkeys(self.queues, 0)
         # fair=True: the task of each queue's last fair claim, where the rotation goes on.
         self._fair_cursor: dict[str, str | None] = dict.fromkeys(self.queues)
@@ -307,8 +317,7 @@ class Worker:
         """Seed 000's stop: wait up to shutdown_timeout, then return what is left unspent."""
         # Jobs claimed ahead for the process pool and not started yet go back at once, as
         # Celery's warm shutdown releases its reserved (prefetched) tasks.
-        held_back = [run for run in self._running.values()
-                     if self.process_pool is not None and self.process_pool.waiting(run.job_id)]
+        held_back = [run for run in self._running.values() if self._waiting(run.job_id)]
         for run in held_back:
             run.future.cancel()
         await asyncio.gather(*(run.future for run in held_back), return_exceptions=True)
@@ -541,6 +550,12 @@ class Worker:
             free = min(free, self.max_running + ahead - len(self._running))
         return free
 
+    def _waiting(self, job_id: int) -> bool:
+        """Whether the run was claimed ahead and has not started (no body, no attempt)."""
+        if self.process_pool is not None:
+            return self.process_pool.waiting(job_id)
+        return job_id in self._gated
+
     def _start_run(self, row: dict[str, Any]) -> None:
         queue = row["queue"]
         self._busy[queue] += 1
@@ -552,6 +567,12 @@ class Worker:
         try:
             if self.process_pool is not None:
                 outcome = await self.process_pool.execute(self.app, row, self.worker_id)
+            elif self._bodies is not None:
+                await self._enter(row["id"], self._bodies)
+                try:
+                    outcome = await execute(self.app, row, self.worker_id, self._threads)
+                finally:
+                    self._bodies.release()
             else:
                 outcome = await execute(self.app, row, self.worker_id, self._threads)
         except asyncio.CancelledError as exc:
@@ -575,6 +596,14 @@ class Worker:
             logger.log(self.outcome_log_level,
                        "job %s %s succeeded in %.3fs (attempt %s, completed in transaction)",
                        run.job_id, run.task, time.monotonic() - run.started, run.attempt)
+
+    async def _enter(self, job_id: int, bodies: asyncio.Semaphore) -> None:
+        """Wait for a body slot (first come, first served)."""
+        self._gated.add(job_id)
+        try:
+            await bodies.acquire()
+        finally:
+            self._gated.discard(job_id)
 
     def _outcomes_written(self, batch: Any, rows: list[dict[str, Any]]) -> None:
         changed = {(row["id"], row["run_count"]): row["state"] for row in rows}

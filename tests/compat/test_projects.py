@@ -7,6 +7,7 @@ database once they connect. Each worker works on its own queues, so they never s
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
@@ -287,18 +288,20 @@ def test_prefork_prefetches_but_a_claimed_task_waits_for_a_free_process(
 # plainproj's celeryconfig sets worker_prefetch_multiplier = 1 and task_acks_late = True; the
 # option overrides the first, PLAINPROJ_ACKS_LATE the second. As in Celery, with early
 # acknowledgement the running task is outside the window: one process holds multiplier + 1.
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
 @pytest.mark.parametrize(("multiplier", "acks_late", "claimed"),
                          [(None, True, 1), ("3", True, 3), (None, False, 2)])
-def test_prefork_prefetch_multiplier_bounds_the_claimed_tasks(
+def test_prefetch_multiplier_bounds_the_claimed_tasks(
         projects: dict[str, Any], module_database_url: str, spawn_compat: SpawnCompat,
-        db: psycopg.Connection, multiplier: str | None, acks_late: bool, claimed: int) -> None:
+        db: psycopg.Connection, multiplier: str | None, acks_late: bool, claimed: int,
+        pool: str) -> None:
     from plainproj.reports.tasks import nap
 
     projects["plain"].set_current()
-    queue = f"prefetch{multiplier or 'conf'}{'late' if acks_late else 'early'}"
+    queue = f"prefetch{multiplier or 'conf'}{'late' if acks_late else 'early'}{pool}"
     options = ["--prefetch-multiplier", multiplier] if multiplier else []
-    worker = spawn_compat("-b", module_database_url, "-A", "plainproj", "worker", "-c", "1",
-                          *options, "-Q", queue, "-l", "INFO",
+    worker = spawn_compat("-b", module_database_url, "-A", "plainproj", "worker", "-P", pool,
+                          "-c", "1", *options, "-Q", queue, "-l", "INFO",
                           env={"PLAINPROJ_ACKS_LATE": "1" if acks_late else "0"})
     worker.wait_ready()
     results = [nap.apply_async((0.6,), queue=queue) for _ in range(4)]
@@ -341,17 +344,41 @@ def test_prefork_short_tasks_sent_behind_one_that_ends_its_process_run_elsewhere
             "succeeded", 1, 1, []), row
 
 
-def test_prefork_warm_shutdown_hands_back_the_tasks_claimed_ahead(
+def test_threads_pool_holds_the_prefetch_window_and_runs_c_bodies_at_once(
         projects: dict[str, Any], module_database_url: str, spawn_compat: SpawnCompat,
         db: psycopg.Connection) -> None:
     from plainproj.reports.tasks import nap
 
     projects["plain"].set_current()
-    worker = spawn_compat("-b", module_database_url, "-A", "plainproj", "worker", "-c", "1",
-                          "--prefetch-multiplier", "3", "-Q", "warmq", "-l", "INFO")
+    worker = spawn_compat("-b", module_database_url, "-A", "plainproj", "worker", "-P",
+                          "threads", "-c", "1", "--prefetch-multiplier", "3", "-Q", "threadq",
+                          "-l", "INFO")
     worker.wait_ready()
-    results = [nap.apply_async((1.5,), queue="warmq") for _ in range(3)]
-    wait_until(lambda: _running(db, "warmq") == 3, timeout=20)
+    results = [nap.apply_async((0.5,), queue="threadq") for _ in range(5)]
+    # plainproj acknowledges late: the window of 3 holds the running one and two claimed
+    # ahead, as Celery's threads pool reserves them.
+    wait_until(lambda: _running(db, "threadq") == 3, timeout=20)
+    assert max(_running(db, "threadq") for _ in range(20)) == 3
+    assert [result.get(timeout=20) for result in results] == ["slept 0.5"] * 5
+    # One body at a time: each outcome lands about a body's time after the one before.
+    ended = sorted(job(db, int(result.id))["finished_at"] for result in results)
+    assert all(later - earlier > timedelta(seconds=0.4)
+               for earlier, later in itertools.pairwise(ended)), ended
+
+
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_warm_shutdown_hands_back_the_tasks_claimed_ahead(
+        projects: dict[str, Any], module_database_url: str, spawn_compat: SpawnCompat,
+        db: psycopg.Connection, pool: str) -> None:
+    from plainproj.reports.tasks import nap
+
+    projects["plain"].set_current()
+    queue = f"warm{pool}"
+    worker = spawn_compat("-b", module_database_url, "-A", "plainproj", "worker", "-P", pool,
+                          "-c", "1", "--prefetch-multiplier", "3", "-Q", queue, "-l", "INFO")
+    worker.wait_ready()
+    results = [nap.apply_async((1.5,), queue=queue) for _ in range(3)]
+    wait_until(lambda: _running(db, queue) == 3, timeout=20)
     worker.terminate(signal.SIGTERM)
     assert worker.wait_exit() == 0, worker.log()
     # The running task finished; the two claimed ahead went back unspent, never started.

@@ -156,6 +156,31 @@ async def test_slots_per_queue(app: App, db: psycopg.Connection) -> None:
     assert peaks == {"a": 1, "b": 3}
 
 
+async def test_concurrency_bounds_the_bodies_and_the_slots_beyond_it_wait(
+        app: App, db: psycopg.Connection) -> None:
+    started: list[int] = []
+    ended: set[int] = set()
+
+    @app.task("long")
+    async def long() -> None:
+        started.append(current().id)
+        await asyncio.sleep(0.25)
+        ended.add(current().id)
+
+    long.enqueue_many([{}] * 6)
+    peak_claimed = peak_bodies = 0
+    async with running(Worker(app, slots=3, concurrency=1, **FAST)):
+        while not all_succeeded(db):
+            claimed = running_bodies(db, ended).get("default", 0)
+            bodies = len(started) - len(ended)
+            peak_claimed, peak_bodies = max(peak_claimed, claimed), max(peak_bodies, bodies)
+            assert claimed <= 3 and bodies <= 1
+            await asyncio.sleep(0.01)
+    assert (peak_claimed, peak_bodies) == (3, 1)
+    with pytest.raises(ValueError, match="concurrency"):
+        Worker(app, concurrency=0)
+
+
 @pytest.mark.parametrize("fair", [False, True])
 async def test_a_claim_locks_no_more_rows_than_its_limit(
     app: App, db: psycopg.Connection, database_url: str, fair: bool
