@@ -26,7 +26,7 @@ import psycopg
 
 from . import database
 from .app import App
-from .cli_support import StderrHandler, exit_now
+from .cli_support import StderrHandler, cache_pid_in_log_records, exit_now
 from .control import request_cancel_sync, requeue_sync
 from .dberrors import fatal_message
 from .dsn import ENV_VAR, password_of, redact_password
@@ -126,9 +126,11 @@ def _logging_to_stderr(level: str) -> Iterator[None]:
     previous_level = root.level
     root.addHandler(handler)
     root.setLevel(level)
+    undo = cache_pid_in_log_records()
     try:
         yield
     finally:
+        undo()
         root.removeHandler(handler)
         root.setLevel(previous_level)
 

@@ -7,9 +7,49 @@ import contextlib
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
-__all__ = ["StderrHandler", "exit_now"]
+__all__ = ["StderrHandler", "cache_pid_in_log_records", "exit_now"]
+
+# This process's id, for log records (see cache_pid_in_log_records); a fork updates it.
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def cache_pid_in_log_records() -> Callable[[], None]:
+    """Make log records take the process id from a cache; returns the undo.
+
+    ``logging.LogRecord`` calls ``os.getpid()`` for every record, a system call since glibc
+    stopped caching it: 7 % of a core worker's samples at a line per job. Records still
+    carry the right ``process`` (a forked child updates the cache), built by whatever
+    record factory was installed. Nothing changes if process ids were turned off already.
+    """
+    if not logging.logProcesses:
+        return lambda: None
+    make = logging.getLogRecordFactory()
+
+    def record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        made = make(*args, **kwargs)
+        made.process = _pid
+        return made
+
+    logging.logProcesses = False  # the factory below fills it in
+    logging.setLogRecordFactory(record)
+
+    def undo() -> None:
+        logging.setLogRecordFactory(make)
+        logging.logProcesses = True
+
+    return undo
 
 
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
