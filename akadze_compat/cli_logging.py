@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from akadze_core.cli_support import StderrHandler
+from akadze_core.cli_support import StderrHandler, cache_pid_in_log_records
 
 from . import signals
 from .cli_support import secrets
@@ -77,6 +77,7 @@ def setup_worker_logging(app: Any, loglevel: int, logfile: str | None) -> bool:
     task_logger.propagate = False
     signals.after_setup_task_logger.send(sender=None, logger=task_logger, loglevel=loglevel,
                                          logfile=logfile, format=task_format, colorize=False)
+    cache_pid_in_log_records()  # for the worker's life: a line per task at INFO
     return True
 
 
