@@ -142,8 +142,9 @@ class Worker:
             raise ValueError("concurrency must be at least 1")
         self.concurrency = concurrency
         #: Run bodies in these child processes (Celery's prefork) instead of this process;
-        #: the worker starts and closes it. Give it as many processes as slots. While its
-        #: runs are short it may take jobs beyond the slots (``ProcessPool.ahead``).
+        #: the worker starts and closes it. Slots beyond its processes are claimed ahead
+        #: and wait for a free process; while its runs are short the worker may also take
+        #: jobs beyond the slots (``ProcessPool.ahead``).
         self.process_pool = process_pool
         #: The level of the one line per finished run (the Celery facade, which logs
         #: Celery's own lines, lowers it to DEBUG).
