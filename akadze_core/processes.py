@@ -329,13 +329,12 @@ class ProcessPool:
             run = child.sent.popleft()
             took, outcome = decode_answer(line)
             task = run.row["task"]
-            self._short_streak[task] = self._short_streak.get(task, 0) + 1 if took < SHORT \
-                else 0
             if took < SHORT:
+                self._short_streak[task] = self._short_streak.get(task, 0) + 1
                 self._short_in_row += 1
                 self._pace += (took - self._pace) * _PACE_WEIGHT
             else:
-                self._short_in_row = 0
+                self._short_streak[task] = self._short_in_row = 0
             child.done += 1
             if not run.future.done():
                 run.future.set_result(outcome)

@@ -122,18 +122,14 @@ def _compat_rows(results: dict[str, Any], options: argparse.Namespace) -> list[R
                     row.akadze = f"{rate(best[1].rate)} ({best[0]})"
                 else:
                     row.akadze = unavailable or "—"
-                if best is not None and isinstance(reference, DrainResult):
-                    ratio = best[1].rate / reference.rate
-                    row.ratio, row.verdict = times(ratio), verdict(ratio >= goal)
+                _versus(row, best[1] if best else None, reference, goal)
                 found.append(row)
                 # The strictest reading of the target: Celery's default pool on both sides.
                 same = drains.get("prefork")
                 row = Row(f"compat prefork vs {label}, the same pool",
                           rate(same.rate) if same else unavailable or "—",
                           row.comparison, target=f"≥ {goal:g}x")
-                if same is not None and isinstance(reference, DrainResult):
-                    ratio = same.rate / reference.rate
-                    row.ratio, row.verdict = times(ratio), verdict(ratio >= goal)
+                _versus(row, same, reference, goal)
             found.append(row)
     core = results.get("core")
     redis = celery.get("Redis prefork") if isinstance(celery, dict) else None
@@ -142,6 +138,13 @@ def _compat_rows(results: dict[str, Any], options: argparse.Namespace) -> list[R
                          f"{options.prefork}`", rate(core.rate), rate(redis.rate),
                          times(core.rate / redis.rate)))
     return found
+
+
+def _versus(row: Row, ours: DrainResult | None, reference: Any, goal: float) -> None:
+    """Fill ``row``'s ratio and verdict when both drains ran."""
+    if ours is not None and isinstance(reference, DrainResult):
+        ratio = ours.rate / reference.rate
+        row.ratio, row.verdict = times(ratio), verdict(ratio >= goal)
 
 
 def _enqueue_rows(results: dict[str, Any], sizes: Any) -> list[Row]:
