@@ -23,7 +23,7 @@ import psycopg
 from akadze_core import AkadzeError, password_of, redact_password
 from akadze_core.cli_support import exit_now
 
-from .exceptions import ImproperlyConfigured
+from .exceptions import CeleryCommandException, ImproperlyConfigured
 
 __all__ = ["PROG_NAME", "CliError", "Secrets", "error_line", "exit_now", "find_app",
            "host_format", "nodename", "report", "secrets", "warn"]
@@ -33,12 +33,11 @@ PROG_NAME = "akadze-compat"
 URL_VARIABLES = ("AKADZE_DATABASE_URL", "CELERY_BROKER_URL", "BROKER_URL", "DATABASE_URL")
 
 
-class CliError(click.ClickException):
+class CliError(CeleryCommandException):
     """An expected failure: printed as one ``akadze-compat: error: ...`` line, exit code 1."""
 
     def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+        super().__init__(message, exit_code)
 
 
 class Secrets:

@@ -364,4 +364,7 @@ class CeleryCommandException(ClickException):
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message=message)
-        self.exit_code = exit_code
+        # click 8.5 declares ``exit_code`` a ClassVar (one status per class), but Celery's
+        # signature takes it per instance: keep it in the instance's own dict, where click
+        # looks it up first, so that the code type-checks with old and new click alike.
+        vars(self)["exit_code"] = exit_code

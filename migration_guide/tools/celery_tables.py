@@ -11,8 +11,8 @@ public name of ``celery``, ``celery.exceptions``, ``celery.signals``, ``celery.r
 ``celery.schedules`` (plus ``celery.states``, ``celery.utils.log`` and the members of
 ``Celery``, ``Task`` and ``AsyncResult``). Celery is imported only in a child process run
 with Celery's own interpreter: ``--celery-python``, else ``$CELERY_PYTHON``, else
-``/tmp/celery-venv/bin/python`` (``python -m venv /tmp/celery-venv &&
-/tmp/celery-venv/bin/pip install celery==5.7.0``). This script is never imported by the
+``/tmp/akadze-celery-venv/bin/python`` (``python -m venv /tmp/akadze-celery-venv &&
+/tmp/akadze-celery-venv/bin/pip install celery==5.7.0``). This script is never imported by the
 package or the tests.
 
 What akadze does with each name:
@@ -42,7 +42,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "migration_guide"
-DEFAULT_CELERY_PYTHON = "/tmp/celery-venv/bin/python"
+DEFAULT_CELERY_PYTHON = "/tmp/akadze-celery-venv/bin/python"
 
 # Run in Celery's interpreter: prints what Celery has, as JSON.
 CELERY_SIDE = r'''

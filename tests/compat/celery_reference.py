@@ -1,7 +1,7 @@
 """Run snippets under a real Celery interpreter, for differential tests.
 
-The interpreter is ``$CELERY_PYTHON``, else ``/tmp/celery-venv/bin/python``; tests that need
-it are skipped when neither has Celery installed.
+The interpreter is ``differential.celery_python()``; tests that need it are skipped when it
+does not have Celery installed.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
+from . import differential
+
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CELERY_PYTHON = "/tmp/celery-venv/bin/python"
 
 
 def celery_python() -> str | None:
     """The interpreter with Celery, or None."""
-    candidate = os.environ.get("CELERY_PYTHON", DEFAULT_CELERY_PYTHON)
+    candidate = differential.celery_python()
     if not Path(candidate).exists():
         return None
     probe = subprocess.run([candidate, "-c", "import celery"], capture_output=True,
@@ -33,7 +34,7 @@ def run_celery(script: str) -> Any:
     """Run ``script`` (which prints one JSON document) under Celery; skip if unavailable."""
     python = celery_python()
     if python is None:
-        pytest.skip("no Celery interpreter (set CELERY_PYTHON)")
+        pytest.skip(differential.no_celery_reason(differential.celery_python()))
     completed = subprocess.run(
         [python, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)

@@ -1,7 +1,7 @@
 """Run ``celery_probe.py`` under Celery's interpreter and ours, for differential tests.
 
 Celery is not one of our dependencies: it lives in a separate virtualenv whose Python is
-``$CELERY_PYTHON`` (default ``/tmp/celery-venv/bin/python``). When that interpreter is
+``$CELERY_PYTHON`` (default: the one ``.ci/run`` builds, ``/tmp/akadze-celery-venv``). When it is
 missing, cannot import Celery, or has a Celery other than 5.7, the differential tests are
 skipped with the reason. Each interpreter runs the probe once per test session.
 """
@@ -20,7 +20,8 @@ import pytest
 
 #: The Celery release the facade is checked against (issue 3).
 CELERY_SERIES = "5.7."
-DEFAULT_CELERY_PYTHON = "/tmp/celery-venv/bin/python"
+#: The interpreter ``.ci/run`` (and the bench) build for Celery; CELERY_PYTHON overrides it.
+DEFAULT_CELERY_PYTHON = "/tmp/akadze-celery-venv/bin/python"
 PROBE = Path(__file__).with_name("celery_probe.py")
 REPOSITORY = Path(__file__).resolve().parents[2]
 TIMEOUT_SECONDS = 60
@@ -29,6 +30,13 @@ TIMEOUT_SECONDS = 60
 def celery_python() -> str:
     """The interpreter that has Celery installed."""
     return os.environ.get("CELERY_PYTHON", DEFAULT_CELERY_PYTHON)
+
+
+def no_celery_reason(python: str) -> str:
+    """The skip reason when ``python`` is missing: where it was looked for and how to make it."""
+    return (f"no Celery interpreter at {python}: `bash .ci/run` builds it (python3 -m venv "
+            f"/tmp/akadze-celery-venv && /tmp/akadze-celery-venv/bin/pip install "
+            f"celery==5.7.0), or set CELERY_PYTHON")
 
 
 def _run(python: str, *arguments: str) -> subprocess.CompletedProcess[str]:
@@ -57,7 +65,7 @@ def _celery_observations() -> tuple[dict[str, Any] | None, str]:
     """Celery's observations, or None and why they are unavailable (cached: one run)."""
     python = celery_python()
     if not Path(python).is_file():
-        return None, f"no Celery interpreter at {python} (set CELERY_PYTHON)"
+        return None, no_celery_reason(python)
     version = _run(python, "-c", "import celery; print(celery.__version__)")
     if version.returncode != 0:
         return None, f"{python} cannot import celery: {version.stderr.strip()[-500:]}"

@@ -445,7 +445,7 @@ def _next_cases() -> list[dict[str, Any]]:
 def _celery_answers(request: dict[str, Any]) -> dict[str, Any]:
     python = differential.celery_python()
     if not Path(python).is_file():
-        pytest.skip(f"no Celery interpreter at {python} (set CELERY_PYTHON)")
+        pytest.skip(differential.no_celery_reason(python))
     completed = subprocess.run([python, str(ORACLE)], input=json.dumps(request),
                                capture_output=True, text=True, timeout=120, check=False,
                                cwd=differential.REPOSITORY)
@@ -463,7 +463,7 @@ def _celery_answers(request: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def celery_answers() -> dict[str, Any]:
     if not Path(differential.celery_python()).is_file():  # before building the cases
-        pytest.skip(f"no Celery interpreter at {differential.celery_python()} (set CELERY_PYTHON)")
+        pytest.skip(differential.no_celery_reason(differential.celery_python()))
     rng = random.Random(7)
     generated = [{"fields": _random_fields(rng, False)} for _ in range(300)]
     request = {"construct": INVALID_CASES + ODD_VALID_CASES + generated,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.compat import differential
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 GUIDE = PROJECT_ROOT / "migration_guide"
@@ -20,9 +21,9 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 def test_the_generated_tables_are_up_to_date() -> None:
     """celery-settings.md and celery-api.md match what the generator writes today (it
     needs Celery 5.7 in its own interpreter, like the differential tests)."""
-    python = os.environ.get("CELERY_PYTHON", "/tmp/celery-venv/bin/python")
+    python = differential.celery_python()
     if not Path(python).is_file():
-        pytest.skip(f"no Celery interpreter at {python} (set CELERY_PYTHON)")
+        pytest.skip(differential.no_celery_reason(python))
     completed = subprocess.run([sys.executable, str(GENERATOR), "--check",
                                 "--celery-python", python], cwd=PROJECT_ROOT,
                                capture_output=True, text=True, timeout=300)
