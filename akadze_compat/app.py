@@ -217,11 +217,16 @@ class Celery:
                         "database as the queue", str(conf.result_backend).split("://")[0])
         expires = conf.result_expires
         failure_expires = conf.result_failure_expires
-        return CoreApp(url, default_queue=conf.task_default_queue or "celery",
+        core = CoreApp(url, default_queue=conf.task_default_queue or "celery",
                        succeeded_retention=retention(expires),
                        failed_retention=retention(failure_expires) if failure_expires
                        else timedelta(days=7),
                        json_dumps=serialization.dumps, json_loads=serialization.loads)
+        # A .delay() on a database without the schema names this facade's command, with the
+        # app's module when it has a real one (Celery("tasks") -> -A tasks).
+        project = self.main if self.main and self.main != "__main__" else "PROJECT"
+        core.migrate_command = f"akadze-compat -A {project} migrate"
+        return core
 
     def _register_core(self, task: _Task) -> None:
         core = self._core

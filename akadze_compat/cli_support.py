@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import socket
 import sys
 import traceback
@@ -22,6 +23,8 @@ import psycopg
 
 from akadze_core import AkadzeError, password_of, redact_password
 from akadze_core.cli_support import exit_now
+from akadze_core.dberrors import SCHEMA_ERRORS
+from akadze_core.migrations import MIGRATE_COMMAND, schema_missing
 
 from .exceptions import CeleryCommandException, ImproperlyConfigured
 
@@ -29,6 +32,8 @@ __all__ = ["PROG_NAME", "CliError", "Secrets", "error_line", "exit_now", "find_a
            "host_format", "nodename", "report", "secrets", "warn"]
 
 PROG_NAME = "akadze-compat"
+#: The commands the core and the app's own messages name for applying the schema.
+_MIGRATE_COMMANDS = re.compile(rf"`(?:{re.escape(MIGRATE_COMMAND)}|{PROG_NAME} -A \S+ migrate)`")
 #: Environment variables that may hold a database URL (their passwords are scrubbed).
 URL_VARIABLES = ("AKADZE_DATABASE_URL", "CELERY_BROKER_URL", "BROKER_URL", "DATABASE_URL")
 
@@ -89,13 +94,12 @@ def report(exc: BaseException) -> int:
     if isinstance(exc, click.ClickException):
         line = exc.format_message()
     elif isinstance(exc, ImproperlyConfigured | AkadzeError):
-        # The core names its own command; this one migrates as well.
-        line = str(exc).replace("`akadze migrate`", f"`{PROG_NAME} migrate`")
+        # The core names its own command (or the library's placeholder); this one migrates.
+        line = re.sub(_MIGRATE_COMMANDS, f"`{PROG_NAME} migrate`", str(exc))
     elif isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
         line = f"cannot connect to Postgres: {exc}"
-    elif isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName):
-        line = (f"the akadze schema is missing in this database ({exc}): "
-                f"run `{PROG_NAME} migrate` first")
+    elif isinstance(exc, SCHEMA_ERRORS):
+        line = str(schema_missing(command=f"{PROG_NAME} migrate"))  # the core's words, no SQL
     elif isinstance(exc, psycopg.Error):
         line = f"database error: {exc}"
     else:

@@ -21,7 +21,7 @@ from .dsn import configured_url, password_of, redact_password
 from .embedded import embedded_url
 from .errors import ConfigurationError
 from .jobs import Job
-from .migrations import migrate
+from .migrations import MIGRATE_COMMAND, migrate
 from .retry import BackoffPolicy
 from .schedules import Schedule
 from .serialization import DEFAULT_MAX_ARGS_BYTES, Dumps, Loads, strict_dumps
@@ -99,6 +99,9 @@ class App:
         self._redact_password: str | None = None
         #: Declared schedules by name; every worker of this app enqueues their due runs.
         self.schedules: dict[str, Schedule] = {}
+        #: The command that applies the schema, named by ``SchemaMissing`` when an enqueue or
+        #: a lookup finds no schema (the Celery facade names its own).
+        self.migrate_command = MIGRATE_COMMAND
         self._no_connections()
         _APPS.add(self)
 

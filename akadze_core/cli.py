@@ -198,7 +198,7 @@ class _Options:
     url_from_command_line: bool
 
 
-@click.group(name=PROG_NAME, cls=_AkadzeGroup,
+@click.group(name=PROG_NAME, cls=_AkadzeGroup, invoke_without_command=True,
              context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--database-url", envvar=ENV_VAR, show_envvar=True, metavar="URL",
               help="Postgres URL. Without one (and without the environment variable) the "
@@ -209,6 +209,11 @@ class _Options:
 @click.pass_context
 def cli(ctx: click.Context, database_url: str | None) -> None:
     """akadze: a Postgres-backed job queue."""
+    if ctx.invoked_subcommand is None:
+        # Bare `akadze`: the help, as `akadze --help` prints it (click would raise it as a
+        # usage error, which the one-line error handler squashes into a single line).
+        click.echo(ctx.get_help())
+        ctx.exit()
     _secrets.add_url(database_url)
     source = ctx.get_parameter_source("database_url")
     ctx.obj = _Options(database_url or None, source == click.core.ParameterSource.COMMANDLINE)

@@ -6,6 +6,10 @@ import psycopg
 import psycopg_pool
 
 from .errors import SchemaMissing
+from .migrations import schema_missing
+
+#: What a statement on akadze's tables raises when the schema was never applied.
+SCHEMA_ERRORS = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
 
 # Retry these: the server restarted or failed over, the connection dropped, it is full,
 # or the statement lost a deadlock / serialization race.
@@ -56,8 +60,8 @@ def fatal_message(exc: BaseException) -> str:
     if isinstance(exc, SchemaMissing):
         return str(exc)
     if isinstance(exc, psycopg.Error):
-        if exc.sqlstate in ("42P01", "3F000"):
-            return "the akadze schema is not applied: run `akadze migrate`"
+        if isinstance(exc, SCHEMA_ERRORS):
+            return str(schema_missing())
         if exc.sqlstate == "42501":
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else "permission denied"
             return f"permission denied: {first}"

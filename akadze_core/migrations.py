@@ -51,12 +51,22 @@ SCHEMA_EXISTS = "SELECT to_regclass('akadze.migrations') IS NOT NULL"
 SCHEMA_VERSION = "SELECT max(version) FROM akadze.migrations"
 
 
+#: The command that applies the schema, as the core's messages name it.
+MIGRATE_COMMAND = "akadze migrate"
+
+
+def schema_missing(version: int | None = None,
+                   command: str = MIGRATE_COMMAND) -> SchemaMissing:
+    """The one error for a schema that is not applied (``version`` None) or is older than
+    this code needs; every command and API call words it alike, naming ``command``."""
+    if version is None:
+        return SchemaMissing(f"the akadze schema is not applied to this database: run "
+                             f"`{command}`")
+    return SchemaMissing(f"the akadze schema is at version {version}, this akadze needs "
+                         f"{latest_version()}: run `{command}`")
+
+
 def check_version(version: int | None) -> None:
     """Raise ``SchemaMissing`` unless ``version`` is the one this code needs."""
-    if version is None:
-        raise SchemaMissing("the akadze schema is not applied: run `akadze migrate`")
-    if version < latest_version():
-        raise SchemaMissing(
-            f"the akadze schema is at version {version}, this akadze needs "
-            f"{latest_version()}: run `akadze migrate`"
-        )
+    if version is None or version < latest_version():
+        raise schema_missing(version)

@@ -99,8 +99,9 @@ class Schedule:
         expires: timedelta | float | None = None,
         meta: Mapping[str, Any] | None = None,
     ) -> Schedule:
-        """Validate everything now (ValueError, or ``InvalidArgs`` for args and meta), so a
-        mistake fails at import time rather than in every worker round."""
+        """Validate everything now (ValueError, ``InvalidArgs`` for args and meta, TypeError
+        for args the task's function cannot take), so a mistake fails at import time rather
+        than in every worker round."""
         task_object = task if isinstance(task, Task) else None
         task_name = _text(task.name if isinstance(task, Task) else task, "task name")
         if max_attempts is not None and max_attempts < 1:
@@ -118,6 +119,10 @@ class Schedule:
         )
         schedule.args_json(app)
         schedule.meta_json(app, EPOCH)
+        # A task named by string may live in another process; a Task's function is here.
+        target = task_object or app.tasks.get(task_name)
+        if target is not None:
+            target.check_call(schedule.args)
         return schedule
 
     def args_json(self, app: App) -> str:

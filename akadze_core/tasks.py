@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
 from . import database
 from .database import JobRequest
+from .dberrors import SCHEMA_ERRORS
+from .errors import SchemaMissing
+from .migrations import schema_missing
 from .retry import BackoffPolicy
 from .serialization import DEFAULT_MAX_ARGS_BYTES, Dumps, encode_args, strict_dumps
 
@@ -21,6 +24,7 @@ if TYPE_CHECKING:
     from .schedules import Schedule
     from .triggers import Trigger
 
+T = TypeVar("T")
 
 @dataclass(frozen=True)
 class EnqueueOptions:
@@ -139,6 +143,49 @@ def _insert_pooled(app: App, params: dict[str, Any]) -> int:
         lambda connection: database.insert_job_params(_cursor_for(connection), params))
 
 
+class CallCheck:
+    """Whether a job's arguments can ever be passed to the task's function.
+
+    A job's args are the function's keyword arguments (``func(**args)``), so a missing
+    required argument or an unknown one fails every attempt of the job at the worker. Checked
+    at enqueue instead, as Celery's ``.delay()`` checks a call against the signature: the
+    usual call costs two set comparisons of its keys; only a call that fails them is bound
+    with ``inspect.Signature.bind`` for its exact ``TypeError``.
+    """
+
+    __slots__ = ("_accepts_any", "_allowed", "_name", "_required", "_signature")
+
+    def __init__(self, name: str, func: Callable[..., Any]) -> None:
+        self._name = name
+        try:
+            signature: inspect.Signature | None = inspect.signature(func)
+        except (TypeError, ValueError):  # a builtin or callable object without one
+            signature = None
+        self._signature = signature
+        parameters = signature.parameters.values() if signature is not None else ()
+        keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        self._allowed = frozenset(p.name for p in parameters if p.kind in keyword)
+        # A positional-only parameter without a default can never be given by name: no
+        # keyword arguments satisfy it, and bind() says so.
+        self._required = frozenset(
+            p.name for p in parameters
+            if p.default is inspect.Parameter.empty and p.kind in (
+                *keyword, inspect.Parameter.POSITIONAL_ONLY))
+        self._accepts_any = signature is None or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+    def __call__(self, kwargs: Mapping[str, Any]) -> None:
+        """Raise ``TypeError`` (naming the task) if ``func(**kwargs)`` can never bind."""
+        keys = kwargs.keys()
+        if keys >= self._required and (self._accepts_any or keys <= self._allowed):
+            return
+        assert self._signature is not None  # a signature-less function accepts anything
+        try:
+            self._signature.bind(**kwargs)
+        except TypeError as exc:
+            raise TypeError(f"task {self._name!r} cannot take these arguments: {exc}") from None
+
+
 class TaskCall:
     """A task with enqueue options applied; made by ``Task.configure`` and ``Task.using``."""
 
@@ -217,6 +264,7 @@ class TaskCall:
         fixed = self._fixed
         if fixed is None or fixed[0] != defaults:
             fixed = self._fixed = (defaults, self._fixed_params())
+        task.check_call(kwargs)
         params = fixed[1].copy()
         params["args"] = _encode(kwargs, app.json_dumps, app.max_args_bytes)
         return params
@@ -235,26 +283,45 @@ class TaskCall:
         return params
 
     def request(self, kwargs: Mapping[str, Any]) -> JobRequest:
-        """Validate ``kwargs`` and build the row to insert (raises ``InvalidArgs``)."""
+        """Validate ``kwargs`` and build the row to insert (raises ``InvalidArgs``, or
+        ``TypeError`` for a call the task's function can never accept)."""
         return JobRequest(**self._insert_params(kwargs))
+
+    def _fixed_request_params(self) -> dict[str, Any]:
+        """``_insert_params`` without any args (``{}``) and without checking the call: the
+        row template of a bulk insert, whose jobs are checked one by one."""
+        params = self._fixed_params()
+        params["args"] = "{}"
+        return params
 
     def requests(self, kwargs_list: Iterable[Mapping[str, Any]]) -> tuple[JobRequest, list[str]]:
         """The bulk form of ``request``: one row template (the options, resolved and encoded
         once) and every job's validated args, as the JSON arrays of ``encode_many`` (the bulk
         path's hot loop)."""
-        template = self.request({})
+        template = JobRequest(**self._fixed_request_params())
+        items = kwargs_list if isinstance(kwargs_list, list) else list(kwargs_list)
+        check = self.task.check_call
+        for kwargs in items:
+            check(kwargs)
         app = self.task.app
-        return template, encode_many(kwargs_list, app.json_dumps, app.max_args_bytes)
+        return template, encode_many(items, app.json_dumps, app.max_args_bytes)
 
     def enqueue(self, **kwargs: Any) -> Any:
-        """Insert a job; returns its id (an awaitable of it when using an async session)."""
+        """Insert a job; returns its id (an awaitable of it when using an async session).
+
+        Raises ``InvalidArgs`` for arguments that cannot be stored, ``TypeError`` for a call
+        the registered function can never accept, ``SchemaMissing`` when the database has
+        no akadze schema; nothing is inserted then."""
         params = self._insert_params(kwargs)
         session = self.options.session
-        if session is None:
-            return _insert_pooled(self.task.app, params)
-        if isinstance(session, psycopg.AsyncConnection):
-            return database.insert_job_params_async(session, params)
-        return database.insert_job_params(session, params)
+        try:
+            if session is None:
+                return _insert_pooled(self.task.app, params)
+            if isinstance(session, psycopg.AsyncConnection):
+                return self._schema_checked(database.insert_job_params_async(session, params))
+            return database.insert_job_params(session, params)
+        except SCHEMA_ERRORS as exc:
+            raise self._schema_missing() from exc
 
     async def enqueue_async(self, **kwargs: Any) -> int:
         """Async insert of one job; returns its id."""
@@ -263,9 +330,9 @@ class TaskCall:
         if session is not None:
             if not isinstance(session, psycopg.AsyncConnection):
                 raise TypeError("enqueue_async needs an async session; use enqueue()")
-            return await database.insert_job_params_async(session, params)
-        return int(await self.task.app.run_async(
-            lambda connection: database.insert_job_params_async(connection, params)))
+            return await self._schema_checked(database.insert_job_params_async(session, params))
+        return int(await self._schema_checked(self.task.app.run_async(
+            lambda connection: database.insert_job_params_async(connection, params))))
 
     def enqueue_many(self, kwargs_list: Iterable[Mapping[str, Any]]) -> Any:
         """Insert many jobs in one statement; returns their ids in input order.
@@ -274,12 +341,15 @@ class TaskCall:
         """
         template, args = self.requests(kwargs_list)
         session = self.options.session
-        if isinstance(session, psycopg.AsyncConnection):
-            return database.insert_jobs_async(session, template, args)
-        if session is not None:
-            return database.insert_jobs(session, template, args)
-        return self.task.app.run_sync(
-            lambda connection: database.insert_jobs(connection, template, args))
+        try:
+            if isinstance(session, psycopg.AsyncConnection):
+                return self._schema_checked(database.insert_jobs_async(session, template, args))
+            if session is not None:
+                return database.insert_jobs(session, template, args)
+            return self.task.app.run_sync(
+                lambda connection: database.insert_jobs(connection, template, args))
+        except SCHEMA_ERRORS as exc:
+            raise self._schema_missing() from exc
 
     async def enqueue_many_async(self, kwargs_list: Iterable[Mapping[str, Any]]) -> list[int]:
         """Async twin of ``enqueue_many``."""
@@ -288,9 +358,21 @@ class TaskCall:
         if session is not None:
             if not isinstance(session, psycopg.AsyncConnection):
                 raise TypeError("enqueue_many_async needs an async session; use enqueue_many()")
-            return await database.insert_jobs_async(session, template, args)
-        return list(await self.task.app.run_async(
-            lambda connection: database.insert_jobs_async(connection, template, args)))
+            return await self._schema_checked(database.insert_jobs_async(session, template, args))
+        return list(await self._schema_checked(self.task.app.run_async(
+            lambda connection: database.insert_jobs_async(connection, template, args))))
+
+    def _schema_missing(self) -> SchemaMissing:
+        """The error an enqueue raises instead of psycopg's UndefinedTable: one line naming
+        the command that applies the schema, no SQL text."""
+        return schema_missing(command=self.task.app.migrate_command)
+
+    async def _schema_checked(self, insert: Awaitable[T]) -> T:
+        """``await insert``, with a missing schema raised as ``SchemaMissing``."""
+        try:
+            return await insert
+        except SCHEMA_ERRORS as exc:
+            raise self._schema_missing() from exc
 
 
 class Task(TaskCall):
@@ -318,6 +400,8 @@ class Task(TaskCall):
         self.backoff = backoff
         self.priority = priority
         self.is_async = inspect.iscoroutinefunction(func)
+        #: Raises ``TypeError`` for job arguments ``func`` can never take (see CallCheck).
+        self.check_call = CallCheck(name, func)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
 

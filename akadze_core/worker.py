@@ -312,7 +312,8 @@ class Worker:
             self.health_file.unlink(missing_ok=True)
         # A sync task's thread cannot be stopped; do not wait for it.
         self._threads.close()
-        logger.info("worker %s stopped", self.name)
+        if started:  # one that never started says why instead (the fatal line)
+            logger.info("worker %s stopped", self.name)
 
     async def _drain(self) -> None:
         """Seed 000's stop: wait up to shutdown_timeout, then return what is left unspent."""

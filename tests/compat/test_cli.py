@@ -184,6 +184,20 @@ def test_migrate_then_a_worker_on_an_empty_database(empty_database_url: str) -> 
     assert again.stdout.strip() == "schema already up to date: nothing to do"
 
 
+COMPAT_SCHEMA_LINE = ("akadze-compat: error: the akadze schema is not applied to this "
+                      "database: run `akadze-compat migrate`")
+
+
+def test_every_command_words_a_missing_schema_alike(empty_database_url: str) -> None:
+    """One line, the same in every command, naming this command's migrate and no SQL."""
+    for args in (["worker", "-P", "solo"], ["inspect", "active"], ["status"], ["purge", "-f"],
+                 ["result", "0f3c"], ["call", "plainproj.billing.tasks.charge"]):
+        done = run("-b", empty_database_url, "-A", "plainproj", *args)
+        assert done.returncode == 1, (args, done.stderr)
+        assert error_lines(done.stderr)[-1:] == [COMPAT_SCHEMA_LINE], (args, done.stderr)
+        assert "relation" not in done.stderr and "SELECT" not in done.stderr
+
+
 def test_beat_runs_only_the_scheduler(database_url: str, db: psycopg.Connection,
                                       tmp_path: Path) -> None:
     """`beat` enqueues the beat_schedule's ticks with no worker, and stops on SIGTERM."""

@@ -497,3 +497,39 @@ def test_without_any_url_the_embedded_postgres_serves(tmp_path: Path, spawn: Any
         if postmaster.exists():  # failed: do not leave the test's server running
             worker.stop()
             os.kill(int(postmaster.read_text().split()[0]), signal.SIGTERM)
+
+
+# --- one wording for a missing schema; bare `akadze` -------------------------------------------
+
+SCHEMA_LINE = ("akadze: error: the akadze schema is not applied to this database: run "
+               "`akadze migrate`")
+
+
+@pytest.mark.parametrize("args", [
+    ("jobs", "list"), ("jobs", "show", "1"), ("jobs", "cancel", "1"), ("jobs", "requeue", "1"),
+    ("stats",), ("schedules", f"{APP_MODULE}:app"),
+])
+def test_every_command_words_a_missing_schema_alike(empty_database_url: str,
+                                                    args: tuple[str, ...]) -> None:
+    result = run(*args, url=empty_database_url)
+    assert result.exit_code == 1
+    assert one_error_line(result) == SCHEMA_LINE  # no SQL text, no relation name
+
+
+def test_a_worker_that_never_started_does_not_say_it_stopped(empty_database_url: str,
+                                                             spawn: Any) -> None:
+    worker = spawn("worker", f"{APP_MODULE}:app", *FAST,
+                   env={"AKADZE_DATABASE_URL": empty_database_url})
+    assert worker.wait() == 1, worker.output
+    assert worker.output.strip().splitlines()[-1] == SCHEMA_LINE, worker.output
+    assert "stopped" not in worker.output and " started" not in worker.output
+
+
+def test_bare_akadze_prints_its_help_like_akadze_help() -> None:
+    bare = subprocess.run([sys.executable, "-m", "akadze_core.cli"], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=60)
+    asked = subprocess.run([sys.executable, "-m", "akadze_core.cli", "--help"],
+                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
+    assert bare.returncode == 0 and bare.stderr == ""
+    assert bare.stdout == asked.stdout
+    assert bare.stdout.startswith("Usage: akadze ") and len(bare.stdout.splitlines()) > 10
