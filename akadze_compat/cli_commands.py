@@ -36,6 +36,13 @@ def _state(ctx: click.Context) -> Any:
     return cli_state(ctx)
 
 
+def _existing(app: Any) -> Any:
+    """``app``, its database resolved without creating one: a command that only reads (or
+    deletes what waits) must not leave a new embedded Postgres where it was typed."""
+    app.core.resolve_database_url(create=False)
+    return app
+
+
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
@@ -205,6 +212,8 @@ def inspect_command(ctx: click.Context, command: str, timeout: float,
     state = _state(ctx)
     by_node = command in _BY_NODE
     app = state.load_app(required=command == "registered")
+    if command != "registered":  # the app's own task names: no database needed
+        _existing(app)
     replies = _only(INSPECT[command](app), destination, by_node)
     if by_node and not replies:
         raise CliError("No nodes replied: no worker heartbeat in the database",
@@ -227,7 +236,8 @@ def status_command(ctx: click.Context, timeout: float, destination: tuple[str, .
                    as_json: bool) -> None:
     """Show the worker nodes online (live heartbeats in the database)."""
     state = _state(ctx)
-    replies = _only(_inspect_ping(state.load_app(required=False)), destination, True)
+    replies = _only(_inspect_ping(_existing(state.load_app(required=False))), destination,
+                    True)
     if not replies:
         raise CliError("No nodes replied: no worker heartbeat in the database",
                        exit_code=EX_UNAVAILABLE)
@@ -255,7 +265,7 @@ def purge_command(ctx: click.Context, force: bool, queues: tuple[str, ...],
 
     Running tasks are not touched.
     """
-    core = _state(ctx).load_app(required=False).core
+    core = _existing(_state(ctx).load_app(required=False)).core
     names = split_names(queues)
     excluded = set(split_names(exclude_queues))
     if not names:
@@ -345,7 +355,7 @@ def result_command(ctx: click.Context, task_id: str, task: str | None, show_trac
     """Print the return value of a task (waiting for it to finish)."""
     from .exceptions import TimeoutError as CeleryTimeout
 
-    app = _state(ctx).load_app(required=False)
+    app = _existing(_state(ctx).load_app(required=False))
     result = app.AsyncResult(task_id, task_name=task)
     if show_traceback:
         click.echo(result.traceback)

@@ -70,7 +70,10 @@ class App:
     """Tasks and the database that queues them.
 
     ``App(url)`` uses that Postgres; ``App()`` reads ``AKADZE_DATABASE_URL`` and, when that is
-    not set either, starts the embedded Postgres under ``.akadze/`` and applies the schema.
+    not set either, starts the embedded Postgres of the project and applies the schema. It
+    lives in ``$AKADZE_HOME``, else in ``.akadze/`` of the project root (the nearest directory
+    upwards with ``pyproject.toml``, ``setup.py``, ``setup.cfg``, ``.git`` or ``.akadze/``),
+    else in ``$XDG_DATA_HOME/akadze`` (``~/.local/share/akadze``); see ``akadze_core.embedded``.
     """
 
     def __init__(
@@ -214,11 +217,21 @@ class App:
     @property
     def database_url(self) -> str:
         """The Postgres URL, starting the embedded server (and migrating it) if none is set."""
+        return self.resolve_database_url()
+
+    def resolve_database_url(self, *, create: bool = True) -> str:
+        """The Postgres URL: the app's, else ``AKADZE_DATABASE_URL``, else the embedded
+        Postgres of this project (started, and migrated, on first use).
+
+        With ``create=False`` (commands that only read) an embedded database that does not
+        exist yet is not made: ``NoDatabaseError`` says where it would live. The URL is
+        kept, so later calls (and ``database_url``) return it without looking again.
+        """
         with self._lock:
             if self._url is None:
                 url = configured_url(self._explicit_url)
                 if url is None:
-                    url = embedded_url()
+                    url = embedded_url(create=create)
                     with psycopg.connect(url, autocommit=True) as connection:
                         migrate(connection)
                 self._url = url

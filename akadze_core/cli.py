@@ -202,8 +202,12 @@ class _Options:
              context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--database-url", envvar=ENV_VAR, show_envvar=True, metavar="URL",
               help="Postgres URL. Without one (and without the environment variable) the "
-                   "embedded Postgres under .akadze/ is started. For `worker`, a URL given "
-                   "as this option overrides the one the app was built with; the "
+                   "embedded Postgres of the project is used: in $AKADZE_HOME, else in "
+                   ".akadze/ of the project root (the nearest directory upwards with "
+                   "pyproject.toml, setup.py, setup.cfg, .git or .akadze/), else in "
+                   "$XDG_DATA_HOME/akadze (~/.local/share/akadze). `worker` and `migrate` "
+                   "create it; the other commands only use one that exists. For `worker`, a "
+                   "URL given as this option overrides the one the app was built with; the "
                    "environment variable applies only to apps built without a URL.")
 @click.version_option(package_name="akadze", message="%(prog)s %(version)s")
 @click.pass_context
@@ -226,16 +230,22 @@ def _options(ctx: click.Context) -> _Options:
 
 
 @contextlib.contextmanager
-def _connection(ctx: click.Context, *, check_schema: bool = True,
-                app: App | None = None) -> Iterator[psycopg.Connection]:
+def _connection(ctx: click.Context, *, check_schema: bool = True, app: App | None = None,
+                create: bool = False) -> Iterator[psycopg.Connection]:
     """An autocommit connection to the configured database (or ``app``'s), schema checked
-    by default."""
+    by default.
+
+    Without a URL the embedded Postgres is used only if it exists, unless ``create``: a
+    command that only reads (or needs an existing job) must not leave a new database in
+    whatever directory it was typed in.
+    """
     # INFO: the embedded Postgres says it started, migrations say what they applied.
     with _logging_to_stderr("INFO"):
         if app is None:
             app = App(_options(ctx).url)
         _secrets.apps.append(app)
-        url = app.database_url  # explicit, else the environment, else the embedded Postgres
+        # Explicit, else the environment, else the embedded Postgres.
+        url = app.resolve_database_url(create=create)
         _secrets.add_url(url)
         try:
             connection = psycopg.connect(url, autocommit=True, connect_timeout=10)
@@ -253,7 +263,7 @@ def _connection(ctx: click.Context, *, check_schema: bool = True,
 @click.pass_context
 def migrate_command(ctx: click.Context) -> None:
     """Create or upgrade the akadze schema (idempotent, safe to run concurrently)."""
-    with _connection(ctx, check_schema=False) as connection:
+    with _connection(ctx, check_schema=False, create=True) as connection:
         applied = migrate(connection)
     if applied:
         versions = ", ".join(str(version) for version in applied)

@@ -84,3 +84,8 @@ class SchemaMissing(AkadzeError):
 
 class ConfigurationError(AkadzeError):
     """A setting is missing or wrong."""
+
+
+class NoDatabaseError(ConfigurationError):
+    """No URL is configured and the embedded Postgres does not exist yet; raised instead of
+    creating it where that is not wanted (commands that only read)."""

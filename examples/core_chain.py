@@ -13,7 +13,8 @@ that replace Celery's canvas chains and polling loops:
   export is ready; while it is not, ``raise Snooze(delay)`` runs it again later and the
   attempt is given back, so a job with ``max_attempts=3`` can poll as long as it needs.
 
-Without ``AKADZE_DATABASE_URL`` it runs on the embedded Postgres under ``./.akadze/``. The
+Without ``AKADZE_DATABASE_URL`` it runs on the embedded Postgres of the project (``.akadze/``
+of the repository root, or ``$AKADZE_HOME``; see ``akadze_core.embedded``). The
 example's own tables live in the schema ``akadze_example`` (dropped and recreated on each
 run). Progress goes to stdout, the worker's log to stderr.
 """

@@ -1,8 +1,10 @@
 """A worker processing a small demo project: `python -m examples.demo`.
 
-With no AKADZE_DATABASE_URL it runs on the embedded Postgres under ./.akadze/. It enqueues a
-few jobs that show each outcome (success, retry, snooze, fail, a chain built with
-complete_tx), runs a worker until they have all finished, and prints the jobs table.
+With no AKADZE_DATABASE_URL it runs on the embedded Postgres of the project: .akadze/ of the
+repository root (the nearest directory upwards with pyproject.toml), wherever you run it from
+inside the repository, or $AKADZE_HOME if set. It enqueues a few jobs that show each outcome
+(success, retry, snooze, fail, a chain built with complete_tx), runs a worker until they
+have all finished, and prints the jobs table.
 Pass --forever to keep the worker running afterwards (Ctrl-C stops it gracefully).
 """
 

@@ -1,8 +1,8 @@
 """The Celery app: ``akadze-compat -A examples.celery_project worker`` finds it here.
 
 No broker URL is set, so the app uses ``$AKADZE_DATABASE_URL`` (or ``broker_url`` /
-``CELERY_BROKER_URL`` when you set one), and without any of them the embedded Postgres
-under ``./.akadze/``.
+``CELERY_BROKER_URL`` when you set one), and without any of them the embedded Postgres of
+the project (``.akadze/`` of the repository root, or ``$AKADZE_HOME``).
 """
 
 from akadze_compat import Celery

@@ -1,7 +1,8 @@
 """The runnable examples, run as a user runs them: ``python -m examples.<name>`` subprocesses.
 
 Each runs against the test's fresh database (``AKADZE_DATABASE_URL``); one test runs the
-Celery-style project on its default, the embedded Postgres, from an empty directory.
+Celery-style project on its default, the embedded Postgres, from an empty directory (its
+database in the per-user data directory).
 """
 
 from __future__ import annotations
@@ -14,16 +15,20 @@ from pathlib import Path
 
 import pytest
 
+from akadze_core.embedded import embedded_home
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
 
-def run_example(module: str, *, cwd: Path, database_url: str | None,
-                timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``python -m module`` with the repository on the path; asserts it exited 0."""
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("AKADZE_DATABASE_URL", "CELERY_BROKER_URL", "BROKER_URL")}
+def run_example(module: str, *, cwd: Path, database_url: str | None, timeout: float = 120,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m module`` with the repository on the path (and ``env`` added); asserts
+    it exited 0."""
+    env = {**{key: value for key, value in os.environ.items()
+              if key not in ("AKADZE_DATABASE_URL", "CELERY_BROKER_URL", "BROKER_URL",
+                             "AKADZE_HOME", "AKADZE_EMBEDDED_DIR")}, **(env or {})}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT),
                                                       os.environ.get("PYTHONPATH")]))
     if database_url is not None:
@@ -66,10 +71,14 @@ def test_celery_project(database_url: str) -> None:
 
 def test_celery_project_on_the_embedded_postgres(tmp_path: Path) -> None:
     pytest.importorskip("pgserver")
-    completed = run_example("examples.celery_project", cwd=tmp_path, database_url=None,
-                            timeout=240)
+    # An empty directory is no project: the database goes to the per-user data directory.
+    data = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    (tmp_path / "work").mkdir()
+    completed = run_example("examples.celery_project", cwd=tmp_path / "work", database_url=None,
+                            timeout=240, env=data)
     check_celery_project_output(completed.stdout)
-    assert (tmp_path / ".akadze" / "pgdata").is_dir()
+    assert embedded_home(tmp_path / "work", data).exists()
+    assert not (tmp_path / "work" / ".akadze").exists()
 
 
 def test_core_chain(database_url: str) -> None:

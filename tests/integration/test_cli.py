@@ -474,19 +474,21 @@ def test_worker_exits_1_when_the_heartbeat_is_lost_past_the_ttl(
 @pytest.mark.slow
 def test_without_any_url_the_embedded_postgres_serves(tmp_path: Path, spawn: Any) -> None:
     env = {key: value for key, value in os.environ.items() if key != "AKADZE_DATABASE_URL"}
-    env["AKADZE_EMBEDDED_DIR"] = str(tmp_path / "embedded")
-    stats = subprocess.run([sys.executable, "-m", "akadze_core.cli", "stats", "--json"],
-                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert stats.returncode == 0, stats.stderr
-    assert json.loads(stats.stdout) == {}
-    assert "using the embedded Postgres" in stats.stderr  # said once, in one log line
+    env["AKADZE_HOME"] = str(tmp_path / "embedded")
+    # `migrate` creates the database (`stats` would refuse: it only reads).
+    migrated = subprocess.run([sys.executable, "-m", "akadze_core.cli", "migrate"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "schema already at version" in migrated.stdout  # the embedded one is migrated
+    # Said once, in one log line.
+    assert migrated.stderr.count("using the embedded Postgres") == 1, migrated.stderr
     postmaster = tmp_path / "embedded" / "pgdata" / "postmaster.pid"
     assert not postmaster.exists()  # stopped when the command exited
 
     # The worker's os._exit still runs the atexit handlers: the server stops with it.
     worker = spawn("worker", f"{APP_MODULE}:app", *FAST,
-                   env={"AKADZE_DATABASE_URL": "",
-                        "AKADZE_EMBEDDED_DIR": env["AKADZE_EMBEDDED_DIR"]})
+                   env={"AKADZE_DATABASE_URL": "", "AKADZE_HOME": env["AKADZE_HOME"]})
     try:
         worker.wait_log(r"akadze\.worker: worker .* started", timeout=60)
         assert postmaster.exists()

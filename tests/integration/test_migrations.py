@@ -65,7 +65,8 @@ def test_older_schema_is_reported(database_url: str) -> None:
 
 @pytest.mark.slow
 def test_app_without_url_uses_the_embedded_postgres(tmp_path: Path) -> None:
-    """No URL anywhere: App() starts pgserver under the project's .akadze/ and migrates it.
+    """No URL anywhere: App() starts pgserver under the project root's .akadze/ (found
+    upwards from where it runs) and migrates it.
 
     Run in a subprocess so the embedded server stops with it (pgserver's cleanup).
     """
@@ -83,8 +84,11 @@ def test_app_without_url_uses_the_embedded_postgres(tmp_path: Path) -> None:
         " (job_id,)).fetchone()[0])\n"
         "app.close()\n"
     )
-    env = {key: value for key, value in os.environ.items() if key != "AKADZE_DATABASE_URL"}
-    completed = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env,
+    (tmp_path / "pyproject.toml").touch()
+    (tmp_path / "src").mkdir()
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("AKADZE_DATABASE_URL", "AKADZE_HOME", "AKADZE_EMBEDDED_DIR")}
+    completed = subprocess.run([sys.executable, "-c", script], cwd=tmp_path / "src", env=env,
                                capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr
     assert "state queued" in completed.stdout
