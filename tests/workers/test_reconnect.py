@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 import akadze_compat
 from akadze_compat import Celery
@@ -315,6 +316,25 @@ def test_compat_delay_and_send_task_ride_through_a_restart(
                            " WHERE args->'kwargs'->>'n' = '1'")
     cluster.restart()
     assert celery.AsyncResult(first.id).get(timeout=10) == 11
+
+
+def test_compat_delay_lost_after_sending_raises_kombus_operational_error(
+    cluster: PrivateCluster, celery: Celery
+) -> None:
+    @celery.task(name="reconnect.add")
+    def add(n: int) -> int:
+        return n
+
+    add.delay(n=1)  # the plain call's fast path, kept for the next one
+    error = _terminate_when_blocked(cluster, lambda: add.delay(n=2))
+    assert isinstance(error, KombuOperationalError) and isinstance(error, ConnectionLost)
+    assert "may or may not have been enqueued" in str(error)
+    assert isinstance(error.__cause__, psycopg.Error)
+    error = _terminate_when_blocked(
+        cluster, lambda: celery.send_task("reconnect.add", kwargs={"n": 3}))
+    assert isinstance(error, KombuOperationalError) and isinstance(error, ConnectionLost)
+    time.sleep(0.2)
+    assert jobs(cluster) == [1]
 
 
 def test_compat_delay_in_a_transaction_whose_connection_died_raises(
