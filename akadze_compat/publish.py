@@ -25,9 +25,9 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psycopg
-from kombu.exceptions import EncodeError
+from kombu.exceptions import EncodeError, OperationalError
 
-from akadze_core import InvalidArgs
+from akadze_core import ConnectionLost, InvalidArgs
 from akadze_core import Task as CoreTask
 
 from . import serialization, signals
@@ -43,13 +43,22 @@ if TYPE_CHECKING:
     from .result import AsyncResult
     from .task import Task
 
-__all__ = ["apply_async", "apply_on_commit", "current_session", "max_attempts_for",
-           "message_meta", "send_plain", "send_task", "transaction"]
+__all__ = ["PublishConnectionLost", "apply_async", "apply_on_commit", "current_session",
+           "max_attempts_for", "message_meta", "send_plain", "send_task", "transaction"]
 
 logger = logging.getLogger("akadze_compat.publish")
 
 #: Core attempts for "retry forever" (max_retries=None): the largest int4.
 FOREVER = 2**31 - 1
+
+class PublishConnectionLost(ConnectionLost, OperationalError):
+    """``ConnectionLost`` from ``delay``/``apply_async``/``send_task``: the connection broke
+    after the insert was sent, so the task may or may not have been sent (not retried).
+
+    Also kombu's ``OperationalError``, what Celery raises when publishing to a broker it
+    cannot reach, so ``except kombu.exceptions.OperationalError`` keeps catching it.
+    """
+
 
 _session: contextvars.ContextVar[psycopg.Connection | None] = contextvars.ContextVar(
     "akadze_compat_session", default=None)
@@ -237,6 +246,8 @@ def send_plain(task: Task, kept: _Plain, args: Any, kwargs: Any) -> AsyncResult 
                                        kwargs=kwargs if kwargs is not None else {}))
     except InvalidArgs as exc:
         raise EncodeError(str(exc)) from exc
+    except ConnectionLost as exc:
+        raise PublishConnectionLost(str(exc)) from exc.__cause__
     result = _late_imports()[1](str(job_id), app=app, task_name=str(task.name), job_id=job_id)
     result.ignored = bool(task.option("ignore_result", "task_ignore_result"))
     return result
@@ -483,6 +494,8 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
         job_id = int(call.enqueue(args=list(args), kwargs=dict(kwargs)))
     except InvalidArgs as exc:
         raise EncodeError(str(exc)) from exc
+    except ConnectionLost as exc:
+        raise PublishConnectionLost(str(exc)) from exc.__cause__
     result_id = str(task_id) if task_id is not None else str(job_id)
     if message_headers is not None and body is not None:
         message_headers["id"] = result_id

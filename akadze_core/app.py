@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import select
 import threading
 import time
 import weakref
@@ -17,9 +18,10 @@ import psycopg
 import psycopg_pool
 
 from . import lookup
+from .dberrors import is_transient
 from .dsn import configured_url, password_of, redact_password
 from .embedded import embedded_url
-from .errors import ConfigurationError
+from .errors import ConfigurationError, ConnectionLost
 from .jobs import Job
 from .migrations import MIGRATE_COMMAND, migrate
 from .retry import BackoffPolicy
@@ -37,7 +39,56 @@ T = TypeVar("T")
 #: pool's own ``max_lifetime`` default): a long-lived client moves with a rebalanced pooler
 #: and gives back the server memory a backend accumulates.
 SINGLE_LIFETIME = 3600.0
+#: Seconds a connection found dead is replaced for before giving up: after a restart or a
+#: failover the server may refuse connections (connection refused, 57P03 cannot_connect_now)
+#: for a while, and the call waits that out instead of failing.
+RECONNECT_WINDOW = 15.0
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+_OK = psycopg.pq.ConnStatus.OK
+
+#: What a lost connection leaves unknown, for ``ConnectionLost``'s message.
+UNSURE = "the statement may or may not have taken effect"
+
+
+if hasattr(select, "poll"):
+    def _readable(fd: int) -> bool:
+        poller = select.poll()  # poll, not select: no FD_SETSIZE limit on the descriptor
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))  # POLLHUP and POLLERR count too
+else:  # Windows
+    def _readable(fd: int) -> bool:
+        return bool(select.select([fd], [], [], 0)[0])
+
+
+def found_dead(connection: psycopg.Connection | psycopg.AsyncConnection) -> bool:
+    """True when an idle connection is provably unusable, found without a round trip.
+
+    ``connection`` must be idle with nothing sent on it: then it has read everything up to
+    its last ReadyForQuery, and a connection nobody LISTENs on is sent nothing unasked
+    except on the server's way out. A restart, failover, ``pg_terminate_backend`` or
+    ``idle_session_timeout`` leaves a FATAL ErrorResponse and the end of the stream
+    waiting on the socket. So closed, or anything to read, means "do not send on it".
+    The odd harmless message (a notice) only costs a reconnect; nothing was sent either
+    way, so replacing the connection can never run a statement twice. One zero-timeout
+    poll: microseconds. A server gone without closing the socket (a host lost, a cable
+    cut) is not seen here; a statement sent on it fails after sending (``ConnectionLost``).
+    """
+    pgconn = connection.pgconn
+    if pgconn.status != _OK:
+        return True
+    try:
+        return _readable(pgconn.socket)
+    except (psycopg.OperationalError, OSError, ValueError):
+        return True
+
+
+def _lost(app: App, exc: psycopg.Error, unsure: str) -> ConnectionLost:
+    """The ``ConnectionLost`` for a connection that broke after its statement was sent."""
+    cause = " ".join(str(exc).split()) or "the connection was closed"
+    return ConnectionLost(app.redact(
+        f"the connection to Postgres broke after the statement was sent, so {unsure}; "
+        "akadze does not send it again, since that could do it twice "
+        f"({type(exc).__name__}: {cause})"))
 
 
 def _after_fork() -> None:
@@ -64,6 +115,11 @@ def _seconds(value: timedelta | float | int | None) -> float | None:
     if value is None:
         return None
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _left(timeout: float | None, deadline: float | None) -> float | None:
+    """What is left of ``timeout`` at ``deadline`` (None: no timeout)."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 class App:
@@ -284,14 +340,63 @@ class App:
                 pool = self._pool
         return pool
 
-    def _connect_checked(self, url: str) -> psycopg.Connection:
+    def _connect_checked(self, url: str, retry_for: float = 0.0) -> psycopg.Connection:
         """An autocommit connection to ``url``; ``ConfigurationError`` (password redacted)
-        when the server cannot be reached or refuses it."""
-        try:
-            return psycopg.connect(url, connect_timeout=10, autocommit=True)
-        except psycopg.Error as exc:
-            message = self.redact(f"cannot connect to Postgres: {exc}")
-            raise ConfigurationError(message) from None
+        when the server cannot be reached or refuses it.
+
+        ``retry_for`` seconds: transient refusals (connection refused, 57P03 while the
+        server starts) are retried with backoff that long. Only to replace a connection
+        found dead (the server was there a moment ago): a first connection to a wrong
+        host fails at once.
+        """
+        deadline = time.monotonic() + retry_for
+        delay = 0.05
+        while True:
+            try:
+                return psycopg.connect(url, connect_timeout=10, autocommit=True)
+            except psycopg.Error as exc:
+                if not is_transient(exc) or time.monotonic() + delay > deadline:
+                    message = self.redact(f"cannot connect to Postgres: {exc}")
+                    raise ConfigurationError(message) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _live_pooled(self, pool: psycopg_pool.ConnectionPool) -> psycopg.Connection:
+        """A connection of ``pool`` not ``found_dead`` (the caller puts it back).
+
+        Dead ones are closed and handed back, and the pool opens replacements, until a
+        live one comes or the pool's timeout passes (``PoolTimeout``; nothing was sent).
+        Checked here rather than by the pool's ``check=`` callback: after a failed check
+        the pool sleeps with backoff (1 s, 2 s, 4 s...) before trying its next connection,
+        so a pool whose connections a restart all killed would stall seconds, or time out.
+        """
+        deadline = time.monotonic() + pool.timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise psycopg_pool.PoolTimeout(
+                    f"no live connection in pool {pool.name!r} within {pool.timeout:g}s")
+            connection = pool.getconn(left)
+            if not found_dead(connection):
+                return connection
+            connection.close()
+            pool.putconn(connection)  # closed: discarded, and a new one is opened
+
+    async def _live_pooled_async(
+        self, pool: psycopg_pool.AsyncConnectionPool
+    ) -> psycopg.AsyncConnection:
+        """Async twin of ``_live_pooled``."""
+        deadline = time.monotonic() + pool.timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise psycopg_pool.PoolTimeout(
+                    f"no live connection in pool {pool.name!r} within {pool.timeout:g}s")
+            connection = await pool.getconn(left)
+            if not found_dead(connection):
+                return connection
+            await connection.close()
+            await pool.putconn(connection)
 
     def async_pool(self) -> psycopg_pool.AsyncConnectionPool:
         """The async pool of autocommit connections for the running event loop."""
@@ -363,14 +468,47 @@ class App:
     def wait_for_job(self, job_id: int, timeout: float | None = None) -> Job:
         """Block until the job is succeeded, failed or cancelled (woken by NOTIFY, not by
         polling); raises TimeoutError after ``timeout`` seconds."""
-        with self.connect(autocommit=True) as connection:
-            return lookup.wait_for_job(connection, job_id, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        connection = self.connect(autocommit=True)
+        while True:
+            with connection:
+                try:
+                    return lookup.wait_for_job(connection, job_id, _left(timeout, deadline))
+                except psycopg.OperationalError:
+                    if not connection.closed:
+                        raise
+            # Lost (a restart, failover, terminated backend): waiting only reads, so it
+            # goes on, on a new connection, for what is left of the timeout.
+            connection = self._connect_checked(self.database_url, RECONNECT_WINDOW)
 
     async def wait_for_job_async(self, job_id: int, timeout: float | None = None) -> Job:
         """Async twin of ``wait_for_job``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         connection = await self.connect_async(autocommit=True)
-        async with connection:
-            return await lookup.wait_for_job_async(connection, job_id, timeout)
+        while True:
+            async with connection:
+                try:
+                    return await lookup.wait_for_job_async(
+                        connection, job_id, _left(timeout, deadline))
+                except psycopg.OperationalError:
+                    if not connection.closed:
+                        raise
+            connection = await self._connect_async_retrying()
+
+    async def _connect_async_retrying(self) -> psycopg.AsyncConnection:
+        """Async ``_connect_checked(url, RECONNECT_WINDOW)``."""
+        deadline = time.monotonic() + RECONNECT_WINDOW
+        delay = 0.05
+        while True:
+            try:
+                return await psycopg.AsyncConnection.connect(
+                    self.database_url, connect_timeout=10, autocommit=True)
+            except psycopg.Error as exc:
+                if not is_transient(exc) or time.monotonic() + delay > deadline:
+                    message = self.redact(f"cannot connect to Postgres: {exc}")
+                    raise ConfigurationError(message) from None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     def list_jobs(self, *, state: str | None = None, queue: str | None = None,
                   task: str | None = None, limit: int = 100) -> list[Job]:
@@ -416,13 +554,29 @@ class App:
 
     # --- the async pool, exposed to the rest of the package ---------------------------------
 
-    async def run_async(self, call: Callable[[psycopg.AsyncConnection], Any]) -> Any:
-        """Run ``await call(connection)`` on a pooled autocommit connection of this loop."""
-        pool = await self._opened_async_pool()
-        async with pool.connection() as connection:
-            return await call(connection)
+    async def run_async(self, call: Callable[[psycopg.AsyncConnection], Any],
+                        unsure: str = UNSURE) -> Any:
+        """Run ``await call(connection)`` on a pooled autocommit connection of this loop.
 
-    def run_single(self, call: Callable[[psycopg.Connection], T]) -> T:
+        A pooled connection found dead before the call (a server restart, failover or
+        terminated backend) is replaced first, unseen by the caller. One that breaks
+        after the statement was sent raises ``ConnectionLost`` (``unsure`` says what is
+        left unknown): it is not retried.
+        """
+        pool = await self._opened_async_pool()
+        connection = await self._live_pooled_async(pool)
+        try:
+            return await call(connection)
+        except ConnectionLost:
+            raise
+        except psycopg.Error as exc:
+            if connection.closed:
+                raise _lost(self, exc, unsure) from exc
+            raise
+        finally:
+            await pool.putconn(connection)
+
+    def run_single(self, call: Callable[[psycopg.Connection], T], unsure: str = UNSURE) -> T:
         """Run ``call(connection)``, one autocommit statement (a single enqueue), on this
         app's single-call connection, or on a pooled one while another thread uses it.
 
@@ -431,6 +585,13 @@ class App:
         lock. It is not the pool's, so no pool user ever waits for it: one connection more
         than ``pool_size`` while it is open. It is dropped when a call leaves it broken or in
         a transaction, replaced after ``SINGLE_LIFETIME`` seconds, closed by ``close()``.
+
+        Before each call the connection is checked without a round trip (``found_dead``):
+        one a server restart, failover or ``pg_terminate_backend`` killed while it was
+        idle is replaced (waiting up to ``RECONNECT_WINDOW`` seconds for the server to take
+        connections again) and the call runs on the new one; nothing had been sent, so
+        nothing runs twice. A connection that breaks after the statement was sent raises
+        ``ConnectionLost`` (``unsure`` says what is left unknown) and is not retried.
         """
         lock = self._single_lock
         if not lock.acquire(blocking=False):
@@ -438,19 +599,37 @@ class App:
             # timing and commit() on an autocommit connection cost more, and putconn alone
             # brings a connection back to idle or discards it.
             pool = self.pool()
-            pooled = pool.getconn()
+            pooled = self._live_pooled(pool)
             try:
                 return call(pooled)
+            except ConnectionLost:
+                raise
+            except psycopg.Error as exc:
+                if pooled.closed:
+                    raise _lost(self, exc, unsure) from exc
+                raise
             finally:
                 pool.putconn(pooled)
         try:
             single = self._single
+            retry_for = 0.0
+            if single is not None and found_dead(single[0]):
+                # Killed while idle: nothing was sent on it, so a new one may run the call.
+                self._single = None
+                single[0].close()
+                single, retry_for = None, RECONNECT_WINDOW
             if single is None:
-                single = self._single = (self._connect_checked(self.database_url),
+                single = self._single = (self._connect_checked(self.database_url, retry_for),
                                          time.monotonic())
             connection = single[0]
             try:
                 return call(connection)
+            except ConnectionLost:
+                raise
+            except psycopg.Error as exc:
+                if connection.closed:
+                    raise _lost(self, exc, unsure) from exc
+                raise
             finally:
                 if connection.pgconn.transaction_status != _IDLE \
                         or time.monotonic() - single[1] > SINGLE_LIFETIME:
@@ -460,10 +639,24 @@ class App:
         finally:
             lock.release()
 
-    def run_sync(self, call: Callable[[psycopg.Connection], Any]) -> Any:
-        """Run ``call(connection)`` on a pooled autocommit connection."""
-        with self.pool().connection() as connection:
+    def run_sync(self, call: Callable[[psycopg.Connection], Any], unsure: str = UNSURE) -> Any:
+        """Run ``call(connection)`` on a pooled autocommit connection.
+
+        Like ``run_single``: a connection found dead before the call is replaced first; one
+        that breaks after the statement was sent raises ``ConnectionLost``.
+        """
+        pool = self.pool()
+        connection = self._live_pooled(pool)
+        try:
             return call(connection)
+        except ConnectionLost:
+            raise
+        except psycopg.Error as exc:
+            if connection.closed:
+                raise _lost(self, exc, unsure) from exc
+            raise
+        finally:
+            pool.putconn(connection)
 
 
-__all__ = ["App"]
+__all__ = ["RECONNECT_WINDOW", "App", "found_dead"]

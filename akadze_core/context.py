@@ -107,7 +107,7 @@ class CompleteTx:
 
     def __init__(self, context: JobContext) -> None:
         self._context = context
-        self._pool_cm: Any = None
+        self._pool: Any = None
         self._tx: Any = None
 
     def _params(self) -> dict[str, Any]:
@@ -118,11 +118,17 @@ class CompleteTx:
                         "the job (it was rescued or already finished); nothing was committed")
 
     async def __aenter__(self) -> psycopg.AsyncConnection:
-        pool = await self._context.app._opened_async_pool()
-        self._pool_cm = pool.connection()
-        connection = await self._pool_cm.__aenter__()
+        app = self._context.app
+        pool = await app._opened_async_pool()
+        # A connection a restart killed while idle is replaced before BEGIN is sent.
+        connection = await app._live_pooled_async(pool)
+        self._pool = pool
         self._tx = connection.transaction()
-        await self._tx.__aenter__()
+        try:
+            await self._tx.__aenter__()
+        except BaseException:
+            await pool.putconn(connection)
+            raise
         self._connection = connection
         return connection
 
@@ -143,13 +149,19 @@ class CompleteTx:
             else:
                 await self._tx.__aexit__(exc_type, exc, tb)
         finally:
-            await self._pool_cm.__aexit__(None, None, None)
+            await self._pool.putconn(self._connection)
 
     def __enter__(self) -> psycopg.Connection:
-        self._pool_cm = self._context.app.pool().connection()
-        connection = self._pool_cm.__enter__()
+        app = self._context.app
+        pool = app.pool()
+        connection = app._live_pooled(pool)
+        self._pool = pool
         self._tx = connection.transaction()
-        self._tx.__enter__()
+        try:
+            self._tx.__enter__()
+        except BaseException:
+            pool.putconn(connection)
+            raise
         self._sync_connection = connection
         return connection
 
@@ -170,7 +182,7 @@ class CompleteTx:
             else:
                 self._tx.__exit__(exc_type, exc, tb)
         finally:
-            self._pool_cm.__exit__(None, None, None)
+            self._pool.putconn(self._sync_connection)
 
 
 def current() -> JobContext:

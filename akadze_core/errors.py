@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import psycopg
+
 
 def _seconds(delay: timedelta | float | int) -> float:
     if isinstance(delay, timedelta):
@@ -89,3 +91,15 @@ class ConfigurationError(AkadzeError):
 class NoDatabaseError(ConfigurationError):
     """No URL is configured and the embedded Postgres does not exist yet; raised instead of
     creating it where that is not wanted (commands that only read)."""
+
+
+class ConnectionLost(AkadzeError, psycopg.OperationalError):
+    """The connection to Postgres broke after a statement was sent: whether it took effect
+    (for an enqueue: whether the job was inserted) is unknown, so akadze does not retry it.
+
+    Raised only when the statement may have run. A connection found dead before anything
+    was sent (an idle connection after a server restart, failover or
+    ``pg_terminate_backend``) is replaced and the call runs on the new one, unseen by the
+    caller. A subclass of ``psycopg.OperationalError`` too, the error these calls raised
+    before, so handlers written for that keep working. The psycopg error is chained.
+    """

@@ -135,12 +135,18 @@ def _cursor_for(connection: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
     return cursor
 
 
+#: What a connection lost after sending an insert leaves unknown (``ConnectionLost``).
+_UNSURE_ONE = "the job may or may not have been enqueued"
+_UNSURE_MANY = "the jobs may or may not have been enqueued (all of them or none)"
+
+
 def _insert_pooled(app: App, params: dict[str, Any]) -> int:
     """Insert one job on the app's single-call connection, or a pooled one while another
     thread uses it (autocommit: one statement, one transaction; see ``App.run_single``),
     through the cursor kept for that connection."""
     return app.run_single(
-        lambda connection: database.insert_job_params(_cursor_for(connection), params))
+        lambda connection: database.insert_job_params(_cursor_for(connection), params),
+        _UNSURE_ONE)
 
 
 class CallCheck:
@@ -332,7 +338,8 @@ class TaskCall:
                 raise TypeError("enqueue_async needs an async session; use enqueue()")
             return await self._schema_checked(database.insert_job_params_async(session, params))
         return int(await self._schema_checked(self.task.app.run_async(
-            lambda connection: database.insert_job_params_async(connection, params))))
+            lambda connection: database.insert_job_params_async(connection, params),
+            _UNSURE_ONE)))
 
     def enqueue_many(self, kwargs_list: Iterable[Mapping[str, Any]]) -> Any:
         """Insert many jobs in one statement; returns their ids in input order.
@@ -347,7 +354,8 @@ class TaskCall:
             if session is not None:
                 return database.insert_jobs(session, template, args)
             return self.task.app.run_sync(
-                lambda connection: database.insert_jobs(connection, template, args))
+                lambda connection: database.insert_jobs(connection, template, args),
+                _UNSURE_MANY)
         except SCHEMA_ERRORS as exc:
             raise self._schema_missing() from exc
 
@@ -360,7 +368,8 @@ class TaskCall:
                 raise TypeError("enqueue_many_async needs an async session; use enqueue_many()")
             return await self._schema_checked(database.insert_jobs_async(session, template, args))
         return list(await self._schema_checked(self.task.app.run_async(
-            lambda connection: database.insert_jobs_async(connection, template, args))))
+            lambda connection: database.insert_jobs_async(connection, template, args),
+            _UNSURE_MANY)))
 
     def _schema_missing(self) -> SchemaMissing:
         """The error an enqueue raises instead of psycopg's UndefinedTable: one line naming
