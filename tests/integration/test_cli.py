@@ -499,7 +499,7 @@ def test_without_any_url_the_embedded_postgres_serves(tmp_path: Path, spawn: Any
             os.kill(int(postmaster.read_text().split()[0]), signal.SIGTERM)
 
 
-# --- worker: what its log says about failures ------------------------------------------------------
+# --- worker: what its log says about failures ----------------------------------------------
 
 def test_worker_logs_each_failed_attempt_on_one_line_and_the_last_as_failed(
         database_url: str, db: psycopg.Connection, spawn: Any) -> None:
