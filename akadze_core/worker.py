@@ -644,7 +644,10 @@ class Worker:
         entry = parse_error(outcome.error)
         if entry.get("type") == "NotRegistered" and run is not None:
             if self.on_unregistered is not None:
-                self.on_unregistered(outcome.job_id, run.task)
+                try:
+                    self.on_unregistered(outcome.job_id, run.task)
+                except Exception:  # the outcome is written: a broken hook must not stop us
+                    logger.exception("%s: the on_unregistered hook raised", label)
             else:
                 logger.warning("%s %s: NotRegistered: no task %r in this worker (is the "
                                "module that defines it imported by the app?)", label, state,
