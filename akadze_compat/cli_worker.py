@@ -47,6 +47,8 @@ from .worker_pool import ChildInfo, child_info
 __all__ = ["WorkController", "worker_command"]
 
 logger = logging.getLogger("celery.worker")
+#: Celery's consumer logs what arrives for a task it does not know.
+consumer_logger = logging.getLogger("celery.worker.consumer")
 
 
 class WorkController:
@@ -150,13 +152,23 @@ def _worker(core: Any, settings: WorkerSettings, slots: int,
             process_pool: ProcessPool | None = None, concurrency: int | None = None) -> Worker:
     try:
         # Celery's -c is a total across queues: slots per queue, capped by max_running.
-        return Worker(core, queues=settings.queues, slots=slots, max_running=slots,
-                      name=settings.hostname, on_startup=on_startup,
-                      process_pool=process_pool, concurrency=concurrency,
-                      # Celery's own "Task ... succeeded/raised/retry" lines say it at INFO.
-                      outcome_log_level=logging.DEBUG, **settings.worker_kwargs)
+        worker = Worker(core, queues=settings.queues, slots=slots, max_running=slots,
+                        name=settings.hostname, on_startup=on_startup,
+                        process_pool=process_pool, concurrency=concurrency,
+                        # Celery's own "Task ... succeeded/raised/retry" lines say it at INFO.
+                        outcome_log_level=logging.DEBUG, **settings.worker_kwargs)
     except ValueError as exc:
         raise CliError(str(exc), exit_code=2) from None
+    worker.on_unregistered = _unregistered
+    return worker
+
+
+def _unregistered(job_id: int, task: str) -> None:
+    """The worker's line for a job of a task no module here registered, in the words Celery
+    users look for; the core fails the job with NotRegistered (``AsyncResult`` raises it)."""
+    consumer_logger.error("Received unregistered task of type %r. Job %s failed with "
+                          "NotRegistered: is the module that defines it imported by this "
+                          "worker (-A, include, imports or autodiscover_tasks)?", task, job_id)
 
 
 def _run_worker(worker: Worker, on_signal: Callable[[int], None]) -> int:

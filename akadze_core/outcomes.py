@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +54,36 @@ def error_entry(exc: BaseException, type_name: str | None = None) -> str:
     if source is not exc:
         entry["reason"] = sanitize_text(str(exc))
     return strict_dumps(entry)
+
+
+#: Characters of an error's message in a log line; the whole text stays in ``errors``.
+SUMMARY_LIMIT = 500
+
+
+def error_summary(entry: dict[str, Any], redact: Callable[[str], str] = str,
+                  limit: int = SUMMARY_LIMIT) -> str:
+    """``Type: message`` of an ``errors`` entry, for a log line: one line, redacted, at most
+    about ``limit`` characters. ``Fail(...) from error`` adds its own reason in brackets."""
+    kind = entry.get("type") or "Error"
+    message = entry.get("message") or ""
+    reason = entry.get("reason")
+    text = f"{kind}: {message}" if message else str(kind)
+    if reason and reason != message:
+        text = f"{text} ({reason})"
+    # Redacted before it is cut: a cut could leave a password's start unrecognizable.
+    text = " ".join(redact(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def parse_error(error: str | None) -> dict[str, Any]:
+    """The ``errors`` entry an outcome carries as JSON text ({} when it has none)."""
+    if not error:
+        return {}
+    try:
+        entry = json.loads(error)
+    except ValueError:
+        return {"message": error}
+    return entry if isinstance(entry, dict) else {"message": str(entry)}
 
 
 def succeeded(

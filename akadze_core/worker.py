@@ -32,7 +32,7 @@ from .dberrors import fatal_message, is_transient
 from .errors import AkadzeError, SchemaMissing
 from .executor import execute
 from .listener import listen_for_jobs
-from .outcomes import RETRY, Outcome, error_entry, raised
+from .outcomes import FAIL, RETRY, SUCCESS, Outcome, error_entry, error_summary, parse_error, raised
 from .processes import ProcessPool, ProcessPoolError
 from .retry import default_backoff
 from .schedules import MIN_CHECK_INTERVAL, Scheduler
@@ -70,6 +70,7 @@ class _Run:
     queue: str
     task: str
     attempt: int
+    max_attempts: int
     started: float
     future: asyncio.Task[None]
 
@@ -156,6 +157,10 @@ class Worker:
         self.context: dict[str, Any] = {}
         #: Extra maintenance run each round while healthy (integrations hook in here).
         self.maintenance: list[Maintenance] = []
+        #: Called with (job id, task name) when a claimed job's task is not registered in
+        #: this worker, in place of the core's WARNING line (the Celery facade logs Celery's
+        #: "Received unregistered task" line here). The job fails with NotRegistered either way.
+        self.on_unregistered: Callable[[int, str], None] | None = None
         self._scheduler = Scheduler(app) if schedules else None
         self.worker_id: int | None = None
         self._running: dict[int, _Run] = {}
@@ -481,7 +486,8 @@ class Worker:
         rows = await database.rescue_jobs(connection)
         self._rescue_pending = False
         for row in rows:
-            logger.warning("rescued job %s from a dead worker: now %s", row["id"], row["state"])
+            logger.warning("rescued job %s from a dead worker: now %s (%s)", row["id"],
+                           row["state"], _rescued(row))
 
     async def _return_orphans(self, connection: psycopg.AsyncConnection) -> None:
         """Hand back jobs the database says this worker runs but it never heard of: the
@@ -563,7 +569,8 @@ class Worker:
         self._busy[queue] += 1
         future = asyncio.create_task(self._run_job(row), name=f"job-{row['id']}")
         self._running[row["id"]] = _Run(row["id"], row["run_count"], queue, row["task"],
-                                        row["attempt"], time.monotonic(), future)
+                                        row["attempt"], row["max_attempts"], time.monotonic(),
+                                        future)
 
     async def _run_job(self, row: dict[str, Any]) -> None:
         try:
@@ -616,7 +623,8 @@ class Worker:
             key = (outcome.job_id, outcome.run_count)
             run = self._finished.pop(key, None)
             state = changed.get(key)
-            if state is not None and not info:
+            # An unknown task is said whatever the level (a FAIL outcome: rare, never a success).
+            if state is not None and not info and outcome.kind != FAIL:
                 continue
             label = f"job {outcome.job_id} {run.task if run else ''}".rstrip()
             if state is None:
@@ -624,8 +632,51 @@ class Worker:
                                label, outcome.run_count)
                 continue
             took = f" in {now - run.started:.3f}s" if run else ""
-            logger.log(self.outcome_log_level, "%s %s%s (attempt %s, %s)", label, state,
-                       took, run.attempt if run else "?", outcome.kind)
+            if outcome.error is None or outcome.kind == SUCCESS:  # the hot path: one check
+                logger.log(self.outcome_log_level, "%s %s%s (attempt %s, %s)", label, state,
+                           took, run.attempt if run else "?", outcome.kind)
+            else:
+                self._log_failure(outcome, run, state, label, took, info)
+
+    def _log_failure(self, outcome: Outcome, run: _Run | None, state: str, label: str,
+                     took: str, info: bool) -> None:
+        """The one line of a run that ended with an error: its type and message, and what
+        happens next; the traceback (stored in the job's errors) follows at DEBUG only."""
+        entry = parse_error(outcome.error)
+        if entry.get("type") == "NotRegistered" and run is not None:
+            if self.on_unregistered is not None:
+                try:
+                    self.on_unregistered(outcome.job_id, run.task)
+                except Exception:  # the outcome is written: a broken hook must not stop us
+                    logger.exception("%s: the on_unregistered hook raised", label)
+            else:
+                logger.warning("%s %s: NotRegistered: no task %r in this worker (is the "
+                               "module that defines it imported by the app?)", label, state,
+                               run.task)
+            return
+        if not info:
+            return
+        summary = error_summary(entry, self.app.redact)
+        if run is not None:
+            budget = max(run.max_attempts, outcome.max_attempts or 0)
+            attempt = f"attempt {run.attempt}/{budget}"
+        else:
+            attempt = "attempt ?"
+        if state == "queued":
+            logger.log(self.outcome_log_level, "%s failed %s%s: %s (retry in %.1fs)", label,
+                       attempt, took, summary, outcome.delay)
+        elif state == "failed":
+            # Out of attempts, or failed on purpose (Fail, bad args): no attempt follows.
+            why = "no attempts left" if outcome.kind == RETRY else "not retried"
+            logger.log(self.outcome_log_level, "%s failed for good on %s%s: %s (%s)", label,
+                       attempt, took, summary, why)
+        else:  # cancelled: a Cancel, or any error once a cancel was requested or it expired
+            logger.log(self.outcome_log_level, "%s %s on %s%s: %s", label, state, attempt,
+                       took, summary)
+        traceback = entry.get("traceback")
+        if traceback and logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s traceback of %s:\n%s", label, attempt,
+                         self.app.redact(str(traceback)).rstrip())
 
     def _completer_failed(self) -> None:
         exc = self._completer_task.exception()
@@ -647,6 +698,17 @@ class Worker:
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._stop.wait(), seconds)
+
+
+def _rescued(row: dict[str, Any]) -> str:
+    """What became of a rescued run, after the rescue line's "now <state>"."""
+    lost = (f"{row['task']} attempt {row['attempt']}/{row['max_attempts']} lost: WorkerLost: "
+            f"its worker stopped heartbeating")
+    if row["state"] == "queued":
+        return f"{lost}; retry in {max(0.0, row['retry_in']):.1f}s"
+    if row["state"] == "failed":
+        return f"{lost}; no attempts left"
+    return f"{lost}; a cancel was requested or it expired"
 
 
 async def _maybe_await(value: Any) -> None:

@@ -3,8 +3,9 @@
 With no AKADZE_DATABASE_URL it runs on the embedded Postgres of the project: .akadze/ of the
 repository root (the nearest directory upwards with pyproject.toml), wherever you run it from
 inside the repository, or $AKADZE_HOME if set. It enqueues a few jobs that show each outcome
-(success, retry, snooze, fail, a chain built with complete_tx), runs a worker until they
-have all finished, and prints the jobs table.
+(success, retry, snooze, fail, out of attempts, a chain built with complete_tx), runs a
+worker until they have all finished, and prints the jobs table: the result of each job, or
+the error type and message that made it fail.
 Pass --forever to keep the worker running afterwards (Ctrl-C stops it gracefully).
 """
 
@@ -49,6 +50,12 @@ def reject(reason: str) -> None:
     raise Fail(reason)
 
 
+@app.task("demo.down", max_attempts=2, backoff=lambda attempt: timedelta(milliseconds=300))
+async def down(region: str) -> None:
+    """Fails every attempt: after its second one it is failed for good."""
+    raise ConnectionError(f"vendor unreachable in {region}")
+
+
 @app.task("demo.report")
 async def report(report_id: int) -> None:
     """Builds a report and enqueues the notification in the same transaction as its success."""
@@ -70,6 +77,7 @@ async def main(forever: bool) -> None:
         await flaky.enqueue_async(name="crm"),
         await poll.enqueue_async(export_id="exp-1"),
         await reject.enqueue_async(reason="vendor rejected the export"),
+        await down.enqueue_async(region="eu-west"),
         await report.enqueue_async(report_id=7),
         *await add.enqueue_many_async([{"a": i, "b": i} for i in range(3)]),
     ]
@@ -86,12 +94,15 @@ async def main(forever: bool) -> None:
         if not forever:
             worker.request_stop()
         await runner
+        # A failed job's reason is its last error: what `akadze jobs show` prints in full.
         cursor = await connection.execute(
-            "SELECT id, task, state, attempt, result FROM akadze.jobs WHERE id >= %s ORDER BY id",
+            "SELECT id, task, state, attempt, result, errors -> -1 ->> 'type',"
+            " errors -> -1 ->> 'message' FROM akadze.jobs WHERE id >= %s ORDER BY id",
             (min(ids),))
-        print(f"\n{'id':>4}  {'task':<12} {'state':<10} {'attempt':>7}  result")
-        for job_id, task, state, attempt, result in await cursor.fetchall():
-            print(f"{job_id:>4}  {task:<12} {state:<10} {attempt:>7}  {result}")
+        print(f"\n{'id':>4}  {'task':<12} {'state':<10} {'attempt':>7}  result or reason")
+        for job_id, task, state, attempt, result, kind, message in await cursor.fetchall():
+            outcome = f"{kind}: {message}" if state == "failed" else result
+            print(f"{job_id:>4}  {task:<12} {state:<10} {attempt:>7}  {outcome}")
     await app.aclose()
 
 

@@ -293,7 +293,8 @@ SET state = CASE WHEN j.cancel_requested OR j.expires_at <= now() THEN 'cancelle
                          OR j.attempt >= j.max_attempts THEN now() END
 FROM lost
 WHERE j.id = lost.id
-RETURNING j.id, j.state, j.queue,
+RETURNING j.id, j.state, j.queue, j.task, j.attempt, j.max_attempts,
+          extract(epoch FROM j.scheduled_at - now())::float8 AS retry_in,
           CASE WHEN j.state <> 'queued' THEN pg_notify('akadze_done', j.id::text) END AS notified;
 
 -- name: job_request_cancel

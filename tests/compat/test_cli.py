@@ -7,6 +7,7 @@ module never imports the project itself.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -250,6 +251,19 @@ def test_result_of_a_failed_task_is_one_line_and_traceback(url: str) -> None:
                                 "LedgerUnavailable: ledger unreachable for a1"]
     code, out, _ = cli(url, "result", task_id, "--traceback")
     assert code == 0 and "LedgerUnavailable: ledger unreachable for a1" in out
+
+
+def test_an_unregistered_task_is_logged_the_way_celery_says_it(
+        url: str, cli_worker: CompatWorker) -> None:
+    task_id = call(url, "plainproj.nowhere.tasks.ghost", "--queue", "cli")
+    line = re.compile(rf"ERROR/MainProcess\] Received unregistered task of type "
+                      rf"'plainproj\.nowhere\.tasks\.ghost'\. Job {task_id} failed with "
+                      rf"NotRegistered: is the module that defines it imported by this worker")
+    cli_worker.wait_log(line)
+    code, _, err = cli(url, "result", task_id, "--timeout", "20")
+    assert code == 1 and "NotRegistered" in err, err
+    # Celery's one line, not the engine's too.
+    assert f"job {task_id} plainproj.nowhere" not in cli_worker.log()
 
 
 def test_result_timeout_is_one_line(url: str) -> None:

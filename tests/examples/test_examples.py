@@ -99,9 +99,21 @@ def test_core_chain(database_url: str) -> None:
 
 
 def test_demo(database_url: str) -> None:
-    stdout = run_example("examples.demo", cwd=PROJECT_ROOT, database_url=database_url).stdout
-    rows = dict(re.findall(r"^ +\d+ +(demo\.\w+) +(\w+) ", stdout, re.MULTILINE)[:5])
+    completed = run_example("examples.demo", cwd=PROJECT_ROOT, database_url=database_url)
+    stdout = completed.stdout
+    rows = dict(re.findall(r"^ +\d+ +(demo\.\w+) +(\w+) ", stdout, re.MULTILINE)[:6])
     assert rows == {"demo.add": "succeeded", "demo.flaky": "succeeded",
                     "demo.poll": "succeeded", "demo.reject": "failed",
-                    "demo.report": "succeeded"}, stdout
+                    "demo.down": "failed", "demo.report": "succeeded"}, stdout
     assert "report 7 sent" in stdout
+    # Each failed job's row says why: the type and message of its last error.
+    assert re.search(r"^ +\d+ +demo\.reject +failed +1  Fail: vendor rejected the export$",
+                     stdout, re.MULTILINE), stdout
+    assert re.search(r"^ +\d+ +demo\.down +failed +2  ConnectionError: vendor unreachable "
+                     r"in eu-west$", stdout, re.MULTILINE), stdout
+    # And the worker's log said it as each attempt failed.
+    log = completed.stderr
+    assert re.search(r"demo\.down failed attempt 1/2 in [\d.]+s: ConnectionError: vendor "
+                     r"unreachable in eu-west \(retry in 0\.3s\)", log), log
+    assert re.search(r"demo\.down failed for good on attempt 2/2 in [\d.]+s: ConnectionError: "
+                     r"vendor unreachable in eu-west \(no attempts left\)", log), log

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from datetime import timedelta
 
 from akadze_core import App, Fail
 
@@ -27,6 +28,12 @@ def add(a: int, b: int) -> int:
 async def refuse(reason: str) -> None:
     """Fail at once, without further attempts."""
     raise Fail(reason)
+
+
+@app.task("cli.broken", max_attempts=2, backoff=lambda attempt: timedelta(seconds=0.2))
+async def broken(item: str) -> None:
+    """Fail every attempt with a two-line message (the worker logs it on one line)."""
+    raise ValueError(f"bad id {item}\nsee the vendor's log")
 
 
 @app.task("cli.block")

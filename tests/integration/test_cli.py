@@ -535,3 +535,53 @@ def test_bare_akadze_prints_its_help_like_akadze_help() -> None:
     assert bare.returncode == 0 and bare.stderr == ""
     assert bare.stdout == asked.stdout
     assert bare.stdout.startswith("Usage: akadze ") and len(bare.stdout.splitlines()) > 10
+
+
+# --- worker: what its log says about failures ----------------------------------------------
+
+def test_worker_logs_each_failed_attempt_on_one_line_and_the_last_as_failed(
+        database_url: str, db: psycopg.Connection, spawn: Any) -> None:
+    app = App(database_url)
+    app.task("cli.broken")(lambda **kwargs: None)
+    job_id = int(app.tasks["cli.broken"].configure(max_attempts=2).enqueue(item="x7"))
+    app.close()
+    worker = spawn("worker", f"{APP_MODULE}:app", *FAST, env={"AKADZE_DATABASE_URL": database_url})
+    worker.wait_log(rf"job {job_id} cli\.broken failed for good")
+    lines = [line for line in worker.stderr.splitlines() if f" job {job_id} " in line]
+    assert len(lines) == 2, worker.stderr
+    first, last = lines
+    # The error's type and message, its newline collapsed, and what happens next.
+    assert re.search(rf"INFO akadze\.worker: job {job_id} cli\.broken failed attempt 1/2 in "
+                     r"[\d.]+s: ValueError: bad id x7 see the vendor's log \(retry in 0\.2s\)$",
+                     first), first
+    assert re.search(rf"INFO akadze\.worker: job {job_id} cli\.broken failed for good on "
+                     r"attempt 2/2 in [\d.]+s: ValueError: bad id x7 see the vendor's log "
+                     r"\(no attempts left\)$", last), last
+    assert "retry" not in last
+    assert "Traceback" not in worker.stderr  # at DEBUG only
+    assert job(db, job_id)["state"] == "failed"
+
+
+def test_worker_logs_the_traceback_of_a_failed_attempt_at_debug(
+        database_url: str, enqueue: Any, spawn: Any) -> None:
+    job_id = enqueue("cli.refuse", reason="no thanks")
+    worker = spawn("worker", f"{APP_MODULE}:app", "--log-level", "DEBUG", *FAST,
+                   env={"AKADZE_DATABASE_URL": database_url})
+    worker.wait_log(rf"job {job_id} cli\.refuse failed for good on attempt 1/3 in [\d.]+s: "
+                    r"Fail: no thanks \(not retried\)$")
+    worker.wait_log(rf"DEBUG akadze\.worker: job {job_id} cli\.refuse traceback of attempt 1/3:$")
+    log = worker.stderr
+    traceback = log[log.index(f"job {job_id} cli.refuse traceback"):]
+    assert "Traceback (most recent call last):" in traceback
+    assert 'raise Fail(reason)' in traceback and "akadze_core.errors.Fail: no thanks" in traceback
+
+
+def test_worker_logs_an_unregistered_task_as_a_warning(
+        database_url: str, db: psycopg.Connection, enqueue: Any, spawn: Any) -> None:
+    job_id = enqueue("cli.nowhere", n=1)
+    worker = spawn("worker", f"{APP_MODULE}:app", *FAST, env={"AKADZE_DATABASE_URL": database_url})
+    worker.wait_log(rf"WARNING akadze\.worker: job {job_id} cli\.nowhere failed: NotRegistered: "
+                    r"no task 'cli\.nowhere' in this worker")
+    assert len([line for line in worker.stderr.splitlines()
+                if f" job {job_id} " in line]) == 1, worker.stderr
+    assert job(db, job_id)["errors"][-1]["type"] == "NotRegistered"

@@ -23,6 +23,8 @@ from akadze_core.outcomes import (
     SUCCESS,
     Outcome,
     error_entry,
+    error_summary,
+    parse_error,
     raised,
     succeeded,
 )
@@ -232,3 +234,18 @@ def test_error_entry_is_storable_whatever_the_message() -> None:
 
 def test_error_entry_type_override() -> None:
     assert json.loads(error_entry(ValueError("x"), "Custom"))["type"] == "Custom"
+
+
+def test_error_summary_is_type_and_message_with_the_reason_of_fail_from() -> None:
+    try:
+        try:
+            raise KeyError("sku-9")
+        except KeyError as error:
+            raise Fail("the catalog has no such item") from error
+    except Fail as exc:
+        entry = parse_error(error_entry(exc))
+    assert error_summary(entry) == "KeyError: 'sku-9' (the catalog has no such item)"
+    assert error_summary(parse_error(error_entry(ValueError()))) == "ValueError"
+    assert error_summary({"type": "X", "message": "a\n\tb  c"}, limit=7) == "X: a b\u2026"
+    assert error_summary({"type": "X", "message": "pw=1"}, lambda text: text.upper()) == "X: PW=1"
+    assert parse_error(None) == {} and parse_error("not json") == {"message": "not json"}

@@ -7,6 +7,7 @@ a child killed mid-body, a body past its timeout, a stop signal.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -86,6 +87,10 @@ def test_a_child_killed_mid_body_spends_the_attempt_and_is_replaced(
     assert "SIGKILL" in error["message"], error
     assert row["result"] in children_of(worker.pid)
     assert row["result"] not in before
+    # The parent says which attempt the lost process cost, and that another follows.
+    assert re.search(rf"job {job_id} die_once failed attempt 1/3 in [\d.]+s: ProcessLost: the "
+                     r"process running the job \(pid \d+\) was ended by SIGKILL before it "
+                     r"answered \(retry in [\d.]+s\)$", worker.log(), re.MULTILINE), worker.log()
 
 
 def test_a_body_past_its_timeout_ends_with_its_process(app: App, db: psycopg.Connection,
@@ -97,6 +102,9 @@ def test_a_body_past_its_timeout_ends_with_its_process(app: App, db: psycopg.Con
     row = job(db, job_id)
     assert row["state"] == "failed", row
     assert row["errors"][0]["type"] == "JobTimeout", row
+    assert re.search(rf"job {job_id} hang failed for good on attempt 1/1 in [\d.]+s: JobTimeout: "
+                     r"the task ran longer than its timeout of [\d.]+s; its process \(pid \d+\) "
+                     r"was ended \(no attempts left\)$", worker.log(), re.MULTILINE), worker.log()
     wait_until(lambda: not os.path.exists(f"/proc/{first_child}"),
                what="the hung child to be gone")
     after = app.tasks["whoami"].enqueue()

@@ -7,6 +7,7 @@ rescued, however long its job runs.
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -68,7 +69,10 @@ def test_sigkill_mid_job_is_rescued_after_the_ttl_and_run_again(
     assert [pid for _, pid in runs(runs_db, job_id)] == [doomed.pid, rescuer.pid]
     assert [count for count, _ in runs(runs_db, job_id)] == [1, 2]
     assert doomed_worker not in worker_ids(runs_db)
-    assert f"rescued job {job_id} from a dead worker" in rescuer.log()
+    # What it lost and what happens next.
+    assert re.search(rf"rescued job {job_id} from a dead worker: now queued \(sleep attempt 1/3 "
+                     r"lost: WorkerLost: its worker stopped heartbeating; retry in [\d.]+s\)$",
+                     rescuer.log(), re.MULTILINE), rescuer.log()
 
 
 def test_a_heartbeating_worker_is_never_rescued(
