@@ -32,11 +32,11 @@ async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], No
         try:
             async with await psycopg.AsyncConnection.connect(
                     url, autocommit=True, connect_timeout=5) as connection:
-                await connection.execute(
-                    sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
-                if cancelled is not None:
-                    await connection.execute(
-                        sql.SQL("LISTEN {}").format(sql.Identifier(CANCEL_CHANNEL)))
+                channels = [NOTIFY_CHANNEL] + ([CANCEL_CHANNEL] if cancelled else [])
+                # One round trip (statements without parameters may share a query).
+                await connection.execute(sql.SQL(" ").join(
+                    sql.SQL("LISTEN {};").format(sql.Identifier(channel))
+                    for channel in channels))
                 failures = 0
                 async for notify in connection.notifies():
                     if notify.channel == CANCEL_CHANNEL:

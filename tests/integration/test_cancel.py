@@ -424,7 +424,9 @@ async def test_a_job_claimed_ahead_is_cancelled_without_running_when_cancelled_o
                 await asyncio.sleep(0.01)
 
     first = step.enqueue(name="first")
-    async with running(fast_worker(app, slots=2, concurrency=1)):
+    # No heartbeat during the test: the NOTIFY (cancel) or the timer (expiry) must do it.
+    worker = fast_worker(app, slots=2, concurrency=1, heartbeat_interval=10, heartbeat_ttl=30)
+    async with running(worker):
         await wait_until(lambda: started == ["first"])
         waiting = (step.configure(expires_at=db_now(db, "0.4 seconds")) if how == "expiry"
                    else step).enqueue(name="second")
