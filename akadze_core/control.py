@@ -10,8 +10,11 @@ from .queries import query
 async def request_cancel(connection: psycopg.AsyncConnection, job_id: int) -> bool:
     """Request cancellation of a queued or running job; returns False when it is not active.
 
-    A queued job is cancelled at once. A running job is not interrupted: if its body returns a
-    value it succeeds; if it raises (Retry and Snooze included) it ends cancelled.
+    A queued job is cancelled at once. A job a worker claimed ahead and has not started
+    (waiting for a body slot or a process) is dropped by that worker when the commit's
+    notification reaches it: it ends cancelled without running, its attempt unspent. A
+    running job is not interrupted: if its body returns a value it succeeds; if it raises
+    (Retry and Snooze included) it ends cancelled.
     """
     cursor = await connection.execute(query("job_request_cancel"), {"id": job_id})
     return await cursor.fetchone() is not None

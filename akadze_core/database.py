@@ -17,6 +17,8 @@ from .queries import query
 from .retry import DEFAULT_BACKOFF_CAP
 
 NOTIFY_CHANNEL = "akadze_jobs"
+#: request_cancel of a running job notifies it with the job id (see job_request_cancel).
+CANCEL_CHANNEL = "akadze_cancel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +219,17 @@ async def return_orphans(
     was lost), without spending their attempt."""
     return await fetch_all_async(connection, "job_return_orphans", worker_id=worker_id,
                                  known=list(known))
+
+
+async def list_revoked(
+    connection: psycopg.AsyncConnection, runs: Sequence[tuple[int, int]]
+) -> list[int]:
+    """Of ``runs`` (job id, run count), the jobs still running under that run and cancelled
+    or expired on the database clock."""
+    rows = await fetch_all_async(
+        connection, "job_list_revoked",
+        id=[job_id for job_id, _ in runs], run_count=[run_count for _, run_count in runs])
+    return [int(row["id"]) for row in rows]
 
 
 async def rescue_jobs(connection: psycopg.AsyncConnection) -> list[dict[str, Any]]:

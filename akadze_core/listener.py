@@ -1,7 +1,9 @@
-"""Turn NOTIFY into wake-ups: an idle worker claims right after an enqueue commits.
+"""Turn NOTIFY into wake-ups: an idle worker claims right after an enqueue commits, and hears
+at once of a cancel request for a job it holds claimed ahead.
 
 Polling stays the fallback, so a lost LISTEN connection (or pgbouncer in transaction mode,
-where LISTEN does not work) only costs latency, never a job.
+where LISTEN does not work) only costs latency, never a job: the worker also checks its
+waiting jobs for cancel requests every heartbeat.
 """
 
 from __future__ import annotations
@@ -13,26 +15,34 @@ from collections.abc import Callable, Iterable
 import psycopg
 from psycopg import sql
 
-from .database import NOTIFY_CHANNEL
+from .database import CANCEL_CHANNEL, NOTIFY_CHANNEL
 
 logger = logging.getLogger("akadze.worker")
 
 
 async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], None],
-                          backoff: Callable[[int], float]) -> None:
-    """Call ``wake()`` whenever a job becomes due on one of ``queues``; runs until cancelled,
-    reconnecting after ``backoff(failures)`` seconds when the connection is lost."""
+                          backoff: Callable[[int], float],
+                          cancelled: Callable[[int], None] | None = None) -> None:
+    """Call ``wake()`` whenever a job becomes due on one of ``queues``, and ``cancelled(id)``
+    when a cancel of a running job is requested; runs until cancelled, reconnecting after
+    ``backoff(failures)`` seconds when the connection is lost."""
     watched = set(queues)
     failures = 0
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(
                     url, autocommit=True, connect_timeout=5) as connection:
-                await connection.execute(
-                    sql.SQL("LISTEN {}").format(sql.Identifier(NOTIFY_CHANNEL)))
+                channels = [NOTIFY_CHANNEL] + ([CANCEL_CHANNEL] if cancelled else [])
+                # One round trip (statements without parameters may share a query).
+                await connection.execute(sql.SQL(" ").join(
+                    sql.SQL("LISTEN {};").format(sql.Identifier(channel))
+                    for channel in channels))
                 failures = 0
                 async for notify in connection.notifies():
-                    if notify.payload in watched:
+                    if notify.channel == CANCEL_CHANNEL:
+                        if cancelled is not None and notify.payload.isdigit():
+                            cancelled(int(notify.payload))
+                    elif notify.payload in watched:
                         wake()
         except asyncio.CancelledError:
             raise

@@ -13,11 +13,16 @@ from .retry import BackoffPolicy, backoff_delay
 from .serialization import check_storable, sanitize_text, strict_dumps
 
 SUCCESS, RETRY, SNOOZE, FAIL, CANCEL = "success", "retry", "snooze", "fail", "cancel"
+#: A run claimed ahead and dropped before its body started, on hearing of a cancel request
+#: or its expiry: the database ends it cancelled (or, not expired on its clock after all,
+#: queued again), the attempt given back either way.
+UNSTARTED = "unstarted"
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What to write for one run: ``kind`` is one of success, retry, snooze, fail, cancel.
+    """What to write for one run: ``kind`` is one of success, retry, snooze, fail, cancel,
+    unstarted.
 
     ``retry`` spends the attempt (out of attempts it becomes failed in SQL, where the row's
     attempt count is known for sure); ``snooze`` gives the attempt back.

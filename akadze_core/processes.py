@@ -25,6 +25,11 @@ ever unpickled (``akadze_core.process_child``).
   busy process; what they buy is bigger claims and outcome flushes, which is most of the
   cost of a job this short. A body running for ``SHORT`` pauses it, and ending that long
   stops it until short runs are seen again.
+- Cancel and expiry of a job claimed ahead: while it waits for a process, the worker may
+  ``drop`` it (it heard of a cancel request, or the job's expiry came): it ends
+  ``NotStarted`` and never reaches a child. A job sent into a busy child's pipe behind a
+  running one is past that point: it counts as started, like a running job (it is a short
+  task's, and it starts within ``DEPTH - 1`` short bodies).
 - Children start in their own session (a terminal's Ctrl-C reaches the parent only) and
   exit when the parent goes away: their pipe from the parent reaches end of file.
 """
@@ -44,13 +49,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import AkadzeError, JobTimeout
-from .outcomes import Outcome, raised
+from .outcomes import UNSTARTED, Outcome, raised
 
 # The child's side, re-exported: the commands that start children import them from here.
 from .process_child import CHILD_ENV, STOP, child_number, decode_answer, encode_row, is_child, serve
 
-__all__ = ["AHEAD", "AHEAD_BUDGET", "CHILD_ENV", "DEPTH", "SHORT", "ProcessLost", "ProcessPool",
-           "ProcessPoolError", "child_number", "is_child", "serve"]
+__all__ = ["AHEAD", "AHEAD_BUDGET", "CHILD_ENV", "DEPTH", "SHORT", "NotStarted", "ProcessLost",
+           "ProcessPool", "ProcessPoolError", "child_number", "is_child", "serve"]
 
 if TYPE_CHECKING:
     from .app import App
@@ -91,6 +96,10 @@ class ProcessPoolError(AkadzeError):
 
 class ProcessLost(Exception):
     """The process running the body died before it answered."""
+
+
+class NotStarted(Exception):
+    """The job was dropped while it waited for a process: its body never started."""
 
 
 @dataclass
@@ -177,6 +186,20 @@ class ProcessPool:
         """Whether the job is still waiting for a process (it was sent to none yet)."""
         return job_id in self._waiting
 
+    def drop(self, job_id: int) -> bool:
+        """Take the job out of line if it still waits for a process: its ``run`` raises
+        ``NotStarted``. False when it was sent to a process already (or is unknown)."""
+        if job_id not in self._waiting:
+            return False
+        for run in self._pending:
+            if run.row["id"] == job_id:
+                self._pending.remove(run)
+                self._waiting.discard(job_id)
+                if not run.future.done():
+                    run.future.set_exception(NotStarted())
+                return True
+        return False
+
     @property
     def pids(self) -> list[int]:
         """The process ids of the live children."""
@@ -222,10 +245,13 @@ class ProcessPool:
     async def execute(self, app: App, row: Mapping[str, Any],
                       worker_id: int | None) -> Outcome | None:
         """``run`` with the task's timeout, a timeout or a lost process as the run's
-        outcome (both spend the attempt, like any exception)."""
+        outcome (both spend the attempt, like any exception); a job dropped before it
+        started ends ``unstarted`` (the database decides cancelled or queued)."""
         task = app.tasks.get(row["task"])
         try:
             return await self.run(row, worker_id, task.timeout if task else None)
+        except NotStarted:
+            return Outcome(row["id"], row["run_count"], UNSTARTED)
         except (JobTimeout, ProcessLost) as exc:
             return raised(row["id"], row["run_count"], row["attempt"], exc,
                           task.backoff if task else None)

@@ -31,8 +31,19 @@ from .completer import Completer
 from .dberrors import fatal_message, is_transient
 from .errors import AkadzeError, SchemaMissing
 from .executor import execute
+from .gate import BodyGate
 from .listener import listen_for_jobs
-from .outcomes import FAIL, RETRY, SUCCESS, Outcome, error_entry, error_summary, parse_error, raised
+from .outcomes import (
+    FAIL,
+    RETRY,
+    SUCCESS,
+    UNSTARTED,
+    Outcome,
+    error_entry,
+    error_summary,
+    parse_error,
+    raised,
+)
 from .processes import ProcessPool, ProcessPoolError
 from .retry import default_backoff
 from .schedules import MIN_CHECK_INTERVAL, Scheduler
@@ -73,6 +84,9 @@ class _Run:
     max_attempts: int
     started: float
     future: asyncio.Task[None]
+    # Fires when the job expires (a job with expires_at only): if it still waits, it is
+    # dropped unstarted.
+    timer: asyncio.TimerHandle | None = None
 
 
 class Worker:
@@ -164,9 +178,8 @@ class Worker:
         self._scheduler = Scheduler(app) if schedules else None
         self.worker_id: int | None = None
         self._running: dict[int, _Run] = {}
-        # The concurrency gate, and the runs waiting at it (claimed, not started).
-        self._bodies = asyncio.Semaphore(concurrency) if concurrency is not None else None
-        self._gated: set[int] = set()
+        # The concurrency gate, where the runs claimed ahead wait (claimed, not started).
+        self._bodies = BodyGate(concurrency) if concurrency is not None else None
         self._busy = dict.fromkeys(self.queues, 0)
         # fair=True: the task of each queue's last fair claim, where the rotation goes on.
         self._fair_cursor: dict[str, str | None] = dict.fromkeys(self.queues)
@@ -256,7 +269,8 @@ class Worker:
         self._completer = Completer(self._pool.connection, self._outcomes_written)
         self._completer_task = asyncio.create_task(self._completer.run(), name="completer")
         self._listener_task = asyncio.create_task(
-            listen_for_jobs(url, self.queues, self._wake.set, self._backoff), name="listener")
+            listen_for_jobs(url, self.queues, self._wake.set, self._backoff, self._cancelled),
+            name="listener")
         self._healthy = True
         self._last_heartbeat_ok = time.monotonic()
         self._heartbeat_failures = 0
@@ -399,10 +413,13 @@ class Worker:
 
     async def _round(self) -> None:
         now = time.monotonic()
-        if now >= self._next_heartbeat:
+        beat = now >= self._next_heartbeat
+        if beat:
             await self._heartbeat()
         if not self._healthy or self._fatal:
             return
+        if beat:
+            await self._check_waiting()
         if self._orphans_pending:
             await self._guard(self._return_orphans, "orphan check")
         if self._rescue_pending:
@@ -562,26 +579,83 @@ class Worker:
         """Whether the run was claimed ahead and has not started (no body, no attempt)."""
         if self.process_pool is not None:
             return self.process_pool.waiting(job_id)
-        return job_id in self._gated
+        return self._bodies is not None and self._bodies.waiting(job_id)
+
+    # --- cancel and expiry of runs claimed ahead ---------------------------------------------
+    # Seed 003: a job cancelled or expired before it starts ends cancelled without running.
+    # The claim checks that for the runs that start at once; a run claimed ahead (waiting
+    # for a body slot or a process) is dropped when the worker hears of its cancel (the
+    # akadze_cancel NOTIFY, checked again every heartbeat) or its expiry (a timer), and its
+    # 'unstarted' outcome goes through the completer: the database judges cancelled (its
+    # own clock for the expiry) or queued again. No statement per job: runs that never wait,
+    # and waits nobody cancels, cost nothing.
+
+    def _drop(self, job_id: int, why: str) -> bool:
+        """Drop the run of ``job_id`` if it still waits to start: it ends unstarted."""
+        if self.process_pool is not None:
+            dropped = self.process_pool.drop(job_id)
+        else:
+            dropped = self._bodies is not None and self._bodies.drop(job_id)
+        if dropped:
+            run = self._running.get(job_id)
+            logger.info("job %s %s %s while claimed ahead: it is not started", job_id,
+                        run.task if run else "", why)
+        return dropped
+
+    def _cancelled(self, job_id: int) -> None:
+        """A cancel of running job ``job_id`` was requested (NOTIFY): any worker hears it;
+        only the one holding it claimed ahead does something."""
+        if job_id in self._running:
+            self._drop(job_id, "was cancelled")
+
+    def _expired(self, job_id: int) -> None:
+        run = self._running.get(job_id)
+        if run is not None:
+            run.timer = None
+            self._drop(job_id, "expired")
+
+    async def _check_waiting(self) -> None:
+        """Every heartbeat, while runs wait: one statement finds those cancelled or expired
+        meanwhile, in case a notification was lost with the LISTEN connection."""
+        waiting = [(run.job_id, run.run_count) for run in self._running.values()
+                   if self._waiting(run.job_id)]
+        if not waiting:
+            return
+        found: list[int] = []
+
+        async def check(connection: psycopg.AsyncConnection) -> None:
+            found.extend(await database.list_revoked(connection, waiting))
+
+        if await self._guard(check, "cancel check"):
+            for job_id in found:
+                self._drop(job_id, "was cancelled or expired")
 
     def _start_run(self, row: dict[str, Any]) -> None:
         queue = row["queue"]
         self._busy[queue] += 1
         future = asyncio.create_task(self._run_job(row), name=f"job-{row['id']}")
-        self._running[row["id"]] = _Run(row["id"], row["run_count"], queue, row["task"],
-                                        row["attempt"], row["max_attempts"], time.monotonic(),
-                                        future)
+        run = self._running[row["id"]] = _Run(row["id"], row["run_count"], queue, row["task"],
+                                              row["attempt"], row["max_attempts"],
+                                              time.monotonic(), future)
+        expires_at = row.get("expires_at")
+        if expires_at is not None:
+            # Both times are the database's (the claim's now() is started_at): only the
+            # duration is carried over to this clock, and the database judges when it fires.
+            left = (expires_at - row["started_at"]).total_seconds()
+            run.timer = asyncio.get_running_loop().call_later(left, self._expired, row["id"])
 
     async def _run_job(self, row: dict[str, Any]) -> None:
         try:
             if self.process_pool is not None:
                 outcome = await self.process_pool.execute(self.app, row, self.worker_id)
             elif self._bodies is not None:
-                await self._enter(row["id"], self._bodies)
-                try:
-                    outcome = await execute(self.app, row, self.worker_id, self._threads)
-                finally:
-                    self._bodies.release()
+                if await self._bodies.enter(row["id"]):
+                    try:
+                        outcome = await execute(self.app, row, self.worker_id, self._threads)
+                    finally:
+                        self._bodies.release()
+                else:  # dropped while it waited: cancelled or expired
+                    outcome = Outcome(row["id"], row["run_count"], UNSTARTED)
             else:
                 outcome = await execute(self.app, row, self.worker_id, self._threads)
         except asyncio.CancelledError as exc:
@@ -595,6 +669,8 @@ class Worker:
                               delay=default_backoff(row["attempt"]), error=error_entry(exc))
         finally:
             run = self._running.pop(row["id"], None)
+            if run is not None and run.timer is not None:
+                run.timer.cancel()
             self._busy[row["queue"]] -= 1
             self._wake.set()
         if outcome is not None:
@@ -605,14 +681,6 @@ class Worker:
             logger.log(self.outcome_log_level,
                        "job %s %s succeeded in %.3fs (attempt %s, completed in transaction)",
                        run.job_id, run.task, time.monotonic() - run.started, run.attempt)
-
-    async def _enter(self, job_id: int, bodies: asyncio.Semaphore) -> None:
-        """Wait for a body slot (first come, first served)."""
-        self._gated.add(job_id)
-        try:
-            await bodies.acquire()
-        finally:
-            self._gated.discard(job_id)
 
     def _outcomes_written(self, batch: Any, rows: list[dict[str, Any]]) -> None:
         changed = {(row["id"], row["run_count"]): row["state"] for row in rows}

@@ -164,6 +164,9 @@ ORDER BY turn, priority, wrapped, task, scheduled_at, id;
 -- claimed with, so a late run changes nothing. Outcome kinds: success, retry (spends the
 -- attempt), snooze (gives it back), fail, cancel. A run that raised while cancel was requested or the job expired ends
 -- cancelled without spending its attempt; a returned value still wins (side effects happened).
+-- unstarted: a run claimed ahead that the worker dropped before its body started, having
+-- heard of a cancel request or its expiry: cancelled when the row says so (cancel_requested,
+-- or expires_at on this clock), else back to queued at once; the attempt is given back.
 WITH outcome AS (
     SELECT * FROM unnest(%(id)b::bigint[], %(run_count)b::int[], %(kind)b::text[],
                          %(result)b::text[], %(delay)b::float8[], %(error)b::text[],
@@ -177,6 +180,8 @@ decided AS (
                WHEN o.kind = 'success' THEN 'succeeded'
                WHEN o.kind = 'cancel' THEN 'cancelled'
                WHEN j.cancel_requested OR j.expires_at <= now() THEN 'cancelled'
+               -- The worker's timer fired before this clock's expiry: run it later.
+               WHEN o.kind = 'unstarted' THEN 'queued'
                WHEN o.kind = 'fail' THEN 'failed'
                WHEN o.kind = 'snooze' THEN 'queued'
                WHEN j.attempt >= greatest(j.max_attempts, coalesce(o.max_attempts, 0))
@@ -185,7 +190,7 @@ decided AS (
            END AS next_state,
            -- Seed 003: a body that raised anything (Cancel included) after a cancel request
            -- or expiry does not spend its attempt.
-           (o.kind = 'snooze'
+           (o.kind IN ('snooze', 'unstarted')
             OR (o.kind IN ('retry', 'fail', 'cancel')
                 AND (j.cancel_requested OR j.expires_at <= now())))
                AS gives_back_attempt
@@ -299,14 +304,27 @@ RETURNING j.id, j.state, j.queue, j.task, j.attempt, j.max_attempts,
 
 -- name: job_request_cancel
 -- Mark a queued or running job. A queued job is cancelled right away; a running one finishes
--- its body and the outcome rules decide (see job_complete_many).
+-- its body and the outcome rules decide (see job_complete_many). A running job may not have
+-- started yet (claimed ahead, waiting for a body slot or a process): akadze_cancel tells its
+-- worker at commit, which then drops it unstarted.
 UPDATE akadze.jobs
 SET cancel_requested = true,
     state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
     finished_at = CASE WHEN state = 'queued' THEN now() ELSE finished_at END
 WHERE id = %(id)s AND state IN ('queued', 'running')
 RETURNING id, state,
-          CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) END AS notified;
+          CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text)
+               ELSE pg_notify('akadze_cancel', id::text) END AS notified;
+
+-- name: job_list_revoked
+-- Of the runs a worker holds claimed ahead (not started), those cancelled or expired on this
+-- clock: the worker's check for cancel notifications it may have missed (a lost LISTEN
+-- connection). One statement for all of them, only while some wait.
+SELECT j.id
+FROM akadze.jobs AS j
+JOIN unnest(%(id)s::bigint[], %(run_count)s::int[]) AS o(id, run_count)
+  ON j.id = o.id AND j.run_count = o.run_count
+WHERE j.state = 'running' AND (j.cancel_requested OR j.expires_at <= now());
 
 -- name: job_requeue
 -- failed -> queued, keeping attempt, errors and args; one more attempt if none are left.

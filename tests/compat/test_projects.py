@@ -389,6 +389,46 @@ def test_warm_shutdown_hands_back_the_tasks_claimed_ahead(
     assert worker.log().count("Task plainproj.reports.tasks.nap[") == 1
 
 
+@pytest.mark.parametrize("how", ["revoke", "expires"])
+@pytest.mark.parametrize("pool", ["prefork", "threads", "solo"])
+def test_a_task_claimed_ahead_is_revoked_without_running_when_revoked_or_expired(
+        projects: dict[str, Any], module_database_url: str, spawn_compat: SpawnCompat,
+        db: psycopg.Connection, tmp_path: Path, pool: str, how: str) -> None:
+    # As Celery checks revokes and expiry right before running a reserved task: the second
+    # task waits in the prefetch window behind the first, is revoked (or expires) there, and
+    # never runs once the first ends. Seed 003: cancelled, no attempt spent.
+    from plainproj.reports.tasks import build_report, mark
+
+    projects["plain"].set_current()
+    queue = f"ahead{how}{pool}"
+    worker = spawn_compat("-b", module_database_url, "-A", "plainproj", "worker", "-P", pool,
+                          "-c", "1", "--prefetch-multiplier", "2", "-Q", queue, "-l", "INFO")
+    worker.wait_ready()
+    release, marker = tmp_path / "release", tmp_path / "ran"
+    first = build_report.apply_async((1, str(release)), queue=queue)
+    wait_until(lambda: _running(db, queue) == 1, timeout=20)
+    second = mark.apply_async((str(marker),), queue=queue,
+                              expires=1.0 if how == "expires" else None)
+    wait_until(lambda: job(db, int(second.id))["state"] != "queued", timeout=20)
+    assert job(db, int(second.id))["state"] == "running"  # claimed ahead, waiting
+    if how == "revoke":
+        second.revoke()
+    else:
+        wait_until(lambda: db.execute("SELECT expires_at <= now() FROM akadze.jobs "
+                                      "WHERE id = %s", (int(second.id),)).fetchone()[0],
+                   timeout=10)
+    time.sleep(0.3)  # the worker hears of it while the first task still runs
+    release.touch()
+    assert first.get(timeout=20) == {"report": 1, "pages": 2}
+    wait_until(lambda: job(db, int(second.id))["state"] != "running", timeout=20)
+    row = job(db, int(second.id))
+    assert not marker.exists(), "the task claimed ahead must not run"
+    assert (row["state"], row["attempt"], row["errors"], row["result"]) == (
+        "cancelled", 0, [], None), row
+    assert AsyncResult(second.id).state == states.REVOKED
+    assert f"Task plainproj.reports.tasks.mark[{second.id}] succeeded" not in worker.log()
+
+
 # --- the Django project -------------------------------------------------------------------------
 
 @pytest.fixture

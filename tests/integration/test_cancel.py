@@ -395,3 +395,108 @@ async def test_requeue_of_a_job_that_is_not_failed_returns_false(
             assert requeue_sync(sync_connection, job_id) is False
     for job_id, row in before.items():
         assert job(db, job_id) == row
+
+
+# --- cancel or expiry while a claimed-ahead job waits for a body slot ------------------------
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+@pytest.mark.parametrize("how", ["cancel", "expiry"])
+async def test_a_job_claimed_ahead_is_cancelled_without_running_when_cancelled_or_expired(
+    app: App, db: psycopg.Connection, database_url: str, how: str, sync: bool
+) -> None:
+    # concurrency=1 with 2 slots: the second job is claimed while the first holds the only
+    # body slot, and waits in the window (Celery's prefetch). Seed 003: cancelled or expired
+    # before it starts -> cancelled, never run, no attempt spent.
+    release = threading.Event()
+    started: list[str] = []
+
+    if sync:
+        @app.task("step")
+        def step(name: str) -> None:
+            started.append(name)
+            if name == "first":
+                release.wait(10)
+    else:
+        @app.task("step")
+        async def step(name: str) -> None:
+            started.append(name)
+            while name == "first" and not release.is_set():
+                await asyncio.sleep(0.01)
+
+    first = step.enqueue(name="first")
+    # No heartbeat during the test: the NOTIFY (cancel) or the timer (expiry) must do it.
+    worker = fast_worker(app, slots=2, concurrency=1, heartbeat_interval=10, heartbeat_ttl=30)
+    async with running(worker):
+        await wait_until(lambda: started == ["first"])
+        waiting = (step.configure(expires_at=db_now(db, "0.4 seconds")) if how == "expiry"
+                   else step).enqueue(name="second")
+        await wait_until(lambda: job(db, waiting)["state"] != "queued")
+        assert job(db, waiting)["state"] == "running"  # claimed ahead, waiting for the slot
+        if how == "cancel":
+            async with connect(database_url) as connection:
+                assert await request_cancel(connection, waiting) is True
+        else:
+            await wait_until(lambda: bool(db.execute(
+                "SELECT expires_at <= now() FROM akadze.jobs WHERE id = %s",
+                (waiting,)).fetchone()[0]))
+        await asyncio.sleep(0.1)  # the worker hears of it while the first still runs
+        release.set()
+        await wait_until(lambda: job(db, first)["state"] == "succeeded"
+                         and job(db, waiting)["state"] != "running")
+    row = job(db, waiting)
+    assert started == ["first"], "the job claimed ahead must not run"
+    assert (row["state"], row["attempt"], row["errors"], row["result"]) == (
+        "cancelled", 0, [], None), row
+    assert row["worker_id"] is None and row["finished_at"] is not None
+
+
+async def test_a_cancel_heard_of_without_its_notification_still_stops_a_waiting_job(
+    app: App, db: psycopg.Connection
+) -> None:
+    # The flag set behind the worker's back (as if the NOTIFY was lost with the LISTEN
+    # connection): the check every heartbeat finds it before the slot frees.
+    release = threading.Event()
+    started: list[str] = []
+
+    @app.task("step")
+    async def step(name: str) -> None:
+        started.append(name)
+        while name == "first" and not release.is_set():
+            await asyncio.sleep(0.01)
+
+    first = step.enqueue(name="first")
+    async with running(fast_worker(app, slots=2, concurrency=1)):
+        await wait_until(lambda: started == ["first"])
+        waiting = step.enqueue(name="second")
+        await wait_until(lambda: job(db, waiting)["state"] == "running")
+        db.execute("UPDATE akadze.jobs SET cancel_requested = true WHERE id = %s", (waiting,))
+        await wait_until(lambda: job(db, waiting)["state"] != "running", timeout=3)
+        release.set()
+        await wait_until(lambda: job(db, first)["state"] == "succeeded")
+    row = job(db, waiting)
+    assert started == ["first"]
+    assert (row["state"], row["attempt"], row["errors"]) == ("cancelled", 0, []), row
+
+
+async def test_an_unstarted_run_neither_cancelled_nor_expired_goes_back_unspent(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    # The worker's expiry timer runs on its own clock; only the database's decides. Dropped
+    # before expiry on the database clock, the job is queued again, due now, attempt unspent.
+    from akadze_core import database
+    from akadze_core.outcomes import UNSTARTED, Outcome
+    from tests.integration.lease_support import claim, fake_worker
+
+    @app.task("later")
+    async def later() -> None: ...
+
+    job_id = later.configure(expires_at=db_now(db, "1 hour")).enqueue()
+    [claimed] = await claim(database_url, fake_worker(db, ttl=60), 1)
+    async with connect(database_url) as connection:
+        rows = await database.complete_many(
+            connection, [Outcome(job_id, claimed["run_count"], UNSTARTED)])
+    assert [row["state"] for row in rows] == ["queued"]
+    row = job(db, job_id)
+    assert (row["state"], row["attempt"], row["errors"], row["worker_id"]) == (
+        "queued", 0, [], None), row
+    assert row["scheduled_at"] <= db_now(db)

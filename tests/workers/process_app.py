@@ -56,3 +56,18 @@ def maybe_die(die: bool = False) -> int:
     if die:
         os.kill(os.getpid(), signal.SIGKILL)
     return os.getpid()
+
+
+@app.task("hold")
+def hold(path: str) -> None:
+    """Keeps its process busy until the file ``path`` exists (or 30 s pass)."""
+    deadline = time.monotonic() + 30
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+@app.task("touch")
+def touch(path: str) -> None:
+    """Creates the file ``path``: the mark that the body ran."""
+    with open(path, "a", encoding="utf-8"):
+        pass

@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from akadze_core import App
+from akadze_core import App, request_cancel_sync
 from tests.helpers import children_of, job
 from tests.workers.support import WorkerProcess, wait_until
 
@@ -179,3 +179,36 @@ def test_short_runs_let_the_worker_claim_ahead_until_a_body_runs_long(
         after = [app.tasks["maybe_die"].using(session=connection).enqueue() for _ in range(4)]
     wait_until(lambda: finished(db, *after), what="the jobs after it to run", timeout=30)
     assert len({job(db, job_id)["started_at"] for job_id in after}) >= 2
+
+
+@pytest.mark.parametrize("how", ["cancel", "expiry"])
+def test_a_job_claimed_ahead_of_a_busy_process_ends_cancelled_without_running(
+        app: App, db: psycopg.Connection, start, tmp_path: Path, how: str) -> None:
+    # Seed 003: a job cancelled or expired before it starts ends cancelled without running,
+    # also when the worker holds it claimed ahead (--slots 2, one process busy).
+    start("--processes", "1", "--slots", "2")
+    release, mark = tmp_path / "release", tmp_path / "ran"
+    first = app.tasks["hold"].enqueue(path=str(release))
+    wait_until(lambda: job(db, first)["state"] == "running", what="the first job to start")
+    touch = app.tasks["touch"]
+    if how == "expiry":
+        now = db.execute("SELECT now() + interval '1 second'").fetchone()[0]
+        touch = touch.configure(expires_at=now)
+    second = touch.enqueue(path=str(mark))
+    wait_until(lambda: job(db, second)["state"] != "queued", what="the claim ahead")
+    assert job(db, second)["state"] == "running"  # claimed, waiting for the busy process
+    if how == "cancel":
+        assert request_cancel_sync(db, second) is True
+    else:
+        wait_until(lambda: db.execute("SELECT expires_at <= now() FROM akadze.jobs "
+                                      "WHERE id = %s", (second,)).fetchone()[0],
+                   what="the expiry")
+    time.sleep(0.3)  # the worker hears of it while the process is still busy
+    release.touch()
+    wait_until(lambda: finished(db, first) and job(db, second)["state"] != "running",
+               what="both jobs to end", timeout=30)
+    row = job(db, second)
+    assert not mark.exists(), "the job claimed ahead must not run"
+    assert (row["state"], row["attempt"], row["errors"], row["result"]) == (
+        "cancelled", 0, [], None), row
+    assert job(db, first)["state"] == "succeeded"

@@ -48,3 +48,11 @@ def flaky(mode="fast"):
     if mode == "hang":
         time.sleep(3600)
     return os.getpid()
+
+
+@app.task
+def mark(path):
+    """Creates the file ``path``: the mark that the task ran."""
+    with open(path, "a", encoding="utf-8"):
+        pass
+    return path

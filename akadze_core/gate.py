@@ -1,0 +1,63 @@
+"""The body gate of ``Worker(concurrency=N)``: at most N bodies run, the runs claimed beyond
+them wait here in claim order (Celery's prefetch window), and a waiting run can be dropped.
+
+An ``asyncio.Semaphore`` does the first two; dropping is why this exists: a run claimed
+ahead whose job is cancelled or expires while it waits must end without its body starting
+(seed 003), so its waiter is told "not started" instead of being handed a slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+
+class BodyGate:
+    """``slots`` bodies at once; ``enter`` waits first come, first served."""
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError("a body gate needs at least one slot")
+        self._free = slots
+        # Waiting runs by job id, in arrival order; a result of True hands over a slot.
+        self._waiters: collections.OrderedDict[int, asyncio.Future[bool]] = (
+            collections.OrderedDict())
+
+    def waiting(self, job_id: int) -> bool:
+        """Whether the run of ``job_id`` waits for a slot (claimed, its body not started)."""
+        return job_id in self._waiters
+
+    async def enter(self, job_id: int) -> bool:
+        """Take a slot for the run of ``job_id``: True once it holds one (call ``release``
+        when its body ends), False when it was dropped while waiting (it holds none)."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return True
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters[job_id] = waiter
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            self._waiters.pop(job_id, None)
+            # Handed a slot just before the cancel: pass it on, nobody will release it.
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                self.release()
+            raise
+
+    def drop(self, job_id: int) -> bool:
+        """Turn the run of ``job_id`` away if it still waits (its ``enter`` returns False);
+        False when it holds a slot already or is unknown here."""
+        waiter = self._waiters.pop(job_id, None)
+        if waiter is None or waiter.done():
+            return False
+        waiter.set_result(False)
+        return True
+
+    def release(self) -> None:
+        """A body ended: its slot goes to the first waiting run, else back to the pool."""
+        while self._waiters:
+            _, waiter = self._waiters.popitem(last=False)
+            if not waiter.done():
+                waiter.set_result(True)
+                return
+        self._free += 1
