@@ -13,10 +13,7 @@ from decimal import Decimal
 from typing import Protocol, runtime_checkable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadDateError, croniter
-
-# Top-level only since croniter 6; the module has had it throughout (2.0 is our lower bound).
-from croniter.croniter import CroniterError
+from croniter import CroniterBadDateError, CroniterError, croniter
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
