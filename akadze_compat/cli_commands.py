@@ -411,5 +411,6 @@ def beat_command(ctx: click.Context, loglevel: str) -> None:
     asyncio.run(main())
 
 
-COMMANDS: tuple[click.Command, ...] = (beat_command, call_command, inspect_command, migrate_command, purge_command,
-            result_command, status_command)
+COMMANDS: tuple[click.Command, ...] = (
+    beat_command, call_command, inspect_command, migrate_command, purge_command,
+    result_command, status_command)

@@ -91,6 +91,33 @@ def _lost(app: App, exc: psycopg.Error, unsure: str) -> ConnectionLost:
         f"({type(exc).__name__}: {cause})"))
 
 
+def _sent(app: App, call: Callable[[psycopg.Connection], T], connection: psycopg.Connection,
+          unsure: str) -> T:
+    """``call(connection)``; an error that left the connection closed happened after the
+    statement was sent, so it becomes ``ConnectionLost`` (``unsure``: what is unknown)."""
+    try:
+        return call(connection)
+    except ConnectionLost:
+        raise
+    except psycopg.Error as exc:
+        if connection.closed:
+            raise _lost(app, exc, unsure) from exc
+        raise
+
+
+async def _sent_async(app: App, call: Callable[[psycopg.AsyncConnection], Any],
+                      connection: psycopg.AsyncConnection, unsure: str) -> Any:
+    """Async twin of ``_sent``."""
+    try:
+        return await call(connection)
+    except ConnectionLost:
+        raise
+    except psycopg.Error as exc:
+        if connection.closed:
+            raise _lost(app, exc, unsure) from exc
+        raise
+
+
 def _after_fork() -> None:
     """In a forked child, every App lets go of its parent's connections unclosed.
 
@@ -566,13 +593,7 @@ class App:
         pool = await self._opened_async_pool()
         connection = await self._live_pooled_async(pool)
         try:
-            return await call(connection)
-        except ConnectionLost:
-            raise
-        except psycopg.Error as exc:
-            if connection.closed:
-                raise _lost(self, exc, unsure) from exc
-            raise
+            return await _sent_async(self, call, connection, unsure)
         finally:
             await pool.putconn(connection)
 
@@ -601,13 +622,7 @@ class App:
             pool = self.pool()
             pooled = self._live_pooled(pool)
             try:
-                return call(pooled)
-            except ConnectionLost:
-                raise
-            except psycopg.Error as exc:
-                if pooled.closed:
-                    raise _lost(self, exc, unsure) from exc
-                raise
+                return _sent(self, call, pooled, unsure)
             finally:
                 pool.putconn(pooled)
         try:
@@ -623,13 +638,7 @@ class App:
                                          time.monotonic())
             connection = single[0]
             try:
-                return call(connection)
-            except ConnectionLost:
-                raise
-            except psycopg.Error as exc:
-                if connection.closed:
-                    raise _lost(self, exc, unsure) from exc
-                raise
+                return _sent(self, call, connection, unsure)
             finally:
                 if connection.pgconn.transaction_status != _IDLE \
                         or time.monotonic() - single[1] > SINGLE_LIFETIME:
@@ -648,13 +657,7 @@ class App:
         pool = self.pool()
         connection = self._live_pooled(pool)
         try:
-            return call(connection)
-        except ConnectionLost:
-            raise
-        except psycopg.Error as exc:
-            if connection.closed:
-                raise _lost(self, exc, unsure) from exc
-            raise
+            return _sent(self, call, connection, unsure)
         finally:
             pool.putconn(connection)
 
