@@ -18,6 +18,7 @@ from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
+from .app.base import Celery
 from .exceptions import ImproperlyConfigured
 from .serialization import check_serializer
 from .support import API_PATTERNS
@@ -67,7 +68,10 @@ def exists_in_facade(name: str) -> bool:
         if parts[index].startswith("__"):
             return True  # dunder modules (__main__) are never imported here
         candidate = ".".join(parts[:index + 1])
-        value = getattr(module, parts[index], None)
+        try:
+            value = getattr(module, parts[index], None)
+        except ImportError:
+            return False  # a name Celery has that akadze_compat refuses (utils.unsupported)
         if value is not None and not isinstance(value, ModuleType):
             return True  # an attribute: what it holds is not looked into
         if isinstance(value, ModuleType):
@@ -358,8 +362,6 @@ class _Scanner(ast.NodeVisitor):
 
 
 def _default_app_attributes() -> frozenset[str]:
-    from .app import Celery
-
     return frozenset(dir(Celery)) | frozenset({
         "main", "task_cls", "set_as_current", "autofinalize", "namespace", "strict_typing",
         "configured", "finalized", "on_configure", "on_after_configure", "on_after_finalize",

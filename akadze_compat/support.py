@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .config import database_url
-from .defaults import NAMESPACES
+from .app.config import database_url
+from .app.defaults import NAMESPACES
 from .exceptions import ImproperlyConfigured
 from .serialization import check_accept_content, check_serializer
 

@@ -13,7 +13,8 @@ import pytest
 
 import akadze_compat
 from akadze_compat import signals
-from akadze_compat.defaults import DEFAULTS
+from akadze_compat.app.defaults import DEFAULTS
+from akadze_compat.app.task import EXEC_OPTIONS, Task
 from akadze_compat.doctor_scan import exists_in_facade, scan_source
 from akadze_compat.support import (
     API_PATTERNS,
@@ -26,7 +27,6 @@ from akadze_compat.support import (
     TASK_OPTION_SUPPORT,
     setting_value_support,
 )
-from akadze_compat.task import EXEC_OPTIONS, Task
 from tests.compat.cli_harness import DJANGO_PROJECT, PROJECTS, error_lines, run
 
 PACKAGE = Path(akadze_compat.__file__).parent
@@ -130,10 +130,12 @@ def test_names_akadze_compat_lacks_and_celery_imports() -> None:
         from akadze_compat.exceptions import Retry, Ignore
         from akadze_compat.utils.log import get_task_logger
         from akadze_compat.schedules import crontab, solar
+        from akadze_compat.app.amqp import AMQP
         """)
+    # Line 5: akadze_compat.app.task exists (Celery's module path); line 9 does not.
     assert found == [("import celery", 1), ("import celery", 2), ("celery.contrib", 3),
-                     ("celery.result.GroupResult", 4), ("unavailable name", 5),
-                     ("celery.schedules.solar", 8)]
+                     ("celery.result.GroupResult", 4), ("celery.schedules.solar", 8),
+                     ("unavailable name", 9)]
     assert exists_in_facade("celery.exceptions.SoftTimeLimitExceeded")
     assert not exists_in_facade("celery.beat.PersistentScheduler")
 

@@ -10,10 +10,10 @@ import psycopg
 
 from akadze_core import request_cancel_sync
 
-from .backend import lookup_job
+from ..backends.base import lookup_job
 
 if TYPE_CHECKING:
-    from .app import Celery
+    from .base import Celery
 
 __all__ = ["Control"]
 
