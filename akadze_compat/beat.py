@@ -41,6 +41,7 @@ from .app import publish
 from .canvas import Signature
 from .exceptions import ImproperlyConfigured
 from .schedules import BaseSchedule, crontab, maybe_schedule, schedule, solar
+from .utils.unsupported import not_provided
 
 if TYPE_CHECKING:
     from akadze_core import App as CoreApp
@@ -300,3 +301,12 @@ def register_periodic_tasks(app: Celery, core: CoreApp) -> list[str]:
 def _fingerprint(arguments: Mapping[str, Any]) -> str:
     """What decides whether a re-declared entry changed (triggers compare by spec)."""
     return repr(sorted({**arguments, "trigger": arguments["trigger"].spec}.items()))
+
+
+_NO_BEAT = ("there is no beat process to extend: every worker runs beat_schedule itself "
+            "(Postgres decides which one sends each tick), so custom schedulers and "
+            "database-backed schedules (django_celery_beat) do not run")
+__getattr__ = not_provided(__name__, {
+    name: (_NO_BEAT, "beat-runs-inside-the-workers")
+    for name in ("Scheduler", "PersistentScheduler", "ScheduleEntry", "Service",
+                 "EmbeddedService", "SchedulingError", "BeatPidbox")})

@@ -102,6 +102,15 @@ def _pattern_for(name: str) -> str | None:
     return None
 
 
+def _missing_pattern(name: str) -> str | None:
+    """``_pattern_for(name)``, but None for a name of a module pattern that akadze_compat
+    provides after all (``celery.contrib.abortable`` under ``celery.contrib``)."""
+    pattern = _pattern_for(name)
+    if pattern in _MODULE_PATTERNS and exists_in_facade(name):
+        return None
+    return pattern
+
+
 def _dotted(node: ast.AST) -> list[str] | None:
     """``a.b.c`` as ``["a", "b", "c"]`` (None for anything but names and attributes)."""
     parts: list[str] = []
@@ -214,7 +223,7 @@ class _Scanner(ast.NodeVisitor):
 
     def _check_name(self, name: str, node: ast.AST) -> None:
         if name == "celery" or name.startswith("celery."):
-            pattern = _pattern_for(name)
+            pattern = _missing_pattern(name)
             if pattern:
                 self.add(pattern, node, name)
             elif not exists_in_facade(name):
@@ -239,7 +248,7 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Load) and node.id in self.aliases:
-            pattern = _pattern_for(self.aliases[node.id])
+            pattern = _missing_pattern(self.aliases[node.id])
             if pattern:
                 self.add(pattern, node, self.aliases[node.id])
 

@@ -11,6 +11,7 @@ import psycopg
 from akadze_core import request_cancel_sync
 
 from ..backends.base import lookup_job
+from ..utils.unsupported import not_provided
 
 if TYPE_CHECKING:
     from .base import Celery
@@ -56,3 +57,11 @@ class Control:
         """Not available here: use ``akadze-compat inspect`` (the workers are in the DB)."""
         raise NotImplementedError("app.control.inspect() is not supported; "
                                   "use `akadze-compat inspect` or `akadze jobs list`")
+
+
+__getattr__ = not_provided(__name__, {
+    "Inspect": ("there is no broadcast to workers; `akadze-compat inspect` and `status` "
+                "read the database", "0-what-does-not-come-along"),
+    "flatten_reply": ("there are no worker replies to flatten",
+                      "0-what-does-not-come-along"),
+})

@@ -22,6 +22,7 @@ from .. import serialization, signals, states
 from .._state import task_stack, worker_request
 from ..exceptions import Ignore, Reject, Retry
 from ..utils.objects import is_default, overrides_default
+from ..utils.unsupported import not_provided
 
 if TYPE_CHECKING:
     from .context import Context
@@ -276,3 +277,11 @@ async def trace_async(task: Task, request: Context, args: Any, kwargs: Any,
                                         eager=False, propagate=False, revoked=None)
         _after_return(task, request, args, kwargs, tracing.result, False)
         return tracing.result
+
+
+__getattr__ = not_provided(__name__, {
+    name: ("the tracer is internal here (the worker and apply() share it); hook in with "
+           "the task_prerun / task_postrun / task_success / task_failure signals or the "
+           "Task handlers", "signals")
+    for name in ("TraceInfo", "build_tracer", "trace_task", "setup_worker_optimizations",
+                 "reset_worker_optimizations")})

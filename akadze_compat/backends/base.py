@@ -19,6 +19,7 @@ from akadze_core import current
 from .. import _state, exceptions, states
 from ..exceptions import TaskRevokedError
 from ..serialization import revive
+from ..utils.unsupported import not_provided
 
 if TYPE_CHECKING:
     from akadze_core import App as CoreApp
@@ -161,3 +162,10 @@ def update_state(task: Task, task_id: str | None, state: str | None, meta: Any) 
     patch = {**stored, "state": state or states.PENDING, "result": meta}
     if current().update_meta_sync({"celery": patch}):
         stored.update(state=patch["state"], result=meta)
+
+
+__getattr__ = not_provided(__name__, {
+    name: ("there are no result backends: a task's state and result are read from its "
+           "job's row in the queue's database", "results-live-in-postgres")
+    for name in ("BaseBackend", "Backend", "KeyValueStoreBackend", "DisabledBackend",
+                 "BaseKeyValueStoreBackend", "SyncBackendMixin")})

@@ -482,12 +482,17 @@ def api_page(celery: dict[str, Any], problems: list[str]) -> str:
         "- **ignored**: accepted and without effect (task options);",
         "- **missing**: not there (an ImportError or AttributeError), or there but refusing to "
         "work (NotImplementedError), or a signal that is never sent.", "",
-        "Other Celery modules are not provided: `celery.app.task` (import `Task` from "
-        "`akadze_compat`), `celery.contrib.*` (`delay_on_commit` is on every task, see "
-        "[django.md](django.md); no `AbortableTask`, no `celery.contrib.testing` fixtures), "
-        "`celery.beat`, `celery.bin`, `celery.backends`, `celery.worker`. `akadze_compat.canvas` "
-        "and `akadze_compat.utils` (`uuid`) exist. kombu stays as it is (`kombu.Queue` in "
-        "`task_queues` is read by name).",
+        "Celery's other module paths import too, under the same names: `akadze_compat.app.task` "
+        "(`Task`, `Context`), `akadze_compat._state` (`current_app`, `get_current_task`), "
+        "`app.control` (`Control`), `app.registry`, `app.routes`, `app.trace`, `beat`, "
+        "`backends.base`, `worker.control`, `worker.request`, `bootsteps`, `utils.time`, "
+        "`utils.threads`, `contrib.abortable` (`AbortableTask`, on the job's cancel flag) and "
+        "`contrib.django.task` (`DjangoTask`; `delay_on_commit` is on every task, see "
+        "[django.md](django.md)). What they leave out (custom beat schedulers, result "
+        "backends, remote control commands, the worker's `Request`, bootsteps) fails at the "
+        "import with an ImportError naming the section of [celery.md](celery.md) that says "
+        "what to do instead. `akadze_compat.canvas` and `akadze_compat.utils` (`uuid`) exist. "
+        "kombu stays as it is (`kombu.Queue` in `task_queues` is read by name).",
     ]
     return "\n".join(head + sections) + "\n"
 
