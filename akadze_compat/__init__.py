@@ -5,8 +5,10 @@ A Celery 5 project runs after replacing ``celery`` with ``akadze_compat`` in its
 """
 
 from . import states
-from ._state import Proxy, current_app
-from .app import Celery, shared_task
+from ._state import current_app, current_task
+from .app.base import Celery, shared_task
+from .app.publish import transaction
+from .app.task import Task
 from .canvas import (
     Signature,
     chain,
@@ -19,13 +21,7 @@ from .canvas import (
     xmap,
     xstarmap,
 )
-from .execution import current_task as _current_task
-from .publish import transaction
-from .task import Task
 from .utils import uuid
-
-#: The task being run here (by a worker or eagerly), or a proxy of None.
-current_task = Proxy(_current_task, "current_task")
 
 __all__ = ["Celery", "Signature", "Task", "chain", "chord", "chunks", "current_app",
            "current_task", "group", "maybe_signature", "shared_task", "signature", "states",

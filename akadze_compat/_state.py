@@ -1,18 +1,29 @@
-"""Process-wide state: the current app, every app, shared tasks, and lazy proxies.
+"""Process-wide state: the current app, every app, shared tasks, the task being run, and
+lazy proxies (Celery's ``celery._state``).
 
 Celery keeps the current app per thread; here it is per process, because akadze workers run
-tasks in a thread pool and those threads must see the app the project created.
+tasks in a thread pool and those threads must see the app the project created. The task
+being run is per context (a context variable): async bodies and the worker's threads each see
+their own. This module is at the bottom of the package and imports none of it: the app
+registers how a default app is made (``set_default_app_factory``).
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .app import Celery
+    from .app.base import Celery
+    from .app.context import Context
+    from .app.task import Task
+
+__all__ = ["connect_on_app_finalize", "current_app", "current_task", "get_current_app",
+           "get_current_task", "get_current_worker_request", "get_current_worker_task",
+           "set_default_app"]
 
 _lock = threading.RLock()
 _apps: weakref.WeakSet[Celery] = weakref.WeakSet()
@@ -20,6 +31,15 @@ _current_app: Celery | None = None
 _default_app: Celery | None = None
 #: Callbacks run for every app once it is finalized (shared tasks register this way).
 _on_finalize: list[Callable[[Celery], Any]] = []
+#: Makes the default app when none was made (``akadze_compat.app.base`` sets it).
+_default_app_factory: Callable[[], Celery] | None = None
+
+#: The request of the task a worker is running in this context (not set for eager runs).
+worker_request: contextvars.ContextVar[tuple[Task, Context] | None] = \
+    contextvars.ContextVar("akadze_compat_worker_request", default=None)
+#: The tasks being traced in this context, innermost last (eager runs included).
+task_stack: contextvars.ContextVar[tuple[Task, ...]] = \
+    contextvars.ContextVar("akadze_compat_task_stack", default=())
 
 
 def register_app(app: Celery) -> None:
@@ -60,10 +80,36 @@ def get_current_app() -> Celery:
         return app
     with _lock:
         if _default_app is None:
-            from .app import Celery
-
-            _default_app = Celery("default", set_as_current=False)
+            if _default_app_factory is None:
+                raise RuntimeError("no Celery app: import akadze_compat first")
+            _default_app = _default_app_factory()
         return _default_app
+
+
+def set_default_app_factory(factory: Callable[[], Celery]) -> None:
+    """How ``get_current_app`` makes the default app (``Celery("default")``) when the
+    project made none: registered by ``akadze_compat.app.base``, which this module does not
+    import (it is the bottom layer)."""
+    global _default_app_factory
+    _default_app_factory = factory
+
+
+def get_current_worker_request() -> Context | None:
+    """The request of the task this worker is running here, or None."""
+    current = worker_request.get()
+    return current[1] if current else None
+
+
+def get_current_worker_task() -> Task | None:
+    """The task this worker is running here, or None (Celery's ``get_current_worker_task``)."""
+    current = worker_request.get()
+    return current[0] if current else None
+
+
+def get_current_task() -> Task | None:
+    """The task being run here, by a worker or eagerly (Celery's ``get_current_task``)."""
+    stack = task_stack.get()
+    return stack[-1] if stack else None
 
 
 def connect_on_app_finalize(callback: Callable[[Celery], Any]) -> Callable[[Celery], Any]:
@@ -129,3 +175,5 @@ class Proxy:
 
 #: The current app, looked up at every use (``from akadze_compat import current_app``).
 current_app: Any = Proxy(get_current_app, "current_app")
+#: The task being run here (by a worker or eagerly), or a proxy of None.
+current_task: Any = Proxy(get_current_task, "current_task")

@@ -35,16 +35,18 @@ from typing import TYPE_CHECKING, Any
 
 from akadze_core import Trigger
 
-from . import publish, serialization
+from . import serialization
 from ._triggers import schedule_timezone, to_zone
+from .app import publish
 from .canvas import Signature
 from .exceptions import ImproperlyConfigured
 from .schedules import BaseSchedule, crontab, maybe_schedule, schedule, solar
+from .utils.unsupported import not_provided
 
 if TYPE_CHECKING:
     from akadze_core import App as CoreApp
 
-    from .app import Celery
+    from .app.base import Celery
 
 __all__ = ["PeriodicEntry", "UnsupportedSchedule", "add_periodic_task", "entry_to_schedule",
            "register_periodic_tasks", "schedule_timezone", "to_trigger"]
@@ -195,7 +197,7 @@ def add_periodic_task(app: Celery, schedule: Any, sig: Any, args: Any = (), kwar
     if app.configured:
         store_periodic_task(app, key, entry, name)
     else:
-        app._pending_periodic_tasks.append((key, entry, name))
+        app.pending_periodic_tasks.append((key, entry, name))
     return key
 
 
@@ -214,7 +216,7 @@ def store_periodic_task(app: Celery, key: str, entry: dict[str, Any],
 
 def add_pending_periodic_tasks(app: Celery) -> None:
     """Store the entries added before the configuration was loaded."""
-    pending = app._pending_periodic_tasks
+    pending = app.pending_periodic_tasks
     while pending:
         key, entry, name = pending.pop(0)
         store_periodic_task(app, key, entry, name)
@@ -228,7 +230,7 @@ def schedule_arguments(app: Celery, name: str, entry: Mapping[str, Any],
     """``(add_schedule keyword arguments, ignored option names)`` for one entry, with the
     task's defaults, routing and meta that ``apply_async`` would use at the tick."""
     task_name = str(entry.get("task") or "")
-    task = app._tasks.get(task_name)
+    task = app.registry.get(task_name)
     options = dict(entry.get("options") or {})
     if task is not None:
         defaults = {key: getattr(task, key, None) for key in _TASK_DEFAULTS}
@@ -268,7 +270,7 @@ def register_periodic_tasks(app: Celery, core: CoreApp) -> list[str]:
     conf = app.conf
     zone = schedule_timezone(conf.timezone, conf.enable_utc)
     entries = dict(conf.beat_schedule or {})
-    declared = app._declared_schedules
+    declared = app.declared_schedules
     for name in [name for name in declared if name not in entries]:
         core.schedules.pop(name, None)  # removed from the setting: it stops here
         del declared[name]
@@ -299,3 +301,12 @@ def register_periodic_tasks(app: Celery, core: CoreApp) -> list[str]:
 def _fingerprint(arguments: Mapping[str, Any]) -> str:
     """What decides whether a re-declared entry changed (triggers compare by spec)."""
     return repr(sorted({**arguments, "trigger": arguments["trigger"].spec}.items()))
+
+
+_NO_BEAT = ("there is no beat process to extend: every worker runs beat_schedule itself "
+            "(Postgres decides which one sends each tick), so custom schedulers and "
+            "database-backed schedules (django_celery_beat) do not run")
+__getattr__ = not_provided(__name__, {
+    name: (_NO_BEAT, "beat-runs-inside-the-workers")
+    for name in ("Scheduler", "PersistentScheduler", "ScheduleEntry", "Service",
+                 "EmbeddedService", "SchedulingError", "BeatPidbox")})

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from . import _state
 
 if TYPE_CHECKING:
-    from .app import Celery
+    from .app.base import Celery
+    from .app.task import Task
     from .result import AsyncResult
-    from .task import Task
 
 __all__ = ["Signature", "chain", "chord", "chunks", "group", "maybe_signature", "signature",
            "subtask", "xmap", "xstarmap"]

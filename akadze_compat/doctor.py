@@ -21,11 +21,12 @@ from types import ModuleType
 from typing import Any
 
 from . import beat, signals
-from .config import ObjectView
-from .defaults import DEFAULTS, NAMESPACES
+from .app.config import ObjectView
+from .app.defaults import DEFAULTS, NAMESPACES
+from .app.publish import ROUTE_KEYS, exec_options
+from .app.routes import MapRoute, Router
+from .app.task import FROM_CONFIG, Task
 from .doctor_scan import scan_source
-from .publish import ROUTE_KEYS
-from .routing import MapRoute, Router
 from .support import (
     API_PATTERNS,
     EXTRA_SETTINGS,
@@ -40,7 +41,6 @@ from .support import (
     setting_value_support,
     task_option_value_support,
 )
-from .task import FROM_CONFIG, Task
 
 __all__ = ["KINDS", "Finding", "Report", "TaskInfo", "build_report"]
 
@@ -248,7 +248,7 @@ def _queue(app: Any, task: Task) -> str:
     would run project code): they are named instead."""
     router = app.router()
     maps = [route for route in router.routes if isinstance(route, MapRoute)]
-    options = {key: value for key, value in task._get_exec_options().items()
+    options = {key: value for key, value in exec_options(task).items()
                if key in ROUTE_KEYS and value is not None}
     try:
         queue = Router(maps, router.queues, router.default_queue,
@@ -328,8 +328,8 @@ def _roots(app: Any, spec: str | None) -> set[str]:
     names = {spec.partition(":")[0]} if spec else set()
     names.update(app.loader.task_modules)
     names.update(str(getattr(task, "__module__", "")) for task in app.tasks.values())
-    if isinstance(app._config_source, str):
-        names.add(app._config_source.partition(":")[0])
+    if isinstance(app.config_source, str):
+        names.add(app.config_source.partition(":")[0])
     for value in vars(signals).values():
         if isinstance(value, signals.Signal):
             names.update(str(getattr(r, "__module__", "")) for r in _receivers(value))
@@ -414,6 +414,6 @@ def build_report(app: Any, spec: str | None) -> Report:
     order = {kind: index for index, kind in enumerate(KINDS)}
     sections = {"settings": 0, "periodic tasks": 1, "task options": 2, "signals": 3, "api": 4}
     findings.sort(key=lambda item: (sections[item.section], order[item.kind], item.subject))
-    config = app._config_source if isinstance(app._config_source, str) else (
-        type(app._config_source).__name__ if app._config_source is not None else None)
+    config = app.config_source if isinstance(app.config_source, str) else (
+        type(app.config_source).__name__ if app.config_source is not None else None)
     return Report(app.main or "__main__", config, tasks, findings, len(files), unparsed)

@@ -18,6 +18,7 @@ from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
+from .app.base import Celery
 from .exceptions import ImproperlyConfigured
 from .serialization import check_serializer
 from .support import API_PATTERNS
@@ -67,7 +68,10 @@ def exists_in_facade(name: str) -> bool:
         if parts[index].startswith("__"):
             return True  # dunder modules (__main__) are never imported here
         candidate = ".".join(parts[:index + 1])
-        value = getattr(module, parts[index], None)
+        try:
+            value = getattr(module, parts[index], None)
+        except ImportError:
+            return False  # a name Celery has that akadze_compat refuses (utils.unsupported)
         if value is not None and not isinstance(value, ModuleType):
             return True  # an attribute: what it holds is not looked into
         if isinstance(value, ModuleType):
@@ -96,6 +100,15 @@ def _pattern_for(name: str) -> str | None:
         if prefix in _MODULE_PATTERNS:
             return prefix
     return None
+
+
+def _missing_pattern(name: str) -> str | None:
+    """``_pattern_for(name)``, but None for a name of a module pattern that akadze_compat
+    provides after all (``celery.contrib.abortable`` under ``celery.contrib``)."""
+    pattern = _pattern_for(name)
+    if pattern in _MODULE_PATTERNS and exists_in_facade(name):
+        return None
+    return pattern
 
 
 def _dotted(node: ast.AST) -> list[str] | None:
@@ -210,7 +223,7 @@ class _Scanner(ast.NodeVisitor):
 
     def _check_name(self, name: str, node: ast.AST) -> None:
         if name == "celery" or name.startswith("celery."):
-            pattern = _pattern_for(name)
+            pattern = _missing_pattern(name)
             if pattern:
                 self.add(pattern, node, name)
             elif not exists_in_facade(name):
@@ -235,7 +248,7 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Load) and node.id in self.aliases:
-            pattern = _pattern_for(self.aliases[node.id])
+            pattern = _missing_pattern(self.aliases[node.id])
             if pattern:
                 self.add(pattern, node, self.aliases[node.id])
 
@@ -358,8 +371,6 @@ class _Scanner(ast.NodeVisitor):
 
 
 def _default_app_attributes() -> frozenset[str]:
-    from .app import Celery
-
     return frozenset(dir(Celery)) | frozenset({
         "main", "task_cls", "set_as_current", "autofinalize", "namespace", "strict_typing",
         "configured", "finalized", "on_configure", "on_after_configure", "on_after_finalize",

@@ -20,7 +20,7 @@ constructor. The hierarchy::
     click.ClickException: CeleryCommandException
 
 How the worker treats the task predicates (Ignore, Reject, Retry) is decided by
-``akadze_compat.execution``; this module only defines the types.
+``akadze_compat.app.trace``; this module only defines the types.
 """
 
 from __future__ import annotations

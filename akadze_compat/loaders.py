@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from . import signals
 
 if TYPE_CHECKING:
-    from .app import Celery
+    from .app.base import Celery
 
 __all__ = ["Loader", "django_app_names", "find_related_module"]
 
@@ -76,7 +76,7 @@ class Loader:
         names = [*_as_list(conf.imports), *_as_list(conf.include)]
         modules = [self.import_task_module(name) for name in names]
         signals.import_modules.send(sender=self.app)
-        modules.extend(self.app._run_pending_autodiscovery())
+        modules.extend(self.app.run_pending_autodiscovery())
         return modules
 
 

@@ -15,23 +15,21 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import _state, states
-from .backend import FINISHED, job_result, job_state, lookup_job
+from .backends.base import FINISHED, job_result, job_state, lookup_job
 from .exceptions import TaskRevokedError, TimeoutError
 from .serialization import revive
 
 if TYPE_CHECKING:
     from akadze_core import Job
 
-    from .app import Celery
+    from .app.base import Celery
 
 __all__ = ["AsyncResult", "EagerResult"]
 
 
 def assert_will_not_block() -> None:
     """Refuse to wait for a result inside a running task (a deadlock risk, as in Celery)."""
-    from .execution import current_worker_request
-
-    if current_worker_request() is not None:
+    if _state.get_current_worker_request() is not None:
         raise RuntimeError("Never call result.get() within a task!")
 
 
@@ -67,7 +65,7 @@ class AsyncResult:
         return job
 
     def _track_started(self, job: Job | None) -> bool:
-        task = self.app._tasks.get(job.task if job else self.task_name or "")
+        task = self.app.registry.get(job.task if job else self.task_name or "")
         if task is not None and task.track_started is not None:
             return bool(task.track_started)
         return bool(self.app.conf.task_track_started)

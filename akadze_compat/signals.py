@@ -12,7 +12,7 @@ Connect a receiver the way Celery code does::
 
 Receivers are called as ``receiver(signal=signal, sender=sender, **named)`` and must accept
 ``**kwargs``. Which signals the worker actually sends, with which sender and keywords, is
-documented where they are sent (``akadze_compat.execution`` and the worker).
+documented where they are sent (``akadze_compat.app.trace`` and the worker).
 """
 
 from __future__ import annotations

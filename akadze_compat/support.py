@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from .config import database_url
-from .defaults import NAMESPACES
+from .app.config import database_url
+from .app.defaults import NAMESPACES
 from .exceptions import ImproperlyConfigured
 from .serialization import check_accept_content, check_serializer
 
@@ -394,10 +394,9 @@ API_PATTERNS: dict[str, Support] = {
                                                 "as sent, queue, priority (lower runs first), "
                                                 "redelivered after a lost worker"),
     "request.chain / chord / group": Support(DIFFERENT, "always None: there is no canvas"),
-    "celery.contrib": Support(MISSING, "celery.contrib (abortable tasks, the pytest plugin, "
-                                       "testing workers, rdb, migrate) is not provided: test "
-                                       "with task_always_eager or a real worker; abort with "
-                                       "revoke"),
+    "celery.contrib": Support(MISSING, "this celery.contrib module is not provided (rdb, "
+                                       "migrate, sphinx...; abortable and django.task are): "
+                                       "debug and move tasks with the database at hand"),
     "celery.bootsteps": Support(MISSING, "custom worker bootsteps are not supported: use the "
                                          "worker_init / worker_ready signals"),
     "celery.schedules.solar": Support(MISSING, "solar schedules are not supported: use a "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 PROJECTS = Path(__file__).resolve().parent / "projects"
 DJANGO_PROJECT = PROJECTS / "djangoproj"
-#: Short timings so the tests do not wait on polling (see akadze_compat.cli_worker).
+#: Short timings so the tests do not wait on polling (see akadze_compat.bin.worker).
 FAST = {"AKADZE_POLL_INTERVAL": "0.1", "PYTHONUNBUFFERED": "1"}
 #: Variables of the test environment that would change what the projects connect to.
 _CLEARED = ("AKADZE_DATABASE_URL", "CELERY_BROKER_URL", "BROKER_URL", "APP",

@@ -15,7 +15,7 @@ import pytest
 
 import akadze_compat
 from akadze_compat import Celery, Task, current_app, shared_task
-from akadze_compat.app import database_url, gen_task_name
+from akadze_compat.app.base import database_url, gen_task_name
 from akadze_compat.exceptions import ImproperlyConfigured, NotRegistered
 from akadze_compat.result import AsyncResult
 
@@ -143,7 +143,7 @@ def test_task_cls_and_base() -> None:
         marker = "other"
 
     celery = Celery(set_as_current=False, task_cls=Base)
-    by_path = Celery(set_as_current=False, task_cls="akadze_compat.task:Task")
+    by_path = Celery(set_as_current=False, task_cls="akadze_compat.app.task:Task")
 
     @celery.task
     def uses_app_base() -> None: ...

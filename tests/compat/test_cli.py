@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from akadze_compat.cli_support import CliError, find_app, nodename
+from akadze_compat.bin.base import CliError, find_app, nodename
 from tests.compat.cli_harness import (
     CompatWorker,
     command,

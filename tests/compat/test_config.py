@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from akadze_compat import Celery
-from akadze_compat.config import Settings, import_object
-from akadze_compat.defaults import DEFAULTS, TO_NEW_NAME, TO_OLD_NAME, find
+from akadze_compat.app.config import Settings, import_object
+from akadze_compat.app.defaults import DEFAULTS, TO_NEW_NAME, TO_OLD_NAME, find
 from tests.compat import config_cases
 from tests.compat.celery_reference import run_celery
 

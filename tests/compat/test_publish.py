@@ -17,9 +17,9 @@ import pytest
 
 import akadze_compat
 from akadze_compat import Celery, Task
-from akadze_compat.config import Settings
+from akadze_compat.app.config import Settings
+from akadze_compat.app.task import ArgumentCheck
 from akadze_compat.exceptions import QueueNotFound
-from akadze_compat.task import ArgumentCheck
 from tests.compat.signal_recorder import Recorder
 from tests.helpers import job
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from akadze_compat import states
-from akadze_compat.backend import exception_from_entry, job_result, job_state
+from akadze_compat.backends.base import exception_from_entry, job_result, job_state
 from akadze_compat.exceptions import MaxRetriesExceededError, TaskRevokedError
 from akadze_compat.result import EagerResult
 from akadze_core import Job
@@ -110,7 +110,7 @@ def test_engine_errors_come_back_as_celery_exceptions() -> None:
     """What the core records itself (unknown task, lost worker, timeout) is rebuilt as the
     Celery exception a caller would catch."""
     from akadze_compat import exceptions
-    from akadze_compat.backend import exception_from_entry
+    from akadze_compat.backends.base import exception_from_entry
 
     unknown = exception_from_entry({"type": "NotRegistered", "module": "akadze_core.errors",
                                     "message": "unknown task 'x'"})

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from kombu import Queue
 
+from akadze_compat.app.routes import MapRoute, Router, prepare, queue_names
 from akadze_compat.exceptions import QueueNotFound
-from akadze_compat.routing import MapRoute, Router, prepare, queue_names
 from tests.compat import routing_cases
 from tests.compat.celery_reference import run_celery
 

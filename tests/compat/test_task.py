@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from akadze_compat import Celery, Task, states
-from akadze_compat.autoretry import autoretry_countdown, exponential_backoff
+from akadze_compat.app.autoretry import autoretry_countdown, exponential_backoff
+from akadze_compat.app.task import Context, retry_arguments
 from akadze_compat.exceptions import (
     Ignore,
     ImproperlyConfigured,
@@ -18,7 +19,6 @@ from akadze_compat.exceptions import (
     Retry,
     TaskRevokedError,
 )
-from akadze_compat.task import Context, retry_arguments
 from tests.compat.celery_reference import run_celery
 from tests.compat.signal_recorder import Recorder
 

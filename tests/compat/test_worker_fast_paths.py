@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from akadze_compat import Celery, Task, entry
-from akadze_compat.backend import celery_meta
-from akadze_compat.request import Context
+from akadze_compat import Celery, Task
+from akadze_compat.app.context import Context
+from akadze_compat.backends.base import celery_meta
 from akadze_compat.serialization import dumps, revive
+from akadze_compat.worker import entry
 from akadze_core import Job
 from tests.compat.conftest import work
 from tests.compat.signal_recorder import Recorder

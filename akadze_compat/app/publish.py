@@ -20,7 +20,7 @@ import os
 import socket
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -30,26 +30,37 @@ from kombu.exceptions import EncodeError, OperationalError
 from akadze_core import ConnectionLost, InvalidArgs
 from akadze_core import Task as CoreTask
 
-from . import serialization, signals
-from .exceptions import AlwaysEagerIgnored, ImproperlyConfigured
-from .routing import settings_router, settings_router_state
-from .task import EXEC_OPTIONS, PLAIN_CALL, task_overrides
-from .utils import uuid
+from .. import _state, serialization, signals
+from ..exceptions import AlwaysEagerIgnored, ImproperlyConfigured
+from ..result import AsyncResult
+from ..utils import uuid
+from ..utils.objects import overrides_default
+from .routes import settings_router, settings_router_state
 
 if TYPE_CHECKING:
-    from .app import Celery
+    from .base import Celery
     from .config import Settings
-    from .request import Context
-    from .result import AsyncResult
     from .task import Task
 
-__all__ = ["PublishConnectionLost", "apply_async", "apply_on_commit", "current_session",
-           "max_attempts_for", "message_meta", "send_plain", "send_task", "transaction"]
+__all__ = ["EXEC_OPTIONS", "PLAIN_CALL", "PublishConnectionLost", "apply_async",
+           "apply_on_commit", "current_session", "exec_options", "max_attempts_for",
+           "message_meta", "send_plain", "send_task", "transaction"]
 
 logger = logging.getLogger("akadze_compat.publish")
 
 #: Core attempts for "retry forever" (max_retries=None): the largest int4.
 FOREVER = 2**31 - 1
+#: Options that may be set on a task and apply to each call (Celery's exec options).
+EXEC_OPTIONS = ("queue", "routing_key", "exchange", "priority", "expires", "serializer",
+                "delivery_mode", "compression", "time_limit", "soft_time_limit")
+#: Where a task keeps what its plain calls reuse (``send_plain``).
+PLAIN_CALL = "_akadze_plain_call"
+
+
+def exec_options(task: Task) -> dict[str, Any]:
+    """The task's own execution options (``Task._get_exec_options``, which a subclass may
+    override as in Celery; the senders call that)."""
+    return {name: getattr(task, name, None) for name in EXEC_OPTIONS}
 
 class PublishConnectionLost(ConnectionLost, OperationalError):
     """``ConnectionLost`` from ``delay``/``apply_async``/``send_task``: the connection broke
@@ -215,7 +226,7 @@ def _plain_now(args: Any, kwargs: Any) -> bool:
     if signals.before_task_publish.receivers or signals.after_task_publish.receivers:
         return False
     # A transaction() block, or ids and priority inherited from a parent task.
-    return _session.get() is None and _late_imports()[0]() is None
+    return _session.get() is None and _state.get_current_worker_request() is None
 
 
 def _keepable(task: Task, conf: Settings) -> bool:
@@ -223,8 +234,8 @@ def _keepable(task: Task, conf: Settings) -> bool:
     call, a router function may answer differently for other arguments, and an overridden
     shadow_name or _get_exec_options is called as Celery calls it."""
     return (task.expires is None and bool(settings_router_state(conf)[1])
-            and not task_overrides(task, "shadow_name") and "shadow_name" not in task.__dict__
-            and not task_overrides(task, "_get_exec_options"))
+            and not overrides_default(task, "shadow_name") and "shadow_name" not in task.__dict__
+            and not overrides_default(task, "_get_exec_options"))
 
 
 def send_plain(task: Task, kept: _Plain, args: Any, kwargs: Any) -> AsyncResult | None:
@@ -248,7 +259,7 @@ def send_plain(task: Task, kept: _Plain, args: Any, kwargs: Any) -> AsyncResult 
         raise EncodeError(str(exc)) from exc
     except ConnectionLost as exc:
         raise PublishConnectionLost(str(exc)) from exc.__cause__
-    result = _late_imports()[1](str(job_id), app=app, task_name=str(task.name), job_id=job_id)
+    result = AsyncResult(str(job_id), app=app, task_name=str(task.name), job_id=job_id)
     result.ignored = bool(task.option("ignore_result", "task_ignore_result"))
     return result
 
@@ -258,7 +269,7 @@ _send_task_checked: dict[type, tuple[Any, bool]] = {}
 
 
 def _stock_send_task(app: Celery) -> bool:
-    """Whether ``app.send_task`` is ``akadze_compat.app.Celery.send_task`` itself: not set on
+    """Whether ``app.send_task`` is ``akadze_compat.app.base.Celery.send_task`` itself: not set on
     the instance, not overridden in a subclass, not replaced or wrapped on the class (a
     mock, an instrumentation wrapper). Told by its code object, which a wrapper copying
     ``__name__``/``__qualname__`` (functools.wraps) does not share."""
@@ -270,7 +281,7 @@ def _stock_send_task(app: Celery) -> bool:
     if checked is not None and checked[0] is method:
         return checked[1]
     code = getattr(method, "__code__", None)
-    app_module = sys.modules.get("akadze_compat.app")
+    app_module = sys.modules.get("akadze_compat.app.base")
     stock = (code is not None and app_module is not None
              and getattr(code, "co_qualname", None) == "Celery.send_task"
              and code.co_filename == getattr(app_module, "__file__", None))
@@ -389,7 +400,7 @@ def send_task(app: Celery, name: str, args: Any = None, kwargs: Any = None, *,
                       stacklevel=3)
     check_serializers(app, options.pop("serializer", None))
     if task_type is None:
-        task_type = app._tasks.get(name)
+        task_type = app.registry.get(name)
         if task_type is not None:
             defaults = {key: value for key, value in task_type._get_exec_options().items()
                         if value is not None}
@@ -414,7 +425,6 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
     ``after_task_publish`` has a receiver; the router is built once per configuration
     (``routing.settings_router``). With ``plain_key`` (a plain call, see ``PLAIN_CALL``) the
     configured core call is kept on ``task_type`` for the next plain calls."""
-    current_worker_request, AsyncResult = _late_imports()
     conf = app.conf
     pop = options.pop
     time_limit, soft_time_limit = pop("time_limit", None), pop("soft_time_limit", None)
@@ -431,7 +441,7 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
     routed = settings_router(conf).route(
         {key: value for key, value in options.items() if key in ROUTE_KEYS},
         route_name or name, args, kwargs, task_type)
-    parent = current_worker_request()
+    parent = _state.get_current_worker_request()
     if parent is not None:
         root_id = root_id or parent.root_id or parent.id
         parent_id = parent_id or parent.id
@@ -487,7 +497,7 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
         typing = task_type.typing if task_type.typing is not None else app.strict_typing
         task_type.__dict__[PLAIN_CALL] = _Plain(
             plain_key, call, (app, conf), typed=bool(typing),
-            direct=not task_overrides(task_type, "apply_async"))
+            direct=not overrides_default(task_type, "apply_async"))
     if session is not None:
         call = call.using(session=session)
     try:
@@ -506,22 +516,6 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
         ignore_result = task_type.option("ignore_result", "task_ignore_result")
     result.ignored = bool(ignore_result)
     return result
-
-
-_late: tuple[Callable[[], Context | None], type[AsyncResult]] | None = None
-
-
-def _late_imports() -> tuple[Callable[[], Context | None], type[AsyncResult]]:
-    """``execution.current_worker_request`` and ``result.AsyncResult``, imported at the first
-    send (importing them with this module would be circular) and kept: an import statement
-    in ``send_task`` costs about a microsecond per call."""
-    global _late
-    if _late is None:
-        from .execution import current_worker_request
-        from .result import AsyncResult
-
-        _late = (current_worker_request, AsyncResult)
-    return _late
 
 
 def message_meta(routed: Mapping[str, Any], *, headers: Mapping[str, Any] | None,

@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from .cli_support import CliError, host_format, nodename, split_names, warn
-from .routing import queue_names
+from ..app.routes import queue_names
+from .base import CliError, host_format, nodename, split_names, warn
 
 __all__ = ["WorkerSettings", "settings_from_options", "warn_unsupported", "worker_options"]
 

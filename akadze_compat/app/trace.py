@@ -8,52 +8,45 @@ body, then per outcome ``on_success``/``task_success``, ``on_retry``/``task_retr
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import time
 import traceback as traceback_module
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kombu.exceptions import EncodeError
 
-from . import serialization, signals, states
-from .exceptions import Ignore, Reject, Retry
-from .task import Task, task_overrides
+from .. import serialization, signals, states
+from .._state import task_stack, worker_request
+from ..exceptions import Ignore, Reject, Retry
+from ..utils.objects import is_default, overrides_default
+from ..utils.unsupported import not_provided
 
 if TYPE_CHECKING:
-    from .task import Context
+    from .context import Context
+    from .task import Task
 
-__all__ = ["ExceptionInfo", "TraceResult", "current_worker_request", "current_worker_task",
-           "trace", "trace_async"]
+__all__ = ["ExceptionInfo", "RetryCall", "TraceResult", "call_body", "trace", "trace_async"]
 
 logger = logging.getLogger("celery.app.trace")
 
-#: The request of the task a worker is running in this context (not set for eager runs).
-_worker_request: contextvars.ContextVar[tuple[Task, Context] | None] = \
-    contextvars.ContextVar("akadze_compat_worker_request", default=None)
-#: The tasks being traced in this context, innermost last (eager runs included).
-_task_stack: contextvars.ContextVar[tuple[Task, ...]] = \
-    contextvars.ContextVar("akadze_compat_task_stack", default=())
 
+class RetryCall(NamedTuple):
+    """What ``Task.retry`` asks for: the next run's arguments, delay and options.
 
-def current_worker_request() -> Context | None:
-    """The request of the task this worker is running here, or None."""
-    current = _worker_request.get()
-    return current[1] if current else None
+    ``max_retries`` is the limit this retry was checked against (the call's
+    ``max_retries=``, else the task's; None: no limit): the worker raises the job's attempt
+    budget to match, since the job was sent with the task's ``max_retries``.
+    """
 
-
-def current_worker_task() -> Task | None:
-    """The task this worker is running here, or None (Celery's ``current_worker_task``)."""
-    current = _worker_request.get()
-    return current[0] if current else None
-
-
-def current_task() -> Task | None:
-    """The task being run here, by a worker or eagerly (Celery's ``current_task``)."""
-    stack = _task_stack.get()
-    return stack[-1] if stack else None
+    args: Any
+    kwargs: Any
+    countdown: float | None
+    eta: datetime | None
+    options: dict[str, Any]
+    max_retries: int | None = None
 
 
 class ExceptionInfo:
@@ -91,23 +84,19 @@ class TraceResult:
 def call_body(task: Task, args: Any, kwargs: Any) -> Any:
     """Call the task as Celery's tracer does: through a custom ``__call__`` if the class
     has one, else straight to ``run``."""
-    if task_overrides(task, "__call__"):
+    if overrides_default(task, "__call__"):
         return task(*args, **kwargs)
     return task.run(*args, **kwargs)
 
 
-#: Task's own handlers, which do nothing: calling them would only cost time.
-_NO_OP_HANDLERS = {name: getattr(Task, name) for name in
-                   ("before_start", "on_success", "on_retry", "on_failure", "after_return")}
-
-
 def _handler(task: Task, name: str) -> Callable[..., Any] | None:
-    """``task``'s handler ``name``, or None when it is Task's no-op (so nothing to call).
+    """``task``'s handler ``name``, or None when it is Task's no-op (marked ``@default``
+    in ``Task``; calling it would only cost time).
 
     Looked up on every call, not cached: a class patched later is still seen.
     """
     handler: Callable[..., Any] = getattr(task, name)
-    if getattr(handler, "__func__", None) is _NO_OP_HANDLERS[name]:
+    if is_default(getattr(handler, "__func__", None)):
         return None
     return handler
 
@@ -212,10 +201,10 @@ class _Tracing:
         self.result: TraceResult | None = None
 
     def __enter__(self) -> _Tracing:
-        requests = self._requests = self.task._requests
+        requests = self._requests = self.task.request_var
         self._request_token = requests.set((*requests.get(), self.request))
-        self._stack_token = _task_stack.set((*_task_stack.get(), self.task))
-        self._worker_token = None if self.eager else _worker_request.set(
+        self._stack_token = task_stack.set((*task_stack.get(), self.task))
+        self._worker_token = None if self.eager else worker_request.set(
             (self.task, self.request))
         if signals.task_prerun.receivers:  # no receivers: not even the keyword dict
             signals.task_prerun.send(sender=self.task, task_id=self.request.id,
@@ -233,8 +222,8 @@ class _Tracing:
                     state=result.state if result else None)
         finally:
             if self._worker_token is not None:
-                _worker_request.reset(self._worker_token)
-            _task_stack.reset(self._stack_token)
+                worker_request.reset(self._worker_token)
+            task_stack.reset(self._stack_token)
             self._requests.reset(self._request_token)
 
 
@@ -288,3 +277,11 @@ async def trace_async(task: Task, request: Context, args: Any, kwargs: Any,
                                         eager=False, propagate=False, revoked=None)
         _after_return(task, request, args, kwargs, tracing.result, False)
         return tracing.result
+
+
+__getattr__ = not_provided(__name__, {
+    name: ("the tracer is internal here (the worker and apply() share it); hook in with "
+           "the task_prerun / task_postrun / task_success / task_failure signals or the "
+           "Task handlers", "signals")
+    for name in ("TraceInfo", "build_tracer", "trace_task", "setup_worker_optimizations",
+                 "reset_worker_optimizations")})

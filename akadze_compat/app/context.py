@@ -65,7 +65,7 @@ class Context:
             self.__dict__.update(time_limit=hard, soft_time_limit=soft)
 
     @classmethod
-    def _of(cls, attributes: dict[str, Any]) -> Context:
+    def from_attributes(cls, attributes: dict[str, Any]) -> Context:
         """A request whose attributes are ``attributes`` itself (taken over, not copied).
 
         The worker's per-job constructor: it builds the complete dict (both limits already

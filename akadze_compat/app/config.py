@@ -26,8 +26,8 @@ from datetime import timedelta
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from ..exceptions import ImproperlyConfigured
 from . import defaults as _defaults
-from .exceptions import ImproperlyConfigured
 
 __all__ = ["ObjectView", "Settings", "database_url", "import_object", "load_source", "retention",
            "source_mapping"]

@@ -8,6 +8,7 @@ through the literal passwords of every URL this invocation saw.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
@@ -15,6 +16,7 @@ import socket
 import sys
 import traceback
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -26,10 +28,11 @@ from akadze_core.cli_support import exit_now
 from akadze_core.dberrors import SCHEMA_ERRORS
 from akadze_core.migrations import MIGRATE_COMMAND, schema_missing
 
-from .exceptions import CeleryCommandException, ImproperlyConfigured
+from ..app.base import Celery
+from ..exceptions import CeleryCommandException, ImproperlyConfigured
 
-__all__ = ["PROG_NAME", "CliError", "Secrets", "error_line", "exit_now", "find_app",
-           "host_format", "nodename", "report", "secrets", "warn"]
+__all__ = ["PROG_NAME", "CliError", "CliState", "Secrets", "cli_state", "error_line",
+           "exit_now", "find_app", "host_format", "nodename", "report", "secrets", "warn"]
 
 PROG_NAME = "akadze-compat"
 #: The commands the core and the app's own messages name for applying the schema.
@@ -147,8 +150,6 @@ def _import_from_cwd(name: str) -> ModuleType:
 
 
 def _is_app(value: Any) -> bool:
-    from .app import Celery
-
     return isinstance(value, Celery)
 
 
@@ -231,3 +232,40 @@ def split_names(values: Iterable[str] | None) -> list[str]:
     """Comma-separated (and repeated) names as one list, in order, without duplicates."""
     names = [name.strip() for value in values or () for name in value.split(",")]
     return list(dict.fromkeys(name for name in names if name))
+
+
+@dataclass
+class CliState:
+    """What the global options leave for the commands."""
+
+    app_spec: str | None
+    config: str | None
+    quiet: bool
+    #: The command line (without the program name), re-executed by prefork children.
+    invocation: list[str] = field(default_factory=list)
+    _app: Any = None
+
+    def load_app(self, required: bool = True) -> Any:
+        """The app of ``-A`` (imported once); without ``-A``, a bare app when allowed."""
+        if self._app is not None:
+            return self._app
+        if self.app_spec:
+            app = find_app(self.app_spec)
+        elif required:
+            raise CliError("no app given: name it with -A, e.g. akadze-compat -A proj worker",
+                           exit_code=2)
+        else:
+            app = Celery("default", set_as_current=False)
+        if self.config and getattr(app, "config_source", None) is None:
+            app.config_from_object(self.config)
+        with contextlib.suppress(Exception):
+            secrets.add_url(app.conf.broker_url)
+        self._app = app
+        return app
+
+
+def cli_state(ctx: click.Context) -> CliState:
+    """The ``CliState`` of this invocation."""
+    state = ctx.find_object(CliState)
+    assert state is not None
+    return state

@@ -33,28 +33,27 @@ from typing import TYPE_CHECKING, Any
 from akadze_core import Cancel, Fail, Snooze, current
 from akadze_core import Retry as CoreRetry
 
-from . import signals, states
-from .backend import celery_meta
-from .exceptions import (
+from .. import signals, states
+from ..app.context import Context
+from ..app.publish import FOREVER
+from ..app.trace import ExceptionInfo, RetryCall, TraceResult, call_body, trace, trace_async
+from ..backends.base import celery_meta
+from ..exceptions import (
     MaxRetriesExceededError,
     SoftTimeLimitExceeded,
     TimeLimitExceeded,
     WorkerLostError,
 )
-from .execution import ExceptionInfo, TraceResult, _worker_request, call_body, trace, trace_async
-from .publish import FOREVER
-from .request import Context
-from .serialization import revive
-from .task import RetryCall
+from ..serialization import revive
 from .timelimits import AsyncLimits, ThreadLimits, limits_for
 
 if TYPE_CHECKING:
     from akadze_core import Job, JobContext
 
-    from .app import Celery
-    from .task import Task
+    from ..app.base import Celery
+    from ..app.task import Task
 
-__all__ = ["core_timeout", "is_async_task", "make_entry", "update_state"]
+__all__ = ["core_timeout", "is_async_task", "make_entry"]
 
 logger = logging.getLogger("akadze_compat.entry")
 
@@ -81,7 +80,7 @@ def core_timeout(task: Task) -> float | None:
 
 def make_entry(app: Celery, name: str) -> Any:
     """The function to register on the core app for the Celery task ``name``."""
-    if is_async_task(app._tasks[name]):
+    if is_async_task(app.registry[name]):
         async def run_async_celery_task(args: Any = None, kwargs: Any = None,
                                         **unexpected: Any) -> Any:
             return await _run_async(app, name, args, kwargs, unexpected)
@@ -134,7 +133,7 @@ def build_request(task: Task, job: Job, meta: dict[str, Any], args: list[Any],
         "timelimit": (hard, soft) if hard is not None or soft is not None else None,
         "origin": None, "_akadze_meta": meta, "time_limit": hard, "soft_time_limit": soft,
     }
-    return Context._of({**custom_headers, **fields} if custom_headers else fields)
+    return Context.from_attributes({**custom_headers, **fields} if custom_headers else fields)
 
 
 def _revived_meta(job: Job) -> dict[str, Any]:
@@ -158,7 +157,7 @@ def _prepare(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[st
     if unexpected:
         raise Fail(f"job args for the Celery task {name!r} must be {{'args': [...], "
                    f"'kwargs': {{...}}}}, got the keys {sorted(unexpected)}")
-    task = app._tasks[name]
+    task = app.registry[name]
     context = current()
     job = context.job
     meta = _revived_meta(job)
@@ -408,26 +407,3 @@ async def _run_async(app: Celery, name: str, args: Any, kwargs: Any,
     if patch is not None:
         await context.update_meta(patch)
     return _outcome(run, result)
-
-
-def update_state(task: Task, task_id: str | None, state: str | None, meta: Any) -> None:
-    """``Task.update_state``: store a custom state and its metadata in the running job.
-
-    Only the task this worker is running can be updated (no result backend to write other
-    ids to); eagerly (and outside a worker) it does nothing, as Celery without a backend.
-    """
-    running = _worker_request.get()
-    if running is None:
-        if not task.request.is_eager:
-            logger.warning("update_state(%r) outside a worker run does nothing", state)
-        return
-    request = running[1]
-    task_id = task.request.id if task_id is None else str(task_id)
-    if task_id != request.id:
-        logger.warning("update_state: only the running task (%s) can be updated, not %s",
-                       request.id, task_id)
-        return
-    stored = request.__dict__["_akadze_meta"]
-    patch = {**stored, "state": state or states.PENDING, "result": meta}
-    if current().update_meta_sync({"celery": patch}):
-        stored.update(state=patch["state"], result=meta)

@@ -13,10 +13,11 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any
 
-from . import states
-from .execution import call_body, current_task, trace
-from .result import EagerResult
-from .utils import uuid
+from .. import _state, states
+from ..result import EagerResult
+from ..utils import uuid
+from .context import Context
+from .trace import RetryCall, call_body, trace
 
 if TYPE_CHECKING:
     from .task import Task
@@ -51,14 +52,12 @@ def apply_eagerly(task: Task, args: Any, kwargs: Any, *, task_id: str | None, re
                   throw: bool | None, link: Any, link_error: Any, headers: Any,
                   logfile: Any, loglevel: Any, options: dict[str, Any]) -> EagerResult:
     """Run ``task`` now and return its ``EagerResult``."""
-    from .task import Context, RetryCall
-
     app = task.app
     if throw is None:
         throw = bool(app.conf.task_eager_propagates)
     args, kwargs = tuple(args or ()), dict(kwargs or {})
     task_id = task_id or uuid()
-    parent = current_task()
+    parent = _state.get_current_task()
     parent_request = parent.request if parent is not None else None
     parent_id = parent_request.id if parent_request is not None else None
     root_id = (parent_request.root_id or task_id) if parent_request is not None else task_id

@@ -10,10 +10,11 @@ import psycopg
 
 from akadze_core import request_cancel_sync
 
-from .backend import lookup_job
+from ..backends.base import lookup_job
+from ..utils.unsupported import not_provided
 
 if TYPE_CHECKING:
-    from .app import Celery
+    from .base import Celery
 
 __all__ = ["Control"]
 
@@ -56,3 +57,11 @@ class Control:
         """Not available here: use ``akadze-compat inspect`` (the workers are in the DB)."""
         raise NotImplementedError("app.control.inspect() is not supported; "
                                   "use `akadze-compat inspect` or `akadze jobs list`")
+
+
+__getattr__ = not_provided(__name__, {
+    "Inspect": ("there is no broadcast to workers; `akadze-compat inspect` and `status` "
+                "read the database", "0-what-does-not-come-along"),
+    "flatten_reply": ("there are no worker replies to flatten",
+                      "0-what-does-not-come-along"),
+})

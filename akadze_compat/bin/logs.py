@@ -14,8 +14,8 @@ from typing import Any
 
 from akadze_core.cli_support import StderrHandler, cache_pid_in_log_records
 
-from . import signals
-from .cli_support import secrets
+from .. import _state, signals
+from .base import secrets
 
 __all__ = ["setup_command_logging", "setup_worker_logging"]
 
@@ -32,9 +32,7 @@ class TaskFormatter(ScrubbingFormatter):
     """Fills ``%(task_name)s`` and ``%(task_id)s`` from the task running in this context."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from .execution import current_task
-
-        task = current_task()
+        task = _state.get_current_task()
         request = getattr(task, "request", None) if task is not None else None
         record.__dict__.setdefault("task_name", getattr(task, "name", None) or "???")
         record.__dict__.setdefault("task_id", getattr(request, "id", None) or "???")

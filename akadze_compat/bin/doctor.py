@@ -21,8 +21,8 @@ from typing import Any
 
 import click
 
-from .cli_support import CliError, secrets
-from .doctor import KINDS, Report, build_report
+from ..doctor import KINDS, Report, build_report
+from .base import CliError, cli_state, secrets
 
 __all__ = ["doctor_command"]
 
@@ -37,7 +37,6 @@ _RENAME_HINT = ("the project still imports celery: replace `celery` with `akadze
 def _load(ctx: click.Context) -> Any:
     """The app of ``-A``, with its task modules imported and its tasks created: what
     ``Celery.prepare_worker`` does before it needs the database."""
-    from .cli import cli_state
 
     state = cli_state(ctx)
     try:
@@ -112,7 +111,6 @@ def doctor_command(ctx: click.Context, as_json: bool) -> None:
     APIs (a scan of its source) that need attention. Exits 1 when something it uses is
     missing in akadze, 0 otherwise.
     """
-    from .cli import cli_state
 
     for name, value in os.environ.items():
         if "URL" in name or "DSN" in name:

@@ -19,9 +19,10 @@ import click
 
 from akadze_core import Job, run_schedules
 
-from . import states
-from .cli_logging import setup_command_logging
-from .cli_support import CliError, split_names, warn
+from .. import states
+from ..exceptions import TimeoutError as CeleryTimeout
+from .base import CliError, cli_state, split_names, warn
+from .logs import setup_command_logging
 
 __all__ = ["COMMANDS"]
 
@@ -31,8 +32,6 @@ EX_UNAVAILABLE = 69
 LIST_LIMIT = 1000
 
 def _state(ctx: click.Context) -> Any:
-    from .cli import cli_state
-
     return cli_state(ctx)
 
 
@@ -353,8 +352,6 @@ def call_command(ctx: click.Context, name: str, args: list[Any], kwargs: dict[st
 def result_command(ctx: click.Context, task_id: str, task: str | None, show_traceback: bool,
                    timeout: float | None) -> None:
     """Print the return value of a task (waiting for it to finish)."""
-    from .exceptions import TimeoutError as CeleryTimeout
-
     app = _existing(_state(ctx).load_app(required=False))
     result = app.AsyncResult(task_id, task_name=task)
     if show_traceback:
@@ -411,6 +408,6 @@ def beat_command(ctx: click.Context, loglevel: str) -> None:
     asyncio.run(main())
 
 
-COMMANDS: tuple[click.Command, ...] = (
-    beat_command, call_command, inspect_command, migrate_command, purge_command,
-    result_command, status_command)
+COMMANDS: tuple[click.Command, ...] = (beat_command, call_command, inspect_command,
+                                       migrate_command, purge_command, result_command,
+                                       status_command)

@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import Ignore, Retry
+from ..exceptions import Ignore, Retry
 
 if TYPE_CHECKING:
     from .task import Task

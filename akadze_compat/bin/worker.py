@@ -33,16 +33,17 @@ import click
 from akadze_core import Worker
 from akadze_core.processes import ProcessPool, serve
 
-from . import entry, signals
-from .cli_logging import setup_worker_logging
-from .cli_support import CliError, exit_now, host_format, report, secrets
-from .cli_worker_options import (
+from .. import signals
+from ..worker import entry
+from ..worker.pool import ChildInfo, child_info
+from .base import CliError, cli_state, exit_now, host_format, report, secrets
+from .logs import setup_worker_logging
+from .worker_options import (
     WorkerSettings,
     settings_from_options,
     warn_unsupported,
     worker_options,
 )
-from .worker_pool import ChildInfo, child_info
 
 __all__ = ["WorkController", "worker_command"]
 
@@ -82,7 +83,6 @@ def worker_command(ctx: click.Context, **options: Any) -> None:
     The first signal stops claiming and lets running tasks finish (for up to 10 s, then
     they go back to the queue without spending a retry); a second one stops at once.
     """
-    from .cli import cli_state
 
     child = child_info()
     if child is None:

@@ -17,15 +17,17 @@ from zoneinfo import ZoneInfo
 
 from akadze_core import App as CoreApp
 
-from . import _state, beat, routing, serialization, signals
-from .canvas import Signature, signature
+from .. import _state, beat, serialization, signals
+from ..canvas import Signature, signature
+from ..exceptions import ImproperlyConfigured
+from ..loaders import Loader, django_app_names
+from ..result import AsyncResult
+from ..worker.entry import core_timeout, make_entry
+from . import publish
+from . import routes as routing
 from .config import Settings, database_url, import_object, load_source, retention
 from .control import Control
-from .entry import core_timeout, make_entry
-from .exceptions import ImproperlyConfigured
-from .loaders import Loader, django_app_names
 from .registry import TaskRegistry, gen_task_name, register_task, shared_task, task_from_fun
-from .result import AsyncResult
 from .task import Task as _Task
 
 __all__ = ["Celery", "database_url", "gen_task_name", "shared_task"]
@@ -35,7 +37,7 @@ logger = logging.getLogger("akadze_compat.app")
 class Celery:
     """A Celery application (``Celery(main=None, broker=None, ..., **config)``)."""
 
-    task_cls: Any = "akadze_compat.task:Task"
+    task_cls: Any = "akadze_compat.app.task:Task"
 
     def __init__(self, main: str | None = None, loader: Any = None, backend: Any = None,
                  amqp: Any = None, events: Any = None, log: Any = None, control: Any = None,
@@ -62,10 +64,11 @@ class Celery:
         self._pending_defaults: list[Callable[[], Any]] = []
         self._pending_autodiscovery: list[tuple[Any, str | None]] = []
         self._router_cache: tuple[Any, routing.Router] | None = None
-        #: add_periodic_task calls made before the configuration was loaded.
-        self._pending_periodic_tasks: list[tuple[str, dict[str, Any], str | None]] = []
-        #: beat_schedule entries declared on the core app, by name (see beat.py).
-        self._declared_schedules: dict[str, str] = {}
+        #: add_periodic_task calls made before the configuration was loaded (``beat``'s
+        #: bookkeeping, kept on the app it is about).
+        self.pending_periodic_tasks: list[tuple[str, dict[str, Any], str | None]] = []
+        #: beat_schedule entries declared on the core app, by name (``beat``'s bookkeeping).
+        self.declared_schedules: dict[str, str] = {}
         preconf = dict(changes or {})
         for key, value in (("broker_url", broker), ("result_backend", backend),
                            ("include", include), *kwargs.items()):
@@ -112,6 +115,12 @@ class Celery:
         _state.unregister_app(self)
 
     # --- configuration -----------------------------------------------------------------------
+
+    @property
+    def config_source(self) -> Any:
+        """What the settings are read from: the last ``config_from_object`` argument (an
+        object, a dict or a ``"module"`` / ``"module:attr"`` name), or ``config_source=``."""
+        return self._config_source
 
     @property
     def conf(self) -> Settings:
@@ -204,7 +213,7 @@ class Celery:
             if self._core is None:
                 self._core = self._make_core()
                 for task in list(self._tasks.values()):
-                    self._register_core(task)
+                    self.register_core_task(task)
             return self._core
 
     def _make_core(self) -> CoreApp:
@@ -228,7 +237,10 @@ class Celery:
         core.migrate_command = f"akadze-compat -A {project} migrate"
         return core
 
-    def _register_core(self, task: _Task) -> None:
+    def register_core_task(self, task: _Task) -> None:
+        """Register ``task`` on the core app under its name, with the entry a worker runs
+        (``worker.entry.make_entry``); nothing until the core app is made (``core`` then
+        registers every task), nor for a name registered already."""
         core = self._core
         if core is None or task.name in core.tasks:
             return
@@ -287,6 +299,13 @@ class Celery:
     def tasks(self) -> TaskRegistry:
         """Task name -> task (finalizes the app)."""
         self.finalize(auto=True)
+        return self._tasks
+
+    @property
+    def registry(self) -> TaskRegistry:
+        """Task name -> task as registered so far, without finalizing the app (``tasks``
+        finalizes first): what registering a task, the worker's entries, beat and results
+        read and write."""
         return self._tasks
 
     def task(self, *args: Any, **options: Any) -> Any:
@@ -351,7 +370,9 @@ class Celery:
             names = django_app_names()
         return self.loader.autodiscover_tasks(list(names), related_name)
 
-    def _run_pending_autodiscovery(self) -> list[Any]:
+    def run_pending_autodiscovery(self) -> list[Any]:
+        """Import the task modules of every ``autodiscover_tasks`` call made without
+        ``force`` (the loader does it when the worker starts); returns the modules."""
         modules: list[Any] = []
         while self._pending_autodiscovery:
             packages, related_name = self._pending_autodiscovery.pop(0)
@@ -372,8 +393,6 @@ class Celery:
                   shadow: str | None = None, chain: Any = None, task_type: Any = None,
                   **options: Any) -> AsyncResult:
         """Enqueue the task called ``name`` (it need not be registered here)."""
-        from . import publish
-
         return publish.send_task(
             self, name, args, kwargs, countdown=countdown, eta=eta, task_id=task_id,
             connection=connection, expires=expires, link=link, link_error=link_error,
@@ -391,13 +410,16 @@ class Celery:
     @property
     def current_task(self) -> _Task | None:
         """The task being run here (by a worker or eagerly), or None."""
-        from .execution import current_task
-
-        return current_task()
+        return _state.get_current_task()
 
     @property
     def current_worker_task(self) -> _Task | None:
         """The task a worker is running here, or None."""
-        from .execution import current_worker_task
+        return _state.get_current_worker_task()
 
-        return current_worker_task()
+
+def _default_app() -> Celery:
+    return Celery("default", set_as_current=False)
+
+
+_state.set_default_app_factory(_default_app)

@@ -10,13 +10,13 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import _state
+from .. import _state
+from ..exceptions import DuplicateTaskNameWarning, NotRegistered
 from .autoretry import add_autoretry_behaviour
-from .exceptions import DuplicateTaskNameWarning, NotRegistered
 from .task import Task
 
 if TYPE_CHECKING:
-    from .app import Celery
+    from .base import Celery
 
 __all__ = ["TaskRegistry", "gen_task_name", "register_task", "shared_task", "task_from_fun"]
 
@@ -63,7 +63,7 @@ def task_from_fun(app: Celery, fun: Callable[..., Any], name: str | None = None,
     if not app.finalized and not app.autofinalize:
         raise RuntimeError("Contract breach: app not finalized")
     name = name or app.gen_task_name(fun.__name__, fun.__module__)
-    existing = app._tasks.get(name)
+    existing = app.registry.get(name)
     if existing is not None:
         if getattr(existing, "_decorated_fun", fun) is not fun:
             warnings.warn(DuplicateTaskNameWarning(
@@ -78,11 +78,11 @@ def task_from_fun(app: Celery, fun: Callable[..., Any], name: str | None = None,
     }
     task = type(fun.__name__, (base,), attributes)()
     task.__qualname__ = getattr(fun, "__qualname__", fun.__name__)
-    app._tasks[name] = task
+    app.registry[name] = task
     if app.finalized:
         type(task).bind(app)
     add_autoretry_behaviour(task, **options)
-    app._register_core(task)
+    app.register_core_task(task)
     return task
 
 
@@ -93,12 +93,12 @@ def register_task(app: Celery, task: Task | type[Task], **options: Any) -> Task:
         cls = type(instance)
         class_name: str = type.__getattribute__(cls, "__name__")  # not Task.__name__
         instance.name = app.gen_task_name(class_name, cls.__module__)
-    type(instance)._app = app
+    type(instance).attach_app(app)
     add_autoretry_behaviour(instance, **options)
-    app._tasks[str(instance.name)] = instance
+    app.registry[str(instance.name)] = instance
     if app.finalized:
         type(instance).bind(app)
-    app._register_core(instance)
+    app.register_core_task(instance)
     return instance
 
 
@@ -113,7 +113,7 @@ def shared_task(*args: Any, **options: Any) -> Any:
             raise TypeError("@shared_task was applied more than once to the same function. "
                             "Remove the extra @shared_task decorator.")
         name = options.get("name")
-        _state.connect_on_app_finalize(lambda app: app._task_from_fun(fun, **options))
+        _state.connect_on_app_finalize(lambda app: task_from_fun(app, fun, **options))
 
         def current_copy() -> Task:
             app = _state.get_current_app()

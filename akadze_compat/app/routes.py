@@ -27,8 +27,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ..exceptions import QueueNotFound
 from .config import Settings, import_object
-from .exceptions import QueueNotFound
 
 __all__ = ["MapRoute", "Router", "prepare", "queue_name", "queue_names", "settings_router",
            "settings_router_state"]

@@ -13,24 +13,25 @@ import inspect
 import sys
 import threading
 import types
-from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from . import _state
-from .exceptions import MaxRetriesExceededError, Retry
-from .request import Context
+from .. import _state
+from ..backends.base import update_state
+from ..canvas import signature
+from ..exceptions import MaxRetriesExceededError, Retry
+from ..utils.objects import default, overrides_default
+from . import eager, publish
+from .context import Context
+from .publish import EXEC_OPTIONS, PLAIN_CALL
+from .trace import RetryCall
 
 if TYPE_CHECKING:
-    from .app import Celery
-    from .canvas import Signature
-    from .result import AsyncResult, EagerResult
+    from ..canvas import Signature
+    from ..result import AsyncResult, EagerResult
+    from .base import Celery
 
-__all__ = ["Context", "RetryCall", "Task"]
-
-#: Options that may be set on a task and apply to each call (Celery's exec options).
-EXEC_OPTIONS = ("queue", "routing_key", "exchange", "priority", "expires", "serializer",
-                "delivery_mode", "compression", "time_limit", "soft_time_limit")
+__all__ = ["EXEC_OPTIONS", "Context", "RetryCall", "Task"]
 
 #: Task attribute -> the setting it falls back to when left at None.
 FROM_CONFIG = (
@@ -46,9 +47,6 @@ FROM_CONFIG = (
 
 
 _request_var_lock = threading.Lock()
-
-#: Where a task keeps what its plain calls reuse (``akadze_compat.publish.send_plain``).
-PLAIN_CALL = "_akadze_plain_call"
 
 
 class ArgumentCheck:
@@ -116,20 +114,6 @@ class ArgumentCheck:
         self.signature.bind(*args, **kwargs)
 
 
-_publish_module: types.ModuleType | None = None
-
-
-def _publish() -> types.ModuleType:
-    """``akadze_compat.publish``, imported at the first send (it is not needed to define
-    tasks) and kept: an import statement per ``delay()`` costs about a microsecond."""
-    global _publish_module
-    if _publish_module is None:
-        from . import publish
-
-        _publish_module = publish
-    return _publish_module
-
-
 def _signature_key(run: Any) -> Any:
     """What identifies the signature of ``run`` for the cache, or None: do not cache.
 
@@ -141,22 +125,6 @@ def _signature_key(run: Any) -> Any:
     if type(run) is types.MethodType and type(run.__func__) is types.FunctionType:
         return (run.__func__, "method")  # bound: the first parameter is not in the signature
     return None
-
-
-class RetryCall(NamedTuple):
-    """What ``Task.retry`` asks for: the next run's arguments, delay and options.
-
-    ``max_retries`` is the limit this retry was checked against (the call's
-    ``max_retries=``, else the task's; None: no limit): the worker raises the job's attempt
-    budget to match, since the job was sent with the task's ``max_retries``.
-    """
-
-    args: Any
-    kwargs: Any
-    countdown: float | None
-    eta: datetime | None
-    options: dict[str, Any]
-    max_retries: int | None = None
 
 
 def retry_arguments(task: Task, request: Context, args: Any, kwargs: Any) -> tuple[Any, Any]:
@@ -262,6 +230,12 @@ class Task:
                 setattr(cls, attribute, app.conf.get(setting))
         return app
 
+    @classmethod
+    def attach_app(cls, app: Celery) -> None:
+        """Make ``app`` this task class's app, leaving its settings alone (``bind`` also
+        fills the attributes left at None from the app's settings)."""
+        cls._app = app
+
     @property
     def app(self) -> Celery:
         """The app this task belongs to (the current app for an unbound task class)."""
@@ -276,9 +250,10 @@ class Task:
     # --- requests -----------------------------------------------------------------------------
 
     @property
-    def _requests(self) -> contextvars.ContextVar[tuple[Context, ...]]:
-        # A context variable (not a thread local): async bodies and the worker's threads each
-        # see their own stack.
+    def request_var(self) -> contextvars.ContextVar[tuple[Context, ...]]:
+        """The context variable holding this task's request stack (the tracer pushes a
+        request on it for each call). A context variable, not a thread local: async bodies
+        and the worker's threads each see their own stack."""
         var = self.__dict__.get("_request_var")
         if var is None:
             with _request_var_lock:  # two threads first using a task must share one stack
@@ -292,7 +267,7 @@ class Task:
     @property
     def request(self) -> Context:
         """The current call's request (a default one outside any call)."""
-        stack = self._requests.get()
+        stack = self.request_var.get()
         if stack:
             return stack[-1]
         default = self.__dict__.get("_default_request")
@@ -303,22 +278,23 @@ class Task:
     @property
     def request_stack(self) -> tuple[Context, ...]:
         """Every request pushed in this context, innermost last."""
-        return self._requests.get()
+        return self.request_var.get()
 
     def push_request(self, *args: Any, **kwargs: Any) -> None:
         """Push a request that inherits the current one's attributes."""
-        stack = self._requests.get()
+        stack = self.request_var.get()
         values = dict(stack[-1].__dict__) if stack else {}
         values.pop("_children", None)
         values.update(*args, **kwargs)
-        self._requests.set((*stack, Context(values)))
+        self.request_var.set((*stack, Context(values)))
 
     def pop_request(self) -> None:
         """Pop the innermost request."""
-        self._requests.set(self._requests.get()[:-1])
+        self.request_var.set(self.request_var.get()[:-1])
 
     # --- calling ------------------------------------------------------------------------------
 
+    @default
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the body inline, as a plain function call (``request.called_directly``)."""
         self.push_request(args=args, kwargs=kwargs)
@@ -358,11 +334,12 @@ class Task:
         # the kept call's key keeps true) or replaced on the task (a mock) is called as
         # Celery calls it.
         if kept is not None and kept.direct and "apply_async" not in self.__dict__:
-            sent = _publish().send_plain(self, kept, args, kwargs)
+            sent = publish.send_plain(self, kept, args, kwargs)
             if sent is not None:
                 return sent
         return self.apply_async(args, kwargs)
 
+    @default
     def apply_async(self, args: Any = None, kwargs: Any = None, task_id: str | None = None,
                     producer: Any = None, link: Any = None, link_error: Any = None,
                     shadow: str | None = None, **options: Any) -> AsyncResult:
@@ -372,7 +349,7 @@ class Task:
         priority, ignore_result, headers, time_limit, soft_time_limit, connection (a psycopg
         connection whose transaction the job joins); kombu options are accepted and ignored.
         """
-        return _publish().apply_async(self, args, kwargs, task_id=task_id, link=link,
+        return publish.apply_async(self, args, kwargs, task_id=task_id, link=link,
                                       link_error=link_error, shadow=shadow, **options)
 
     def apply(self, args: Any = None, kwargs: Any = None, link: Any = None,
@@ -384,8 +361,6 @@ class Task:
 
         ``throw`` (default ``task_eager_propagates``) re-raises the task's exception.
         """
-        from . import eager
-
         return eager.apply_eagerly(
             self, args, kwargs, task_id=task_id, retries=retries or 0, throw=throw,
             link=link, link_error=link_error, headers=headers, logfile=logfile,
@@ -393,21 +368,15 @@ class Task:
 
     def delay_on_commit(self, *args: Any, **kwargs: Any) -> AsyncResult:
         """Enqueue as part of Django's current transaction; returns the ``AsyncResult``."""
-        from . import publish
-
         return publish.apply_on_commit(self, args, kwargs, {})
 
     def apply_async_on_commit(self, args: Any = None, kwargs: Any = None,
                               **options: Any) -> AsyncResult:
         """``apply_async`` as part of Django's current transaction; returns the result."""
-        from . import publish
-
         return publish.apply_on_commit(self, args, kwargs, options)
 
     def signature(self, args: Any = None, *starargs: Any, **starkwargs: Any) -> Signature:
         """A signature of this task: ``task.signature(args, kwargs, **options)``."""
-        from .canvas import signature
-
         starkwargs.setdefault("app", self.app)
         return signature(self, args, *starargs, **starkwargs)
 
@@ -421,12 +390,14 @@ class Task:
         """An immutable signature (``add.si(2, 2)``)."""
         return self.signature(args, kwargs, immutable=True)
 
+    @default
     def shadow_name(self, args: Any, kwargs: Any, options: Any) -> str | None:
         """Override to show another name for the task in logs."""
         return None
 
+    @default
     def _get_exec_options(self) -> dict[str, Any]:
-        return {name: getattr(self, name, None) for name in EXEC_OPTIONS}
+        return publish.exec_options(self)
 
     def AsyncResult(self, task_id: str, **kwargs: Any) -> AsyncResult:
         """The result of the call with ``task_id``."""
@@ -483,25 +454,28 @@ class Task:
                      meta: Any = None, **kwargs: Any) -> None:
         """Record a custom state (e.g. ``"PROGRESS"``) and its metadata for the running task;
         ``AsyncResult(id).state`` / ``.info`` read them while it runs."""
-        from . import entry
-
-        entry.update_state(self, task_id, state, meta)
+        update_state(self, task_id, state, meta)
 
     # --- handlers (override in a base class) --------------------------------------------------
 
+    @default
     def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
         """Called before the body runs."""
 
+    @default
     def on_success(self, retval: Any, task_id: str, args: Any, kwargs: Any) -> None:
         """Called after the body returned ``retval``."""
 
+    @default
     def on_retry(self, exc: Any, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         """Called when the task is to be retried (``exc`` is the cause, if any)."""
 
+    @default
     def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any,
                    einfo: Any) -> None:
         """Called when the task failed with ``exc``."""
 
+    @default
     def after_return(self, status: str, retval: Any, task_id: str, args: Any, kwargs: Any,
                      einfo: Any) -> None:
         """Called after the task succeeded or failed."""
@@ -520,6 +494,5 @@ BaseTask = Task
 
 def task_overrides(task: Task, attribute: str) -> bool:
     """Whether ``task``'s class defines its own ``attribute`` (not Task's)."""
-    method: Callable[..., Any] | None = getattr(type(task), attribute, None)
-    return method is not getattr(Task, attribute)
+    return overrides_default(task, attribute)
 

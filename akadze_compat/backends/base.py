@@ -8,21 +8,30 @@ from the job's last error entry by type and module only (never unpickled).
 from __future__ import annotations
 
 import importlib
+import logging
 import re
 import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from . import states
-from .exceptions import TaskRevokedError
-from .serialization import revive
+from akadze_core import current
+
+from .. import _state, exceptions, states
+from ..exceptions import TaskRevokedError
+from ..serialization import revive
+from ..utils.unsupported import not_provided
 
 if TYPE_CHECKING:
     from akadze_core import App as CoreApp
     from akadze_core import Job
 
+    from ..app.task import Task
+
 __all__ = ["FINISHED", "celery_meta", "exception_from_entry", "job_result", "job_state",
-           "lookup_job"]
+           "lookup_job", "update_state"]
+
+#: The name the worker's update_state warnings have always been logged under.
+logger = logging.getLogger("akadze_compat.entry")
 
 FINISHED = {"succeeded": states.SUCCESS, "failed": states.FAILURE,
              "cancelled": states.REVOKED}
@@ -69,8 +78,6 @@ _ENGINE_ERRORS = {
 def _exception_type(module: str | None, name: str) -> type[Exception]:
     """The exception class called ``name`` in ``module``, or a stand-in of that name."""
     if name in _ENGINE_ERRORS and (not module or module.startswith("akadze_core")):
-        from . import exceptions
-
         return getattr(exceptions, _ENGINE_ERRORS[name])  # type: ignore[no-any-return]
     candidates = [module] if module else ["builtins"]
     for module_name in candidates:
@@ -132,3 +139,33 @@ def lookup_job(core: CoreApp, task_id: str) -> Job | None:
         if job is not None and job.meta.get("task_id") in (None, task_id):
             return job
     return core.find_job(task_id)
+
+
+def update_state(task: Task, task_id: str | None, state: str | None, meta: Any) -> None:
+    """``Task.update_state``: store a custom state and its metadata in the running job.
+
+    Only the task this worker is running can be updated (no result backend to write other
+    ids to); eagerly (and outside a worker) it does nothing, as Celery without a backend.
+    """
+    running = _state.worker_request.get()
+    if running is None:
+        if not task.request.is_eager:
+            logger.warning("update_state(%r) outside a worker run does nothing", state)
+        return
+    request = running[1]
+    task_id = task.request.id if task_id is None else str(task_id)
+    if task_id != request.id:
+        logger.warning("update_state: only the running task (%s) can be updated, not %s",
+                       request.id, task_id)
+        return
+    stored = request.__dict__["_akadze_meta"]
+    patch = {**stored, "state": state or states.PENDING, "result": meta}
+    if current().update_meta_sync({"celery": patch}):
+        stored.update(state=patch["state"], result=meta)
+
+
+__getattr__ = not_provided(__name__, {
+    name: ("there are no result backends: a task's state and result are read from its "
+           "job's row in the queue's database", "results-live-in-postgres")
+    for name in ("BaseBackend", "Backend", "KeyValueStoreBackend", "DisabledBackend",
+                 "BaseKeyValueStoreBackend", "SyncBackendMixin")})

@@ -1,0 +1,1 @@
+"""``celery.contrib.django``: Django helpers (``task.DjangoTask``)."""

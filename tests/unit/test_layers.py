@@ -1,0 +1,115 @@
+"""akadze_compat's layers point down: read from the source (``tests/package_structure.py``).
+
+Bottom to top; a module imports (when it is imported) only from its own layer or those below,
+never from a function body (a late import is a cycle hidden from import time), and never
+another module's private attributes. Imports under ``if TYPE_CHECKING:`` are free: they do not
+run. A new module must be given a layer here (README, "Layout", says the same in words).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+
+from tests import package_structure
+
+#: Layer name -> module patterns (fnmatch on the dotted name without ``akadze_compat.``).
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    # Celery's import paths that are pure data or process state: no app, no database.
+    ("base", ("_state", "_triggers", "exceptions", "states", "signals", "serialization",
+              "schedules", "bootsteps", "utils", "utils.*")),
+    # Settings and what is read from them.
+    ("settings", ("app.defaults", "app.config", "app.routes", "app.context", "loaders")),
+    # The client side: sending tasks, reading results, revoking.
+    ("client", ("backends", "backends.*", "result", "canvas", "app.publish", "app.control")),
+    # Running one task call: the tracer, eager runs, the worker's entry and time limits.
+    ("run", ("app.trace", "app.eager", "app.autoretry", "worker", "worker.entry",
+             "worker.timelimits")),
+    # The app and its tasks, which compose everything below.
+    ("app", ("app", "app.task", "app.registry", "app.base", "beat", "contrib.abortable",
+             "contrib.django", "contrib.django.*")),
+    # Processes and tools: the command, the doctor, Celery's worker-side paths, the package.
+    ("tools", ("", "__main__", "cli", "bin", "bin.*", "doctor", "doctor_scan", "support",
+               "worker.pool", "worker.request", "worker.control", "contrib", "contrib.*")),
+]
+
+#: ``obj._x`` accesses that are Celery's own protocols, not another module's internals:
+#: ``Task._get_exec_options`` is the hook Celery's senders call (a subclass may override it),
+#: ``_get_current_object`` is how Celery's signals unwrap a Proxy.
+ALLOWED_PRIVATE = frozenset({"_get_exec_options", "_get_current_object"})
+
+PREFIX = package_structure.PACKAGE + "."
+
+
+def layer_of(module: str) -> int:
+    name = "" if module == package_structure.PACKAGE else module.removeprefix(PREFIX)
+    for index, (_, patterns) in enumerate(LAYERS):
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
+            return index
+    raise AssertionError(f"{module} has no layer in tests/unit/test_layers.py (LAYERS)")
+
+
+def test_every_module_has_a_layer() -> None:
+    for module in package_structure.load():
+        layer_of(module)
+
+
+def test_imports_point_down_or_sideways() -> None:
+    modules = package_structure.load()
+    upward = []
+    for module in modules.values():
+        for item in module.imports:
+            if item.type_checking or item.in_function or item.target == module.name:
+                continue
+            if layer_of(item.target) > layer_of(module.name):
+                upward.append(f"{module.name}:{item.line} ({LAYERS[layer_of(module.name)][0]}) "
+                              f"imports {item.target} ({LAYERS[layer_of(item.target)][0]})")
+    assert upward == []
+
+
+def test_no_import_cycles() -> None:
+    modules = package_structure.load()
+    assert package_structure.cycles(package_structure.module_graph(modules)) == []
+    # Nor any once the imports inside functions count (there are none, see below).
+    assert package_structure.cycles(
+        package_structure.module_graph(modules, in_functions=True)) == []
+
+
+def test_no_imports_of_the_package_inside_functions() -> None:
+    found = [f"{item.source}:{item.line} -> {item.target}"
+             for item in package_structure.function_imports(package_structure.load())]
+    assert found == []
+
+
+def test_no_module_touches_another_modules_private_attributes() -> None:
+    found = [f"{module}:{line} {text}"
+             for module, line, text in package_structure.private_accesses(
+                 package_structure.load())
+             if text.rpartition(".")[2] not in ALLOWED_PRIVATE]
+    assert found == []
+    assert package_structure.private_imports(package_structure.load()) == []
+
+
+def test_the_scan_sees_an_upward_import_a_late_import_and_a_private_access(
+        tmp_path: Path) -> None:
+    """The checks can fail: a small package with each fault is caught by the same scan."""
+    root = tmp_path
+    package = root / package_structure.PACKAGE
+    (package / "app").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "app" / "__init__.py").write_text("")
+    (package / "states.py").write_text("from .app import base\n")
+    (package / "app" / "base.py").write_text(
+        "class Celery:\n    def __init__(self):\n        self._tasks = {}\n\n"
+        "def late():\n    from .. import states\n")
+    (package / "result.py").write_text("def read(app):\n    return app._tasks\n")
+    modules = package_structure.load(root)
+    graph = package_structure.module_graph(modules)
+    assert "akadze_compat.app.base" in graph["akadze_compat.states"]
+    assert layer_of("akadze_compat.app.base") > layer_of("akadze_compat.states")
+    assert [i.target for i in package_structure.function_imports(modules)] == [
+        "akadze_compat.states"]
+    assert package_structure.private_accesses(modules) == [
+        ("akadze_compat.result", 2, "app._tasks")]
+    assert package_structure.cycles(package_structure.module_graph(
+        modules, in_functions=True)) == [["akadze_compat.app.base", "akadze_compat.states"]]
