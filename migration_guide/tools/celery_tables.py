@@ -61,6 +61,7 @@ def defined_in(module):
             names.add(name)
     return sorted(names)
 
+import importlib, sys
 import celery.exceptions, celery.result, celery.schedules, celery.signals, celery.states
 import celery.utils.log
 from celery.app.task import Task
@@ -73,6 +74,10 @@ modules = {"celery": sorted(top)}
 for module in (celery.exceptions, celery.signals, celery.result, celery.schedules,
                celery.states, celery.utils.log):
     modules[module.__name__] = defined_in(module)
+# The deeper paths real projects import (issue 15); celery.contrib.pytest needs pytest in
+# Celery's interpreter and is covered by the guide's "Testing your tasks" instead.
+for name in sys.argv[1:]:  # DEEP_MODULES
+    modules[name] = defined_in(importlib.import_module(name))
 members = {cls.__name__: sorted(n for n in dir(cls) if not n.startswith("_"))
            for cls in (celery.Celery, Task, AsyncResult)}
 settings = [[name, repr(option.default)] for name, option in flatten(NAMESPACES)]
@@ -275,11 +280,18 @@ API_NOTES: dict[str, tuple[str, str]] = {
 }
 
 #: Where each Celery module lives in akadze_compat.
+#: Celery's module paths below the top level that real projects import (issue 15).
+DEEP_MODULES = ("celery.app.task", "celery._state", "celery.app.control", "celery.app.trace",
+                "celery.beat", "celery.backends.base", "celery.worker.control",
+                "celery.worker.request", "celery.bootsteps", "celery.utils.time",
+                "celery.utils.threads", "celery.contrib.abortable",
+                "celery.contrib.testing.worker")
 AKADZE_MODULES = {"celery": "akadze_compat", "celery.exceptions": "akadze_compat.exceptions",
                   "celery.signals": "akadze_compat.signals", "celery.result":
                   "akadze_compat.result", "celery.schedules": "akadze_compat.schedules",
                   "celery.states": "akadze_compat.states",
-                  "celery.utils.log": "akadze_compat.utils.log"}
+                  "celery.utils.log": "akadze_compat.utils.log",
+                  **{name: "akadze_compat" + name.removeprefix("celery") for name in DEEP_MODULES}}
 #: "different" settings whose difference is that they are not read (results are always JSON).
 NOT_READ = frozenset({"result_serializer"})
 #: support.py's words -> the API table's.
@@ -291,7 +303,8 @@ SUPPORT_STATUS = {"honoured": S, "different": D, "ignored": IGN, "missing": M}
 def celery_side(python: str) -> dict[str, Any]:
     """What Celery has, from its own interpreter."""
     try:
-        output = subprocess.run([python, "-c", CELERY_SIDE], capture_output=True, text=True,
+        output = subprocess.run([python, "-c", CELERY_SIDE, *DEEP_MODULES],
+                                capture_output=True, text=True,
                                 check=True, timeout=120).stdout
     except FileNotFoundError:
         sys.exit(f"no Celery interpreter at {python}: pass --celery-python or set CELERY_PYTHON")
@@ -312,6 +325,16 @@ def akadze_members() -> dict[str, Any]:
         """A task to look at."""
 
     return {"Celery": app, "Task": task, "AsyncResult": AsyncResult("1", app=app)}
+
+
+def provides(module: Any, name: str) -> bool:
+    """Whether ``module`` has ``name``: a name it refuses on purpose (an ImportError naming
+    the guide's section, from the module's ``__getattr__``) counts as missing."""
+    try:
+        getattr(module, name)
+    except (AttributeError, ImportError):
+        return False
+    return True
 
 
 def has_member(instance: Any, name: str) -> bool:
@@ -447,7 +470,8 @@ def api_page(celery: dict[str, Any], problems: list[str]) -> str:
         support = SIGNAL_SUPPORT if module_name == "celery.signals" else {}
         rows = []
         for name in names:
-            status, note = api_row(module_name, name, hasattr(module, name), support, problems)
+            status, note = api_row(module_name, name, provides(module, name), support,
+                                   problems)
             statuses.append(status)
             rows.append([f"`{name}`", f"**{status}**" if status != S else status, note])
         sections += ["", f"## `{module_name}` → `{AKADZE_MODULES[module_name]}`", ""]
@@ -473,8 +497,10 @@ def api_page(celery: dict[str, Any], problems: list[str]) -> str:
         HEADER.format(version=celery["version"]), "",
         "# Every public Celery name, and where it stands in akadze_compat", "",
         f"The public names of Celery {celery['version']}'s `celery`, `celery.exceptions`, "
-        "`celery.signals`, `celery.result`, `celery.schedules`, `celery.states` and "
-        "`celery.utils.log` (their `__all__` and what they define), and the public members of "
+        "`celery.signals`, `celery.result`, `celery.schedules`, `celery.states`, "
+        "`celery.utils.log` and of the deeper paths real projects import ("
+        + ", ".join(f"`{name}`" for name in DEEP_MODULES) + ") "
+        "(their `__all__` and what they define), and the public members of "
         "`Celery`, `Task` and `AsyncResult`, each checked by importing it from "
         f"`akadze_compat`. Summary: {counts(statuses)}.", "",
         "- supported: same name, same behaviour as far as a caller can tell;",
