@@ -1,7 +1,6 @@
 """Operator scripts: never imported by the worker, so only the doctor's scan sees them."""
 
 from akadze_compat.contrib.abortable import AbortableTask
-
 from akadze_compat.result import GroupResult
 from legacyproj.celery import app
 
