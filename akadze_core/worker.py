@@ -393,8 +393,7 @@ class Worker:
     async def _unregister(self, timeout: float) -> None:
         try:
             async with self._pool.connection(timeout=timeout) as connection:
-                await connection.execute(database.query("worker_unregister"),
-                                         {"id": self.worker_id})
+                await database.unregister_worker(connection, self.worker_id)
         except Exception as exc:
             logger.warning("unregistering failed: %s", type(exc).__name__)
 
@@ -521,12 +520,10 @@ class Worker:
 
     async def _prune(self, connection: psycopg.AsyncConnection) -> None:
         for _ in range(10):  # bounded, so a huge backlog of old rows cannot stall the round
-            cursor = await connection.execute(database.query("job_prune"), {
-                "finished_retention": self.app.succeeded_retention,
-                "failed_retention": self.app.failed_retention,
-                "limit": self.prune_batch,
-            })
-            if cursor.rowcount < self.prune_batch:
+            pruned = await database.prune_jobs(
+                connection, finished_retention=self.app.succeeded_retention,
+                failed_retention=self.app.failed_retention, limit=self.prune_batch)
+            if pruned < self.prune_batch:
                 break
 
     def _scheduling(self) -> bool:
