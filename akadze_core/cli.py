@@ -36,6 +36,7 @@ from .migrations import latest_version, migrate
 from .processes import ProcessPool, serve
 from .processes import is_child as is_pool_child
 from .worker import Worker
+from .worker_config import DEFAULTS
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -527,15 +528,17 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
               help="A queue to work on (repeat it, or comma-separate). Default: the app's "
                    "default queue.")
 @click.option("--slots", "-c", type=click.IntRange(min=1),
-              help="Concurrent runs per queue.  [default: 1]")
+              help=f"Concurrent runs per queue.  [default: {DEFAULTS.slots}]")
 @click.option("--heartbeat-interval", type=_SECONDS, metavar="S",
-              help="Seconds between heartbeats.  [default: 5]")
+              help=f"Seconds between heartbeats.  [default: {DEFAULTS.heartbeat_interval:g}]")
 @click.option("--heartbeat-ttl", type=_SECONDS, metavar="S",
-              help="Seconds without a heartbeat after which a worker is dead.  [default: 30]")
+              help="Seconds without a heartbeat after which a worker is dead.  "
+                   f"[default: {DEFAULTS.heartbeat_ttl:g}]")
 @click.option("--poll-interval", type=_SECONDS, metavar="S",
-              help="Longest wait between claims when idle.  [default: 1]")
+              help=f"Longest wait between claims when idle.  [default: {DEFAULTS.poll_interval:g}]")
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0), metavar="S",
-              help="Seconds to wait for running jobs on stop.  [default: 10]")
+              help="Seconds to wait for running jobs on stop.  "
+                   f"[default: {DEFAULTS.shutdown_timeout:g}]")
 @click.option("--fair", is_flag=True, default=None,
               help="Rotate claims across the task names of each queue.")
 @click.option("--health-file", type=click.Path(dir_okay=False), metavar="PATH",

@@ -19,7 +19,6 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,14 +47,13 @@ from .processes import ProcessPool, ProcessPoolError
 from .retry import default_backoff
 from .schedules import MIN_CHECK_INTERVAL, Scheduler
 from .threads import ThreadRunner
+from .worker_config import Hook, Seconds, WorkerConfig, seconds
 
 if TYPE_CHECKING:
     from .app import App
 
 logger = logging.getLogger("akadze.worker")
 
-Seconds = timedelta | float | int
-Hook = Callable[[dict[str, Any]], Awaitable[None] | None]
 Maintenance = Callable[[psycopg.AsyncConnection], Awaitable[None]]
 
 
@@ -70,8 +68,13 @@ class WorkerError(AkadzeError):
     """The worker stopped on an error that retrying cannot fix; the message says what to do."""
 
 
-def _seconds(value: Seconds) -> float:
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+class _FromConfig:
+    def __repr__(self) -> str:
+        return "<WorkerConfig default>"
+
+
+# A keyword left at this takes the config's value (WorkerConfig holds the defaults).
+_FROM_CONFIG: Any = _FromConfig()
 
 
 @dataclass
@@ -96,74 +99,85 @@ class Worker:
     rotates claims across the task names of a queue so one flooding task cannot starve the
     others (at the cost of a slightly heavier claim query). Every worker also enqueues the
     due runs of the app's schedules, whatever its queues, unless ``schedules=False``.
+
+    The settings (defaults and checks) are a ``WorkerConfig``: pass one as ``config=``, or
+    the same names as keywords (they override the config's values).
     """
 
     def __init__(
         self,
         app: App,
-        queues: Iterable[str] = ("default",),
-        slots: int | Mapping[str, int] = 1,
-        heartbeat_interval: Seconds = 5,
-        heartbeat_ttl: Seconds = 30,
-        poll_interval: Seconds = 1,
-        shutdown_timeout: Seconds = 10,
-        fair: bool = False,
+        queues: Iterable[str] = _FROM_CONFIG,
+        slots: int | Mapping[str, int] = _FROM_CONFIG,
+        heartbeat_interval: Seconds = _FROM_CONFIG,
+        heartbeat_ttl: Seconds = _FROM_CONFIG,
+        poll_interval: Seconds = _FROM_CONFIG,
+        shutdown_timeout: Seconds = _FROM_CONFIG,
+        fair: bool = _FROM_CONFIG,
         *,
-        name: str | None = None,
-        prune_interval: Seconds = 60,
-        prune_batch: int = 1000,
-        on_startup: Iterable[Hook] = (),
-        on_shutdown: Iterable[Hook] = (),
-        health_file: str | os.PathLike[str] | None = None,
-        max_pending_outcomes: int | None = None,
-        schedules: bool = True,
-        max_running: int | None = None,
-        process_pool: ProcessPool | None = None,
-        outcome_log_level: int = logging.INFO,
-        concurrency: int | None = None,
+        config: WorkerConfig | None = None,
+        name: str | None = _FROM_CONFIG,
+        prune_interval: Seconds = _FROM_CONFIG,
+        prune_batch: int = _FROM_CONFIG,
+        on_startup: Iterable[Hook] = _FROM_CONFIG,
+        on_shutdown: Iterable[Hook] = _FROM_CONFIG,
+        health_file: str | os.PathLike[str] | None = _FROM_CONFIG,
+        max_pending_outcomes: int | None = _FROM_CONFIG,
+        schedules: bool = _FROM_CONFIG,
+        max_running: int | None = _FROM_CONFIG,
+        process_pool: ProcessPool | None = _FROM_CONFIG,
+        outcome_log_level: int = _FROM_CONFIG,
+        concurrency: int | None = _FROM_CONFIG,
     ) -> None:
+        given: dict[str, Any] = {
+            "queues": queues, "slots": slots, "heartbeat_interval": heartbeat_interval,
+            "heartbeat_ttl": heartbeat_ttl, "poll_interval": poll_interval,
+            "shutdown_timeout": shutdown_timeout, "fair": fair, "name": name,
+            "prune_interval": prune_interval, "prune_batch": prune_batch,
+            "on_startup": on_startup, "on_shutdown": on_shutdown, "health_file": health_file,
+            "max_pending_outcomes": max_pending_outcomes, "schedules": schedules,
+            "max_running": max_running, "process_pool": process_pool,
+            "outcome_log_level": outcome_log_level, "concurrency": concurrency,
+        }
+        # A keyword overrides the config's value; the config checks the result.
+        changes = {key: value for key, value in given.items() if value is not _FROM_CONFIG}
+        if config is None:
+            config = WorkerConfig(**changes)
+        elif changes:
+            config = config.replace(**changes)
+        #: The settings this worker runs with (checked).
+        self.config = config
         self.app = app
-        self.queues = list(dict.fromkeys(queues))
-        if not self.queues:
-            raise ValueError("a worker needs at least one queue")
-        if isinstance(slots, Mapping):
-            self.slots = {queue: int(slots.get(queue, 1)) for queue in self.queues}
-        else:
-            self.slots = dict.fromkeys(self.queues, int(slots))
-        if min(self.slots.values()) < 1:
-            raise ValueError("slots must be at least 1 per queue")
-        self.heartbeat_interval = _seconds(heartbeat_interval)
-        self.heartbeat_ttl = _seconds(heartbeat_ttl)
-        if self.heartbeat_ttl <= self.heartbeat_interval:
-            raise ValueError("heartbeat_ttl must be longer than heartbeat_interval")
-        self.poll_interval = _seconds(poll_interval)
-        self.shutdown_timeout = _seconds(shutdown_timeout)
-        self.fair = fair
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.prune_interval = _seconds(prune_interval)
-        self.prune_batch = prune_batch
-        self.on_startup = list(on_startup)
-        self.on_shutdown = list(on_shutdown)
-        self.health_file = Path(health_file) if health_file else None
+        self.queues = list(config.queues)
+        self.slots = config.slots_per_queue()
+        self.heartbeat_interval = seconds(config.heartbeat_interval)
+        self.heartbeat_ttl = seconds(config.heartbeat_ttl)
+        self.poll_interval = seconds(config.poll_interval)
+        self.shutdown_timeout = seconds(config.shutdown_timeout)
+        self.fair = config.fair
+        self.name = config.name or f"{socket.gethostname()}:{os.getpid()}"
+        self.prune_interval = seconds(config.prune_interval)
+        self.prune_batch = config.prune_batch
+        self.on_startup = list(config.on_startup)
+        self.on_shutdown = list(config.on_shutdown)
+        self.health_file = Path(config.health_file) if config.health_file else None
         #: A cap on runs across all queues (Celery's ``-c``), on top of the per-queue slots;
         #: when it binds, queues are served in the order given.
-        if max_running is not None and max_running < 1:
-            raise ValueError("max_running must be at least 1")
-        self.max_running = max_running
+        self.max_running = config.max_running
         #: At most this many bodies run at once (threads; Celery's -c): the runs beyond it
         #: are claimed ahead and wait for one to end (Celery's prefetch). None: every
         #: claimed run starts at once.
-        if concurrency is not None and concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        self.concurrency = concurrency
+        self.concurrency = concurrency = config.concurrency
         #: Run bodies in these child processes (Celery's prefork) instead of this process;
         #: the worker starts and closes it. Slots beyond its processes are claimed ahead
         #: and wait for a free process; while its runs are short the worker may also take
         #: jobs beyond the slots (``ProcessPool.ahead``).
-        self.process_pool = process_pool
+        self.process_pool = config.process_pool
         #: The level of the one line per finished run (the Celery facade, which logs
         #: Celery's own lines, lowers it to DEBUG).
-        self.outcome_log_level = outcome_log_level
+        self.outcome_log_level = config.outcome_log_level
+        max_pending_outcomes = config.max_pending_outcomes
+        schedules = config.schedules
         # Backpressure: stop claiming while this many outcomes wait to be written. Kept near
         # the slot count, so few finished bodies sit 'running' (a crash would re-run them).
         self.max_pending_outcomes = max_pending_outcomes or max(100, 4 * sum(self.slots.values()))
