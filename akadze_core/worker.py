@@ -32,6 +32,7 @@ from .errors import AkadzeError, SchemaMissing
 from .executor import execute
 from .gate import BodyGate
 from .listener import listen_for_jobs
+from .maintenance import Service, first_of
 from .outcomes import (
     FAIL,
     RETRY,
@@ -204,6 +205,16 @@ class Worker:
         self._stop = asyncio.Event()
         self._stop_now = asyncio.Event()
         self._wake = asyncio.Event()
+        # Set while claims and maintenance may run: cleared by a transient database error,
+        # set again by the next heartbeat that succeeds.
+        self._health = asyncio.Event()
+        # Asks the heartbeat service to look again at _next_heartbeat (moved earlier).
+        self._beat_soon = asyncio.Event()
+        # Transient errors so far: a heartbeat that overlapped one does not restore health.
+        self._errors = 0
+        # Claims and the orphans check exclude each other: a claim in flight has jobs the
+        # database gives this worker that _running does not list yet.
+        self._claim_lock = asyncio.Lock()
 
     # --- public control -------------------------------------------------------------------
 
@@ -276,7 +287,9 @@ class Worker:
         else:
             return False
         self._pool = psycopg_pool.AsyncConnectionPool(
-            url, min_size=2, max_size=min(total_slots, 16) + 4, timeout=5,
+            # +6: the maintenance services, the claim loop and the completer may each hold
+            # one at once (a prune stuck on a lock must not starve the claims).
+            url, min_size=2, max_size=min(total_slots, 16) + 6, timeout=5,
             kwargs={"autocommit": True}, name=f"akadze-worker-{self.worker_id}", open=False)
         await self._pool.open(wait=False)
         await self.app.use_async_pool(self._pool)
@@ -285,15 +298,15 @@ class Worker:
         self._listener_task = asyncio.create_task(
             listen_for_jobs(url, self.queues, self._wake.set, self._backoff, self._cancelled),
             name="listener")
-        self._healthy = True
+        self._health.set()
         self._last_heartbeat_ok = time.monotonic()
         self._heartbeat_failures = 0
         self._next_heartbeat = time.monotonic() + self.heartbeat_interval
-        self._next_prune = time.monotonic() + random.uniform(0, self.prune_interval)
-        self._next_schedules = time.monotonic()
-        self._rescue_pending = True
         # Set by any connection error: a claim may have committed and lost its answer.
+        # Claims wait until the orphans service has handed such jobs back.
         self._orphans_pending = False
+        self._services = self._make_services()
+        self._services["rescue"].trigger()
         logger.info("worker %s (id %s) started: queues %s, slots %s%s", self.name,
                     self.worker_id, ",".join(self.queues), total_slots,
                     ", fair" if self.fair else "")
@@ -413,52 +426,93 @@ class Worker:
 
     # --- the loop ----------------------------------------------------------------------------
 
+    @property
+    def _healthy(self) -> bool:
+        return self._health.is_set()
+
+    def _make_services(self) -> dict[str, Service]:
+        """The maintenance duties, each on its own clock (see ``maintenance``)."""
+        now = time.monotonic()
+        services = {
+            # After every heartbeat that succeeds.
+            "rescue": Service("rescue", self._rescue),
+            # After a database error, once healthy again; claims wait for it.
+            "orphan check": Service("orphan check", self._orphan_check),
+            # About once a minute, the first at a random point so workers spread out.
+            "prune": Service("prune", self._prune,
+                             first_due=now + random.uniform(0, self.prune_interval),
+                             interval=lambda: self.prune_interval * random.uniform(0.9, 1.1)),
+        }
+        if self._scheduler is not None:
+            # At most about once a second; the step moves it to the next tick.
+            services["schedules"] = Service(
+                "schedules", self._enqueue_schedules, first_due=now,
+                interval=lambda: MIN_CHECK_INTERVAL, enabled=self._scheduling)
+        return services
+
     async def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.clear()
-            if self._completer_task.done():
-                self._completer_failed()
-                return
-            await self._round()
-            if self._fatal or self._stop.is_set():
-                return
-            await self._sleep()
+        tasks = [asyncio.create_task(self._heartbeats(), name="heartbeat")]
+        tasks += [asyncio.create_task(service.run(self._guard, self._health, self._stop),
+                                      name=name) for name, service in self._services.items()]
+        for task in tasks:
+            task.add_done_callback(self._service_ended)
+        try:
+            while not self._stop.is_set():
+                self._wake.clear()
+                if self._completer_task.done():
+                    self._completer_failed()
+                    return
+                await self._round()
+                if self._fatal or self._stop.is_set():
+                    return
+                await self._sleep()
+        finally:
+            # A step in flight (a prune waiting on a lock) is abandoned: its statement is
+            # atomic, and stopping must not wait for it.
+            for task in tasks:
+                task.remove_done_callback(self._service_ended)
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _service_ended(self, task: asyncio.Task[None]) -> None:
+        # Steps run in the guard, so only a bug in akadze ends a service early: stop rather
+        # than carry on without, say, heartbeats.
+        if task.cancelled() or self._stop.is_set():
+            return
+        exc = task.exception()
+        logger.error("the %s service stopped: %r", task.get_name(), exc)
+        self._fatal = self.app.redact(f"the {task.get_name()} service stopped: {exc!r}")
+        self._stop.set()
+        self._wake.set()
 
     async def _round(self) -> None:
-        now = time.monotonic()
-        beat = now >= self._next_heartbeat
-        if beat:
-            await self._heartbeat()
-        if not self._healthy or self._fatal:
+        # Maintenance runs in its services; this loop only claims, and only while healthy
+        # and once jobs a lost claim answer left behind are handed back.
+        if not self._healthy or self._fatal or self._orphans_pending:
             return
-        if beat:
-            await self._check_waiting()
-        if self._orphans_pending:
-            await self._guard(self._return_orphans, "orphan check")
-        if self._rescue_pending:
-            await self._guard(self._rescue, "rescue")
-        if now >= self._next_prune:
-            self._next_prune = now + self.prune_interval * random.uniform(0.9, 1.1)
-            await self._guard(self._prune, "prune")
-        if self._scheduling() and now >= self._next_schedules:
-            # Not on every claim round: at most about once a second, see _enqueue_schedules.
-            self._next_schedules = now + MIN_CHECK_INTERVAL
-            await self._guard(self._enqueue_schedules, "schedules")
         for hook in self.maintenance:
             await self._guard(hook, "maintenance")
         await self._claim()
 
     async def _sleep(self) -> None:
-        now = time.monotonic()
         free = any(self._free(queue) > 0 for queue in self.queues)
         timeout = random.uniform(self.poll_interval / 2, self.poll_interval) if free \
             else self.heartbeat_interval
-        timeout = min(timeout, max(0.0, self._next_heartbeat - now),
-                      max(0.0, self._next_prune - now))
-        if self._scheduling():
-            timeout = min(timeout, max(0.0, self._next_schedules - now))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _heartbeats(self) -> None:
+        """The heartbeat service: beat every heartbeat_interval (sooner, with backoff, after
+        a database error); after a beat that succeeds, check the runs claimed ahead."""
+        while not self._stop.is_set():
+            self._beat_soon.clear()
+            wait = self._next_heartbeat - time.monotonic()
+            if wait > 0:
+                await first_of(self._stop, self._beat_soon, timeout=wait)
+                continue
+            await self._heartbeat()
+            if self._healthy and not self._fatal and not self._stop.is_set():
+                await self._check_waiting()
 
     async def _guard(self, step: Callable[[psycopg.AsyncConnection], Awaitable[Any]],
                      what: str) -> bool:
@@ -473,24 +527,34 @@ class Worker:
                 self._fatal = self.app.redact(fatal_message(exc))
                 logger.error("%s failed: %s", what, self._fatal)
                 self._stop.set()
+                self._wake.set()
                 return False
             logger.warning("%s failed (%s): no claims until a heartbeat succeeds", what,
                            self.app.redact(" ".join(str(exc).split()) or type(exc).__name__))
-            self._healthy = False
+            self._errors += 1
+            self._health.clear()
             self._orphans_pending = True
+            self._services["orphan check"].trigger()
             self._next_heartbeat = min(self._next_heartbeat, time.monotonic()
                                        + self._backoff(self._heartbeat_failures + 1))
+            self._beat_soon.set()
             return False
 
     async def _heartbeat(self) -> None:
+        errors = self._errors
         ok = await self._guard(self._beat, "heartbeat")
         now = time.monotonic()
         if ok:
-            self._healthy = True
             self._heartbeat_failures = 0
             self._last_heartbeat_ok = now
+            if self._errors != errors:
+                # Another step failed while this beat was in flight: health comes back
+                # only with a beat that succeeds after the error (the guard made it soon).
+                return
             self._next_heartbeat = now + self.heartbeat_interval
-            self._rescue_pending = True
+            self._health.set()
+            self._services["rescue"].trigger()
+            self._wake.set()
             return
         self._heartbeat_failures += 1
         self._next_heartbeat = now + min(self.heartbeat_interval,
@@ -501,6 +565,7 @@ class Worker:
             self._exit_code = 1
             self._stop.set()
             self._stop_now.set()
+            self._wake.set()
 
     async def _beat(self, connection: psycopg.AsyncConnection) -> None:
         row = await database.fetch_one_async(connection, "worker_heartbeat", id=self.worker_id)
@@ -514,16 +579,20 @@ class Worker:
 
     async def _rescue(self, connection: psycopg.AsyncConnection) -> None:
         rows = await database.rescue_jobs(connection)
-        self._rescue_pending = False
         for row in rows:
             logger.warning("rescued job %s from a dead worker: now %s (%s)", row["id"],
                            row["state"], _rescued(row))
+
+    async def _orphan_check(self, connection: psycopg.AsyncConnection) -> None:
+        async with self._claim_lock:
+            await self._return_orphans(connection)
+        self._wake.set()  # claims waited for this
 
     async def _return_orphans(self, connection: psycopg.AsyncConnection) -> None:
         """Hand back jobs the database says this worker runs but it never heard of: the
         claim committed and its answer was lost with the connection. No rescue would touch
         them while this worker heartbeats. Jobs whose outcome is still queued for writing
-        are known too. Claims run in this loop only, so none is in flight meanwhile."""
+        are known too. The caller holds the claim lock, so no claim is in flight meanwhile."""
         assert self.worker_id is not None
         known = set(self._running) | self._completer.pending_jobs()
         rows = await database.return_orphans(connection, self.worker_id, sorted(known))
@@ -548,9 +617,13 @@ class Worker:
         # The scheduler says when its next tick is due (measured on the database clock, so
         # only a duration is carried over to the monotonic clock here).
         wait = await self._scheduler.enqueue_due(connection)
-        self._next_schedules = time.monotonic() + wait
+        self._services["schedules"].next_due = time.monotonic() + wait
 
     async def _claim(self) -> None:
+        async with self._claim_lock:
+            await self._claim_queues()
+
+    async def _claim_queues(self) -> None:
         for queue in self.queues:
             while not self._stop.is_set() and self._healthy:
                 free = self._free(queue)
