@@ -572,8 +572,10 @@ class Worker:
         if row is None:
             # Another worker judged us dead and rescued our jobs. Our runs still in flight
             # will have their outcomes rejected by fencing; we go on under a new identity.
+            # Under the claim lock: no claim is in flight under the old id meanwhile.
             old = self.worker_id
-            self.worker_id = await self._register(connection)
+            async with self._claim_lock:
+                self.worker_id = await self._register(connection)
             logger.warning("worker id %s was declared dead by another worker and its jobs "
                            "rescued; continuing as worker id %s", old, self.worker_id)
 
