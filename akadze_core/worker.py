@@ -18,7 +18,6 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,18 +33,16 @@ from .gate import BodyGate
 from .listener import listen_for_jobs
 from .maintenance import Service, first_of
 from .outcomes import (
-    FAIL,
     RETRY,
-    SUCCESS,
     UNSTARTED,
     Outcome,
     error_entry,
-    error_summary,
-    parse_error,
     raised,
 )
 from .processes import ProcessPool, ProcessPoolError
 from .retry import default_backoff
+from .run_log import Run as _Run
+from .run_log import log_outcomes
 from .schedules import MIN_CHECK_INTERVAL, Scheduler
 from .threads import ThreadRunner
 from .worker_config import Hook, Seconds, WorkerConfig, seconds
@@ -76,21 +73,6 @@ class _FromConfig:
 
 # A keyword left at this takes the config's value (WorkerConfig holds the defaults).
 _FROM_CONFIG: Any = _FromConfig()
-
-
-@dataclass
-class _Run:
-    job_id: int
-    run_count: int
-    queue: str
-    task: str
-    attempt: int
-    max_attempts: int
-    started: float
-    future: asyncio.Task[None]
-    # Fires when the job expires (a job with expires_at only): if it still waits, it is
-    # dropped unstarted.
-    timer: asyncio.TimerHandle | None = None
 
 
 class Worker:
@@ -769,68 +751,9 @@ class Worker:
                        run.job_id, run.task, time.monotonic() - run.started, run.attempt)
 
     def _outcomes_written(self, batch: Any, rows: list[dict[str, Any]]) -> None:
-        changed = {(row["id"], row["run_count"]): row["state"] for row in rows}
-        # Checked once per batch: when the level is off, the lines cost nothing to skip.
-        info = logger.isEnabledFor(self.outcome_log_level)
-        now = time.monotonic()
-        for outcome in batch:
-            key = (outcome.job_id, outcome.run_count)
-            run = self._finished.pop(key, None)
-            state = changed.get(key)
-            # An unknown task is said whatever the level (a FAIL outcome: rare, never a success).
-            if state is not None and not info and outcome.kind != FAIL:
-                continue
-            label = f"job {outcome.job_id} {run.task if run else ''}".rstrip()
-            if state is None:
-                logger.warning("%s: outcome of run %s rejected, the run no longer owns the job",
-                               label, outcome.run_count)
-                continue
-            took = f" in {now - run.started:.3f}s" if run else ""
-            if outcome.error is None or outcome.kind == SUCCESS:  # the hot path: one check
-                logger.log(self.outcome_log_level, "%s %s%s (attempt %s, %s)", label, state,
-                           took, run.attempt if run else "?", outcome.kind)
-            else:
-                self._log_failure(outcome, run, state, label, took, info)
-
-    def _log_failure(self, outcome: Outcome, run: _Run | None, state: str, label: str,
-                     took: str, info: bool) -> None:
-        """The one line of a run that ended with an error: its type and message, and what
-        happens next; the traceback (stored in the job's errors) follows at DEBUG only."""
-        entry = parse_error(outcome.error)
-        if entry.get("type") == "NotRegistered" and run is not None:
-            if self.on_unregistered is not None:
-                try:
-                    self.on_unregistered(outcome.job_id, run.task)
-                except Exception:  # the outcome is written: a broken hook must not stop us
-                    logger.exception("%s: the on_unregistered hook raised", label)
-            else:
-                logger.warning("%s %s: NotRegistered: no task %r in this worker (is the "
-                               "module that defines it imported by the app?)", label, state,
-                               run.task)
-            return
-        if not info:
-            return
-        summary = error_summary(entry, self.app.redact)
-        if run is not None:
-            budget = max(run.max_attempts, outcome.max_attempts or 0)
-            attempt = f"attempt {run.attempt}/{budget}"
-        else:
-            attempt = "attempt ?"
-        if state == "queued":
-            logger.log(self.outcome_log_level, "%s failed %s%s: %s (retry in %.1fs)", label,
-                       attempt, took, summary, outcome.delay)
-        elif state == "failed":
-            # Out of attempts, or failed on purpose (Fail, bad args): no attempt follows.
-            why = "no attempts left" if outcome.kind == RETRY else "not retried"
-            logger.log(self.outcome_log_level, "%s failed for good on %s%s: %s (%s)", label,
-                       attempt, took, summary, why)
-        else:  # cancelled: a Cancel, or any error once a cancel was requested or it expired
-            logger.log(self.outcome_log_level, "%s %s on %s%s: %s", label, state, attempt,
-                       took, summary)
-        traceback = entry.get("traceback")
-        if traceback and logger.isEnabledFor(logging.DEBUG):
-            logger.debug("%s traceback of %s:\n%s", label, attempt,
-                         self.app.redact(str(traceback)).rstrip())
+        # Once per written batch, not per job.
+        log_outcomes(batch, rows, self._finished, self.outcome_log_level, self.app.redact,
+                     self.on_unregistered)
 
     def _completer_failed(self) -> None:
         exc = self._completer_task.exception()
