@@ -30,6 +30,7 @@ from .schedules import Schedule, Scheduler, run_schedules
 from .tasks import Task, TaskCall
 from .triggers import Cron, Every, Trigger
 from .worker import Worker, WorkerError
+from .worker_config import WorkerConfig
 
 __all__ = [
     "AkadzeError",
@@ -58,6 +59,7 @@ __all__ = [
     "Trigger",
     "UnstorableOutcome",
     "Worker",
+    "WorkerConfig",
     "WorkerError",
     "current",
     "default_backoff",

@@ -11,13 +11,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
-import logging
 import os
 import sys
-import time
 import traceback
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -26,16 +24,24 @@ import psycopg
 
 from . import database
 from .app import App
-from .cli_support import StderrHandler, cache_pid_in_log_records, exit_now
+from .cli_support import (
+    OneLineErrorGroup,
+    ScrubbingFormatter,
+    Secrets,
+    exit_now,
+    logging_to_stderr,
+    one_line,
+)
 from .control import request_cancel_sync, requeue_sync
 from .dberrors import fatal_message
-from .dsn import ENV_VAR, password_of, redact_password
+from .dsn import ENV_VAR
 from .errors import AkadzeError
 from .jobs import JOB_STATES, Job
 from .migrations import latest_version, migrate
 from .processes import ProcessPool, serve
 from .processes import is_child as is_pool_child
 from .worker import Worker
+from .worker_config import DEFAULTS
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -46,133 +52,47 @@ class CliError(click.ClickException):
     """An expected failure: printed as one ``akadze: error: ...`` line, exit code 1."""
 
 
-# --- secrets -----------------------------------------------------------------------------------
+# --- secrets, logging, the command group (shared with akadze-compat: cli_support) ----------
 
-@dataclass
-class _Secrets:
-    """The passwords (and apps) of this invocation, scrubbed from every line we emit."""
-
-    passwords: set[str] = field(default_factory=set)
-    apps: list[App] = field(default_factory=list)
-
-    def add_url(self, url: str | None) -> None:
-        password = password_of(url) if url else None
-        if password:
-            self.passwords.add(password)
-
-    def scrub(self, text: str) -> str:
-        text = redact_password(text, None)
-        # Longest first, so a password that contains another one is replaced whole.
-        for password in sorted(self.passwords, key=len, reverse=True):
-            if password in text:
-                text = text.replace(password, "***")
-        for app in self.apps:
-            text = app.redact(text)
-        return text
-
-
-_secrets = _Secrets()
+#: The passwords (and apps) of this invocation, scrubbed from every line we emit.
+_secrets = Secrets()
 
 
 def _reset_secrets() -> None:
-    _secrets.passwords.clear()
-    _secrets.apps.clear()
+    _secrets.clear()
     _secrets.add_url(os.environ.get(ENV_VAR))
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _error_line(message: str) -> str:
-    return f"{PROG_NAME}: error: {_secrets.scrub(_one_line(message))}"
+    return f"{PROG_NAME}: error: {_secrets.scrub(one_line(message))}"
 
 
-# --- logging -----------------------------------------------------------------------------------
+class _ScrubbingFormatter(ScrubbingFormatter):
+    """The shared scrubbing formatter, on this command's secrets."""
 
-class _ScrubbingFormatter(logging.Formatter):
-    """The standard format, with every known password scrubbed from the finished text
-    (messages of other libraries, exception text and tracebacks included)."""
-
-    # (second, its text): strftime and localtime were a fifth of each line's cost, and a
-    # worker logs a line per job; the text of a second never changes. One attribute, so
-    # threads logging at once read a matching pair.
-    _second: tuple[int, str] = (-1, "")
-
-    def format(self, record: logging.LogRecord) -> str:
-        return _secrets.scrub(super().format(record))
-
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        """``logging.Formatter.formatTime``'s text, the seconds part made once a second."""
-        if datefmt is not None or not self.default_msec_format:
-            return super().formatTime(record, datefmt)
-        second = int(record.created)
-        cached = self._second
-        if cached[0] != second:
-            cached = self._second = (
-                second, time.strftime(self.default_time_format, self.converter(second)))
-        return self.default_msec_format % (cached[1], record.msecs)
+    def __init__(self, fmt: str | None = None, datefmt: str | None = None) -> None:
+        super().__init__(_secrets, fmt, datefmt)
 
 
-@contextlib.contextmanager
-def _logging_to_stderr(level: str) -> Iterator[None]:
-    """Send every log record (the tasks' own included) to stderr, one line each, scrubbed.
-
-    Undone on exit, so in-process callers (tests, embedding code) get their logging back.
-    """
-    root = logging.getLogger()
-    handler = StderrHandler()
-    handler.setFormatter(_ScrubbingFormatter(LOG_FORMAT))
-    previous_level = root.level
-    root.addHandler(handler)
-    root.setLevel(level)
-    undo = cache_pid_in_log_records()
-    try:
-        yield
-    finally:
-        undo()
-        root.removeHandler(handler)
-        root.setLevel(previous_level)
+def _logging_to_stderr(level: str) -> contextlib.AbstractContextManager[None]:
+    """Send every log record (the tasks' own included) to stderr, one line each, scrubbed."""
+    return logging_to_stderr(level, _ScrubbingFormatter(LOG_FORMAT))
 
 
-# --- the command group -------------------------------------------------------------------------
-
-class _AkadzeGroup(click.Group):
+class _AkadzeGroup(OneLineErrorGroup):
     """A click group whose failures print one line instead of usage text or a traceback."""
 
-    def main(  # type: ignore[override]
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
-        """Run the command; in standalone mode, exit with one line on any expected error."""
+    prog_name = PROG_NAME
+    secrets = _secrets
+
+    def begin(self, args: Sequence[str] | None, extra: dict[str, Any]) -> None:
+        """Forget the previous invocation's secrets; remember the environment's URL."""
         _reset_secrets()
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.exceptions.Abort:
-            click.echo(f"{PROG_NAME}: aborted", err=True)
-            sys.exit(130)
-        except click.UsageError as exc:
-            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
-            click.echo(_error_line(exc.format_message()) + hint, err=True)
-            sys.exit(exc.exit_code)
-        except click.ClickException as exc:
-            click.echo(_error_line(exc.format_message()), err=True)
-            sys.exit(exc.exit_code)
-        except BrokenPipeError:
-            # `akadze jobs list | head`: the reader left; that is not an error.
-            with contextlib.suppress(OSError):
-                sys.stderr.close()
-            sys.exit(0)
-        except Exception as exc:
-            _report(exc)
-            sys.exit(1)
-        sys.exit(code if isinstance(code, int) else 0)
+
+    def report(self, exc: Exception) -> int:
+        """The one line for ``exc`` (see ``_report``); exit code 1."""
+        _report(exc)
+        return 1
 
 
 def _report(exc: Exception) -> None:
@@ -243,7 +163,7 @@ def _connection(ctx: click.Context, *, check_schema: bool = True, app: App | Non
     with _logging_to_stderr("INFO"):
         if app is None:
             app = App(_options(ctx).url)
-        _secrets.apps.append(app)
+        _secrets.redactors.append(app.redact)
         # Explicit, else the environment, else the embedded Postgres.
         url = app.resolve_database_url(create=create)
         _secrets.add_url(url)
@@ -527,15 +447,17 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
               help="A queue to work on (repeat it, or comma-separate). Default: the app's "
                    "default queue.")
 @click.option("--slots", "-c", type=click.IntRange(min=1),
-              help="Concurrent runs per queue.  [default: 1]")
+              help=f"Concurrent runs per queue.  [default: {DEFAULTS.slots}]")
 @click.option("--heartbeat-interval", type=_SECONDS, metavar="S",
-              help="Seconds between heartbeats.  [default: 5]")
+              help=f"Seconds between heartbeats.  [default: {DEFAULTS.heartbeat_interval:g}]")
 @click.option("--heartbeat-ttl", type=_SECONDS, metavar="S",
-              help="Seconds without a heartbeat after which a worker is dead.  [default: 30]")
+              help="Seconds without a heartbeat after which a worker is dead.  "
+                   f"[default: {DEFAULTS.heartbeat_ttl:g}]")
 @click.option("--poll-interval", type=_SECONDS, metavar="S",
-              help="Longest wait between claims when idle.  [default: 1]")
+              help=f"Longest wait between claims when idle.  [default: {DEFAULTS.poll_interval:g}]")
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0), metavar="S",
-              help="Seconds to wait for running jobs on stop.  [default: 10]")
+              help="Seconds to wait for running jobs on stop.  "
+                   f"[default: {DEFAULTS.shutdown_timeout:g}]")
 @click.option("--fair", is_flag=True, default=None,
               help="Rotate claims across the task names of each queue.")
 @click.option("--health-file", type=click.Path(dir_okay=False), metavar="PATH",
@@ -559,7 +481,7 @@ def worker_command(ctx: click.Context, app_spec: str, queues: tuple[str, ...],
     # Left in place when the worker ran: the process ends in _exit_now.
     with _logging_to_stderr(log_level.upper()):
         app = load_app(app_spec)
-        _secrets.apps.append(app)
+        _secrets.redactors.append(app.redact)
         options = _options(ctx)
         if options.url_from_command_line and options.url:
             app.set_database_url(options.url)

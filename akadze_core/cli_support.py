@@ -1,4 +1,6 @@
-"""Process plumbing shared by the ``akadze`` and ``akadze-compat`` commands."""
+"""Process plumbing shared by the ``akadze`` and ``akadze-compat`` commands: the scrubbing
+of passwords, the scrubbing log formatter, stderr logging, the click group whose failures
+are one line, and the exit that does not wait for task threads."""
 
 from __future__ import annotations
 
@@ -7,10 +9,16 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable
-from typing import Any, NoReturn
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, ClassVar, NoReturn
 
-__all__ = ["StderrHandler", "cache_pid_in_log_records", "exit_now"]
+import click
+
+from .dsn import password_of, redact_password
+
+__all__ = ["OneLineErrorGroup", "ScrubbingFormatter", "Secrets", "StderrHandler",
+           "cache_pid_in_log_records", "exit_now", "logging_to_stderr", "one_line"]
 
 # This process's id, for log records (see cache_pid_in_log_records); a fork updates it.
 _pid = os.getpid()
@@ -81,3 +89,154 @@ def exit_now(code: int) -> NoReturn:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (newlines included) made one space."""
+    return " ".join(text.split())
+
+
+class Secrets:
+    """The passwords an invocation saw, scrubbed from every line it prints or logs.
+
+    ``redactors`` are further scrubbers run after the passwords (the core adds each loaded
+    app's ``redact``, which knows the passwords of the app's own URLs).
+    """
+
+    def __init__(self) -> None:
+        self.passwords: set[str] = set()
+        self.redactors: list[Callable[[str], str]] = []
+
+    def clear(self) -> None:
+        """Forget every password and redactor (a new invocation in the same process)."""
+        self.passwords.clear()
+        self.redactors.clear()
+
+    def add_url(self, url: Any) -> None:
+        """Remember the password of ``url`` (a URL or key/value DSN), if it has one."""
+        if isinstance(url, str) and url:
+            password = password_of(url)
+            if password:
+                self.passwords.add(password)
+
+    def add_environment(self, names: Iterable[str]) -> None:
+        """Remember the passwords of the URLs in the environment variables ``names``."""
+        for name in names:
+            self.add_url(os.environ.get(name))
+
+    def scrub(self, text: str) -> str:
+        """``text`` without any known password (URL-shaped ones are masked anyway)."""
+        text = redact_password(text, None)
+        # Longest first, so a password that contains another one is replaced whole.
+        for password in sorted(self.passwords, key=len, reverse=True):
+            if password in text:
+                text = text.replace(password, "***")
+        for redact in self.redactors:
+            text = redact(text)
+        return text
+
+
+class ScrubbingFormatter(logging.Formatter):
+    """A ``logging.Formatter`` whose finished text (messages of other libraries, exception
+    text and tracebacks included) goes through ``secrets.scrub``."""
+
+    # (second, its text): strftime and localtime were a fifth of each line's cost, and a
+    # worker logs a line per job; the text of a second never changes. One attribute, so
+    # threads logging at once read a matching pair.
+    _second: tuple[int, str] = (-1, "")
+
+    def __init__(self, secrets: Secrets, fmt: str | None = None,
+                 datefmt: str | None = None) -> None:
+        super().__init__(fmt, datefmt)
+        self.secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record's line, scrubbed."""
+        return self.secrets.scrub(super().format(record))
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        """``logging.Formatter.formatTime``'s text, the seconds part made once a second."""
+        if datefmt is not None or not self.default_msec_format:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        cached = self._second
+        if cached[0] != second:
+            cached = self._second = (
+                second, time.strftime(self.default_time_format, self.converter(second)))
+        return self.default_msec_format % (cached[1], record.msecs)
+
+
+@contextlib.contextmanager
+def logging_to_stderr(level: str | int, formatter: logging.Formatter) -> Iterator[None]:
+    """Send every log record (the tasks' own included) to stderr through ``formatter``, at
+    ``level`` and above. Undone on exit, so in-process callers (tests, embedding code) get
+    their logging back."""
+    root = logging.getLogger()
+    handler = StderrHandler()
+    handler.setFormatter(formatter)
+    previous_level = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    undo = cache_pid_in_log_records()
+    try:
+        yield
+    finally:
+        undo()
+        root.removeHandler(handler)
+        root.setLevel(previous_level)
+
+
+class OneLineErrorGroup(click.Group):
+    """A click group whose failures print one ``<prog>: error: ...`` line (scrubbed) instead
+    of usage text or a traceback. A subclass names ``prog_name`` and its ``secrets``, and
+    may override ``begin`` (per invocation) and ``report`` (any other exception)."""
+
+    prog_name: ClassVar[str] = "akadze"
+    secrets: ClassVar[Secrets]
+    #: The exit code after Ctrl-C at a prompt.
+    abort_exit_code: ClassVar[int] = 130
+
+    def begin(self, args: Sequence[str] | None, extra: dict[str, Any]) -> None:
+        """Called first on every invocation (e.g. to reset the secrets)."""
+
+    def error_line(self, message: str) -> str:
+        """The one error line for ``message``: prefixed, on one line, scrubbed."""
+        return f"{self.prog_name}: error: {self.secrets.scrub(one_line(message))}"
+
+    def report(self, exc: Exception) -> int:
+        """Print the one line for an exception click does not know; returns the exit code."""
+        click.echo(self.error_line(f"unexpected {type(exc).__name__}: {exc}"), err=True)
+        return 1
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Run the command; in standalone mode, exit with one line on any expected error."""
+        self.begin(args, extra)
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            click.echo(f"{self.prog_name}: aborted", err=True)
+            sys.exit(self.abort_exit_code)
+        except click.UsageError as exc:
+            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+            click.echo(self.error_line(exc.format_message()) + hint, err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(self.error_line(exc.format_message()), err=True)
+            sys.exit(exc.exit_code)
+        except BrokenPipeError:
+            # `akadze jobs list | head`: the reader left; that is not an error.
+            with contextlib.suppress(OSError):
+                sys.stderr.close()
+            sys.exit(0)
+        except Exception as exc:
+            sys.exit(self.report(exc))
+        sys.exit(code if isinstance(code, int) else 0)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from . import database
 from .errors import NotOwner
-from .queries import query
 from .serialization import encode_args
 
 if TYPE_CHECKING:
@@ -77,20 +77,19 @@ class JobContext:
 
         Returns False when the run no longer owns the job (nothing was written).
         """
-        params = {"id": self.id, "run_count": self.run_count, "patch": self._encode(patch)}
+        patch_text = self._encode(patch)
 
         async def run(connection: psycopg.AsyncConnection) -> bool:
-            cursor = await connection.execute(query("job_update_meta"), params)
-            return await cursor.fetchone() is not None
+            return await database.update_job_meta_async(connection, self.id, self.run_count,
+                                                        patch_text)
 
         return bool(await self.app.run_async(run))
 
     def update_meta_sync(self, patch: dict[str, Any]) -> bool:
         """Sync twin of ``update_meta`` (for plain ``def`` tasks)."""
-        params = {"id": self.id, "run_count": self.run_count, "patch": self._encode(patch)}
-        return bool(self.app.run_sync(
-            lambda connection: connection.execute(
-                query("job_update_meta"), params).fetchone() is not None))
+        patch_text = self._encode(patch)
+        return bool(self.app.run_sync(lambda connection: database.update_job_meta(
+            connection, self.id, self.run_count, patch_text)))
 
     def complete_tx(self) -> CompleteTx:
         """A connection whose transaction also moves this job to succeeded.
@@ -109,9 +108,6 @@ class CompleteTx:
         self._context = context
         self._pool: Any = None
         self._tx: Any = None
-
-    def _params(self) -> dict[str, Any]:
-        return {"id": self._context.id, "run_count": self._context.run_count, "result": None}
 
     def _owner_lost(self) -> NotOwner:
         return NotOwner(f"job {self._context.id} run {self._context.run_count} no longer owns "
@@ -137,9 +133,8 @@ class CompleteTx:
         try:
             if exc is None:
                 try:
-                    cursor = await self._connection.execute(
-                        query("job_complete_in_tx"), self._params())
-                    if await cursor.fetchone() is None:
+                    if not await database.complete_job_in_tx_async(
+                            self._connection, self._context.id, self._context.run_count):
                         raise self._owner_lost()
                 except BaseException as error:
                     await self._tx.__aexit__(type(error), error, error.__traceback__)
@@ -170,9 +165,8 @@ class CompleteTx:
         try:
             if exc is None:
                 try:
-                    row = self._sync_connection.execute(
-                        query("job_complete_in_tx"), self._params()).fetchone()
-                    if row is None:
+                    if not database.complete_job_in_tx(
+                            self._sync_connection, self._context.id, self._context.run_count):
                         raise self._owner_lost()
                 except BaseException as error:
                     self._tx.__exit__(type(error), error, error.__traceback__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from .queries import query
+from . import database
 
 
 async def request_cancel(connection: psycopg.AsyncConnection, job_id: int) -> bool:
@@ -16,13 +16,12 @@ async def request_cancel(connection: psycopg.AsyncConnection, job_id: int) -> bo
     running job is not interrupted: if its body returns a value it succeeds; if it raises
     (Retry and Snooze included) it ends cancelled.
     """
-    cursor = await connection.execute(query("job_request_cancel"), {"id": job_id})
-    return await cursor.fetchone() is not None
+    return await database.cancel_job_async(connection, job_id)
 
 
 def request_cancel_sync(connection: psycopg.Connection, job_id: int) -> bool:
     """Sync twin of ``request_cancel``."""
-    return connection.execute(query("job_request_cancel"), {"id": job_id}).fetchone() is not None
+    return database.cancel_job(connection, job_id)
 
 
 async def requeue(connection: psycopg.AsyncConnection, job_id: int) -> bool:
@@ -30,10 +29,9 @@ async def requeue(connection: psycopg.AsyncConnection, job_id: int) -> bool:
 
     attempt, errors and args are kept; max_attempts grows by one if no attempt is left.
     """
-    cursor = await connection.execute(query("job_requeue"), {"id": job_id})
-    return await cursor.fetchone() is not None
+    return await database.requeue_job_async(connection, job_id)
 
 
 def requeue_sync(connection: psycopg.Connection, job_id: int) -> bool:
     """Sync twin of ``requeue``."""
-    return connection.execute(query("job_requeue"), {"id": job_id}).fetchone() is not None
+    return database.requeue_job(connection, job_id)

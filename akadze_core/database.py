@@ -3,12 +3,13 @@ parameters; only the awaiting differs."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from .migrations import SCHEMA_EXISTS, SCHEMA_VERSION, check_version
@@ -107,6 +108,50 @@ def fetch_all(connection: psycopg.Connection, name: str, /, **params: Any) -> li
         return cursor.execute(query(name), params).fetchall()
 
 
+def update_job_meta(connection: psycopg.Connection, job_id: int, run_count: int,
+                    patch: str) -> bool:
+    """Merge the JSON object ``patch`` into the job's meta while run ``run_count`` owns it;
+    False when it no longer does (nothing written)."""
+    return connection.execute(query("job_update_meta"), {
+        "id": job_id, "run_count": run_count, "patch": patch}).fetchone() is not None
+
+
+def complete_job_in_tx(connection: psycopg.Connection, job_id: int, run_count: int) -> bool:
+    """Move the job to succeeded in the caller's transaction while run ``run_count`` owns it;
+    False when it no longer does."""
+    return connection.execute(query("job_complete_in_tx"), {
+        "id": job_id, "run_count": run_count, "result": None}).fetchone() is not None
+
+
+def cancel_job(connection: psycopg.Connection, job_id: int) -> bool:
+    """Request cancellation of an active job (see ``control.request_cancel``); False when
+    it is not active."""
+    return connection.execute(query("job_request_cancel"), {"id": job_id}).fetchone() is not None
+
+
+def requeue_job(connection: psycopg.Connection, job_id: int) -> bool:
+    """Move a failed job back to queued (see ``control.requeue``); False when it is not
+    failed."""
+    return connection.execute(query("job_requeue"), {"id": job_id}).fetchone() is not None
+
+
+def purge_jobs(connection: psycopg.Connection, queues: list[str] | None) -> int:
+    """Delete the queued jobs of ``queues`` (all when None); returns how many."""
+    return connection.execute(query("job_purge"), {"queues": queues}).rowcount
+
+
+def _listen(channels: Iterable[str]) -> sql.Composed:
+    # One round trip (statements without parameters may share a query); channel names are
+    # identifiers, hence psycopg.sql rather than a named block with parameters.
+    return sql.SQL(" ").join(sql.SQL("LISTEN {};").format(sql.Identifier(channel))
+                             for channel in channels)
+
+
+def listen(connection: psycopg.Connection, channels: Iterable[str]) -> None:
+    """LISTEN on ``channels`` (the connection must be in autocommit mode)."""
+    connection.execute(_listen(channels))
+
+
 def check_schema(connection: psycopg.Connection) -> None:
     """Raise ``SchemaMissing`` unless the schema is applied and current."""
     exists = connection.execute(SCHEMA_EXISTS).fetchone()
@@ -164,6 +209,39 @@ async def check_schema_async(connection: psycopg.AsyncConnection) -> None:
     if exists and exists[0]:
         version = await (await connection.execute(SCHEMA_VERSION)).fetchone()
     check_version(version[0] if version else None)
+
+
+async def update_job_meta_async(connection: psycopg.AsyncConnection, job_id: int,
+                                run_count: int, patch: str) -> bool:
+    """Async twin of ``update_job_meta``."""
+    cursor = await connection.execute(query("job_update_meta"), {
+        "id": job_id, "run_count": run_count, "patch": patch})
+    return await cursor.fetchone() is not None
+
+
+async def complete_job_in_tx_async(connection: psycopg.AsyncConnection, job_id: int,
+                                   run_count: int) -> bool:
+    """Async twin of ``complete_job_in_tx``."""
+    cursor = await connection.execute(query("job_complete_in_tx"), {
+        "id": job_id, "run_count": run_count, "result": None})
+    return await cursor.fetchone() is not None
+
+
+async def cancel_job_async(connection: psycopg.AsyncConnection, job_id: int) -> bool:
+    """Async twin of ``cancel_job``."""
+    cursor = await connection.execute(query("job_request_cancel"), {"id": job_id})
+    return await cursor.fetchone() is not None
+
+
+async def requeue_job_async(connection: psycopg.AsyncConnection, job_id: int) -> bool:
+    """Async twin of ``requeue_job``."""
+    cursor = await connection.execute(query("job_requeue"), {"id": job_id})
+    return await cursor.fetchone() is not None
+
+
+async def listen_async(connection: psycopg.AsyncConnection, channels: Iterable[str]) -> None:
+    """Async twin of ``listen``."""
+    await connection.execute(_listen(channels))
 
 
 async def autovacuum_runs_async(connection: psycopg.AsyncConnection) -> bool | None:
@@ -235,6 +313,20 @@ async def list_revoked(
 async def rescue_jobs(connection: psycopg.AsyncConnection) -> list[dict[str, Any]]:
     """Return the running jobs of dead workers to the queue (or fail them if out of attempts)."""
     return await fetch_all_async(connection, "job_rescue", cap=DEFAULT_BACKOFF_CAP)
+
+
+async def prune_jobs(connection: psycopg.AsyncConnection, *, finished_retention: float,
+                     failed_retention: float, limit: int) -> int:
+    """Delete up to ``limit`` finished jobs past their retention (seconds); returns how many."""
+    cursor = await connection.execute(query("job_prune"), {
+        "finished_retention": finished_retention, "failed_retention": failed_retention,
+        "limit": limit})
+    return cursor.rowcount
+
+
+async def unregister_worker(connection: psycopg.AsyncConnection, worker_id: int | None) -> None:
+    """Remove the worker's row (it stopped and handed its jobs back)."""
+    await connection.execute(query("worker_unregister"), {"id": worker_id})
 
 
 # --- schedules ---------------------------------------------------------------------------------

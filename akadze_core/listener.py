@@ -13,8 +13,8 @@ import logging
 from collections.abc import Callable, Iterable
 
 import psycopg
-from psycopg import sql
 
+from . import database
 from .database import CANCEL_CHANNEL, NOTIFY_CHANNEL
 
 logger = logging.getLogger("akadze.worker")
@@ -33,10 +33,7 @@ async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], No
             async with await psycopg.AsyncConnection.connect(
                     url, autocommit=True, connect_timeout=5) as connection:
                 channels = [NOTIFY_CHANNEL] + ([CANCEL_CHANNEL] if cancelled else [])
-                # One round trip (statements without parameters may share a query).
-                await connection.execute(sql.SQL(" ").join(
-                    sql.SQL("LISTEN {};").format(sql.Identifier(channel))
-                    for channel in channels))
+                await database.listen_async(connection, channels)
                 failures = 0
                 async for notify in connection.notifies():
                     if notify.channel == CANCEL_CHANNEL:

@@ -11,13 +11,11 @@ import time
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from . import database
 from .jobs import FINISHED_STATES, Job
 
 DONE_CHANNEL = "akadze_done"
-_LISTEN = sql.SQL("LISTEN {}").format(sql.Identifier(DONE_CHANNEL))
 
 
 def _job(row: dict[str, Any] | None) -> Job | None:
@@ -65,7 +63,7 @@ def wait_for_job(connection: psycopg.Connection, job_id: int, timeout: float | N
     """Block until the job is succeeded, failed or cancelled; raise TimeoutError after
     ``timeout`` seconds. ``connection`` must be in autocommit mode and is left listening."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    connection.execute(_LISTEN)
+    database.listen(connection, [DONE_CHANNEL])
     while True:
         job = get_job(connection, job_id)
         if job is not None and job.state in FINISHED_STATES:
@@ -80,7 +78,7 @@ async def wait_for_job_async(connection: psycopg.AsyncConnection, job_id: int,
                              timeout: float | None, poll_interval: float = 5.0) -> Job:
     """Async twin of ``wait_for_job``."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    await connection.execute(_LISTEN)
+    await database.listen_async(connection, [DONE_CHANNEL])
     while True:
         job = await get_job_async(connection, job_id)
         if job is not None and job.state in FINISHED_STATES:
@@ -120,5 +118,4 @@ def job_counts(connection: psycopg.Connection) -> dict[str, dict[str, int]]:
 
 def purge(connection: psycopg.Connection, queues: list[str] | None = None) -> int:
     """Delete the queued jobs of ``queues`` (all when None); returns how many."""
-    cursor = connection.execute(database.query("job_purge"), {"queues": queues})
-    return cursor.rowcount
+    return database.purge_jobs(connection, queues)

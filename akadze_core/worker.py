@@ -18,8 +18,6 @@ import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,29 +31,27 @@ from .errors import AkadzeError, SchemaMissing
 from .executor import execute
 from .gate import BodyGate
 from .listener import listen_for_jobs
+from .maintenance import Service, first_of
 from .outcomes import (
-    FAIL,
     RETRY,
-    SUCCESS,
     UNSTARTED,
     Outcome,
     error_entry,
-    error_summary,
-    parse_error,
     raised,
 )
 from .processes import ProcessPool, ProcessPoolError
 from .retry import default_backoff
+from .run_log import Run as _Run
+from .run_log import log_outcomes
 from .schedules import MIN_CHECK_INTERVAL, Scheduler
 from .threads import ThreadRunner
+from .worker_config import Hook, Seconds, WorkerConfig, seconds
 
 if TYPE_CHECKING:
     from .app import App
 
 logger = logging.getLogger("akadze.worker")
 
-Seconds = timedelta | float | int
-Hook = Callable[[dict[str, Any]], Awaitable[None] | None]
 Maintenance = Callable[[psycopg.AsyncConnection], Awaitable[None]]
 
 
@@ -70,23 +66,13 @@ class WorkerError(AkadzeError):
     """The worker stopped on an error that retrying cannot fix; the message says what to do."""
 
 
-def _seconds(value: Seconds) -> float:
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+class _FromConfig:
+    def __repr__(self) -> str:
+        return "<WorkerConfig default>"
 
 
-@dataclass
-class _Run:
-    job_id: int
-    run_count: int
-    queue: str
-    task: str
-    attempt: int
-    max_attempts: int
-    started: float
-    future: asyncio.Task[None]
-    # Fires when the job expires (a job with expires_at only): if it still waits, it is
-    # dropped unstarted.
-    timer: asyncio.TimerHandle | None = None
+# A keyword left at this takes the config's value (WorkerConfig holds the defaults).
+_FROM_CONFIG: Any = _FromConfig()
 
 
 class Worker:
@@ -96,74 +82,85 @@ class Worker:
     rotates claims across the task names of a queue so one flooding task cannot starve the
     others (at the cost of a slightly heavier claim query). Every worker also enqueues the
     due runs of the app's schedules, whatever its queues, unless ``schedules=False``.
+
+    The settings (defaults and checks) are a ``WorkerConfig``: pass one as ``config=``, or
+    the same names as keywords (they override the config's values).
     """
 
     def __init__(
         self,
         app: App,
-        queues: Iterable[str] = ("default",),
-        slots: int | Mapping[str, int] = 1,
-        heartbeat_interval: Seconds = 5,
-        heartbeat_ttl: Seconds = 30,
-        poll_interval: Seconds = 1,
-        shutdown_timeout: Seconds = 10,
-        fair: bool = False,
+        queues: Iterable[str] = _FROM_CONFIG,
+        slots: int | Mapping[str, int] = _FROM_CONFIG,
+        heartbeat_interval: Seconds = _FROM_CONFIG,
+        heartbeat_ttl: Seconds = _FROM_CONFIG,
+        poll_interval: Seconds = _FROM_CONFIG,
+        shutdown_timeout: Seconds = _FROM_CONFIG,
+        fair: bool = _FROM_CONFIG,
         *,
-        name: str | None = None,
-        prune_interval: Seconds = 60,
-        prune_batch: int = 1000,
-        on_startup: Iterable[Hook] = (),
-        on_shutdown: Iterable[Hook] = (),
-        health_file: str | os.PathLike[str] | None = None,
-        max_pending_outcomes: int | None = None,
-        schedules: bool = True,
-        max_running: int | None = None,
-        process_pool: ProcessPool | None = None,
-        outcome_log_level: int = logging.INFO,
-        concurrency: int | None = None,
+        config: WorkerConfig | None = None,
+        name: str | None = _FROM_CONFIG,
+        prune_interval: Seconds = _FROM_CONFIG,
+        prune_batch: int = _FROM_CONFIG,
+        on_startup: Iterable[Hook] = _FROM_CONFIG,
+        on_shutdown: Iterable[Hook] = _FROM_CONFIG,
+        health_file: str | os.PathLike[str] | None = _FROM_CONFIG,
+        max_pending_outcomes: int | None = _FROM_CONFIG,
+        schedules: bool = _FROM_CONFIG,
+        max_running: int | None = _FROM_CONFIG,
+        process_pool: ProcessPool | None = _FROM_CONFIG,
+        outcome_log_level: int = _FROM_CONFIG,
+        concurrency: int | None = _FROM_CONFIG,
     ) -> None:
+        given: dict[str, Any] = {
+            "queues": queues, "slots": slots, "heartbeat_interval": heartbeat_interval,
+            "heartbeat_ttl": heartbeat_ttl, "poll_interval": poll_interval,
+            "shutdown_timeout": shutdown_timeout, "fair": fair, "name": name,
+            "prune_interval": prune_interval, "prune_batch": prune_batch,
+            "on_startup": on_startup, "on_shutdown": on_shutdown, "health_file": health_file,
+            "max_pending_outcomes": max_pending_outcomes, "schedules": schedules,
+            "max_running": max_running, "process_pool": process_pool,
+            "outcome_log_level": outcome_log_level, "concurrency": concurrency,
+        }
+        # A keyword overrides the config's value; the config checks the result.
+        changes = {key: value for key, value in given.items() if value is not _FROM_CONFIG}
+        if config is None:
+            config = WorkerConfig(**changes)
+        elif changes:
+            config = config.replace(**changes)
+        #: The settings this worker runs with (checked).
+        self.config = config
         self.app = app
-        self.queues = list(dict.fromkeys(queues))
-        if not self.queues:
-            raise ValueError("a worker needs at least one queue")
-        if isinstance(slots, Mapping):
-            self.slots = {queue: int(slots.get(queue, 1)) for queue in self.queues}
-        else:
-            self.slots = dict.fromkeys(self.queues, int(slots))
-        if min(self.slots.values()) < 1:
-            raise ValueError("slots must be at least 1 per queue")
-        self.heartbeat_interval = _seconds(heartbeat_interval)
-        self.heartbeat_ttl = _seconds(heartbeat_ttl)
-        if self.heartbeat_ttl <= self.heartbeat_interval:
-            raise ValueError("heartbeat_ttl must be longer than heartbeat_interval")
-        self.poll_interval = _seconds(poll_interval)
-        self.shutdown_timeout = _seconds(shutdown_timeout)
-        self.fair = fair
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.prune_interval = _seconds(prune_interval)
-        self.prune_batch = prune_batch
-        self.on_startup = list(on_startup)
-        self.on_shutdown = list(on_shutdown)
-        self.health_file = Path(health_file) if health_file else None
+        self.queues = list(config.queues)
+        self.slots = config.slots_per_queue()
+        self.heartbeat_interval = seconds(config.heartbeat_interval)
+        self.heartbeat_ttl = seconds(config.heartbeat_ttl)
+        self.poll_interval = seconds(config.poll_interval)
+        self.shutdown_timeout = seconds(config.shutdown_timeout)
+        self.fair = config.fair
+        self.name = config.name or f"{socket.gethostname()}:{os.getpid()}"
+        self.prune_interval = seconds(config.prune_interval)
+        self.prune_batch = config.prune_batch
+        self.on_startup = list(config.on_startup)
+        self.on_shutdown = list(config.on_shutdown)
+        self.health_file = Path(config.health_file) if config.health_file else None
         #: A cap on runs across all queues (Celery's ``-c``), on top of the per-queue slots;
         #: when it binds, queues are served in the order given.
-        if max_running is not None and max_running < 1:
-            raise ValueError("max_running must be at least 1")
-        self.max_running = max_running
+        self.max_running = config.max_running
         #: At most this many bodies run at once (threads; Celery's -c): the runs beyond it
         #: are claimed ahead and wait for one to end (Celery's prefetch). None: every
         #: claimed run starts at once.
-        if concurrency is not None and concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        self.concurrency = concurrency
+        self.concurrency = concurrency = config.concurrency
         #: Run bodies in these child processes (Celery's prefork) instead of this process;
         #: the worker starts and closes it. Slots beyond its processes are claimed ahead
         #: and wait for a free process; while its runs are short the worker may also take
         #: jobs beyond the slots (``ProcessPool.ahead``).
-        self.process_pool = process_pool
+        self.process_pool = config.process_pool
         #: The level of the one line per finished run (the Celery facade, which logs
         #: Celery's own lines, lowers it to DEBUG).
-        self.outcome_log_level = outcome_log_level
+        self.outcome_log_level = config.outcome_log_level
+        max_pending_outcomes = config.max_pending_outcomes
+        schedules = config.schedules
         # Backpressure: stop claiming while this many outcomes wait to be written. Kept near
         # the slot count, so few finished bodies sit 'running' (a crash would re-run them).
         self.max_pending_outcomes = max_pending_outcomes or max(100, 4 * sum(self.slots.values()))
@@ -190,6 +187,16 @@ class Worker:
         self._stop = asyncio.Event()
         self._stop_now = asyncio.Event()
         self._wake = asyncio.Event()
+        # Set while claims and maintenance may run: cleared by a transient database error,
+        # set again by the next heartbeat that succeeds.
+        self._health = asyncio.Event()
+        # Asks the heartbeat service to look again at _next_heartbeat (moved earlier).
+        self._beat_soon = asyncio.Event()
+        # Transient errors so far: a heartbeat that overlapped one does not restore health.
+        self._errors = 0
+        # Claims and the orphans check exclude each other: a claim in flight has jobs the
+        # database gives this worker that _running does not list yet.
+        self._claim_lock = asyncio.Lock()
 
     # --- public control -------------------------------------------------------------------
 
@@ -262,7 +269,9 @@ class Worker:
         else:
             return False
         self._pool = psycopg_pool.AsyncConnectionPool(
-            url, min_size=2, max_size=min(total_slots, 16) + 4, timeout=5,
+            # +6: the maintenance services, the claim loop and the completer may each hold
+            # one at once (a prune stuck on a lock must not starve the claims).
+            url, min_size=2, max_size=min(total_slots, 16) + 6, timeout=5,
             kwargs={"autocommit": True}, name=f"akadze-worker-{self.worker_id}", open=False)
         await self._pool.open(wait=False)
         await self.app.use_async_pool(self._pool)
@@ -271,15 +280,15 @@ class Worker:
         self._listener_task = asyncio.create_task(
             listen_for_jobs(url, self.queues, self._wake.set, self._backoff, self._cancelled),
             name="listener")
-        self._healthy = True
+        self._health.set()
         self._last_heartbeat_ok = time.monotonic()
         self._heartbeat_failures = 0
         self._next_heartbeat = time.monotonic() + self.heartbeat_interval
-        self._next_prune = time.monotonic() + random.uniform(0, self.prune_interval)
-        self._next_schedules = time.monotonic()
-        self._rescue_pending = True
         # Set by any connection error: a claim may have committed and lost its answer.
+        # Claims wait until the orphans service has handed such jobs back.
         self._orphans_pending = False
+        self._services = self._make_services()
+        self._services["rescue"].trigger()
         logger.info("worker %s (id %s) started: queues %s, slots %s%s", self.name,
                     self.worker_id, ",".join(self.queues), total_slots,
                     ", fair" if self.fair else "")
@@ -393,59 +402,99 @@ class Worker:
     async def _unregister(self, timeout: float) -> None:
         try:
             async with self._pool.connection(timeout=timeout) as connection:
-                await connection.execute(database.query("worker_unregister"),
-                                         {"id": self.worker_id})
+                await database.unregister_worker(connection, self.worker_id)
         except Exception as exc:
             logger.warning("unregistering failed: %s", type(exc).__name__)
 
     # --- the loop ----------------------------------------------------------------------------
 
+    @property
+    def _healthy(self) -> bool:
+        return self._health.is_set()
+
+    def _make_services(self) -> dict[str, Service]:
+        """The maintenance duties, each on its own clock (see ``maintenance``)."""
+        now = time.monotonic()
+        services = {
+            # After every heartbeat that succeeds.
+            "rescue": Service("rescue", self._rescue),
+            # After a database error, once healthy again; claims wait for it.
+            "orphan check": Service("orphan check", self._orphan_check),
+            # About once a minute, the first at a random point so workers spread out.
+            "prune": Service("prune", self._prune,
+                             first_due=now + random.uniform(0, self.prune_interval),
+                             interval=lambda: self.prune_interval * random.uniform(0.9, 1.1)),
+        }
+        if self._scheduler is not None:
+            # At most about once a second; the step moves it to the next tick.
+            services["schedules"] = Service(
+                "schedules", self._enqueue_schedules, first_due=now,
+                interval=lambda: MIN_CHECK_INTERVAL, enabled=self._scheduling)
+        return services
+
     async def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.clear()
-            if self._completer_task.done():
-                self._completer_failed()
-                return
-            await self._round()
-            if self._fatal or self._stop.is_set():
-                return
-            await self._sleep()
+        tasks = [asyncio.create_task(self._heartbeats(), name="heartbeat")]
+        tasks += [asyncio.create_task(service.run(self._guard, self._health, self._stop),
+                                      name=name) for name, service in self._services.items()]
+        for task in tasks:
+            task.add_done_callback(self._service_ended)
+        try:
+            while not self._stop.is_set():
+                self._wake.clear()
+                if self._completer_task.done():
+                    self._completer_failed()
+                    return
+                await self._round()
+                if self._fatal or self._stop.is_set():
+                    return
+                await self._sleep()
+        finally:
+            # A step in flight (a prune waiting on a lock) is abandoned: its statement is
+            # atomic, and stopping must not wait for it.
+            for task in tasks:
+                task.remove_done_callback(self._service_ended)
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _service_ended(self, task: asyncio.Task[None]) -> None:
+        # Steps run in the guard, so only a bug in akadze ends a service early: stop rather
+        # than carry on without, say, heartbeats.
+        if task.cancelled() or self._stop.is_set():
+            return
+        exc = task.exception()
+        logger.error("the %s service stopped: %r", task.get_name(), exc)
+        self._fatal = self.app.redact(f"the {task.get_name()} service stopped: {exc!r}")
+        self._stop.set()
+        self._wake.set()
 
     async def _round(self) -> None:
-        now = time.monotonic()
-        beat = now >= self._next_heartbeat
-        if beat:
-            await self._heartbeat()
-        if not self._healthy or self._fatal:
+        # Maintenance runs in its services; this loop only claims, and only while healthy
+        # and once jobs a lost claim answer left behind are handed back.
+        if not self._healthy or self._fatal or self._orphans_pending:
             return
-        if beat:
-            await self._check_waiting()
-        if self._orphans_pending:
-            await self._guard(self._return_orphans, "orphan check")
-        if self._rescue_pending:
-            await self._guard(self._rescue, "rescue")
-        if now >= self._next_prune:
-            self._next_prune = now + self.prune_interval * random.uniform(0.9, 1.1)
-            await self._guard(self._prune, "prune")
-        if self._scheduling() and now >= self._next_schedules:
-            # Not on every claim round: at most about once a second, see _enqueue_schedules.
-            self._next_schedules = now + MIN_CHECK_INTERVAL
-            await self._guard(self._enqueue_schedules, "schedules")
         for hook in self.maintenance:
             await self._guard(hook, "maintenance")
         await self._claim()
 
     async def _sleep(self) -> None:
-        now = time.monotonic()
         free = any(self._free(queue) > 0 for queue in self.queues)
         timeout = random.uniform(self.poll_interval / 2, self.poll_interval) if free \
             else self.heartbeat_interval
-        timeout = min(timeout, max(0.0, self._next_heartbeat - now),
-                      max(0.0, self._next_prune - now))
-        if self._scheduling():
-            timeout = min(timeout, max(0.0, self._next_schedules - now))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _heartbeats(self) -> None:
+        """The heartbeat service: beat every heartbeat_interval (sooner, with backoff, after
+        a database error); after a beat that succeeds, check the runs claimed ahead."""
+        while not self._stop.is_set():
+            self._beat_soon.clear()
+            wait = self._next_heartbeat - time.monotonic()
+            if wait > 0:
+                await first_of(self._stop, self._beat_soon, timeout=wait)
+                continue
+            await self._heartbeat()
+            if self._healthy and not self._fatal and not self._stop.is_set():
+                await self._check_waiting()
 
     async def _guard(self, step: Callable[[psycopg.AsyncConnection], Awaitable[Any]],
                      what: str) -> bool:
@@ -460,24 +509,34 @@ class Worker:
                 self._fatal = self.app.redact(fatal_message(exc))
                 logger.error("%s failed: %s", what, self._fatal)
                 self._stop.set()
+                self._wake.set()
                 return False
             logger.warning("%s failed (%s): no claims until a heartbeat succeeds", what,
                            self.app.redact(" ".join(str(exc).split()) or type(exc).__name__))
-            self._healthy = False
+            self._errors += 1
+            self._health.clear()
             self._orphans_pending = True
+            self._services["orphan check"].trigger()
             self._next_heartbeat = min(self._next_heartbeat, time.monotonic()
                                        + self._backoff(self._heartbeat_failures + 1))
+            self._beat_soon.set()
             return False
 
     async def _heartbeat(self) -> None:
+        errors = self._errors
         ok = await self._guard(self._beat, "heartbeat")
         now = time.monotonic()
         if ok:
-            self._healthy = True
             self._heartbeat_failures = 0
             self._last_heartbeat_ok = now
+            if self._errors != errors:
+                # Another step failed while this beat was in flight: health comes back
+                # only with a beat that succeeds after the error (the guard made it soon).
+                return
             self._next_heartbeat = now + self.heartbeat_interval
-            self._rescue_pending = True
+            self._health.set()
+            self._services["rescue"].trigger()
+            self._wake.set()
             return
         self._heartbeat_failures += 1
         self._next_heartbeat = now + min(self.heartbeat_interval,
@@ -488,29 +547,36 @@ class Worker:
             self._exit_code = 1
             self._stop.set()
             self._stop_now.set()
+            self._wake.set()
 
     async def _beat(self, connection: psycopg.AsyncConnection) -> None:
         row = await database.fetch_one_async(connection, "worker_heartbeat", id=self.worker_id)
         if row is None:
             # Another worker judged us dead and rescued our jobs. Our runs still in flight
             # will have their outcomes rejected by fencing; we go on under a new identity.
+            # Under the claim lock: no claim is in flight under the old id meanwhile.
             old = self.worker_id
-            self.worker_id = await self._register(connection)
+            async with self._claim_lock:
+                self.worker_id = await self._register(connection)
             logger.warning("worker id %s was declared dead by another worker and its jobs "
                            "rescued; continuing as worker id %s", old, self.worker_id)
 
     async def _rescue(self, connection: psycopg.AsyncConnection) -> None:
         rows = await database.rescue_jobs(connection)
-        self._rescue_pending = False
         for row in rows:
             logger.warning("rescued job %s from a dead worker: now %s (%s)", row["id"],
                            row["state"], _rescued(row))
+
+    async def _orphan_check(self, connection: psycopg.AsyncConnection) -> None:
+        async with self._claim_lock:
+            await self._return_orphans(connection)
+        self._wake.set()  # claims waited for this
 
     async def _return_orphans(self, connection: psycopg.AsyncConnection) -> None:
         """Hand back jobs the database says this worker runs but it never heard of: the
         claim committed and its answer was lost with the connection. No rescue would touch
         them while this worker heartbeats. Jobs whose outcome is still queued for writing
-        are known too. Claims run in this loop only, so none is in flight meanwhile."""
+        are known too. The caller holds the claim lock, so no claim is in flight meanwhile."""
         assert self.worker_id is not None
         known = set(self._running) | self._completer.pending_jobs()
         rows = await database.return_orphans(connection, self.worker_id, sorted(known))
@@ -521,12 +587,10 @@ class Worker:
 
     async def _prune(self, connection: psycopg.AsyncConnection) -> None:
         for _ in range(10):  # bounded, so a huge backlog of old rows cannot stall the round
-            cursor = await connection.execute(database.query("job_prune"), {
-                "finished_retention": self.app.succeeded_retention,
-                "failed_retention": self.app.failed_retention,
-                "limit": self.prune_batch,
-            })
-            if cursor.rowcount < self.prune_batch:
+            pruned = await database.prune_jobs(
+                connection, finished_retention=self.app.succeeded_retention,
+                failed_retention=self.app.failed_retention, limit=self.prune_batch)
+            if pruned < self.prune_batch:
                 break
 
     def _scheduling(self) -> bool:
@@ -537,9 +601,13 @@ class Worker:
         # The scheduler says when its next tick is due (measured on the database clock, so
         # only a duration is carried over to the monotonic clock here).
         wait = await self._scheduler.enqueue_due(connection)
-        self._next_schedules = time.monotonic() + wait
+        self._services["schedules"].next_due = time.monotonic() + wait
 
     async def _claim(self) -> None:
+        async with self._claim_lock:
+            await self._claim_queues()
+
+    async def _claim_queues(self) -> None:
         for queue in self.queues:
             while not self._stop.is_set() and self._healthy:
                 free = self._free(queue)
@@ -683,68 +751,9 @@ class Worker:
                        run.job_id, run.task, time.monotonic() - run.started, run.attempt)
 
     def _outcomes_written(self, batch: Any, rows: list[dict[str, Any]]) -> None:
-        changed = {(row["id"], row["run_count"]): row["state"] for row in rows}
-        # Checked once per batch: when the level is off, the lines cost nothing to skip.
-        info = logger.isEnabledFor(self.outcome_log_level)
-        now = time.monotonic()
-        for outcome in batch:
-            key = (outcome.job_id, outcome.run_count)
-            run = self._finished.pop(key, None)
-            state = changed.get(key)
-            # An unknown task is said whatever the level (a FAIL outcome: rare, never a success).
-            if state is not None and not info and outcome.kind != FAIL:
-                continue
-            label = f"job {outcome.job_id} {run.task if run else ''}".rstrip()
-            if state is None:
-                logger.warning("%s: outcome of run %s rejected, the run no longer owns the job",
-                               label, outcome.run_count)
-                continue
-            took = f" in {now - run.started:.3f}s" if run else ""
-            if outcome.error is None or outcome.kind == SUCCESS:  # the hot path: one check
-                logger.log(self.outcome_log_level, "%s %s%s (attempt %s, %s)", label, state,
-                           took, run.attempt if run else "?", outcome.kind)
-            else:
-                self._log_failure(outcome, run, state, label, took, info)
-
-    def _log_failure(self, outcome: Outcome, run: _Run | None, state: str, label: str,
-                     took: str, info: bool) -> None:
-        """The one line of a run that ended with an error: its type and message, and what
-        happens next; the traceback (stored in the job's errors) follows at DEBUG only."""
-        entry = parse_error(outcome.error)
-        if entry.get("type") == "NotRegistered" and run is not None:
-            if self.on_unregistered is not None:
-                try:
-                    self.on_unregistered(outcome.job_id, run.task)
-                except Exception:  # the outcome is written: a broken hook must not stop us
-                    logger.exception("%s: the on_unregistered hook raised", label)
-            else:
-                logger.warning("%s %s: NotRegistered: no task %r in this worker (is the "
-                               "module that defines it imported by the app?)", label, state,
-                               run.task)
-            return
-        if not info:
-            return
-        summary = error_summary(entry, self.app.redact)
-        if run is not None:
-            budget = max(run.max_attempts, outcome.max_attempts or 0)
-            attempt = f"attempt {run.attempt}/{budget}"
-        else:
-            attempt = "attempt ?"
-        if state == "queued":
-            logger.log(self.outcome_log_level, "%s failed %s%s: %s (retry in %.1fs)", label,
-                       attempt, took, summary, outcome.delay)
-        elif state == "failed":
-            # Out of attempts, or failed on purpose (Fail, bad args): no attempt follows.
-            why = "no attempts left" if outcome.kind == RETRY else "not retried"
-            logger.log(self.outcome_log_level, "%s failed for good on %s%s: %s (%s)", label,
-                       attempt, took, summary, why)
-        else:  # cancelled: a Cancel, or any error once a cancel was requested or it expired
-            logger.log(self.outcome_log_level, "%s %s on %s%s: %s", label, state, attempt,
-                       took, summary)
-        traceback = entry.get("traceback")
-        if traceback and logger.isEnabledFor(logging.DEBUG):
-            logger.debug("%s traceback of %s:\n%s", label, attempt,
-                         self.app.redact(str(traceback)).rstrip())
+        # Once per written batch, not per job.
+        log_outcomes(batch, rows, self._finished, self.outcome_log_level, self.app.redact,
+                     self.on_unregistered)
 
     def _completer_failed(self) -> None:
         exc = self._completer_task.exception()

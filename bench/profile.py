@@ -40,7 +40,7 @@ IDLE = BUCKETS[0][0]
 # Cross-cutting costs, counted wherever they occur (inclusive).
 ACROSS: list[tuple[str, tuple[str, ...]]] = [
     ("logging (any)", ("logging/__init__.py",)),
-    ("password scrubbing of log lines (cli _Secrets.scrub)", ("_Secrets.scrub",)),
+    ("password scrubbing of log lines (cli_support Secrets.scrub)", ("Secrets.scrub",)),
     ("psycopg (any)", ("psycopg/",)),
     ("send() syscalls to Postgres (native only)", ("send (libc",)),
     ("asyncio create_task / Task init", ("create_task", "Task___init__")),

@@ -1,0 +1,91 @@
+"""``WorkerConfig``: the worker's settings as one value that owns their defaults and checks.
+
+``Worker`` takes one (``Worker(app, config=...)``) or builds one from its keywords, and the
+``akadze worker`` command prints its help's defaults from it, so no default is written twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .processes import ProcessPool
+
+Seconds = timedelta | float | int
+Hook = Callable[[dict[str, Any]], Awaitable[None] | None]
+
+
+def seconds(value: Seconds) -> float:
+    """``value`` in seconds (a timedelta or a number)."""
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a ``Worker`` can be told, with its defaults; invalid values raise
+    ``ValueError`` when the config is made. Durations are seconds or timedeltas (stored as
+    float seconds). See ``Worker`` for what each setting does."""
+
+    queues: Iterable[str] = ("default",)
+    #: Concurrent runs per queue: an int for every queue, or ``{queue: n}`` (1 if absent).
+    slots: int | Mapping[str, int] = 1
+    heartbeat_interval: Seconds = 5.0
+    heartbeat_ttl: Seconds = 30.0
+    poll_interval: Seconds = 1.0
+    shutdown_timeout: Seconds = 10.0
+    fair: bool = False
+    #: The name in ``akadze.workers``; None: ``host:pid``.
+    name: str | None = None
+    prune_interval: Seconds = 60.0
+    prune_batch: int = 1000
+    on_startup: Iterable[Hook] = ()
+    on_shutdown: Iterable[Hook] = ()
+    health_file: str | os.PathLike[str] | None = None
+    #: None: 4 per slot, at least 100.
+    max_pending_outcomes: int | None = None
+    schedules: bool = True
+    max_running: int | None = None
+    process_pool: ProcessPool | None = None
+    outcome_log_level: int = logging.INFO
+    concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        # Normalised here so every reader sees one type; frozen, hence object.__setattr__.
+        queues = tuple(dict.fromkeys(self.queues))
+        object.__setattr__(self, "queues", queues)
+        for field in ("heartbeat_interval", "heartbeat_ttl", "poll_interval",
+                      "shutdown_timeout", "prune_interval"):
+            object.__setattr__(self, field, seconds(getattr(self, field)))
+        object.__setattr__(self, "on_startup", tuple(self.on_startup))
+        object.__setattr__(self, "on_shutdown", tuple(self.on_shutdown))
+        # The checks (and their words) the Worker made before this class existed, in order.
+        if not queues:
+            raise ValueError("a worker needs at least one queue")
+        if min(self.slots_per_queue().values()) < 1:
+            raise ValueError("slots must be at least 1 per queue")
+        if seconds(self.heartbeat_ttl) <= seconds(self.heartbeat_interval):
+            raise ValueError("heartbeat_ttl must be longer than heartbeat_interval")
+        if self.max_running is not None and self.max_running < 1:
+            raise ValueError("max_running must be at least 1")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+
+    def slots_per_queue(self) -> dict[str, int]:
+        """``slots`` as a number for each of ``queues``."""
+        if isinstance(self.slots, Mapping):
+            return {queue: int(self.slots.get(queue, 1)) for queue in self.queues}
+        return dict.fromkeys(self.queues, int(self.slots))
+
+    def replace(self, **changes: Any) -> WorkerConfig:
+        """A copy with ``changes`` applied (and checked)."""
+        return dataclasses.replace(self, **changes)
+
+
+#: The defaults, for help texts and for ``Worker``'s keywords.
+DEFAULTS = WorkerConfig()

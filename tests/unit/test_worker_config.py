@@ -1,0 +1,62 @@
+"""WorkerConfig owns the worker's defaults and checks; Worker and `akadze worker --help`
+read them from it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from click.testing import CliRunner
+
+from akadze_core import App, Worker, WorkerConfig
+from akadze_core.cli import cli
+from akadze_core.worker_config import DEFAULTS
+
+URL = "postgresql://nobody@127.0.0.1:1/unused"  # never connects here
+
+
+def test_the_defaults_are_the_seeds() -> None:
+    assert DEFAULTS.queues == ("default",)
+    assert (DEFAULTS.slots, DEFAULTS.heartbeat_interval, DEFAULTS.heartbeat_ttl,
+            DEFAULTS.poll_interval, DEFAULTS.shutdown_timeout, DEFAULTS.fair) == (
+        1, 5.0, 30.0, 1.0, 10.0, False)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"queues": []}, "a worker needs at least one queue"),
+    ({"slots": 0}, "slots must be at least 1 per queue"),
+    ({"queues": ["a", "b"], "slots": {"a": 2, "b": 0}}, "slots must be at least 1 per queue"),
+    ({"heartbeat_interval": 5, "heartbeat_ttl": timedelta(seconds=5)},
+     "heartbeat_ttl must be longer than heartbeat_interval"),
+    ({"max_running": 0}, "max_running must be at least 1"),
+    ({"concurrency": 0}, "concurrency must be at least 1"),
+])
+def test_a_bad_setting_raises_the_same_error_from_the_config_and_the_worker(
+        settings: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        WorkerConfig(**settings)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        Worker(App(URL), **settings)  # type: ignore[arg-type]
+
+
+def test_keywords_override_the_config_and_are_checked_with_it() -> None:
+    config = WorkerConfig(queues=["a", "b"], slots={"a": 3}, heartbeat_interval=2,
+                          heartbeat_ttl=timedelta(seconds=20), name="w")
+    worker = Worker(App(URL), config=config, poll_interval=0.5)
+    assert worker.queues == ["a", "b"]
+    assert worker.slots == {"a": 3, "b": 1}
+    assert (worker.heartbeat_interval, worker.heartbeat_ttl, worker.poll_interval) == (
+        2.0, 20.0, 0.5)
+    assert worker.name == "w"
+    assert worker.config.poll_interval == 0.5 and config.poll_interval == 1.0
+    with pytest.raises(ValueError, match="heartbeat_ttl must be longer"):
+        Worker(App(URL), config=config, heartbeat_interval=20)
+
+
+def test_the_worker_commands_help_prints_the_configs_defaults() -> None:
+    text = " ".join(CliRunner().invoke(cli, ["worker", "--help"]).output.split())
+    assert f"Concurrent runs per queue. [default: {DEFAULTS.slots}]" in text
+    assert f"Seconds between heartbeats. [default: {DEFAULTS.heartbeat_interval:g}]" in text
+    assert f"is dead. [default: {DEFAULTS.heartbeat_ttl:g}]" in text
+    assert f"when idle. [default: {DEFAULTS.poll_interval:g}]" in text
+    assert f"on stop. [default: {DEFAULTS.shutdown_timeout:g}]" in text
