@@ -19,7 +19,8 @@ import psycopg_pool
 
 from . import lookup
 from .dberrors import is_transient
-from .dsn import configured_url, password_of, redact_password
+from .dsn import configured_url, listen_url, password_of, redact_password
+from .dsn import prepare_threshold as resolve_prepare_threshold
 from .embedded import embedded_url
 from .errors import ConfigurationError, ConnectionLost
 from .jobs import Job
@@ -170,6 +171,7 @@ class App:
         json_dumps: Dumps = strict_dumps,
         json_loads: Loads = json.loads,
         pool_size: int = 10,
+        prepare_threshold: int | str | None = None,
     ) -> None:
         self._explicit_url = database_url
         self._url: str | None = None
@@ -180,6 +182,13 @@ class App:
         self.json_dumps = json_dumps
         self.json_loads = json_loads
         self.pool_size = pool_size
+        #: psycopg's ``prepare_threshold`` for every connection this app (and a worker of it)
+        #: opens: ``prepare_threshold=`` if given, else ``$AKADZE_PREPARE_THRESHOLD``, else 5;
+        #: ``"off"`` (None) behind PgBouncer in transaction mode (see ``dsn.prepare_threshold``).
+        self.prepare_threshold = resolve_prepare_threshold(prepare_threshold)
+        #: The keywords every connection of this app is opened with.
+        self.connection_kwargs: dict[str, Any] = {
+            "autocommit": True, "prepare_threshold": self.prepare_threshold}
         self.tasks: dict[str, Task] = {}
         self._redact_url: str | None = None
         self._redact_password: str | None = None
@@ -315,7 +324,7 @@ class App:
                 url = configured_url(self._explicit_url)
                 if url is None:
                     url = embedded_url(create=create)
-                    with psycopg.connect(url, autocommit=True) as connection:
+                    with psycopg.connect(url, **self.connection_kwargs) as connection:
                         migrate(connection)
                 self._url = url
             return self._url
@@ -337,12 +346,16 @@ class App:
         return redact_password(text, self._redact_password)
 
     def connect(self, **kwargs: Any) -> psycopg.Connection:
-        """A new sync connection to the database (the caller closes it)."""
-        return psycopg.connect(self.database_url, **kwargs)
+        """A new sync connection to the database (the caller closes it), with this app's
+        ``prepare_threshold`` unless ``kwargs`` says otherwise."""
+        return psycopg.connect(self.database_url,
+                               **{"prepare_threshold": self.prepare_threshold, **kwargs})
 
     async def connect_async(self, **kwargs: Any) -> psycopg.AsyncConnection:
-        """A new async connection to the database (the caller closes it)."""
-        return await psycopg.AsyncConnection.connect(self.database_url, **kwargs)
+        """A new async connection to the database (the caller closes it), with this app's
+        ``prepare_threshold`` unless ``kwargs`` says otherwise."""
+        return await psycopg.AsyncConnection.connect(
+            self.database_url, **{"prepare_threshold": self.prepare_threshold, **kwargs})
 
     def migrate(self) -> list[int]:
         """Apply the schema; returns the versions applied."""
@@ -362,7 +375,7 @@ class App:
                 if self._pool is None:
                     self._pool = psycopg_pool.ConnectionPool(
                         url, min_size=1, max_size=self.pool_size, timeout=10,
-                        kwargs={"autocommit": True}, name="akadze", open=True,
+                        kwargs=dict(self.connection_kwargs), name="akadze", open=True,
                     )
                 pool = self._pool
         return pool
@@ -380,7 +393,7 @@ class App:
         delay = 0.05
         while True:
             try:
-                return psycopg.connect(url, connect_timeout=10, autocommit=True)
+                return psycopg.connect(url, connect_timeout=10, **self.connection_kwargs)
             except psycopg.Error as exc:
                 if not is_transient(exc) or time.monotonic() + delay > deadline:
                     message = self.redact(f"cannot connect to Postgres: {exc}")
@@ -432,7 +445,7 @@ class App:
         if pool is None:
             pool = psycopg_pool.AsyncConnectionPool(
                 self.database_url, min_size=1, max_size=self.pool_size, timeout=10,
-                kwargs={"autocommit": True}, name="akadze-async", open=False,
+                kwargs=dict(self.connection_kwargs), name="akadze-async", open=False,
             )
             self._async_pools[loop] = pool
             self._own_async_pools.add(pool)
@@ -496,7 +509,10 @@ class App:
         """Block until the job is succeeded, failed or cancelled (woken by NOTIFY, not by
         polling); raises TimeoutError after ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        connection = self.connect(autocommit=True)
+        # It LISTENs, so on AKADZE_LISTEN_URL when one is set (a transaction pooler keeps no
+        # LISTEN: through one, only its 5 s re-check would see the job finish).
+        url = listen_url(self.database_url)
+        connection = psycopg.connect(url, **self.connection_kwargs)
         while True:
             with connection:
                 try:
@@ -506,12 +522,13 @@ class App:
                         raise
             # Lost (a restart, failover, terminated backend): waiting only reads, so it
             # goes on, on a new connection, for what is left of the timeout.
-            connection = self._connect_checked(self.database_url, RECONNECT_WINDOW)
+            connection = self._connect_checked(url, RECONNECT_WINDOW)
 
     async def wait_for_job_async(self, job_id: int, timeout: float | None = None) -> Job:
         """Async twin of ``wait_for_job``."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        connection = await self.connect_async(autocommit=True)
+        url = listen_url(self.database_url)  # as wait_for_job: it LISTENs
+        connection = await psycopg.AsyncConnection.connect(url, **self.connection_kwargs)
         while True:
             async with connection:
                 try:
@@ -520,16 +537,16 @@ class App:
                 except psycopg.OperationalError:
                     if not connection.closed:
                         raise
-            connection = await self._connect_async_retrying()
+            connection = await self._connect_async_retrying(url)
 
-    async def _connect_async_retrying(self) -> psycopg.AsyncConnection:
+    async def _connect_async_retrying(self, url: str) -> psycopg.AsyncConnection:
         """Async ``_connect_checked(url, RECONNECT_WINDOW)``."""
         deadline = time.monotonic() + RECONNECT_WINDOW
         delay = 0.05
         while True:
             try:
                 return await psycopg.AsyncConnection.connect(
-                    self.database_url, connect_timeout=10, autocommit=True)
+                    url, connect_timeout=10, **self.connection_kwargs)
             except psycopg.Error as exc:
                 if not is_transient(exc) or time.monotonic() + delay > deadline:
                     message = self.redact(f"cannot connect to Postgres: {exc}")

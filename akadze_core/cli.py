@@ -34,7 +34,7 @@ from .cli_support import (
 )
 from .control import request_cancel_sync, requeue_sync
 from .dberrors import fatal_message
-from .dsn import ENV_VAR
+from .dsn import ENV_VAR, prepare_threshold
 from .errors import AkadzeError
 from .jobs import JOB_STATES, Job
 from .migrations import latest_version, migrate
@@ -168,7 +168,8 @@ def _connection(ctx: click.Context, *, check_schema: bool = True, app: App | Non
         url = app.resolve_database_url(create=create)
         _secrets.add_url(url)
         try:
-            connection = psycopg.connect(url, autocommit=True, connect_timeout=10)
+            connection = psycopg.connect(url, autocommit=True, connect_timeout=10,
+                                         prepare_threshold=prepare_threshold())
         except psycopg.Error as exc:
             raise CliError(f"cannot connect to Postgres: {exc}") from None
         with connection:

@@ -8,6 +8,15 @@ import psycopg_pool
 from .errors import SchemaMissing
 from .migrations import schema_missing
 
+#: invalid_sql_statement_name, duplicate_prepared_statement: a prepared statement missing on
+#: (or already on) the server connection, which happens when a transaction pooler hands the
+#: session's transactions to different server connections.
+PREPARED_STATEMENT_LOST = ("26000", "42P05")
+PREPARED_STATEMENT_HINT = (
+    "a prepared statement was lost between transactions: the connection goes through a "
+    "transaction pooler (PgBouncer in transaction mode keeps no prepared statements before "
+    "1.21): set AKADZE_PREPARE_THRESHOLD=off (or App(prepare_threshold='off'))")
+
 #: What a statement on akadze's tables raises when the schema was never applied.
 SCHEMA_ERRORS = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
 
@@ -62,6 +71,8 @@ def fatal_message(exc: BaseException) -> str:
     if isinstance(exc, psycopg.Error):
         if isinstance(exc, SCHEMA_ERRORS):
             return str(schema_missing())
+        if exc.sqlstate in PREPARED_STATEMENT_LOST:
+            return PREPARED_STATEMENT_HINT
         if exc.sqlstate == "42501":
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else "permission denied"
             return f"permission denied: {first}"

@@ -8,6 +8,13 @@ import re
 import psycopg.conninfo
 
 ENV_VAR = "AKADZE_DATABASE_URL"
+#: psycopg's ``prepare_threshold`` for every connection akadze opens: ``off`` for a pooler
+#: that does not keep prepared statements (PgBouncer before 1.21 in transaction mode).
+PREPARE_VAR = "AKADZE_PREPARE_THRESHOLD"
+#: A direct connection (not through a transaction pooler) for the workers' LISTEN.
+LISTEN_VAR = "AKADZE_LISTEN_URL"
+#: psycopg's own default: a statement is prepared on the server at its fifth execution.
+DEFAULT_PREPARE_THRESHOLD = 5
 
 # password=... in key/value DSNs, and the userinfo password in URLs.
 _KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
@@ -46,3 +53,30 @@ def password_of(dsn: str) -> str | None:
 def configured_url(explicit: str | None = None) -> str | None:
     """The explicit URL, else ``AKADZE_DATABASE_URL``, else None (the embedded Postgres)."""
     return explicit or os.environ.get(ENV_VAR) or None
+
+
+def prepare_threshold(value: int | str | None = None) -> int | None:
+    """The ``prepare_threshold`` to open connections with: ``value`` if given, else
+    ``$AKADZE_PREPARE_THRESHOLD``, else psycopg's default 5. ``off``/``none`` (or None given
+    explicitly through the variable) turns server-side prepared statements off, which a
+    transaction pooler needs: PgBouncer (before 1.21) hands each transaction to any server
+    connection, where a statement prepared on another one does not exist."""
+    if value is None:
+        value = os.environ.get(PREPARE_VAR) or DEFAULT_PREPARE_THRESHOLD
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("off", "none", "no", "false", "0"):
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"{PREPARE_VAR}={value!r}: a number of executions, or off") from None
+    if value < 0:
+        raise ValueError(f"prepare_threshold must be at least 0 or off, not {value!r}")
+    return value
+
+
+def listen_url(database_url: str) -> str:
+    """Where workers LISTEN: ``$AKADZE_LISTEN_URL`` (a direct connection, when the database URL
+    goes through a transaction pooler, where LISTEN does not work), else the database URL."""
+    return os.environ.get(LISTEN_VAR) or database_url

@@ -27,6 +27,7 @@ import psycopg_pool
 from . import database
 from .completer import Completer
 from .dberrors import fatal_message, is_transient
+from .dsn import listen_url
 from .errors import AkadzeError, SchemaMissing
 from .executor import execute
 from .gate import BodyGate
@@ -249,7 +250,7 @@ class Worker:
         while not self._stop.is_set():
             try:
                 connection = await psycopg.AsyncConnection.connect(
-                    url, autocommit=True, connect_timeout=5)
+                    url, connect_timeout=5, **self.app.connection_kwargs)
                 await database.check_schema_async(connection)
                 if await database.autovacuum_runs_async(connection) is False:
                     logger.warning(AUTOVACUUM_OFF)
@@ -272,13 +273,15 @@ class Worker:
             # +6: the maintenance services, the claim loop and the completer may each hold
             # one at once (a prune stuck on a lock must not starve the claims).
             url, min_size=2, max_size=min(total_slots, 16) + 6, timeout=5,
-            kwargs={"autocommit": True}, name=f"akadze-worker-{self.worker_id}", open=False)
+            kwargs=dict(self.app.connection_kwargs), name=f"akadze-worker-{self.worker_id}",
+            open=False)
         await self._pool.open(wait=False)
         await self.app.use_async_pool(self._pool)
         self._completer = Completer(self._pool.connection, self._outcomes_written)
         self._completer_task = asyncio.create_task(self._completer.run(), name="completer")
         self._listener_task = asyncio.create_task(
-            listen_for_jobs(url, self.queues, self._wake.set, self._backoff, self._cancelled),
+            listen_for_jobs(listen_url(url), self.queues, self._wake.set, self._backoff,
+                            self._cancelled),
             name="listener")
         self._health.set()
         self._last_heartbeat_ok = time.monotonic()
