@@ -22,12 +22,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import celery_side, claim, compat, core, db, enqueue, procs, table
+from . import celery_side, claim, compat, core, db, enqueue, pgbouncer, procs, table
 from .drain import DrainResult
 
 RESULTS = Path(__file__).resolve().parent / "results.md"
-WORKLOADS = ("enqueue", "bulk", "latency", "claim", "core", "memory", "sweep", "compat",
-             "celery")
+WORKLOADS = ("enqueue", "bulk", "latency", "claim", "core", "pgbouncer", "memory", "sweep",
+             "compat", "celery")
 
 
 @dataclass(frozen=True)
@@ -201,6 +201,16 @@ class Bench:
         self.results["core"] = core.core_drain(self.url, self.sizes.drain_jobs,
                                                slots=self.options.core_slots,
                                                run_dir=self.run_dir)
+
+    def _pgbouncer(self) -> None:
+        try:
+            pgbouncer.binary()
+        except pgbouncer.PgBouncerUnavailable as exc:
+            self.results["pgbouncer"] = Skipped(str(exc))
+            return
+        self.results["pgbouncer"] = pgbouncer.pgbouncer_drain(
+            self.url, self.sizes.drain_jobs, slots=self.options.core_slots,
+            run_dir=self.run_dir)
 
     def _memory(self) -> None:
         self.results["memory"] = core.core_drain(self.url, self.sizes.memory_jobs,

@@ -56,6 +56,21 @@ def _core_drain_row(label: str, value: Any, slots: int) -> Row:
     return _drain_row(f"(info) {label}", value, None)
 
 
+def _pgbouncer_row(results: dict[str, Any], options: argparse.Namespace, jobs: int) -> Row:
+    """The core drain through PgBouncer (transaction mode), as a ratio to the direct one."""
+    label = (f"(info) core drain through PgBouncer, transaction mode, `--slots "
+             f"{options.core_slots}`, {jobs:,} jobs, vs direct")
+    value, direct = results.get("pgbouncer"), results.get("core")
+    if (reason := _failed(value)) is not None:
+        return Row(label, reason)
+    if not isinstance(value, DrainResult):
+        return Row(label, "not run")
+    if not isinstance(direct, DrainResult):
+        return Row(label, rate(value.rate), "direct: not run")
+    return Row(label, rate(value.rate), f"direct: {rate(direct.rate)}",
+               times(value.rate / direct.rate))
+
+
 def _core_rows(results: dict[str, Any], options: argparse.Namespace) -> list[Row]:
     found = []
     core = results.get("core")
@@ -64,6 +79,8 @@ def _core_rows(results: dict[str, Any], options: argparse.Namespace) -> list[Row
         found.append(_core_drain_row(f"core drain: async no-op, `akadze worker --slots "
                                      f"{options.core_slots}`, {jobs:,} jobs", core,
                                      options.core_slots))
+    if "pgbouncer" in results:
+        found.append(_pgbouncer_row(results, options, jobs))
     sweep = results.get("sweep")
     if isinstance(sweep, dict):
         size = options.sizes.sweep_jobs
