@@ -251,7 +251,7 @@ class Worker:
                 connection = await psycopg.AsyncConnection.connect(
                     url, autocommit=True, connect_timeout=5)
                 await database.check_schema_async(connection)
-                if await database.autovacuum_runs_async(connection) is False:
+                if await database.autovacuum_runs(connection) is False:
                     logger.warning(AUTOVACUUM_OFF)
                 self.worker_id = await self._register(connection)
                 await connection.close()
