@@ -490,19 +490,20 @@ class App:
 
     def get_job(self, job_id: int) -> Job | None:
         """The job with this id, or None."""
-        return self.run_sync(lambda connection: lookup.get_job(connection, job_id))
+        return self.run_pooled(lambda connection: lookup.get_job(connection, job_id))
 
     async def get_job_async(self, job_id: int) -> Job | None:
         """Async twin of ``get_job``."""
-        return await self.run_async(lambda connection: lookup.get_job_async(connection, job_id))
+        return await self.run_pooled_async(
+            lambda connection: lookup.get_job_async(connection, job_id))
 
     def find_job(self, task_id: str) -> Job | None:
         """The newest job whose ``meta["task_id"]`` (an external id) is ``task_id``."""
-        return self.run_sync(lambda connection: lookup.find_job(connection, task_id))
+        return self.run_pooled(lambda connection: lookup.find_job(connection, task_id))
 
     async def find_job_async(self, task_id: str) -> Job | None:
         """Async twin of ``find_job``."""
-        return await self.run_async(
+        return await self.run_pooled_async(
             lambda connection: lookup.find_job_async(connection, task_id))
 
     def wait_for_job(self, job_id: int, timeout: float | None = None) -> Job:
@@ -557,29 +558,29 @@ class App:
     def list_jobs(self, *, state: str | None = None, queue: str | None = None,
                   task: str | None = None, limit: int = 100) -> list[Job]:
         """The newest jobs matching the filters."""
-        return self.run_sync(lambda connection: lookup.list_jobs(
+        return self.run_pooled(lambda connection: lookup.list_jobs(
             connection, state=state, queue=queue, task=task, limit=limit))
 
     def list_scheduled(self, limit: int = 100) -> list[Job]:
         """Queued jobs not due yet (countdowns, retries in backoff), soonest first."""
-        return self.run_sync(lambda connection: lookup.list_scheduled(connection, limit))
+        return self.run_pooled(lambda connection: lookup.list_scheduled(connection, limit))
 
     def list_workers(self, live: bool = False) -> list[dict[str, Any]]:
         """The registered workers with their last heartbeat; ``live=True`` keeps only those
         whose heartbeat is within their TTL on the database clock."""
-        return self.run_sync(lambda connection: lookup.list_workers(connection, live))
+        return self.run_pooled(lambda connection: lookup.list_workers(connection, live))
 
     def job_counts(self) -> dict[str, dict[str, int]]:
         """Queue -> state -> number of jobs."""
-        return self.run_sync(lookup.job_counts)
+        return self.run_pooled(lookup.job_counts)
 
     def purge(self, queues: list[str] | None = None) -> int:
         """Delete the queued jobs of ``queues`` (every queue when None); returns how many."""
-        return self.run_sync(lambda connection: lookup.purge(connection, queues))
+        return self.run_pooled(lambda connection: lookup.purge(connection, queues))
 
     def close(self) -> None:
         """Close the sync pool and ``run_single``'s connection (async pools close with
-        ``aclose`` on their loop)."""
+        ``close_async`` on their loop)."""
         with self._single_lock:
             single, self._single = self._single, None
         if single is not None:
@@ -589,17 +590,20 @@ class App:
         if pool is not None:
             pool.close()
 
-    async def aclose(self) -> None:
+    async def close_async(self) -> None:
         """Close this loop's async pool and the sync pool."""
         pool = self._async_pools.pop(asyncio.get_running_loop(), None)
         if pool is not None and not pool.closed:
             await pool.close()
         self.close()
 
+    #: ``close_async`` by its older name (kept: callers use it; see "Twin names").
+    aclose = close_async
+
     # --- the async pool, exposed to the rest of the package ---------------------------------
 
-    async def run_async(self, call: Callable[[psycopg.AsyncConnection], Any],
-                        unsure: str = UNSURE) -> Any:
+    async def run_pooled_async(self, call: Callable[[psycopg.AsyncConnection], Any],
+                               unsure: str = UNSURE) -> Any:
         """Run ``await call(connection)`` on a pooled autocommit connection of this loop.
 
         A pooled connection found dead before the call (a server restart, failover or
@@ -665,8 +669,9 @@ class App:
         finally:
             lock.release()
 
-    def run_sync(self, call: Callable[[psycopg.Connection], Any], unsure: str = UNSURE) -> Any:
-        """Run ``call(connection)`` on a pooled autocommit connection.
+    def run_pooled(self, call: Callable[[psycopg.Connection], Any], unsure: str = UNSURE) -> Any:
+        """Run ``call(connection)`` on a pooled autocommit connection (the sync twin of
+        ``run_pooled_async``).
 
         Like ``run_single``: a connection found dead before the call is replaced first; one
         that breaks after the statement was sent raises ``ConnectionLost``.
@@ -677,6 +682,12 @@ class App:
             return _sent(self, call, connection, unsure)
         finally:
             pool.putconn(connection)
+
+    # The older names of the two, both suffixed; kept for callers (see "Twin names").
+    #: ``run_pooled`` by its older name.
+    run_sync = run_pooled
+    #: ``run_pooled_async`` by its older name.
+    run_async = run_pooled_async
 
 
 __all__ = ["RECONNECT_WINDOW", "App", "found_dead"]

@@ -30,7 +30,6 @@ from .cli_support import (
     Secrets,
     exit_now,
     logging_to_stderr,
-    one_line,
 )
 from .control import request_cancel_sync, requeue_sync
 from .dberrors import fatal_message
@@ -61,10 +60,6 @@ _secrets = Secrets()
 def _reset_secrets() -> None:
     _secrets.clear()
     _secrets.add_url(os.environ.get(ENV_VAR))
-
-
-def _error_line(message: str) -> str:
-    return f"{PROG_NAME}: error: {_secrets.scrub(one_line(message))}"
 
 
 class _ScrubbingFormatter(ScrubbingFormatter):
@@ -107,7 +102,7 @@ def _report(exc: Exception) -> None:
         # A bug in akadze: keep the traceback for the report, minus the secrets.
         click.echo(_secrets.scrub(traceback.format_exc()).rstrip(), err=True)
         line = f"unexpected {type(exc).__name__}: {exc}"
-    click.echo(_error_line(line), err=True)
+    click.echo(_AkadzeGroup.error_line(line), err=True)
 
 
 @dataclass

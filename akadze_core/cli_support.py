@@ -195,13 +195,21 @@ class OneLineErrorGroup(click.Group):
     secrets: ClassVar[Secrets]
     #: The exit code after Ctrl-C at a prompt.
     abort_exit_code: ClassVar[int] = 130
+    #: Whether a usage error's message is joined onto one line too. ``akadze-compat`` prints
+    #: click's usage text as it comes (scrubbed), as it always has.
+    join_usage_errors: ClassVar[bool] = True
 
     def begin(self, args: Sequence[str] | None, extra: dict[str, Any]) -> None:
-        """Called first on every invocation (e.g. to reset the secrets)."""
+        """Called first on every invocation (e.g. to reset the secrets); may change the
+        keywords ``extra`` passed on to ``click.Group.main``."""
 
-    def error_line(self, message: str) -> str:
-        """The one error line for ``message``: prefixed, on one line, scrubbed."""
-        return f"{self.prog_name}: error: {self.secrets.scrub(one_line(message))}"
+    @classmethod
+    def error_line(cls, message: str, *, join: bool = True) -> str:
+        """The one error line for ``message``: prefixed, scrubbed, and on one line unless
+        ``join`` is false. A classmethod, so that code outside an invocation (a worker's
+        last error) prints the same line."""
+        text = one_line(message) if join else message
+        return f"{cls.prog_name}: error: {cls.secrets.scrub(text)}"
 
     def report(self, exc: Exception) -> int:
         """Print the one line for an exception click does not know; returns the exit code."""
@@ -227,7 +235,8 @@ class OneLineErrorGroup(click.Group):
             sys.exit(self.abort_exit_code)
         except click.UsageError as exc:
             hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
-            click.echo(self.error_line(exc.format_message()) + hint, err=True)
+            line = self.error_line(exc.format_message(), join=self.join_usage_errors)
+            click.echo(line + hint, err=True)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             click.echo(self.error_line(exc.format_message()), err=True)

@@ -244,7 +244,7 @@ async def listen_async(connection: psycopg.AsyncConnection, channels: Iterable[s
     await connection.execute(_listen(channels))
 
 
-async def autovacuum_runs_async(connection: psycopg.AsyncConnection) -> bool | None:
+async def autovacuum_runs(connection: psycopg.AsyncConnection) -> bool | None:
     """Whether autovacuum will vacuum ``akadze.jobs`` (None: this role cannot tell).
 
     Without it every claim steps over the index entries of the jobs finished since the last
@@ -255,6 +255,10 @@ async def autovacuum_runs_async(connection: psycopg.AsyncConnection) -> bool | N
     except psycopg.errors.Error:
         return None
     return None if row is None else bool(row[0])
+
+
+#: ``autovacuum_runs`` by its older name: it has no sync twin, so no suffix (the twin rule).
+autovacuum_runs_async = autovacuum_runs
 
 
 async def claim_jobs(

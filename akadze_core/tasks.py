@@ -337,7 +337,7 @@ class TaskCall:
             if not isinstance(session, psycopg.AsyncConnection):
                 raise TypeError("enqueue_async needs an async session; use enqueue()")
             return await self._schema_checked(database.insert_job_params_async(session, params))
-        return int(await self._schema_checked(self.task.app.run_async(
+        return int(await self._schema_checked(self.task.app.run_pooled_async(
             lambda connection: database.insert_job_params_async(connection, params),
             _UNSURE_ONE)))
 
@@ -353,7 +353,7 @@ class TaskCall:
                 return self._schema_checked(database.insert_jobs_async(session, template, args))
             if session is not None:
                 return database.insert_jobs(session, template, args)
-            return self.task.app.run_sync(
+            return self.task.app.run_pooled(
                 lambda connection: database.insert_jobs(connection, template, args),
                 _UNSURE_MANY)
         except SCHEMA_ERRORS as exc:
@@ -367,7 +367,7 @@ class TaskCall:
             if not isinstance(session, psycopg.AsyncConnection):
                 raise TypeError("enqueue_many_async needs an async session; use enqueue_many()")
             return await self._schema_checked(database.insert_jobs_async(session, template, args))
-        return list(await self._schema_checked(self.task.app.run_async(
+        return list(await self._schema_checked(self.task.app.run_pooled_async(
             lambda connection: database.insert_jobs_async(connection, template, args),
             _UNSURE_MANY)))
 

@@ -252,7 +252,7 @@ class Worker:
                 connection = await psycopg.AsyncConnection.connect(
                     url, connect_timeout=5, **self.app.connection_kwargs)
                 await database.check_schema_async(connection)
-                if await database.autovacuum_runs_async(connection) is False:
+                if await database.autovacuum_runs(connection) is False:
                     logger.warning(AUTOVACUUM_OFF)
                 self.worker_id = await self._register(connection)
                 await connection.close()

@@ -175,7 +175,7 @@ async def main() -> None:
         say(f"   runs {polled.run_count}, attempts spent {polled.attempt} of "
             f"{polled.max_attempts} (Snooze gives the attempt back), "
             f"meta polls={polled.meta.get('polls')}")
-    await app.aclose()
+    await app.close_async()
 
 
 if __name__ == "__main__":

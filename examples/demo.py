@@ -103,7 +103,7 @@ async def main(forever: bool) -> None:
         for job_id, task, state, attempt, result, kind, message in await cursor.fetchall():
             outcome = f"{kind}: {message}" if state == "failed" else result
             print(f"{job_id:>4}  {task:<12} {state:<10} {attempt:>7}  {outcome}")
-    await app.aclose()
+    await app.close_async()
 
 
 if __name__ == "__main__":

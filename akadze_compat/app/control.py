@@ -47,7 +47,7 @@ class Control:
                 def cancel(connection: psycopg.Connection, job_id: int = job_id) -> bool:
                     return request_cancel_sync(connection, job_id)
 
-                core.run_sync(cancel)
+                core.run_pooled(cancel)
 
     def purge(self, connection: Any = None) -> int:
         """Delete every waiting task of every queue; returns how many."""

@@ -15,23 +15,23 @@ import re
 import socket
 import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import click
 import psycopg
 
-from akadze_core import AkadzeError, password_of, redact_password
-from akadze_core.cli_support import exit_now
+from akadze_core import AkadzeError
+from akadze_core.cli_support import OneLineErrorGroup, Secrets, exit_now, one_line
 from akadze_core.dberrors import SCHEMA_ERRORS
 from akadze_core.migrations import MIGRATE_COMMAND, schema_missing
 
 from ..app.base import Celery
 from ..exceptions import CeleryCommandException, ImproperlyConfigured
 
-__all__ = ["PROG_NAME", "CliError", "CliState", "Secrets", "cli_state", "error_line",
+__all__ = ["PROG_NAME", "URL_VARIABLES", "CliError", "CliState", "CompatGroup", "cli_state",
            "exit_now", "find_app", "host_format", "nodename", "report", "secrets", "warn"]
 
 PROG_NAME = "akadze-compat"
@@ -48,45 +48,39 @@ class CliError(CeleryCommandException):
         super().__init__(message, exit_code)
 
 
-class Secrets:
-    """The passwords seen by this invocation, scrubbed from every line we print or log."""
-
-    def __init__(self) -> None:
-        self.passwords: set[str] = set()
-
-    def add_url(self, url: Any) -> None:
-        """Remember the password of ``url`` (a URL or key/value DSN), if it has one."""
-        if isinstance(url, str) and url:
-            password = password_of(url)
-            if password:
-                self.passwords.add(password)
-
-    def add_environment(self) -> None:
-        """Remember the passwords of the URLs in the environment."""
-        for name in URL_VARIABLES:
-            self.add_url(os.environ.get(name))
-
-    def scrub(self, text: str) -> str:
-        """``text`` without any known password (URL-shaped ones are masked anyway)."""
-        text = redact_password(text, None)
-        # Longest first, so a password that contains another one is replaced whole.
-        for password in sorted(self.passwords, key=len, reverse=True):
-            if password in text:
-                text = text.replace(password, "***")
-        return text
-
-
+#: The passwords (and URLs) of this invocation, scrubbed from every line we print or log.
 secrets = Secrets()
 
 
-def error_line(message: str) -> str:
-    """The one error line for ``message``: prefixed, on one line, scrubbed."""
-    return f"{PROG_NAME}: error: {secrets.scrub(' '.join(message.split()))}"
+class CompatGroup(OneLineErrorGroup):
+    """The ``akadze-compat`` group: the shared one-line failures, Celery's ``CELERY_``
+    environment prefix, and the command line kept for prefork children."""
+
+    prog_name = PROG_NAME
+    secrets = secrets
+    # Ctrl-C at a prompt exits 1, and usage errors keep click's own lines (scrubbed), as
+    # akadze-compat always did.
+    abort_exit_code = 1
+    join_usage_errors = False
+    #: The command line (without the program name) of the running invocation.
+    invocation: ClassVar[list[str]] = []
+
+    def begin(self, args: Sequence[str] | None, extra: dict[str, Any]) -> None:
+        """Record the command line, forget the previous invocation's passwords, remember
+        the environment's, and read options from ``CELERY_<COMMAND>_<OPTION>``."""
+        CompatGroup.invocation = list(sys.argv[1:] if args is None else args)
+        secrets.clear()
+        secrets.add_environment(URL_VARIABLES)
+        extra.setdefault("auto_envvar_prefix", "CELERY")
+
+    def report(self, exc: Exception) -> int:
+        """The one line for ``exc`` (see ``report``); returns its exit code."""
+        return report(exc)
 
 
 def warn(message: str) -> None:
     """Print one ``akadze-compat: warning: ...`` line on stderr."""
-    click.echo(f"{PROG_NAME}: warning: {secrets.scrub(' '.join(message.split()))}", err=True)
+    click.echo(f"{PROG_NAME}: warning: {secrets.scrub(one_line(message))}", err=True)
 
 
 def report(exc: BaseException) -> int:
@@ -108,7 +102,7 @@ def report(exc: BaseException) -> int:
     else:
         click.echo(secrets.scrub("".join(traceback.format_exception(exc))).rstrip(), err=True)
         line = f"unexpected {type(exc).__name__}: {exc}"
-    click.echo(error_line(line), err=True)
+    click.echo(CompatGroup.error_line(line), err=True)
     return getattr(exc, "exit_code", 1) if isinstance(exc, click.ClickException) else 1
 
 

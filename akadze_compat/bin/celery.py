@@ -12,64 +12,19 @@ and a non-zero exit code; no output ever contains a database password.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
 from collections.abc import Sequence
 from importlib import metadata
-from typing import Any, ClassVar
 
 import click
 
 from ..worker.pool import child_info
-from .base import PROG_NAME, CliError, CliState, report, secrets, warn
+from .base import PROG_NAME, CliError, CliState, CompatGroup, secrets, warn
 from .commands import COMMANDS
 from .doctor import doctor_command
 from .worker import worker_command
 
 __all__ = ["cli", "main"]
-
-
-
-class _Group(click.Group):
-    """A click group whose failures print one line instead of usage text or a traceback."""
-
-    invocation: ClassVar[list[str]] = []
-
-    def main(  # type: ignore[override]
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
-        """Run the command; in standalone mode, exit with one line on any expected error."""
-        _Group.invocation = list(sys.argv[1:] if args is None else args)
-        secrets.passwords.clear()
-        secrets.add_environment()
-        extra.setdefault("auto_envvar_prefix", "CELERY")
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.exceptions.Abort:
-            click.echo(f"{PROG_NAME}: aborted", err=True)
-            sys.exit(1)
-        except click.exceptions.Exit as exc:
-            sys.exit(exc.exit_code)
-        except click.UsageError as exc:
-            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
-            click.echo(f"{PROG_NAME}: error: {secrets.scrub(exc.format_message())}{hint}",
-                       err=True)
-            sys.exit(exc.exit_code)
-        except BrokenPipeError:
-            with contextlib.suppress(OSError):
-                sys.stderr.close()
-            sys.exit(0)
-        except Exception as exc:
-            sys.exit(report(exc))
-        sys.exit(code if isinstance(code, int) else 0)
 
 
 def _workdir(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -88,7 +43,7 @@ def _version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
         ctx.exit()
 
 
-@click.group(name=PROG_NAME, cls=_Group, invoke_without_command=True,
+@click.group(name=PROG_NAME, cls=CompatGroup, invoke_without_command=True,
              context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-A", "--app", "app_spec", envvar="APP", metavar="MODULE",
               help="The Celery app: proj, proj.celery, proj.celery:app ...")
@@ -126,7 +81,7 @@ def cli(ctx: click.Context, app_spec: str | None, broker: str | None,
     if loader and child_info() is None:
         warn("--loader is ignored: task modules are found by imports/include and "
              "autodiscover_tasks")
-    ctx.obj = CliState(app_spec or None, config or None, quiet, list(_Group.invocation))
+    ctx.obj = CliState(app_spec or None, config or None, quiet, list(CompatGroup.invocation))
 
 
 def _register() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from akadze_core.cli_support import StderrHandler, cache_pid_in_log_records
+from akadze_core.cli_support import ScrubbingFormatter, StderrHandler, cache_pid_in_log_records
 
 from .. import _state, signals
 from .base import secrets
@@ -20,16 +20,9 @@ from .base import secrets
 __all__ = ["setup_command_logging", "setup_worker_logging"]
 
 
-class ScrubbingFormatter(logging.Formatter):
-    """The given format, with every known password scrubbed from the finished text
-    (exception text and tracebacks included)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return secrets.scrub(super().format(record))
-
-
 class TaskFormatter(ScrubbingFormatter):
-    """Fills ``%(task_name)s`` and ``%(task_id)s`` from the task running in this context."""
+    """Fills ``%(task_name)s`` and ``%(task_id)s`` from the task running in this context
+    (scrubbed, as every line is)."""
 
     def format(self, record: logging.LogRecord) -> str:
         task = _state.get_current_task()
@@ -63,13 +56,14 @@ def setup_worker_logging(app: Any, loglevel: int, logfile: str | None) -> bool:
         root.handlers = []
         for name in ("celery", "celery.task", "celery.redirected"):
             logging.getLogger(name).handlers = []
-    root.addHandler(_handler(logfile, ScrubbingFormatter(log_format, conf.worker_log_datefmt)))
+    root.addHandler(_handler(logfile, ScrubbingFormatter(secrets, log_format,
+                                                         conf.worker_log_datefmt)))
     root.setLevel(loglevel)
     signals.after_setup_logger.send(sender=None, logger=root, loglevel=loglevel,
                                     logfile=logfile, format=log_format, colorize=False)
     task_logger = logging.getLogger("celery.task")
     task_format = conf.worker_task_log_format
-    task_logger.addHandler(_handler(logfile, TaskFormatter(task_format,
+    task_logger.addHandler(_handler(logfile, TaskFormatter(secrets, task_format,
                                                            conf.worker_task_log_datefmt)))
     task_logger.setLevel(loglevel)
     task_logger.propagate = False
@@ -83,5 +77,5 @@ def setup_command_logging(level: int = logging.WARNING) -> None:
     """Plain stderr logging for the commands other than ``worker``, scrubbed."""
     root = logging.getLogger()
     root.addHandler(_handler(None, ScrubbingFormatter(
-        "%(asctime)s %(levelname)s %(name)s: %(message)s")))
+        secrets, "%(asctime)s %(levelname)s %(name)s: %(message)s")))
     root.setLevel(level)

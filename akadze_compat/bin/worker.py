@@ -30,8 +30,9 @@ from typing import Any
 
 import click
 
-from akadze_core import Worker
+from akadze_core import Worker, WorkerConfig
 from akadze_core.processes import ProcessPool, serve
+from akadze_core.worker_config import DEFAULTS
 
 from .. import signals
 from ..worker import entry
@@ -73,16 +74,21 @@ class WorkController:
         return f"<WorkController {self.hostname} {self.pool_cls}:{self.concurrency}>"
 
 
-@click.command("worker", context_settings={"ignore_unknown_options": True,
-                                           "allow_extra_args": True})
+#: The command's help; its shutdown wait is the core worker's default.
+WORKER_HELP = f"""Start a worker (Celery's `celery worker`), until SIGTERM or SIGINT.
+
+The first signal stops claiming and lets running tasks finish (for up to
+{DEFAULTS.shutdown_timeout:g} s, then they go back to the queue without spending a retry); a
+second one stops at once.
+"""
+
+
+@click.command("worker", help=WORKER_HELP,
+               context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @worker_options
 @click.pass_context
 def worker_command(ctx: click.Context, **options: Any) -> None:
-    """Start a worker (Celery's `celery worker`), until SIGTERM or SIGINT.
-
-    The first signal stops claiming and lets running tasks finish (for up to 10 s, then
-    they go back to the queue without spending a retry); a second one stops at once.
-    """
+    """Start a worker: see ``WORKER_HELP``."""
 
     child = child_info()
     if child is None:
@@ -152,13 +158,15 @@ def _worker(core: Any, settings: WorkerSettings, slots: int,
             process_pool: ProcessPool | None = None, concurrency: int | None = None) -> Worker:
     try:
         # Celery's -c is a total across queues: slots per queue, capped by max_running.
-        worker = Worker(core, queues=settings.queues, slots=slots, max_running=slots,
-                        name=settings.hostname, on_startup=on_startup,
-                        process_pool=process_pool, concurrency=concurrency,
-                        # Celery's own "Task ... succeeded/raised/retry" lines say it at INFO.
-                        outcome_log_level=logging.DEBUG, **settings.worker_kwargs)
-    except ValueError as exc:
+        config = WorkerConfig(queues=settings.queues, slots=slots, max_running=slots,
+                              name=settings.hostname, on_startup=on_startup,
+                              process_pool=process_pool, concurrency=concurrency,
+                              # Celery's own "Task ... succeeded/raised/retry" lines say it
+                              # at INFO.
+                              outcome_log_level=logging.DEBUG, **settings.worker_kwargs)
+    except ValueError as exc:  # e.g. AKADZE_HEARTBEAT_TTL not above the interval
         raise CliError(str(exc), exit_code=2) from None
+    worker = Worker(core, config=config)
     worker.on_unregistered = _unregistered
     return worker
 

@@ -15,6 +15,9 @@ from typing import Any
 
 import click
 
+from akadze_core.worker_config import DEFAULTS, seconds
+
+from ..app.defaults import DEFAULTS as CELERY_DEFAULTS
 from ..app.routes import queue_names
 from .base import CliError, host_format, nodename, split_names, warn
 
@@ -24,6 +27,8 @@ POOLS = ("prefork", "processes", "threads", "solo", "eventlet", "gevent")
 LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARNING": logging.WARNING,
           "WARN": logging.WARNING, "ERROR": logging.ERROR, "CRITICAL": logging.CRITICAL,
           "FATAL": logging.CRITICAL}
+#: Celery's default worker_prefetch_multiplier, also used in place of its 0 ("no limit").
+PREFETCH_MULTIPLIER: int = CELERY_DEFAULTS["worker_prefetch_multiplier"]
 #: Hidden overrides of the core Worker's timings (seconds), for tests and tuning.
 INTERVAL_VARIABLES = {"poll_interval": "AKADZE_POLL_INTERVAL",
                       "heartbeat_interval": "AKADZE_HEARTBEAT_INTERVAL",
@@ -80,7 +85,8 @@ def worker_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="Replace a prefork process after this many tasks."),
         click.option("--prefetch-multiplier", type=click.IntRange(min=0),
                      help="Claim up to this many tasks per process (or thread); they wait "
-                          "for a free one.  [default: worker_prefetch_multiplier, 4]"),
+                          "for a free one.  [default: worker_prefetch_multiplier, "
+                          f"{PREFETCH_MULTIPLIER}]"),
         click.option("--time-limit", type=float, help="Hard time limit of every task (s)."),
         click.option("--soft-time-limit", type=float, help="Soft time limit of every task (s)."),
         click.option("--purge", "--discard", "purge", is_flag=True,
@@ -91,7 +97,8 @@ def worker_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="Accepted: claims are always 'fair' (a claimed task waits for a "
                           "free process, never for a busy one)."),
         click.option("--heartbeat-interval", type=click.IntRange(min=1),
-                     help="Seconds between this worker's heartbeats.  [default: 5]"),
+                     help="Seconds between this worker's heartbeats.  "
+                          f"[default: {DEFAULTS.heartbeat_interval:g}]"),
         click.option("--autoscale", help="Not supported: MAX,MIN runs a fixed pool of MAX."),
     ]
     for flags, is_flag, _why in IGNORED:
@@ -196,7 +203,8 @@ def _timings(heartbeat_interval: int | None) -> dict[str, float]:
         timings["heartbeat_interval"] = float(heartbeat_interval)
     interval = timings.get("heartbeat_interval")
     if interval and "heartbeat_ttl" not in timings:
-        timings["heartbeat_ttl"] = max(30.0, 6 * interval)
+        # A slower heartbeat keeps six beats' worth of ttl, never less than the default.
+        timings["heartbeat_ttl"] = max(seconds(DEFAULTS.heartbeat_ttl), 6 * interval)
     return timings
 
 
@@ -225,8 +233,9 @@ def settings_from_options(app: Any, options: dict[str, Any], child: Any, *,
         prefetch = conf.worker_prefetch_multiplier
     if int(prefetch) < 1:
         # Celery's 0 means "no limit"; a claim needs one, so 0 keeps Celery's default.
-        notes.append("worker_prefetch_multiplier 0 (no limit) is not supported: using 4")
-        prefetch = 4
+        notes.append("worker_prefetch_multiplier 0 (no limit) is not supported: using "
+                     f"{PREFETCH_MULTIPLIER}")
+        prefetch = PREFETCH_MULTIPLIER
     if options.get("beat"):
         notes.append("-B: periodic tasks are enqueued by every worker, exactly once per tick; "
                      "no beat process is needed")

@@ -54,3 +54,32 @@ def test_a_failure_is_one_scrubbed_line(command: str, line: str, code: int) -> N
     result = CliRunner().invoke(demo, [command], prog_name="demo", standalone_mode=True)
     assert result.exit_code == code
     assert result.output.strip() == line
+
+
+class _KeepsUsageLines(_Group):
+    join_usage_errors = False
+
+
+@click.group(cls=_KeepsUsageLines)
+def keeps() -> None:
+    """A group that prints click's usage text as it comes, as akadze-compat does."""
+
+
+@keeps.command()
+def usage() -> None:
+    """Fail with a two-line usage error that holds the password."""
+    raise click.UsageError("bad  usage\nof hunter2")
+
+
+keeps.add_command(boom)  # other failures are joined whatever the usage setting
+
+
+@pytest.mark.parametrize(("command", "output", "code"), [
+    ("usage", "demo: error: bad  usage\nof *** (see `demo usage --help`)", 2),
+    ("boom", "demo: error: cannot log in with ***", 1),
+])
+def test_a_group_may_keep_usage_errors_as_click_words_them(command: str, output: str,
+                                                           code: int) -> None:
+    result = CliRunner().invoke(keeps, [command], prog_name="demo", standalone_mode=True)
+    assert result.exit_code == code
+    assert result.output.strip() == output
