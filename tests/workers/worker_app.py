@@ -71,6 +71,12 @@ def build_app(url: str) -> App:
         await asyncio.to_thread(_record_start, url)
         return "ok"
 
+    @app.task("nap")
+    async def nap(seconds: float) -> str:
+        """Sleep ``seconds`` without opening a connection (for a server with none free)."""
+        await asyncio.sleep(seconds)
+        return "ok"
+
     return app
 
 
