@@ -555,7 +555,9 @@ class Worker:
 
     def _lock_seen(self, what: str, locked: bool) -> None:
         """``what`` gave up on a lock (``locked``) or got through: one line when the first
-        step meets a lock, one when the last gets through, none per retry."""
+        step meets a lock, one when one of them gets through, none per retry. One getting
+        through ends the episode for all: a service due again only in a minute (prune)
+        must not keep it open."""
         if locked:
             if not self._locked:
                 table = "akadze.workers" if what == "heartbeat" else "akadze.jobs"
@@ -565,9 +567,9 @@ class Worker:
                                what, self.lock_timeout)
             self._locked.add(what)
         elif what in self._locked:
-            self._locked.discard(what)
-            if not self._locked:
-                logger.warning("the lock is released: %s and the other steps go on", what)
+            self._locked.clear()
+            logger.warning("the lock is released: %s got through; the other steps go on",
+                           what)
 
     async def _heartbeat(self) -> None:
         errors = self._errors

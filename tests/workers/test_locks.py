@@ -89,7 +89,7 @@ def test_a_locked_jobs_table_is_waited_out_with_one_line_and_no_pile_up(
     # One line for the lock and one for its release, not one per retry.
     assert log.count("akadze.jobs is locked by another session (LOCK TABLE or a migration?)") \
         == 1, log
-    assert log.count("the lock is released") == 1, log
+    assert log.count("the lock is released:") == 1, log
     assert "no claims until a heartbeat succeeds" not in log, log
     assert "writing" not in log or "outcomes failed" not in log, log
     # No run started while the table was locked beyond those already running.
