@@ -463,6 +463,12 @@ _SECONDS = click.FloatRange(min=0, min_open=True)
                    "process still claims and writes outcomes. At most N run at once, and "
                    "N are claimed unless --slots says how many to hold per queue (the "
                    "rest wait for a free process).")
+@click.option("--max-connections", type=click.IntRange(min=3), metavar="N",
+              help="The most connections this worker opens at once (its pool and its "
+                   "LISTEN connection).  [default: min(total slots, 16) + 7]")
+@click.option("--lock-timeout", type=_SECONDS, metavar="S",
+              help="Seconds a statement waits for a lock (LOCK TABLE, a migration) before "
+                   "it is retried.  [default: 2, less on a short --heartbeat-ttl]")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
               default="INFO", show_default=True)
 @click.pass_context

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 
 from . import database
-from .dberrors import is_transient
+from .dberrors import is_lock_timeout, is_transient
 from .errors import UnstorableOutcome
 from .outcomes import FAIL, Outcome, error_entry
 
@@ -35,12 +35,22 @@ Written = Callable[[Sequence[Outcome], list[dict[str, Any]]], None]
 GATHER = 0.002
 
 
+#: The completer's step, as ``on_lock`` names it.
+WRITING = "writing outcomes"
+
+
 class Completer:
     """Batches outcomes and writes them with ``job_complete_many``."""
 
     def __init__(self, connection: Connect, on_written: Written, max_batch: int = 1000,
-                 retry_cap: float = 5.0, gather: float = GATHER) -> None:
+                 retry_cap: float = 5.0, gather: float = GATHER,
+                 lock_timeout: float | None = None,
+                 on_lock: Callable[[str, bool], None] | None = None) -> None:
         self._connection = connection
+        # Each write gives up on a lock after this many seconds (None: waits as long as the
+        # session would) and reports it to on_lock(step, locked) instead of a line per try.
+        self._lock_timeout = lock_timeout
+        self._on_lock = on_lock
         self._gather = gather
         self._on_written = on_written
         self._max_batch = max_batch
@@ -87,23 +97,30 @@ class Completer:
                     raise
                 failures += 1
                 delay = min(self._retry_cap, 0.05 * 2 ** failures) * (0.5 + random.random() / 2)
+                if self._on_lock is not None and is_lock_timeout(exc):
+                    self._on_lock(WRITING, True)
+                    await asyncio.sleep(delay)
+                    continue
                 logger.warning("writing %d outcomes failed (%s); retrying in %.2fs",
                                len(batch), type(exc).__name__, delay)
                 await asyncio.sleep(delay)
                 continue
             failures = 0
             del self._pending[: len(batch)]
+            if self._on_lock is not None:
+                self._on_lock(WRITING, False)
 
     async def _write(self, batch: list[Outcome]) -> None:
         async with self._connection() as connection:
-            try:
-                rows = await database.complete_many(connection, batch)
-            except psycopg.DataError:
-                # Something in the batch cannot be stored: write the rows one by one so only
-                # the offending outcome is replaced by a failure.
-                rows = []
-                for outcome in batch:
-                    rows.extend(await self._write_one(connection, outcome))
+            with database.lock_timeout(self._lock_timeout):
+                try:
+                    rows = await database.complete_many(connection, batch)
+                except psycopg.DataError:
+                    # Something in the batch cannot be stored: write the rows one by one so
+                    # only the offending outcome is replaced by a failure.
+                    rows = []
+                    for outcome in batch:
+                        rows.extend(await self._write_one(connection, outcome))
         self._on_written(batch, rows)
 
     async def _write_one(self, connection: Any, outcome: Outcome) -> list[dict[str, Any]]:

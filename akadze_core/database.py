@@ -3,7 +3,9 @@ parameters; only the awaiting differs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -161,6 +163,41 @@ def check_schema(connection: psycopg.Connection) -> None:
 
 # --- async face (worker, async enqueue) ------------------------------------------------------
 
+# Seconds the worker's statements may wait for a lock (None: no bound, the session's own).
+_LOCK_TIMEOUT: ContextVar[float | None] = ContextVar("akadze_lock_timeout", default=None)
+
+
+@contextlib.contextmanager
+def lock_timeout(seconds: float | None) -> Iterator[None]:
+    """Within this block (this task and what it awaits), the async statements of this module
+    give up waiting for a lock after ``seconds`` with 55P03 lock_not_available, so an
+    operator's ``LOCK TABLE`` or a migration never leaves the worker's statements queued
+    behind it (and in front of everyone else's). Each statement is sent in a pipeline after
+    a transaction-local ``set_config``: one round trip, and nothing stays set on the
+    session (safe behind PgBouncer in transaction mode)."""
+    token = _LOCK_TIMEOUT.set(seconds)
+    try:
+        yield
+    finally:
+        _LOCK_TIMEOUT.reset(token)
+
+
+async def _execute_async(cursor: psycopg.AsyncCursor[Any], statement: str,
+                         params: dict[str, Any]) -> None:
+    """``cursor.execute``, under the lock timeout of ``lock_timeout`` when one is set."""
+    seconds = _LOCK_TIMEOUT.get()
+    if seconds is None:
+        await cursor.execute(statement, params)
+        return
+    connection = cursor.connection
+    # Measured on an idle queue, a claim this way costs ~0.1 ms more than alone (4,400 vs
+    # 7,500 claims/s on loopback; 1,800 vs 2,400 with 1,000 queued): two statements, one
+    # round trip. BEGIN ... COMMIT instead would be two round trips (2,100 claims/s).
+    async with connection.pipeline():
+        await connection.execute(query("statement_lock_timeout"),
+                                 {"timeout": f"{max(1, round(seconds * 1000))}ms"})
+        await cursor.execute(statement, params)
+
 async def insert_job_params_async(connection: psycopg.AsyncConnection,
                                   params: dict[str, Any]) -> int:
     """Async insert of one job from ``JobRequest.params``-style parameters (see
@@ -189,7 +226,7 @@ async def fetch_one_async(
 ) -> dict[str, Any] | None:
     """Async twin of ``fetch_one``."""
     async with connection.cursor(row_factory=dict_row) as cursor:
-        await cursor.execute(query(name), params)
+        await _execute_async(cursor, query(name), params)
         return await cursor.fetchone()
 
 
@@ -198,7 +235,7 @@ async def fetch_all_async(
 ) -> list[dict[str, Any]]:
     """Async twin of ``fetch_all``."""
     async with connection.cursor(row_factory=dict_row) as cursor:
-        await cursor.execute(query(name), params)
+        await _execute_async(cursor, query(name), params)
         return await cursor.fetchall()
 
 
@@ -322,15 +359,17 @@ async def rescue_jobs(connection: psycopg.AsyncConnection) -> list[dict[str, Any
 async def prune_jobs(connection: psycopg.AsyncConnection, *, finished_retention: float,
                      failed_retention: float, limit: int) -> int:
     """Delete up to ``limit`` finished jobs past their retention (seconds); returns how many."""
-    cursor = await connection.execute(query("job_prune"), {
-        "finished_retention": finished_retention, "failed_retention": failed_retention,
-        "limit": limit})
-    return cursor.rowcount
+    async with connection.cursor() as cursor:
+        await _execute_async(cursor, query("job_prune"), {
+            "finished_retention": finished_retention, "failed_retention": failed_retention,
+            "limit": limit})
+        return cursor.rowcount
 
 
 async def unregister_worker(connection: psycopg.AsyncConnection, worker_id: int | None) -> None:
     """Remove the worker's row (it stopped and handed its jobs back)."""
-    await connection.execute(query("worker_unregister"), {"id": worker_id})
+    async with connection.cursor() as cursor:
+        await _execute_async(cursor, query("worker_unregister"), {"id": worker_id})
 
 
 # --- schedules ---------------------------------------------------------------------------------
@@ -350,9 +389,10 @@ async def record_schedule_tick(
 ) -> bool:
     """Record ``tick`` as accounted for without enqueueing it: for a schedule seen for the
     first time, or (``reset``) one whose spec changed. False if another worker did it."""
-    cursor = await connection.execute(query("schedule_reset" if reset else "schedule_start"),
-                                      {"name": name, "spec": spec, "tick": tick})
-    return cursor.rowcount > 0
+    async with connection.cursor() as cursor:
+        await _execute_async(cursor, query("schedule_reset" if reset else "schedule_start"),
+                             {"name": name, "spec": spec, "tick": tick})
+        return cursor.rowcount > 0
 
 
 async def enqueue_schedule_tick(

@@ -64,6 +64,20 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+def is_lock_timeout(exc: BaseException) -> bool:
+    """True when a statement gave up waiting for a lock (55P03, after ``lock_timeout``): it
+    changed nothing and its connection is fine."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate == "55P03"
+
+
+def is_too_many_connections(exc: BaseException) -> bool:
+    """True when the server refused a connection because ``max_connections`` is reached
+    (53300; on a refused connection psycopg has only the server's message)."""
+    if not isinstance(exc, psycopg.Error):
+        return False
+    return exc.sqlstate == "53300" or "too many clients already" in str(exc)
+
+
 def fatal_message(exc: BaseException) -> str:
     """One line telling the user what is wrong (passwords are scrubbed by the caller)."""
     if isinstance(exc, SchemaMissing):

@@ -26,7 +26,7 @@ import psycopg_pool
 
 from . import database
 from .completer import Completer
-from .dberrors import fatal_message, is_transient
+from .dberrors import fatal_message, is_lock_timeout, is_too_many_connections, is_transient
 from .dsn import listen_url
 from .errors import AkadzeError, SchemaMissing
 from .executor import execute
@@ -112,6 +112,8 @@ class Worker:
         process_pool: ProcessPool | None = _FROM_CONFIG,
         outcome_log_level: int = _FROM_CONFIG,
         concurrency: int | None = _FROM_CONFIG,
+        lock_timeout: Seconds | None = _FROM_CONFIG,
+        max_connections: int | None = _FROM_CONFIG,
     ) -> None:
         given: dict[str, Any] = {
             "queues": queues, "slots": slots, "heartbeat_interval": heartbeat_interval,
@@ -122,6 +124,7 @@ class Worker:
             "max_pending_outcomes": max_pending_outcomes, "schedules": schedules,
             "max_running": max_running, "process_pool": process_pool,
             "outcome_log_level": outcome_log_level, "concurrency": concurrency,
+            "lock_timeout": lock_timeout, "max_connections": max_connections,
         }
         # A keyword overrides the config's value; the config checks the result.
         changes = {key: value for key, value in given.items() if value is not _FROM_CONFIG}
@@ -160,6 +163,8 @@ class Worker:
         #: The level of the one line per finished run (the Celery facade, which logs
         #: Celery's own lines, lowers it to DEBUG).
         self.outcome_log_level = config.outcome_log_level
+        #: Seconds each statement of the worker may wait for a lock (see WorkerConfig).
+        self.lock_timeout = config.lock_timeout_seconds()
         max_pending_outcomes = config.max_pending_outcomes
         schedules = config.schedules
         # Backpressure: stop claiming while this many outcomes wait to be written. Kept near
@@ -198,6 +203,9 @@ class Worker:
         # Claims and the orphans check exclude each other: a claim in flight has jobs the
         # database gives this worker that _running does not list yet.
         self._claim_lock = asyncio.Lock()
+        # The steps whose last statement gave up on a lock: the worker says so once, when
+        # the first one does, and once more when the last of them gets through.
+        self._locked: set[str] = set()
 
     # --- public control -------------------------------------------------------------------
 
@@ -254,7 +262,8 @@ class Worker:
                 await database.check_schema_async(connection)
                 if await database.autovacuum_runs(connection) is False:
                     logger.warning(AUTOVACUUM_OFF)
-                self.worker_id = await self._register(connection)
+                with database.lock_timeout(self.lock_timeout):
+                    self.worker_id = await self._register(connection)
                 await connection.close()
                 break
             except Exception as exc:
@@ -263,21 +272,29 @@ class Worker:
                     return False
                 failures += 1
                 delay = self._backoff(failures)
-                logger.warning("cannot reach the database (%s); retrying in %.1fs",
-                               self.app.redact(" ".join(str(exc).split()) or type(exc).__name__),
-                               delay)
+                if is_too_many_connections(exc):
+                    logger.warning("the server has no free connections (too many clients "
+                                   "already: max_connections is reached); retrying in %.1fs",
+                                   delay)
+                else:
+                    logger.warning("cannot reach the database (%s); retrying in %.1fs",
+                                   self.app.redact(" ".join(str(exc).split())
+                                                   or type(exc).__name__), delay)
                 await self._pause(delay)
         else:
             return False
+        pool_size = self.config.pool_size()
         self._pool = psycopg_pool.AsyncConnectionPool(
-            # +6: the maintenance services, the claim loop and the completer may each hold
-            # one at once (a prune stuck on a lock must not starve the claims).
-            url, min_size=2, max_size=min(total_slots, 16) + 6, timeout=5,
+            # Two at once: a heartbeat need not wait for the pool to grow. It grows when the
+            # steps overlap, and a server out of connections only stops it growing: the
+            # steps share what it has (a step waits up to 5 s for one, then retries).
+            url, min_size=min(2, pool_size), max_size=pool_size, timeout=5,
             kwargs=dict(self.app.connection_kwargs), name=f"akadze-worker-{self.worker_id}",
             open=False)
         await self._pool.open(wait=False)
         await self.app.use_async_pool(self._pool)
-        self._completer = Completer(self._pool.connection, self._outcomes_written)
+        self._completer = Completer(self._pool.connection, self._outcomes_written,
+                                    lock_timeout=self.lock_timeout, on_lock=self._lock_seen)
         self._completer_task = asyncio.create_task(self._completer.run(), name="completer")
         self._listener_task = asyncio.create_task(
             listen_for_jobs(listen_url(url), self.queues, self._wake.set, self._backoff,
@@ -394,7 +411,8 @@ class Worker:
             return True
         try:
             async with self._pool.connection(timeout=timeout) as connection:
-                rows = await database.return_many(connection, runs)
+                with database.lock_timeout(min(timeout, self.lock_timeout)):
+                    rows = await database.return_many(connection, runs)
         except Exception as exc:
             logger.warning("returning %d jobs failed: %s", len(runs), type(exc).__name__)
             return False
@@ -405,7 +423,8 @@ class Worker:
     async def _unregister(self, timeout: float) -> None:
         try:
             async with self._pool.connection(timeout=timeout) as connection:
-                await database.unregister_worker(connection, self.worker_id)
+                with database.lock_timeout(min(timeout, self.lock_timeout)):
+                    await database.unregister_worker(connection, self.worker_id)
         except Exception as exc:
             logger.warning("unregistering failed: %s", type(exc).__name__)
 
@@ -505,9 +524,16 @@ class Worker:
         until a heartbeat succeeds), other errors stop it with a clear message."""
         try:
             async with self._pool.connection(timeout=self._connection_timeout()) as connection:
-                await step(connection)
-            return True
+                with database.lock_timeout(self.lock_timeout):
+                    await step(connection)
         except Exception as exc:
+            if is_lock_timeout(exc):
+                # Not a connection problem: the statement gave up on a lock and changed
+                # nothing, and the connection is fine, so health and orphans stay as they
+                # are. The step is simply retried when next due (a claim, at the next
+                # round), so at most one statement per step waits on the lock.
+                self._lock_seen(what, True)
+                return False
             if not is_transient(exc):
                 self._fatal = self.app.redact(fatal_message(exc))
                 logger.error("%s failed: %s", what, self._fatal)
@@ -524,6 +550,26 @@ class Worker:
                                        + self._backoff(self._heartbeat_failures + 1))
             self._beat_soon.set()
             return False
+        self._lock_seen(what, False)
+        return True
+
+    def _lock_seen(self, what: str, locked: bool) -> None:
+        """``what`` gave up on a lock (``locked``) or got through: one line when the first
+        step meets a lock, one when one of them gets through, none per retry. One getting
+        through ends the episode for all: a service due again only in a minute (prune)
+        must not keep it open."""
+        if locked:
+            if not self._locked:
+                table = "akadze.workers" if what == "heartbeat" else "akadze.jobs"
+                logger.warning("%s is locked by another session (LOCK TABLE or a migration?): "
+                               "%s and the other steps that need it wait, retrying after "
+                               "each %gs lock_timeout until the lock is released", table,
+                               what, self.lock_timeout)
+            self._locked.add(what)
+        elif what in self._locked:
+            self._locked.clear()
+            logger.warning("the lock is released: %s got through; the other steps go on",
+                           what)
 
     async def _heartbeat(self) -> None:
         errors = self._errors

@@ -26,6 +26,15 @@ def seconds(value: Seconds) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
+#: Seconds a worker's statement waits for a lock by default: an ordinary short lock (an
+#: ALTER TABLE that rewrites nothing, autovacuum's truncation) passes unnoticed, while one
+#: held longer (LOCK TABLE, a long migration) sends the statement out of the lock queue,
+#: where it would also hold up every session queued behind it, to be retried.
+DEFAULT_LOCK_TIMEOUT = 2.0
+#: The smallest connection budget: the LISTEN connection and two pooled ones.
+MIN_CONNECTIONS = 3
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """Everything a ``Worker`` can be told, with its defaults; invalid values raise
@@ -54,6 +63,12 @@ class WorkerConfig:
     process_pool: ProcessPool | None = None
     outcome_log_level: int = logging.INFO
     concurrency: int | None = None
+    #: Seconds a statement of the worker waits for a lock before it gives up and is retried
+    #: (an operator's ``LOCK TABLE``, a migration). None: ``lock_timeout_seconds()``.
+    lock_timeout: Seconds | None = None
+    #: The most connections this worker opens at once (its pool and its LISTEN connection);
+    #: None: ``min(total slots, 16) + 7``. At least 3 (see ``MIN_CONNECTIONS``).
+    max_connections: int | None = None
 
     def __post_init__(self) -> None:
         # Normalised here so every reader sees one type; frozen, hence object.__setattr__.
@@ -75,6 +90,37 @@ class WorkerConfig:
             raise ValueError("max_running must be at least 1")
         if self.concurrency is not None and self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if self.lock_timeout is not None:
+            object.__setattr__(self, "lock_timeout", seconds(self.lock_timeout))
+            if not 0 < seconds(self.lock_timeout) < self._lock_timeout_limit():
+                raise ValueError("lock_timeout must be more than 0 and less than "
+                                 "heartbeat_ttl - heartbeat_interval")
+        if self.max_connections is not None and self.max_connections < MIN_CONNECTIONS:
+            raise ValueError(f"max_connections must be at least {MIN_CONNECTIONS} (the LISTEN "
+                             "connection, and two pooled ones so that a heartbeat never "
+                             "waits behind a claim or an outcome write)")
+
+    def _lock_timeout_limit(self) -> float:
+        # A heartbeat that waited a whole lock_timeout and failed, then succeeded one
+        # interval later, must still land within the TTL: a locked table never makes the
+        # worker look dead.
+        return seconds(self.heartbeat_ttl) - seconds(self.heartbeat_interval)
+
+    def lock_timeout_seconds(self) -> float:
+        """``lock_timeout`` in seconds; by default 2 s, or half of ``heartbeat_ttl -
+        heartbeat_interval`` when that is shorter."""
+        if self.lock_timeout is not None:
+            return seconds(self.lock_timeout)
+        return min(DEFAULT_LOCK_TIMEOUT, self._lock_timeout_limit() / 2)
+
+    def pool_size(self) -> int:
+        """The most connections of the worker's pool (``max_connections`` less the LISTEN
+        connection; by default ``min(total slots, 16) + 6``)."""
+        if self.max_connections is not None:
+            return self.max_connections - 1
+        # +6: the heartbeat and the maintenance services, the claim loop and the completer
+        # may each hold one at once (a prune stuck on a lock must not starve the claims).
+        return min(sum(self.slots_per_queue().values()), 16) + 6
 
     def slots_per_queue(self) -> dict[str, int]:
         """``slots`` as a number for each of ``queues``."""

@@ -469,3 +469,11 @@ inserted AS (
     RETURNING id, queue
 )
 SELECT id, pg_notify('akadze_jobs', queue) IS NULL AS notified FROM inserted;
+
+-- name: statement_lock_timeout
+-- Bound the lock waits of the statement sent right after this one in the same pipeline
+-- (one implicit transaction up to the Sync). is_local: the setting ends with that
+-- transaction, so nothing leaks to the session, nor through a transaction pooler to another
+-- client. It cannot sit inside the statement itself: a relation's lock is taken while the
+-- statement is parsed, before any set_config in it runs.
+SELECT set_config('lock_timeout', %(timeout)s, true);

@@ -60,3 +60,23 @@ def test_the_worker_commands_help_prints_the_configs_defaults() -> None:
     assert f"is dead. [default: {DEFAULTS.heartbeat_ttl:g}]" in text
     assert f"when idle. [default: {DEFAULTS.poll_interval:g}]" in text
     assert f"on stop. [default: {DEFAULTS.shutdown_timeout:g}]" in text
+
+
+def test_the_lock_timeout_is_two_seconds_and_never_long_enough_to_look_dead() -> None:
+    assert DEFAULTS.lock_timeout_seconds() == 2.0
+    # A short TTL shortens it: a heartbeat that gave up on a lock must leave room for the
+    # next one within the TTL.
+    assert WorkerConfig(heartbeat_interval=0.2, heartbeat_ttl=1.5).lock_timeout_seconds() \
+        == pytest.approx(0.65)
+    assert WorkerConfig(lock_timeout=timedelta(seconds=3)).lock_timeout_seconds() == 3.0
+    for bad in (0, 25, 40):
+        with pytest.raises(ValueError, match="lock_timeout must be"):
+            WorkerConfig(lock_timeout=bad)
+
+
+def test_max_connections_sizes_the_pool_less_the_listen_connection() -> None:
+    assert WorkerConfig(slots=4).pool_size() == 10  # min(4, 16) + 6; + LISTEN = 11
+    assert WorkerConfig(slots=100).pool_size() == 22
+    assert WorkerConfig(slots=100, max_connections=5).pool_size() == 4
+    with pytest.raises(ValueError, match="max_connections must be at least 3"):
+        WorkerConfig(max_connections=2)

@@ -71,6 +71,12 @@ def build_app(url: str) -> App:
         await asyncio.to_thread(_record_start, url)
         return "ok"
 
+    @app.task("nap")
+    async def nap(seconds: float) -> str:
+        """Sleep ``seconds`` without opening a connection (for a server with none free)."""
+        await asyncio.sleep(seconds)
+        return "ok"
+
     return app
 
 
@@ -83,6 +89,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heartbeat-ttl", type=float, default=1.5)
     parser.add_argument("--poll-interval", type=float, default=0.1)
     parser.add_argument("--shutdown-timeout", type=float, default=1.5)
+    parser.add_argument("--lock-timeout", type=float, default=None)
+    parser.add_argument("--max-connections", type=int, default=None)
     return parser.parse_args(argv)
 
 
@@ -96,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         app, queues=options.queues or ["default"], slots=options.slots,
         heartbeat_interval=options.heartbeat_interval, heartbeat_ttl=options.heartbeat_ttl,
         poll_interval=options.poll_interval, shutdown_timeout=options.shutdown_timeout,
+        lock_timeout=options.lock_timeout, max_connections=options.max_connections,
     )
     try:
         code = worker.run_sync()
