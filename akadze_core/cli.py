@@ -33,7 +33,7 @@ from .cli_support import (
 )
 from .control import request_cancel_sync, requeue_sync
 from .dberrors import fatal_message
-from .dsn import ENV_VAR, prepare_threshold
+from .dsn import ENV_VAR, LISTEN_VAR, prepare_threshold
 from .errors import AkadzeError
 from .jobs import JOB_STATES, Job
 from .migrations import latest_version, migrate
@@ -59,7 +59,7 @@ _secrets = Secrets()
 
 def _reset_secrets() -> None:
     _secrets.clear()
-    _secrets.add_url(os.environ.get(ENV_VAR))
+    _secrets.add_environment((ENV_VAR, LISTEN_VAR))
 
 
 class _ScrubbingFormatter(ScrubbingFormatter):

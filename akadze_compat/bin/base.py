@@ -38,7 +38,8 @@ PROG_NAME = "akadze-compat"
 #: The commands the core and the app's own messages name for applying the schema.
 _MIGRATE_COMMANDS = re.compile(rf"`(?:{re.escape(MIGRATE_COMMAND)}|{PROG_NAME} -A \S+ migrate)`")
 #: Environment variables that may hold a database URL (their passwords are scrubbed).
-URL_VARIABLES = ("AKADZE_DATABASE_URL", "CELERY_BROKER_URL", "BROKER_URL", "DATABASE_URL")
+URL_VARIABLES = ("AKADZE_DATABASE_URL", "AKADZE_LISTEN_URL", "CELERY_BROKER_URL", "BROKER_URL",
+                 "DATABASE_URL")
 
 
 class CliError(CeleryCommandException):
