@@ -20,6 +20,7 @@ import psycopg
 
 from . import database
 from .dberrors import is_transient
+from .deadlines import within
 from .errors import UnstorableOutcome
 from .outcomes import FAIL, Outcome, error_entry
 
@@ -36,11 +37,16 @@ GATHER = 0.002
 
 
 class Completer:
-    """Batches outcomes and writes them with ``job_complete_many``."""
+    """Batches outcomes and writes them with ``job_complete_many``.
+
+    ``deadline()``, if given, bounds each write in seconds: one the database does not answer
+    in time (a partition) abandons its connection and is retried like a lost one."""
 
     def __init__(self, connection: Connect, on_written: Written, max_batch: int = 1000,
-                 retry_cap: float = 5.0, gather: float = GATHER) -> None:
+                 retry_cap: float = 5.0, gather: float = GATHER,
+                 deadline: Callable[[], float] | None = None) -> None:
         self._connection = connection
+        self._deadline = deadline
         self._gather = gather
         self._on_written = on_written
         self._max_batch = max_batch
@@ -96,15 +102,23 @@ class Completer:
 
     async def _write(self, batch: list[Outcome]) -> None:
         async with self._connection() as connection:
-            try:
-                rows = await database.complete_many(connection, batch)
-            except psycopg.DataError:
-                # Something in the batch cannot be stored: write the rows one by one so only
-                # the offending outcome is replaced by a failure.
-                rows = []
-                for outcome in batch:
-                    rows.extend(await self._write_one(connection, outcome))
+            if self._deadline is None:
+                rows = await self._store(connection, batch)
+            else:
+                rows = await within(self._deadline(), connection,
+                                    self._store(connection, batch), "the outcome write")
         self._on_written(batch, rows)
+
+    async def _store(self, connection: Any, batch: list[Outcome]) -> list[dict[str, Any]]:
+        try:
+            return await database.complete_many(connection, batch)
+        except psycopg.DataError:
+            # Something in the batch cannot be stored: write the rows one by one so only
+            # the offending outcome is replaced by a failure.
+            rows = []
+            for outcome in batch:
+                rows.extend(await self._write_one(connection, outcome))
+            return rows
 
     async def _write_one(self, connection: Any, outcome: Outcome) -> list[dict[str, Any]]:
         try:
