@@ -47,6 +47,20 @@ RECONNECT_WINDOW = 15.0
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 _OK = psycopg.pq.ConnStatus.OK
 
+#: libpq's connection settings on every connection akadze opens (over TCP; libpq ignores
+#: the keepalives and ``tcp_user_timeout`` on a Unix socket). They make the kernel give up
+#: on a peer gone silent (a partition, a host lost: no RST, no FIN ever arrives) well inside
+#: the worker's default ``heartbeat_ttl`` of 30 s, instead of TCP's ~15 minutes of
+#: retransmissions or never for an idle connection: a connection idle for 10 s is probed
+#: every 5 s and dropped after 3 unanswered probes (25 s), and bytes unacknowledged for 20 s
+#: drop it. Constants, not derived from the TTL: an App serves any number of workers, each
+#: of which also bounds its own calls by the time left on its lease (``deadlines``), which
+#: is what decides when a partitioned worker stops. ``connect_timeout`` bounds a connection
+#: attempt, startup included (psycopg's own default is 130 s).
+TCP_SETTINGS: dict[str, int] = {
+    "connect_timeout": 10, "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+    "keepalives_count": 3, "tcp_user_timeout": 20_000}
+
 #: What a lost connection leaves unknown, for ``ConnectionLost``'s message.
 UNSURE = "the statement may or may not have taken effect"
 
@@ -186,9 +200,9 @@ class App:
         #: opens: ``prepare_threshold=`` if given, else ``$AKADZE_PREPARE_THRESHOLD``, else 5;
         #: ``"off"`` (None) behind PgBouncer in transaction mode (see ``dsn.prepare_threshold``).
         self.prepare_threshold = resolve_prepare_threshold(prepare_threshold)
-        #: The keywords every connection of this app is opened with.
+        #: The keywords every connection of this app is opened with (``TCP_SETTINGS`` too).
         self.connection_kwargs: dict[str, Any] = {
-            "autocommit": True, "prepare_threshold": self.prepare_threshold}
+            "autocommit": True, "prepare_threshold": self.prepare_threshold, **TCP_SETTINGS}
         self.tasks: dict[str, Task] = {}
         self._redact_url: str | None = None
         self._redact_password: str | None = None
@@ -393,7 +407,7 @@ class App:
         delay = 0.05
         while True:
             try:
-                return psycopg.connect(url, connect_timeout=10, **self.connection_kwargs)
+                return psycopg.connect(url, **self.connection_kwargs)
             except psycopg.Error as exc:
                 if not is_transient(exc) or time.monotonic() + delay > deadline:
                     message = self.redact(f"cannot connect to Postgres: {exc}")
@@ -546,8 +560,7 @@ class App:
         delay = 0.05
         while True:
             try:
-                return await psycopg.AsyncConnection.connect(
-                    url, connect_timeout=10, **self.connection_kwargs)
+                return await psycopg.AsyncConnection.connect(url, **self.connection_kwargs)
             except psycopg.Error as exc:
                 if not is_transient(exc) or time.monotonic() + delay > deadline:
                     message = self.redact(f"cannot connect to Postgres: {exc}")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import psycopg
 
@@ -22,16 +23,18 @@ logger = logging.getLogger("akadze.worker")
 
 async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], None],
                           backoff: Callable[[int], float],
-                          cancelled: Callable[[int], None] | None = None) -> None:
+                          cancelled: Callable[[int], None] | None = None, *,
+                          connect_kwargs: Mapping[str, Any] | None = None) -> None:
     """Call ``wake()`` whenever a job becomes due on one of ``queues``, and ``cancelled(id)``
     when a cancel of a running job is requested; runs until cancelled, reconnecting after
-    ``backoff(failures)`` seconds when the connection is lost."""
+    ``backoff(failures)`` seconds when the connection is lost. ``connect_kwargs``: psycopg's
+    connection keywords (the app's keepalives, which end a LISTEN on a partitioned network)."""
+    kwargs = {"connect_timeout": 5, **(connect_kwargs or {}), "autocommit": True}
     watched = set(queues)
     failures = 0
     while True:
         try:
-            async with await psycopg.AsyncConnection.connect(
-                    url, autocommit=True, connect_timeout=5) as connection:
+            async with await psycopg.AsyncConnection.connect(url, **kwargs) as connection:
                 channels = [NOTIFY_CHANNEL] + ([CANCEL_CHANNEL] if cancelled else [])
                 await database.listen_async(connection, channels)
                 failures = 0

@@ -27,6 +27,7 @@ import psycopg_pool
 from . import database
 from .completer import Completer
 from .dberrors import fatal_message, is_lock_timeout, is_too_many_connections, is_transient
+from .deadlines import within
 from .dsn import listen_url
 from .errors import AkadzeError, SchemaMissing
 from .executor import execute
@@ -257,14 +258,14 @@ class Worker:
         failures = 0
         while not self._stop.is_set():
             try:
-                connection = await psycopg.AsyncConnection.connect(
-                    url, connect_timeout=5, **self.app.connection_kwargs)
-                await database.check_schema_async(connection)
-                if await database.autovacuum_runs(connection) is False:
-                    logger.warning(AUTOVACUUM_OFF)
-                with database.lock_timeout(self.lock_timeout):
-                    self.worker_id = await self._register(connection)
-                await connection.close()
+                async with await psycopg.AsyncConnection.connect(
+                        url, **self._connect_kwargs()) as connection:
+                    # Bounded: a server that stops answering mid-start is retried like one
+                    # that cannot be reached.
+                    with database.lock_timeout(self.lock_timeout):
+                        self.worker_id = await within(
+                            self.heartbeat_ttl, connection, self._prepare(connection),
+                            "the start")
                 break
             except Exception as exc:
                 if isinstance(exc, SchemaMissing) or not is_transient(exc):
@@ -289,16 +290,17 @@ class Worker:
             # steps overlap, and a server out of connections only stops it growing: the
             # steps share what it has (a step waits up to 5 s for one, then retries).
             url, min_size=min(2, pool_size), max_size=pool_size, timeout=5,
-            kwargs=dict(self.app.connection_kwargs), name=f"akadze-worker-{self.worker_id}",
+            kwargs=self._connect_kwargs(), name=f"akadze-worker-{self.worker_id}",
             open=False)
         await self._pool.open(wait=False)
         await self.app.use_async_pool(self._pool)
         self._completer = Completer(self._pool.connection, self._outcomes_written,
-                                    lock_timeout=self.lock_timeout, on_lock=self._lock_seen)
+                                    lock_timeout=self.lock_timeout, on_lock=self._lock_seen,
+                                    deadline=self._lease_left)
         self._completer_task = asyncio.create_task(self._completer.run(), name="completer")
         self._listener_task = asyncio.create_task(
             listen_for_jobs(listen_url(url), self.queues, self._wake.set, self._backoff,
-                            self._cancelled),
+                            self._cancelled, connect_kwargs=self._connect_kwargs()),
             name="listener")
         self._health.set()
         self._last_heartbeat_ok = time.monotonic()
@@ -335,6 +337,18 @@ class Worker:
             self.health_file.touch()
         return True
 
+    def _connect_kwargs(self) -> dict[str, Any]:
+        # The app's (keepalives, tcp_user_timeout), with a shorter connect timeout: a worker
+        # that cannot connect retries with backoff, and must notice a lost lease in time.
+        return {**self.app.connection_kwargs, "connect_timeout": 5}
+
+    async def _prepare(self, connection: psycopg.AsyncConnection) -> int:
+        """Check the schema (and autovacuum), then register; returns the worker id."""
+        await database.check_schema_async(connection)
+        if await database.autovacuum_runs(connection) is False:
+            logger.warning(AUTOVACUUM_OFF)
+        return await self._register(connection)
+
     async def _register(self, connection: psycopg.AsyncConnection) -> int:
         row = await database.fetch_one_async(
             connection, "worker_register", name=self.name, hostname=socket.gethostname(),
@@ -355,7 +369,9 @@ class Worker:
             self._listener_task.cancel()
             await asyncio.gather(self._listener_task, return_exceptions=True)
             self.app.forget_async_pool(self._pool)
-            await self._pool.close()
+            # After the heartbeat was lost, connection attempts may hang in a partition
+            # until their connect_timeout: do not wait for them.
+            await self._pool.close(timeout=5.0 if self._exit_code == 0 else 1.0)
         if self.health_file:
             self.health_file.unlink(missing_ok=True)
         # A sync task's thread cannot be stopped; do not wait for it.
@@ -412,7 +428,8 @@ class Worker:
         try:
             async with self._pool.connection(timeout=timeout) as connection:
                 with database.lock_timeout(min(timeout, self.lock_timeout)):
-                    rows = await database.return_many(connection, runs)
+                    rows = await within(timeout, connection,
+                                        database.return_many(connection, runs), "the hand-back")
         except Exception as exc:
             logger.warning("returning %d jobs failed: %s", len(runs), type(exc).__name__)
             return False
@@ -424,7 +441,9 @@ class Worker:
         try:
             async with self._pool.connection(timeout=timeout) as connection:
                 with database.lock_timeout(min(timeout, self.lock_timeout)):
-                    await database.unregister_worker(connection, self.worker_id)
+                    await within(timeout, connection,
+                                 database.unregister_worker(connection, self.worker_id),
+                                 "unregistering")
         except Exception as exc:
             logger.warning("unregistering failed: %s", type(exc).__name__)
 
@@ -524,8 +543,11 @@ class Worker:
         until a heartbeat succeeds), other errors stop it with a clear message."""
         try:
             async with self._pool.connection(timeout=self._connection_timeout()) as connection:
+                # No step outlives the lease: past it the jobs may be rescued elsewhere, and
+                # a step hung on a silent network (a partition) must not keep the worker
+                # from noticing that and stopping (the heartbeat's check runs after it).
                 with database.lock_timeout(self.lock_timeout):
-                    await step(connection)
+                    await within(self._lease_left(), connection, step(connection), what)
         except Exception as exc:
             if is_lock_timeout(exc):
                 # Not a connection problem: the statement gave up on a lock and changed
@@ -815,8 +837,12 @@ class Worker:
     def _connection_timeout(self) -> float:
         """How long a step may wait for a pooled connection: at most 5 s, and never much
         past the heartbeat TTL, so a worker that lost the database notices in time."""
-        left = self._last_heartbeat_ok + self.heartbeat_ttl - time.monotonic()
-        return min(5.0, max(0.1, left))
+        return min(5.0, self._lease_left())
+
+    def _lease_left(self) -> float:
+        """Seconds until the last good heartbeat is older than the TTL (at least 0.1 s, so
+        a call made at the end of the lease still gets a chance to answer)."""
+        return max(0.1, self._last_heartbeat_ok + self.heartbeat_ttl - time.monotonic())
 
     def _backoff(self, failures: int) -> float:
         return min(self.heartbeat_interval, 0.1 * 2 ** failures) * random.uniform(0.5, 1.0)

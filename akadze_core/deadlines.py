@@ -1,0 +1,77 @@
+"""Database calls with a deadline: a network partition must not hang a worker.
+
+A statement sent into a network that stopped answering (no RST, no FIN: a cable cut, a
+firewall dropping packets, a frozen middlebox) gets no error for minutes. TCP keepalives only
+probe a connection with nothing in flight, ``tcp_user_timeout`` only counts bytes nobody
+acknowledged, and something in between (a proxy, a pooler) may acknowledge them all. So the
+worker bounds each call itself, by the time left on its lease.
+
+On expiry the call is not cancelled: psycopg answers a cancellation mid-query by sending a
+cancel request and then waiting up to 10 s for the query to end, both through the same dead
+network. The socket is shut down instead (``shutdown(SHUT_RDWR)``; the descriptor stays
+psycopg's): the read in flight ends at once with an ``OperationalError``, the connection is
+broken and the pool discards it. What was sent may still reach the server later, exactly as
+with a connection that broke after sending: every outcome write is fenced by run_count, and a
+claim whose answer was lost is handed back by the orphans check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import psycopg
+
+T = TypeVar("T")
+
+#: Seconds the abandoned call gets to notice its socket was shut down (it takes
+#: microseconds) before it is cancelled after all.
+GRACE = 1.0
+
+
+class NoAnswer(TimeoutError):
+    """The database did not answer a call in time; its connection was abandoned (transient:
+    the worker retries, or stops when its heartbeat is older than ``heartbeat_ttl``)."""
+
+
+async def within(seconds: float, connection: psycopg.AsyncConnection, call: Awaitable[T],
+                 what: str = "the call") -> T:
+    """Await ``call`` (which uses ``connection``) for at most ``seconds``; then abandon the
+    connection and raise ``NoAnswer``. Cancelled meanwhile, it abandons the connection too
+    before passing the cancellation on, so psycopg's slow cancel never runs."""
+    task = asyncio.ensure_future(call)
+    try:
+        await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        await _abandon(connection, task)
+        raise
+    if task.done():
+        return task.result()
+    await _abandon(connection, task)
+    raise NoAnswer(f"no answer from the database to {what} within {seconds:.1f}s "
+                   "(network partition?); its connection was abandoned")
+
+
+async def _abandon(connection: psycopg.AsyncConnection, task: asyncio.Future[Any]) -> None:
+    if task.done():
+        return
+    shut_down(connection)
+    await asyncio.wait({task}, timeout=GRACE)
+    if not task.done():
+        task.cancel()  # the socket could not be shut down: psycopg's own way, slower
+    # Whatever it raised is what abandoning it meant: retrieved, so asyncio does not log it.
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+
+def shut_down(connection: psycopg.AsyncConnection) -> None:
+    """Shut the connection's socket down both ways (no RST; the peer sees FIN if it ever
+    hears anything). Any read or write waiting on it ends with an error at once."""
+    with contextlib.suppress(psycopg.Error, OSError, ValueError):
+        fd = connection.pgconn.socket
+        # fromfd duplicates the descriptor: closing the copy leaves psycopg's alone, and
+        # shutdown acts on the socket itself, which both share.
+        with socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
