@@ -203,3 +203,30 @@ def test_workers_and_the_app_fail_over_to_the_promoted_replica_and_lose_nothing(
     report: dict[str, Any] = {"jobs": len(ids) + len(long_ids),
                               "errors": [repr(error) for error in producer.errors]}
     print(report)
+
+
+def test_a_worker_on_a_read_only_server_stops_with_one_line_naming_target_session_attrs(
+    pair: tuple[PrivateCluster, PrivateCluster], tmp_path: Path
+) -> None:
+    """Both hosts but no ``target_session_attrs``: with the primary down, libpq settles on
+    the standby, whose first write (the worker's registration) is refused with 25006. That
+    no wait fixes (the server may be a standby for good): one line saying what to set."""
+    primary, replica = pair
+    primary.stop("fast")
+    url = (f"postgresql://postgres@127.0.0.1:{primary.port},127.0.0.1:{replica.port}"
+           "/postgres")
+    worker = WorkerProcess(url, tmp_path / "worker.log", [])
+    try:
+        code, _ = worker.wait_exit(timeout=30)
+    finally:
+        worker.stop()
+    assert code == 1, worker.log()
+    last = worker.log().strip().splitlines()[-2]  # before worker_app's own exit line
+    assert last.startswith("akadze: error: the server is read-only"), worker.log()
+    assert "target_session_attrs=read-write" in last
+    app = build_app(url)
+    try:
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):  # an enqueue: 25006 too
+            app.tasks["quick"].enqueue()
+    finally:
+        app.close()
