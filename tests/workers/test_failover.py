@@ -192,9 +192,9 @@ def test_workers_and_the_app_fail_over_to_the_promoted_replica_and_lose_nothing(
     # connection (the runs insert) failed in the gap spent an attempt before it recorded
     # anything, so its one recorded run may be a later run_count; the jobs that were
     # running at the stop finished in their first run, not rescued and run again.
-    twice = {job_id: runs.get(job_id) for job_id in [*ids, *long_ids]
-             if [pid for _, pid in runs.get(job_id, [])] != [worker.pid]}
-    assert twice == {}
+    not_once = {job_id: runs.get(job_id) for job_id in [*ids, *long_ids]
+                if [pid for _, pid in runs.get(job_id, [])] != [worker.pid]}
+    assert not_once == {}
     assert [runs[job_id] for job_id in long_ids] == [[(1, worker.pid)]] * len(long_ids)
     assert "rescued" not in log and "declared dead" not in log, log
     assert workers == [(worker_id,)]  # the same worker row, still heartbeating
@@ -207,9 +207,6 @@ def test_workers_and_the_app_fail_over_to_the_promoted_replica_and_lose_nothing(
     # returned its id (the App's found_dead + RECONNECT_WINDOW, on the multi-host URL).
     assert any(start < promoted - NO_PRIMARY / 2 and promoted < end
                for start, end in producer.calls)
-    report: dict[str, Any] = {"jobs": len(ids) + len(long_ids),
-                              "errors": [repr(error) for error in producer.errors]}
-    print(report)
 
 
 def test_a_worker_on_a_read_only_server_stops_with_one_line_naming_target_session_attrs(
