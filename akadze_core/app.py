@@ -221,6 +221,9 @@ class App:
         # run_single's own connection (with when it was opened) and the lock that says who
         # is using it: a caller finding it in use takes a pooled connection instead.
         self._single: tuple[psycopg.Connection, float] | None = None
+        # The last single-call connection broke during a call: the server was there a
+        # moment ago, so the next connect waits out refusals as for one found dead.
+        self._single_broke = False
         self._single_lock = threading.Lock()
         self._async_pools: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, psycopg_pool.AsyncConnectionPool
@@ -646,7 +649,8 @@ class App:
         idle is replaced (waiting up to ``RECONNECT_WINDOW`` seconds for the server to take
         connections again) and the call runs on the new one; nothing had been sent, so
         nothing runs twice. A connection that breaks after the statement was sent raises
-        ``ConnectionLost`` (``unsure`` says what is left unknown) and is not retried.
+        ``ConnectionLost`` (``unsure`` says what is left unknown) and is not retried; the
+        next call's new connection waits up to ``RECONNECT_WINDOW`` seconds too.
         """
         lock = self._single_lock
         if not lock.acquire(blocking=False):
@@ -668,6 +672,10 @@ class App:
                 single[0].close()
                 single, retry_for = None, RECONNECT_WINDOW
             if single is None:
+                if self._single_broke:
+                    # Lost mid-call (ConnectionLost) in a restart or failover that may still
+                    # be under way: no writable server for a few seconds is expected.
+                    self._single_broke, retry_for = False, RECONNECT_WINDOW
                 single = self._single = (self._connect_checked(self.database_url, retry_for),
                                          time.monotonic())
             connection = single[0]
@@ -678,6 +686,7 @@ class App:
                         or time.monotonic() - single[1] > SINGLE_LIFETIME:
                     # Broken, interrupted mid-statement, or old: the next call opens another.
                     self._single = None
+                    self._single_broke = connection.closed
                     connection.close()
         finally:
             lock.release()

@@ -17,6 +17,16 @@ PREPARED_STATEMENT_HINT = (
     "transaction pooler (PgBouncer in transaction mode keeps no prepared statements before "
     "1.21): set AKADZE_PREPARE_THRESHOLD=off (or App(prepare_threshold='off'))")
 
+#: read_only_sql_transaction: a write reached a server that takes none. A standby found by
+#: a multi-host URL while the primary is down, or a URL that names a replica: waiting does
+#: not help (a standby may stay one), choosing the writable host at connect time does.
+READ_ONLY = "25006"
+READ_ONLY_HINT = (
+    "the server is read-only (a hot standby, or default_transaction_read_only is on): point "
+    "the database URL at the primary; with several hosts (postgresql://a:5432,b:5432/db or "
+    "host=a,b) add target_session_attrs=read-write, so that every connection picks the "
+    "writable one and a promoted replica is found after a failover")
+
 #: What a statement on akadze's tables raises when the schema was never applied.
 SCHEMA_ERRORS = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
 
@@ -87,6 +97,9 @@ def fatal_message(exc: BaseException) -> str:
             return str(schema_missing())
         if exc.sqlstate in PREPARED_STATEMENT_LOST:
             return PREPARED_STATEMENT_HINT
+        if exc.sqlstate == READ_ONLY:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "read-only"
+            return f"{READ_ONLY_HINT} ({first})"
         if exc.sqlstate == "42501":
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else "permission denied"
             return f"permission denied: {first}"

@@ -144,6 +144,10 @@ class PrivateCluster:
     Postgres refuses to run as root: as root, the server runs as the ``postgres`` system user,
     in a temporary directory that user owns.
 
+    ``replica_of=<running cluster>``: a streaming standby of that cluster (pg_basebackup),
+    on a port of its own, asynchronous (no ``synchronous_standby_names``); ``promote()``
+    makes it a primary.
+
     ``password_auth=True``: TCP connections must give a password (scram-sha-256; the
     ``postgres`` superuser's is ``PASSWORD``), so wrong passwords are refused for real.
     Local socket connections stay trusted.
@@ -151,7 +155,8 @@ class PrivateCluster:
 
     PASSWORD = "S3cr3tPW"
 
-    def __init__(self, password_auth: bool = False) -> None:
+    def __init__(self, password_auth: bool = False,
+                 replica_of: PrivateCluster | None = None) -> None:
         self.bin = _postgres_bin()
         if self.bin is None:
             raise RuntimeError("no initdb found (system Postgres or pgserver)")
@@ -170,6 +175,15 @@ class PrivateCluster:
         self.logfile = self.root / "server.log"
         self.port = free_port()
         self.password_auth = password_auth
+        self.running = False
+        if replica_of is not None:
+            # initdb's pg_hba trusts replication connections from 127.0.0.1, and wal_level
+            # (replica) and max_wal_senders (10) default to what streaming needs. -R writes
+            # standby.signal and primary_conninfo; -X stream copies the WAL written meanwhile.
+            self._pg(["pg_basebackup", "-D", str(self.data), "-h", "127.0.0.1",
+                      "-p", str(replica_of.port), "-U", "postgres", "-R", "-X", "stream",
+                      "--checkpoint=fast", "--no-sync"])
+            return
         auth = ["-A", "trust"]
         if password_auth:
             pwfile = self.root / "pwfile"
@@ -179,7 +193,6 @@ class PrivateCluster:
             auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
         self._pg(["initdb", "-D", str(self.data), "-U", "postgres", *auth,
                   "--no-sync", "-E", "UTF8"])
-        self.running = False
 
     def _pg(self, command: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
         program, *args = command
@@ -206,6 +219,11 @@ class PrivateCluster:
         self._pg(["pg_ctl", "-D", str(self.data), "-o", self._options(), "-l",
                   str(self.logfile), "-m", "fast", "-w", "-t", "30", "restart"])
         self.running = True
+
+    def promote(self) -> None:
+        """``pg_ctl promote``: a standby (``replica_of=``) leaves recovery and takes writes;
+        returns once it does."""
+        self._pg(["pg_ctl", "-D", str(self.data), "-w", "-t", "30", "promote"])
 
     def url(self, password: bool = True) -> str:
         """A URL of the ``postgres`` database (with a password trust auth ignores)."""
