@@ -18,7 +18,7 @@ import psycopg
 import psycopg_pool
 
 from . import lookup
-from .dberrors import is_transient
+from .dberrors import PREPARED_STATEMENT_LOST, is_transient
 from .dsn import configured_url, listen_url, password_of, redact_password
 from .dsn import prepare_threshold as resolve_prepare_threshold
 from .embedded import embedded_url
@@ -117,7 +117,10 @@ def _sent(app: App, call: Callable[[psycopg.Connection], T], connection: psycopg
     except psycopg.Error as exc:
         if connection.closed:
             raise _lost(app, exc, unsure) from exc
-        raise
+        if not app.lost_a_prepared_statement(exc, connection):
+            raise
+    # The statement never ran (Parse or Bind failed): run it again, now unprepared.
+    return call(connection)
 
 
 async def _sent_async(app: App, call: Callable[[psycopg.AsyncConnection], Any],
@@ -130,7 +133,9 @@ async def _sent_async(app: App, call: Callable[[psycopg.AsyncConnection], Any],
     except psycopg.Error as exc:
         if connection.closed:
             raise _lost(app, exc, unsure) from exc
-        raise
+        if not app.lost_a_prepared_statement(exc, connection):
+            raise
+    return await call(connection)
 
 
 def _after_fork() -> None:
@@ -354,6 +359,26 @@ class App:
                 raise ConfigurationError("set_database_url: the app is already connected")
             self._explicit_url = url
             self._url = None
+
+    def lost_a_prepared_statement(self, exc: psycopg.Error,
+                                  connection: psycopg.Connection | psycopg.AsyncConnection
+                                  ) -> bool:
+        """Whether ``exc`` says a prepared statement is missing on (or already on) the server
+        connection, as behind PgBouncer in transaction mode; then this app stops preparing
+        statements (one WARNING naming the setting that says so up front) and the caller may
+        run the statement again on ``connection``: that error comes from Parse or Bind,
+        before anything ran. False for any other error, and once preparing is off already
+        on this connection (the error is then not the pooler's)."""
+        if exc.sqlstate not in PREPARED_STATEMENT_LOST or connection.prepare_threshold is None:
+            return False
+        if self.prepare_threshold is not None:
+            logger.warning("a prepared statement was lost between transactions (PgBouncer in "
+                           "transaction mode?): this process stops preparing statements; set "
+                           "AKADZE_PREPARE_THRESHOLD=off to say so up front")
+            self.prepare_threshold = None
+            self.connection_kwargs["prepare_threshold"] = None
+        connection.prepare_threshold = None
+        return True
 
     def redact(self, text: str) -> str:
         """``text`` with this app's database password scrubbed out."""

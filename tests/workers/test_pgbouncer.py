@@ -3,9 +3,9 @@ across transactions), in front of a private cluster: the engine and the facade w
 ``AKADZE_PREPARE_THRESHOLD=off``, and without it a worker stops with the one line that says
 so instead of failing claim after claim.
 
-PgBouncer runs with ``server_round_robin = 1``, so consecutive transactions of one client
-really land on different server connections (its default reuses the last one, which would
-hide a prepared statement being lost).
+PgBouncer runs with ``server_round_robin = 1`` and ``DISCARD ALL`` after every transaction,
+so a statement prepared in one transaction is gone in the next for certain (a client alone
+otherwise keeps getting the same server connection, which would hide the loss).
 """
 
 from __future__ import annotations
@@ -50,6 +50,10 @@ class PgBouncer:
             f"listen_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\n"
             f"auth_type = trust\nauth_file = {directory / 'users.txt'}\n"
             "pool_mode = transaction\nserver_round_robin = 1\n"
+            # DISCARD ALL after every transaction: the session state a client left on a server
+            # connection is gone before the next transaction, whoever runs it, so a prepared
+            # statement is lost for certain (a lone client otherwise keeps its server).
+            "server_reset_query = DISCARD ALL\nserver_reset_query_always = 1\n"
             "default_pool_size = 4\nmax_client_conn = 200\n"
             # psycopg sends none of these, but a driver that does must not be refused.
             "ignore_startup_parameters = extra_float_digits,options\n"
@@ -189,6 +193,35 @@ def test_the_facade_through_pgbouncer_with_prepared_statements_off(
         worker.wait(30)
         log.close()
     assert "prepared statement" not in (tmp_path / "compat.log").read_text()
+
+
+def test_without_the_setting_a_lost_prepared_statement_is_detected_and_run_unprepared(
+        bouncer: PgBouncer, direct: psycopg.Connection, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Nobody said PgBouncer: the first lost prepared statement (an error of Parse or Bind,
+    so nothing ran) turns preparing off for the process, with one WARNING, and the statement
+    runs again unprepared; every job is enqueued once. (The worker is told: see the next
+    test.)"""
+    monkeypatch.delenv("AKADZE_PREPARE_THRESHOLD", raising=False)
+    url = bouncer.url("postgres")
+    app = App(url)
+    add = app.task("cli.add")(lambda a, b: a + b)
+    assert app.prepare_threshold == 5
+    ids = [add.enqueue(a=n, b=1) for n in range(40)]
+    ids += add.enqueue_many([{"a": n, "b": 2} for n in range(50)])
+    assert app.prepare_threshold is None
+    lost = [r for r in caplog.records if "prepared statement was lost" in r.getMessage()]
+    assert len(lost) == 1, caplog.text
+    assert len(set(ids)) == 90 and states(direct) == {"queued": 90}  # each exactly once
+    worker = WorkerProcess(url, tmp_path / "worker.log",
+                           ["worker", APP, "--slots", "4", "--poll-interval", "0.05"],
+                           module="akadze_core.cli", env={"AKADZE_PREPARE_THRESHOLD": "off"})
+    try:
+        wait_until(lambda: states(direct).get("succeeded") == 90, 60, "every job to succeed")
+    finally:
+        worker.stop()
+        app.close()
+    assert "error" not in worker.log().lower(), worker.log()
 
 
 def test_without_the_setting_a_worker_stops_with_the_line_that_says_what_to_set(
