@@ -108,6 +108,13 @@ def build_fault_app(url: str) -> App:
             raise unstorable("the type is the problem")
         return "recovered"
 
+    @app.task("pooled_sleep")
+    async def pooled_sleep(seconds: float) -> float:
+        """Hold one connection of the worker's pool for ``seconds`` (grows the pool)."""
+        await app.run_async(lambda connection: connection.execute("SELECT pg_sleep(%s)",
+                                                                  (seconds,)))
+        return seconds
+
     @app.task("soak", max_attempts=25)
     async def soak(n: int) -> int:
         """Record the start on the worker's own pool (cheap), return ``n``."""
