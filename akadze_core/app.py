@@ -481,6 +481,11 @@ class App:
             try:
                 await pool.open(wait=True, timeout=10)
             except psycopg_pool.PoolTimeout:
+                # psycopg closed the pool for good ("cannot be reused"): the loop's next
+                # call makes a new one instead of raising PoolClosed forever.
+                loop = asyncio.get_running_loop()
+                if self._async_pools.get(loop) is pool:
+                    del self._async_pools[loop]
                 # The background connection attempts never surfaced their error: ask directly.
                 try:
                     await (await psycopg.AsyncConnection.connect(
