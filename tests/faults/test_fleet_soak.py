@@ -1,6 +1,6 @@
 """Fleet soak (issue 20, item 6): 16 mixed workers on one private Postgres under chaos.
 
-Not run by default (``soak`` marker). ``AKADZE_SOAK_JOBS`` jobs (default 60,000, a few
+Not run by default (``soak`` marker). ``AKADZE_SOAK_JOBS`` jobs (default 150,000, a few
 minutes on 2 cores), spread over 3 queues and two tasks (``fleet``: an async body;
 ``fleet_sync``: a sync body, in the worker's thread pool), drained by 16 ``fault_app``
 worker processes of mixed shapes (``FLEET``): one to three queues each, 1, 4, 8 or 16 slots
@@ -60,7 +60,7 @@ from tests.faults.fault_app import build_fault_app
 from tests.faults.support import Fleet, Spawn
 from tests.workers.support import RUNS_TABLE, PrivateCluster, with_application_name
 
-SOAK_JOBS = int(os.environ.get("AKADZE_SOAK_JOBS", "60000"))
+SOAK_JOBS = int(os.environ.get("AKADZE_SOAK_JOBS", "150000"))
 KILL_EVERY = float(os.environ.get("AKADZE_SOAK_KILL_EVERY", "3"))
 QUEUES = ("q1", "q2", "q3")
 #: The workers' heartbeat TTL. A worker sees a restart as longer than the server's own
