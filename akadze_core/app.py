@@ -465,18 +465,23 @@ class App:
             pool.putconn(connection)  # closed: discarded, and a new one is opened
 
     async def _live_pooled_async(
-        self, pool: psycopg_pool.AsyncConnectionPool
+        self, pool: psycopg_pool.AsyncConnectionPool, timeout: float | None = None,
+        on_dead: Callable[[], None] | None = None,
     ) -> psycopg.AsyncConnection:
-        """Async twin of ``_live_pooled``."""
-        deadline = time.monotonic() + pool.timeout
+        """Async twin of ``_live_pooled``; ``timeout`` overrides the pool's, ``on_dead`` is
+        called for each dead connection replaced."""
+        limit = pool.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise psycopg_pool.PoolTimeout(
-                    f"no live connection in pool {pool.name!r} within {pool.timeout:g}s")
+                    f"no live connection in pool {pool.name!r} within {limit:g}s")
             connection = await pool.getconn(left)
             if not found_dead(connection):
                 return connection
+            if on_dead is not None:
+                on_dead()
             await connection.close()
             await pool.putconn(connection)
 
@@ -518,6 +523,11 @@ class App:
             try:
                 await pool.open(wait=True, timeout=10)
             except psycopg_pool.PoolTimeout:
+                # psycopg closed the pool for good ("cannot be reused"): the loop's next
+                # call makes a new one instead of raising PoolClosed forever.
+                loop = asyncio.get_running_loop()
+                if self._async_pools.get(loop) is pool:
+                    del self._async_pools[loop]
                 # The background connection attempts never surfaced their error: ask directly.
                 try:
                     await (await psycopg.AsyncConnection.connect(

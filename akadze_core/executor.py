@@ -106,6 +106,22 @@ async def execute(
     return _returned(app, context, task, value)
 
 
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _child_loop() -> asyncio.AbstractEventLoop:
+    """The one event loop of this process's async bodies (a pool child runs one at a time).
+
+    Not a loop per body (``asyncio.run``): the App opens one async pool per loop, so every
+    body left a pool and its connection open behind it, and a child's connections grew with
+    the bodies it ran. One loop keeps one pool, as the bodies of a worker process share its
+    loop (and, as there, what a body leaves running on the loop goes on)."""
+    global _loop
+    if _loop is None or _loop.is_closed():
+        _loop = asyncio.new_event_loop()
+    return _loop
+
+
 def execute_here(app: App, row: dict[str, Any], worker_id: int | None) -> outcomes.Outcome | None:
     """Run the job of ``row`` in this thread, to the end (a process pool's child does this;
     its parent enforces the timeout by ending the process)."""
@@ -115,7 +131,7 @@ def execute_here(app: App, row: dict[str, Any], worker_id: int | None) -> outcom
     token = set_current(context)
     try:
         if task.is_async:
-            value = asyncio.run(task.func(**context.job.args))
+            value = _child_loop().run_until_complete(task.func(**context.job.args))
         else:
             value = task.func(**context.job.args)
     except BaseException as exc:  # a task's SystemExit must not take the process down

@@ -17,7 +17,7 @@ import random
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -294,7 +294,7 @@ class Worker:
             open=False)
         await self._pool.open(wait=False)
         await self.app.use_async_pool(self._pool)
-        self._completer = Completer(self._pool.connection, self._outcomes_written,
+        self._completer = Completer(self._connection, self._outcomes_written,
                                     lock_timeout=self.lock_timeout, on_lock=self._lock_seen,
                                     deadline=self._lease_left)
         self._completer_task = asyncio.create_task(self._completer.run(), name="completer")
@@ -426,7 +426,7 @@ class Worker:
         if not runs:
             return True
         try:
-            async with self._pool.connection(timeout=timeout) as connection:
+            async with self._connection(timeout) as connection:
                 with database.lock_timeout(min(timeout, self.lock_timeout)):
                     rows = await within(timeout, connection,
                                         database.return_many(connection, runs), "the hand-back")
@@ -439,7 +439,7 @@ class Worker:
 
     async def _unregister(self, timeout: float) -> None:
         try:
-            async with self._pool.connection(timeout=timeout) as connection:
+            async with self._connection(timeout) as connection:
                 with database.lock_timeout(min(timeout, self.lock_timeout)):
                     await within(timeout, connection,
                                  database.unregister_worker(connection, self.worker_id),
@@ -537,12 +537,40 @@ class Worker:
             if self._healthy and not self._fatal and not self._stop.is_set():
                 await self._check_waiting()
 
+    @contextlib.asynccontextmanager
+    async def _connection(self, timeout: float | None = None
+                          ) -> AsyncIterator[psycopg.AsyncConnection]:
+        """A connection of the worker's pool, as ``pool.connection()`` gives, but never one
+        found dead (``found_dead``): a restart or ``pg_terminate_backend`` kills every idle
+        pooled connection at once, and taking them one by one made each step in turn fail
+        (heartbeats past the TTL on a large pool). Nothing was sent on a dead one, so
+        replacing it changes nothing else; but it says the connections were cut, so the
+        orphan check runs as after any connection error (a claim in flight on another one
+        may have committed and lost its answer)."""
+        dead = 0
+
+        def found() -> None:
+            nonlocal dead
+            dead += 1
+
+        connection = await self.app._live_pooled_async(self._pool, timeout, found)
+        if dead:
+            logger.warning("replaced %d dead connections of the pool (server restart or "
+                           "terminated backends)", dead)
+            self._orphans_pending = True
+            self._services["orphan check"].trigger()
+        try:
+            async with connection:  # what pool.connection() does: commit or roll back
+                yield connection
+        finally:
+            await self._pool.putconn(connection)
+
     async def _guard(self, step: Callable[[psycopg.AsyncConnection], Awaitable[Any]],
                      what: str) -> bool:
         """Run one database step; transient errors make the worker unhealthy (no claims
         until a heartbeat succeeds), other errors stop it with a clear message."""
         try:
-            async with self._pool.connection(timeout=self._connection_timeout()) as connection:
+            async with self._connection(self._connection_timeout()) as connection:
                 # No step outlives the lease: past it the jobs may be rescued elsewhere, and
                 # a step hung on a silent network (a partition) must not keep the worker
                 # from noticing that and stopping (the heartbeat's check runs after it).

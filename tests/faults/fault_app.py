@@ -29,13 +29,30 @@ import time  # noqa: E402
 from datetime import datetime, timedelta, timezone  # noqa: E402
 from typing import Any  # noqa: E402
 
-from akadze_core import App, Worker, WorkerError, current  # noqa: E402
+import psycopg_pool  # noqa: E402
+
+from akadze_core import App, ConfigurationError, Worker, WorkerError, current  # noqa: E402
+from akadze_core.processes import ProcessPool, is_child, serve  # noqa: E402
 from akadze_core.serialization import strict_dumps  # noqa: E402
 from tests.workers.worker_app import _record_start, build_app  # noqa: E402
 
 #: A result of the ``raw_result`` task: the app's dumps writes this text as is, and it is not
 #: JSON, so the database refuses it when the outcome is written (the completer's fallback).
 RAW_MARKER = "__raw_json_text__"
+#: Set by ``--processes`` for the pool's children: the pid of the worker process they run
+#: bodies for, which the fleet tasks record (the test kills workers, not children).
+WORKER_PID_ENV = "FAULT_APP_WORKER_PID"
+#: The fleet tasks record their run; the INSERT is idempotent, so a lost answer (the
+#: server restarted, the backend terminated) is retried until it is known to be stored.
+FLEET_RECORD = ("INSERT INTO runs (job_id, run_count, pid) SELECT %(id)s, %(run_count)s, %(pid)s"
+                " WHERE NOT EXISTS (SELECT 1 FROM runs WHERE job_id = %(id)s"
+                " AND run_count = %(run_count)s)")
+#: How long a fleet task keeps retrying its record while the database is away.
+FLEET_RECORD_FOR = 60.0
+#: What a fleet task's record may raise while the database is away: the App's sync pool,
+#: opened on first use, checks the URL with one direct connection and reports a refused one
+#: as ConfigurationError (a first connection to a wrong host fails at once).
+FLEET_OUTAGE = (psycopg.Error, psycopg_pool.PoolTimeout, ConfigurationError)
 #: What ``bad_error`` raises: a message with a NUL and a lone surrogate.
 BAD_MESSAGE = "bad\x00byte and a lone \ud800 surrogate"
 
@@ -108,6 +125,13 @@ def build_fault_app(url: str) -> App:
             raise unstorable("the type is the problem")
         return "recovered"
 
+    @app.task("pooled_sleep")
+    async def pooled_sleep(seconds: float) -> float:
+        """Hold one connection of the worker's pool for ``seconds`` (grows the pool)."""
+        await app.run_async(lambda connection: connection.execute("SELECT pg_sleep(%s)",
+                                                                  (seconds,)))
+        return seconds
+
     @app.task("soak", max_attempts=25)
     async def soak(n: int) -> int:
         """Record the start on the worker's own pool (cheap), return ``n``."""
@@ -121,11 +145,49 @@ def build_fault_app(url: str) -> App:
         await app.run_async(record)
         return n
 
+    def fleet_params() -> dict[str, int]:
+        context = current()
+        return {"id": context.id, "run_count": context.run_count,
+                "pid": int(os.environ.get(WORKER_PID_ENV, os.getpid()))}
+
+    @app.task("fleet", max_attempts=25)
+    async def fleet(n: int) -> int:
+        """Record the run (riding through database outages, see ``FLEET_RECORD``) on the
+        worker's own pool (in a pool child: the child's), return ``n``."""
+        params = fleet_params()
+
+        async def record(connection: psycopg.AsyncConnection) -> None:
+            await connection.execute(FLEET_RECORD, params)
+
+        deadline = time.monotonic() + FLEET_RECORD_FOR
+        while True:
+            try:
+                await app.run_async(record)
+                return n
+            except FLEET_OUTAGE:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+
+    @app.task("fleet_sync", max_attempts=25)
+    def fleet_sync(n: int) -> int:
+        """``fleet`` as a sync body (the worker's thread pool), on the App's sync pool."""
+        params = fleet_params()
+        deadline = time.monotonic() + FLEET_RECORD_FOR
+        while True:
+            try:
+                app.run_sync(lambda connection: connection.execute(FLEET_RECORD, params))
+                return n
+            except FLEET_OUTAGE:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
     return app
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """worker_app's options, plus --fair and --prune-interval."""
+    """worker_app's options, plus --fair, --prune-interval and --processes."""
     parser = argparse.ArgumentParser(prog="fault_app", description=__doc__)
     parser.add_argument("--queue", action="append", dest="queues")
     parser.add_argument("--slots", type=int, default=1)
@@ -135,24 +197,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--shutdown-timeout", type=float, default=1.0)
     parser.add_argument("--prune-interval", type=float, default=60.0)
     parser.add_argument("--fair", action="store_true")
+    parser.add_argument("--processes", type=int, default=0,
+                        help="run bodies in this many child processes (akadze --processes)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the worker until it stops, then exit the process with its code."""
-    options = parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if is_child():
+        # A --processes child: same command line as its worker; it only runs bodies.
+        application = build_fault_app(os.environ["AKADZE_DATABASE_URL"])
+        os._exit(serve(application))
+    options = parse_args(argv)
     if CLOCK_OFFSET:
         logging.getLogger("fault_app").info(
             "fake clock offset %+gs: this process believes it is %s (epoch %.3f)", CLOCK_OFFSET,
             datetime.now(timezone.utc).isoformat(), time.time())
     app = build_fault_app(os.environ["AKADZE_DATABASE_URL"])
+    pool = None
+    if options.processes:
+        pool = ProcessPool(options.processes,
+                           [sys.executable, "-m", "tests.faults.fault_app", *sys.argv[1:]],
+                           env={WORKER_PID_ENV: str(os.getpid())})
     worker = Worker(
         app, queues=options.queues or ["default"], slots=options.slots,
         heartbeat_interval=options.heartbeat_interval, heartbeat_ttl=options.heartbeat_ttl,
         poll_interval=options.poll_interval, shutdown_timeout=options.shutdown_timeout,
-        prune_interval=options.prune_interval, fair=options.fair,
+        prune_interval=options.prune_interval, fair=options.fair, process_pool=pool,
     )
     try:
         code = worker.run_sync()

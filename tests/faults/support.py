@@ -70,14 +70,18 @@ class Fleet:
         self._url = url
         self._args = args
         self._env = env
-        self.members = [self._start() for _ in range(size)]
+        self.members = [self._start(index) for index in range(size)]
         #: Every member that ended, in the order the supervisor noticed.
         self.ended: list[WorkerProcess] = []
         #: The pids this test SIGKILLed itself (``kill``).
         self.killed: set[int] = set()
 
-    def _start(self) -> WorkerProcess:
-        return self._spawn(self._url, *self._args, env=self._env)
+    def _start(self, index: int) -> WorkerProcess:
+        return self._spawn(self._url, *self.args_for(index), env=self._env)
+
+    def args_for(self, index: int) -> tuple[str, ...]:
+        """The options member ``index`` is started with (the same for all here)."""
+        return self._args
 
     def supervise(self) -> int:
         """Restart the members that exited; returns how many were restarted."""
@@ -85,7 +89,7 @@ class Fleet:
         for index, member in enumerate(self.members):
             if member.proc.poll() is not None:
                 self.ended.append(member)
-                self.members[index] = self._start()
+                self.members[index] = self._start(index)
                 restarted += 1
         return restarted
 
@@ -110,8 +114,11 @@ class Fleet:
         return "\n".join(member.log() for member in [*self.ended, *self.members])
 
     def stop(self, timeout: float = 20.0) -> list[int]:
-        """SIGTERM every live member and wait; returns their exit codes."""
-        live = self.alive()
+        """SIGTERM every live member and wait; returns their exit codes. Members already
+        dead (ended since the last ``supervise``) join ``ended``."""
+        live = []
+        for member in self.members:
+            (live if member.proc.poll() is None else self.ended).append(member)
         for member in live:
             member.signal(signal.SIGTERM)
         return [member.wait_exit(timeout)[0] for member in live]

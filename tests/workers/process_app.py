@@ -71,3 +71,11 @@ def touch(path: str) -> None:
     """Creates the file ``path``: the mark that the body ran."""
     with open(path, "a", encoding="utf-8"):
         pass
+
+
+@app.task("looks_itself_up")
+async def looks_itself_up() -> str:
+    """An async body that uses the App's async API (its async pool): returns its state."""
+    job = await app.get_job_async(current().id)
+    assert job is not None
+    return job.state

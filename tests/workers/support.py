@@ -154,6 +154,8 @@ class PrivateCluster:
     """
 
     PASSWORD = "S3cr3tPW"
+    #: The server's ``max_connections``; a subclass raises it for a large fleet.
+    MAX_CONNECTIONS = 50
 
     def __init__(self, password_auth: bool = False,
                  replica_of: PrivateCluster | None = None) -> None:
@@ -201,7 +203,7 @@ class PrivateCluster:
 
     def _options(self) -> str:
         return (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
-                "-c fsync=off -c max_connections=50")
+                f"-c fsync=off -c max_connections={self.MAX_CONNECTIONS}")
 
     def start(self) -> None:
         """Start the server and wait until it accepts connections."""

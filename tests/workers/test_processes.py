@@ -212,3 +212,21 @@ def test_a_job_claimed_ahead_of_a_busy_process_ends_cancelled_without_running(
     assert (row["state"], row["attempt"], row["errors"], row["result"]) == (
         "cancelled", 0, [], None), row
     assert job(db, first)["state"] == "succeeded"
+
+
+def test_async_bodies_in_a_child_share_one_pool_of_its_app(app: App, db: psycopg.Connection,
+                                                           start) -> None:
+    """Async bodies in a child used to run on a fresh event loop each (``asyncio.run``), and
+    the App opens an async pool per loop: every body left a pool and its connection open
+    behind it (the fleet soak filled max_connections). One loop per child: one pool."""
+    worker = start("--processes", "1")
+    ids = app.tasks["looks_itself_up"].enqueue_many([{}] * 40)
+    wait_until(lambda: finished(db, *ids), timeout=60, what="the async bodies to finish")
+    assert {job(db, i)["state"] for i in ids} == {"succeeded"}
+    assert {job(db, i)["result"] for i in ids} == {"running"}
+    held = db.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                      " AND pid <> pg_backend_pid()").fetchone()[0]
+    # The worker's pool (min(1, 16) + 6 at most) and listener, the child's one pooled
+    # connection, and the test app's own.
+    assert held <= 12, held
+    assert worker.proc.poll() is None

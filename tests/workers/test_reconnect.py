@@ -17,12 +17,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+import psycopg_pool
 import pytest
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 import akadze_compat
 from akadze_compat import Celery
-from akadze_core import App, ConnectionLost, Task
+from akadze_core import App, ConfigurationError, ConnectionLost, Task
 from akadze_core.migrations import migrate
 from tests.workers.support import PrivateCluster, wait_until, with_application_name
 
@@ -198,6 +199,25 @@ async def test_async_enqueues_ride_through_a_restart_and_terminated_backends(
     finally:
         await app.aclose()
     assert jobs(cluster) == [1, 2, 3, 4, 5, 6]
+
+
+async def test_an_async_pool_whose_first_open_failed_is_replaced_once_the_server_is_up(
+    cluster: PrivateCluster, app: App
+) -> None:
+    """psycopg closes a pool whose open timed out, for good ("cannot be reused"): the App
+    kept it as the loop's pool, so every later async call on that loop raised PoolClosed,
+    however long the server had been back (the fleet soak's children, max_connections
+    full for a moment)."""
+    send = make_task(app)
+    await asyncio.to_thread(cluster.stop)
+    try:
+        with pytest.raises((ConfigurationError, psycopg_pool.PoolTimeout)):
+            await send.enqueue_async(n=1)
+        await asyncio.to_thread(cluster.start)
+        await send.enqueue_async(n=2)  # before the fix: PoolClosed
+    finally:
+        await app.aclose()
+    assert jobs(cluster) == [2]
 
 
 # --- after the statement was sent: ConnectionLost, never a retry ------------------------------
