@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -54,11 +53,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from akadze_core.migrations import migrate
 from tests.faults.conftest import SpawnWorker
 from tests.faults.fault_app import build_fault_app
 from tests.faults.support import Fleet, Spawn
-from tests.workers.support import RUNS_TABLE, PrivateCluster, with_application_name
+from tests.workers.support import (
+    RUNS_TABLE,
+    PrivateCluster,
+    started_cluster,
+    with_application_name,
+)
 
 SOAK_JOBS = int(os.environ.get("AKADZE_SOAK_JOBS", "150000"))
 KILL_EVERY = float(os.environ.get("AKADZE_SOAK_KILL_EVERY", "3"))
@@ -201,17 +204,8 @@ class Sampler(threading.Thread):
 @pytest.fixture
 def fleet_cluster() -> Iterator[FleetCluster]:
     """A started FleetCluster with the schema, ``runs`` and the ``fleet_workers`` map."""
-    try:
-        server = FleetCluster()
-    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        pytest.skip(f"cannot create a private Postgres cluster: {exc}")
-    try:
-        server.start()
-        with psycopg.connect(server.url(), autocommit=True) as connection:
-            migrate(connection)
-            connection.execute(RUNS_TABLE)
-            # Rescued workers' rows are deleted: keep which process each worker id was.
-            connection.execute("""
+    # Rescued workers' rows are deleted: keep which process each worker id was.
+    with started_cluster(FleetCluster, RUNS_TABLE, """
                 CREATE TABLE fleet_workers (id bigint PRIMARY KEY, pid integer NOT NULL);
                 CREATE FUNCTION fleet_worker_seen() RETURNS trigger LANGUAGE plpgsql AS $$
                 BEGIN
@@ -219,10 +213,8 @@ def fleet_cluster() -> Iterator[FleetCluster]:
                     RETURN NEW;
                 END $$;
                 CREATE TRIGGER fleet_worker_seen AFTER INSERT ON akadze.workers
-                    FOR EACH ROW EXECUTE FUNCTION fleet_worker_seen();""")
+                    FOR EACH ROW EXECUTE FUNCTION fleet_worker_seen();""") as server:
         yield server
-    finally:
-        server.destroy()
 
 
 def enqueue(url: str) -> None:

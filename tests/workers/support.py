@@ -12,12 +12,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
+import pytest
 
+from akadze_core.migrations import migrate
 from tests.helpers import wait_for
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -253,3 +255,26 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 20.0, what: str =
     except AssertionError:
         raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None
     return time.monotonic()
+
+
+C = TypeVar("C", bound=PrivateCluster)
+
+
+@contextlib.contextmanager
+def started_cluster(kind: type[C] = PrivateCluster,  # type: ignore[assignment]
+                    *setup: str) -> Iterator[C]:
+    """A started cluster of ``kind`` with the akadze schema and the ``setup`` statements
+    run, destroyed afterwards; skips the test when no cluster can be made here."""
+    try:
+        server = kind()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"cannot create a private Postgres cluster: {exc}")
+    try:
+        server.start()
+        with psycopg.connect(server.url(), autocommit=True) as connection:
+            migrate(connection)
+            for statement in setup:
+                connection.execute(statement)  # type: ignore[arg-type]
+        yield server
+    finally:
+        server.destroy()

@@ -6,7 +6,6 @@ connections it has; ``max_connections=`` bounds what a worker opens."""
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 
@@ -19,6 +18,7 @@ from tests.workers.support import (
     WORKER_APPLICATION_NAME,
     PrivateCluster,
     runs,
+    started_cluster,
     wait_until,
     with_application_name,
 )
@@ -42,18 +42,8 @@ class SmallCluster(PrivateCluster):
 @pytest.fixture
 def small_cluster() -> Iterator[SmallCluster]:
     """A started ``SmallCluster`` with the schema and the runs table."""
-    try:
-        server = SmallCluster()
-    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        pytest.skip(f"cannot create a private Postgres cluster: {exc}")
-    try:
-        server.start()
-        with psycopg.connect(server.url(), autocommit=True) as connection:
-            build_app(server.url()).migrate()
-            connection.execute(RUNS_TABLE)
+    with started_cluster(SmallCluster, RUNS_TABLE) as server:
         yield server
-    finally:
-        server.destroy()
 
 
 def fill(url: str) -> list[psycopg.Connection]:

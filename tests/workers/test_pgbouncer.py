@@ -26,8 +26,13 @@ import pytest
 from akadze_compat import Celery
 from akadze_core import App, request_cancel_sync
 from akadze_core.dberrors import PREPARED_STATEMENT_HINT
-from akadze_core.migrations import migrate
-from tests.workers.support import PrivateCluster, WorkerProcess, free_port, wait_until
+from tests.workers.support import (
+    PrivateCluster,
+    WorkerProcess,
+    free_port,
+    started_cluster,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -88,17 +93,8 @@ def _accepts(url: str) -> bool:
 def cluster() -> Iterator[PrivateCluster]:
     if not os.path.exists(PGBOUNCER):
         pytest.skip("no pgbouncer (apt-get install pgbouncer; .ci/run installs it)")
-    try:
-        server = PrivateCluster()
-    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        pytest.skip(f"cannot create a private Postgres cluster: {exc}")
-    try:
-        server.start()
-        with psycopg.connect(server.url(), autocommit=True) as connection:
-            migrate(connection)
+    with started_cluster() as server:
         yield server
-    finally:
-        server.destroy()
 
 
 @pytest.fixture(scope="module")

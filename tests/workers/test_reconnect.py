@@ -10,7 +10,6 @@ session is never retried or replaced.
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -24,8 +23,12 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 import akadze_compat
 from akadze_compat import Celery
 from akadze_core import App, ConfigurationError, ConnectionLost, Task
-from akadze_core.migrations import migrate
-from tests.workers.support import PrivateCluster, wait_until, with_application_name
+from tests.workers.support import (
+    PrivateCluster,
+    started_cluster,
+    wait_until,
+    with_application_name,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -36,17 +39,8 @@ APP_NAME = "akadze-reconnect-test"
 @pytest.fixture(scope="module")
 def server() -> Iterator[PrivateCluster]:
     """One private cluster for the module (each test restarts it or kills its backends)."""
-    try:
-        cluster = PrivateCluster()
-    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        pytest.skip(f"cannot create a private Postgres cluster: {exc}")
-    try:
-        cluster.start()
-        with psycopg.connect(cluster.url(), autocommit=True) as connection:
-            migrate(connection)
+    with started_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.destroy()
 
 
 def admin(cluster: PrivateCluster) -> psycopg.Connection:
