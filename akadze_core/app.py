@@ -443,7 +443,7 @@ class App:
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    def _live_pooled(self, pool: psycopg_pool.ConnectionPool) -> psycopg.Connection:
+    def live_pooled(self, pool: psycopg_pool.ConnectionPool) -> psycopg.Connection:
         """A connection of ``pool`` not ``found_dead`` (the caller puts it back).
 
         Dead ones are closed and handed back, and the pool opens replacements, until a
@@ -464,11 +464,11 @@ class App:
             connection.close()
             pool.putconn(connection)  # closed: discarded, and a new one is opened
 
-    async def _live_pooled_async(
+    async def live_pooled_async(
         self, pool: psycopg_pool.AsyncConnectionPool, timeout: float | None = None,
         on_dead: Callable[[], None] | None = None,
     ) -> psycopg.AsyncConnection:
-        """Async twin of ``_live_pooled``; ``timeout`` overrides the pool's, ``on_dead`` is
+        """Async twin of ``live_pooled``; ``timeout`` overrides the pool's, ``on_dead`` is
         called for each dead connection replaced."""
         limit = pool.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
@@ -517,7 +517,8 @@ class App:
         if self._async_pools.get(loop) is pool:
             del self._async_pools[loop]
 
-    async def _opened_async_pool(self) -> psycopg_pool.AsyncConnectionPool:
+    async def opened_async_pool(self) -> psycopg_pool.AsyncConnectionPool:
+        """This loop's async pool, opened (a connection error is one ``ConfigurationError``)."""
         pool = self.async_pool()
         if pool.closed:
             try:
@@ -662,8 +663,8 @@ class App:
         after the statement was sent raises ``ConnectionLost`` (``unsure`` says what is
         left unknown): it is not retried.
         """
-        pool = await self._opened_async_pool()
-        connection = await self._live_pooled_async(pool)
+        pool = await self.opened_async_pool()
+        connection = await self.live_pooled_async(pool)
         try:
             return await _sent_async(self, call, connection, unsure)
         finally:
@@ -693,7 +694,7 @@ class App:
             # timing and commit() on an autocommit connection cost more, and putconn alone
             # brings a connection back to idle or discards it.
             pool = self.pool()
-            pooled = self._live_pooled(pool)
+            pooled = self.live_pooled(pool)
             try:
                 return _sent(self, call, pooled, unsure)
             finally:
@@ -734,7 +735,7 @@ class App:
         that breaks after the statement was sent raises ``ConnectionLost``.
         """
         pool = self.pool()
-        connection = self._live_pooled(pool)
+        connection = self.live_pooled(pool)
         try:
             return _sent(self, call, connection, unsure)
         finally:

@@ -553,7 +553,7 @@ class Worker:
             nonlocal dead
             dead += 1
 
-        connection = await self.app._live_pooled_async(self._pool, timeout, found)
+        connection = await self.app.live_pooled_async(self._pool, timeout, found)
         if dead:
             logger.warning("replaced %d dead connections of the pool (server restart or "
                            "terminated backends)", dead)
