@@ -30,6 +30,7 @@ from .schedules import Schedule
 from .serialization import DEFAULT_MAX_ARGS_BYTES, Dumps, Loads, strict_dumps
 from .tasks import Task
 from .triggers import Trigger
+from .workflow import Workflow
 
 logger = logging.getLogger("akadze.app")
 
@@ -540,6 +541,10 @@ class App:
         return pool
 
     # --- reading jobs back -------------------------------------------------------------------
+
+    def workflow(self) -> Workflow:
+        """A new ``Workflow``: jobs inserted together, some waiting on others."""
+        return Workflow(self)
 
     def get_job(self, job_id: int) -> Job | None:
         """The job with this id, or None."""
