@@ -496,6 +496,14 @@ SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attemp
        upstream_results
 FROM akadze.jobs WHERE id = %(id)s;
 
+-- name: job_get_many
+-- The jobs of these ids (a group's members, waited for together); missing ids are absent.
+SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
+       errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
+       created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
+       upstream_results
+FROM akadze.jobs WHERE id = ANY(%(ids)s::bigint[]);
+
 -- name: job_list
 SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
        errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,

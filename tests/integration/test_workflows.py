@@ -191,3 +191,17 @@ def test_bad_calls_fail_before_anything_is_sent(app: App, tasks: dict[str, Any])
     other = app.workflow().add(tasks["add"], x=1)
     with pytest.raises(ValueError, match="another workflow"):
         flow.add(tasks["add"], after=other, x=1)
+
+
+async def test_waiting_for_many_jobs_at_once(app: App, db: psycopg.Connection,
+                                             tasks: dict[str, Any]) -> None:
+    import asyncio
+
+    ids = tasks["add"].enqueue_many([{"x": i} for i in range(5)])
+    assert set(app.get_jobs([*ids, 10**12])) == set(ids)
+    with pytest.raises(TimeoutError):
+        await asyncio.to_thread(app.wait_for_jobs, ids, 0.2)
+    waiter = asyncio.create_task(asyncio.to_thread(app.wait_for_jobs, ids, 20))
+    await run_until(app, finished(db, *ids))
+    jobs = await waiter
+    assert list(jobs) == ids and [jobs[i].result for i in ids] == list(range(5))
