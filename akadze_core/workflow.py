@@ -229,7 +229,7 @@ class Workflow:
             "upstreams": [_literal(refs) for refs in self._upstreams],
             "dependents": [_literal(nodes) for nodes in self._dependents],
             "pending": self._pending,
-            "waits_outside": [bool(refs) and max(refs) > 0 for refs in self._upstreams],
+            "waits_outside": [refs is not None and max(refs) > 0 for refs in self._upstreams],
             "external": sorted({ref for ref, _ in self._outside}),
             "external_ref": [ref for ref, _ in self._outside],
             "external_node": [node for _, node in self._outside],
