@@ -843,7 +843,7 @@ class Worker:
         if outcome is not None:
             if run is not None:
                 self._finished[(run.job_id, run.run_count)] = run
-            self._completer.submit(outcome)
+            self._completer.submit(outcome, urgent=bool(row.get("has_dependents")))
         elif run is not None:
             logger.log(self.outcome_log_level,
                        "job %s %s succeeded in %.3fs (attempt %s, completed in transaction)",
@@ -851,6 +851,10 @@ class Worker:
 
     def _outcomes_written(self, batch: Any, rows: list[dict[str, Any]]) -> None:
         # Once per written batch, not per job.
+        if rows and rows[0].get("settled"):
+            # The write released workflow jobs (committed already): claim now rather than
+            # when the NOTIFY comes back.
+            self._wake.set()
         log_outcomes(batch, rows, self._finished, self.outcome_log_level, self.app.redact,
                      self.on_unregistered)
 
