@@ -259,6 +259,15 @@ async def fetch_all_async(
         return await cursor.fetchall()
 
 
+async def run_statement(connection: psycopg.AsyncConnection, statement: str, /,
+                        **params: Any) -> list[dict[str, Any]]:
+    """Run one statement of an integration's own SQL file (``queries.load_queries``), under
+    the lock timeout like ours; its rows as dicts (none when it returns no rows)."""
+    async with connection.cursor(row_factory=dict_row) as cursor:
+        await _execute_async(cursor, statement, params)
+        return await cursor.fetchall() if cursor.description is not None else []
+
+
 async def check_schema_async(connection: psycopg.AsyncConnection) -> None:
     """Async twin of ``check_schema``."""
     exists = await (await connection.execute(SCHEMA_EXISTS)).fetchone()

@@ -693,7 +693,8 @@ class Worker:
                 break
 
     def _scheduling(self) -> bool:
-        return self._scheduler is not None and bool(self.app.schedules)
+        return self._scheduler is not None and bool(self.app.schedules
+                                                    or self.app.schedule_sources)
 
     async def _enqueue_schedules(self, connection: psycopg.AsyncConnection) -> None:
         assert self._scheduler is not None
