@@ -4,6 +4,7 @@ parameters; only the awaiting differs."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -455,13 +456,15 @@ async def runtime_schedule_fingerprint(
 
 
 async def enqueue_runtime_ticks(
-    connection: psycopg.AsyncConnection, ticks: Sequence[tuple[str, int, datetime, str]]
+    connection: psycopg.AsyncConnection, ticks: Sequence[tuple[str, int, Any, str, Any]]
 ) -> int:
-    """Enqueue one tick per runtime schedule of ``ticks`` (name, version, tick, tick as ISO
-    text) in one statement, each at most once across the fleet; returns how many jobs this
-    call inserted (the others were taken already, paused, changed or removed)."""
-    rows = await fetch_all_async(
-        connection, "schedule_runtime_enqueue", name=[tick[0] for tick in ticks],
-        version=[tick[1] for tick in ticks], tick=[tick[2] for tick in ticks],
-        tick_text=[tick[3] for tick in ticks])
+    """Enqueue one tick per runtime schedule of ``ticks`` (``timetable.DueTick``: name,
+    version, tick, tick as ISO text, ...) in one statement, each at most once across the
+    fleet; returns how many jobs this call inserted (the others were taken already, paused,
+    changed or removed).
+
+    The ticks travel as one JSON text: adapting arrays of names and datetimes cost psycopg
+    about 8 µs per tick, more than everything else a pass does for it."""
+    due = json.dumps([[tick[0], tick[1], tick[3]] for tick in ticks])
+    rows = await fetch_all_async(connection, "schedule_runtime_enqueue", due=due)
     return sum(int(row["jobs"]) for row in rows)

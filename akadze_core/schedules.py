@@ -1,4 +1,5 @@
-"""Periodic jobs: schedules declared in code, enqueued by the workers themselves.
+"""Periodic jobs: schedules declared in code (and runtime schedules stored in the database,
+see ``runtime_schedules``), enqueued by the workers themselves.
 
 There is no beat process. Every worker of the app, whatever its queues, runs a
 ``Scheduler`` in its maintenance round. Each schedule has one state row holding the last tick
@@ -12,6 +13,12 @@ What happens at each check, on the database clock (``plan``):
 - a schedule whose trigger changed since the row was written starts over the same way;
 - otherwise, if a tick came after the stored one, the latest such tick is enqueued. After
   downtime that is the latest missed tick only: the missed ones before it are skipped.
+
+Runtime schedules follow the same rules from their own rows (the row is the definition and
+the state): the worker holds them in a ``Timetable`` and enqueues their due ticks in batches,
+one statement per ``RUNTIME_BATCH`` schedules (``schedule_runtime_enqueue``), each row locked
+and re-checked so that every tick is still enqueued once across the fleet. A name held by a
+runtime row is skipped by a code declaration of it, with one warning.
 """
 
 from __future__ import annotations
@@ -192,6 +199,10 @@ def next_check_in(triggers: list[Trigger], now: datetime) -> float:
 RUNTIME_POLL_INTERVAL = 10.0
 #: Runtime ticks per enqueue statement (and rows per timing read).
 RUNTIME_BATCH = 500
+#: Seconds between two tick statements of one pass.
+RUNTIME_BATCH_PAUSE = 0.01
+#: Rows placed in the timetable between two yields to the event loop.
+RUNTIME_LOAD_SLICE = 25
 #: A worker that hears of a changed runtime schedule looks this many seconds later, so that
 #: a burst of changes (a bulk add) makes one pass.
 SCHEDULE_CHANGE_GRACE = 0.05
@@ -298,8 +309,11 @@ class Scheduler:
             if not due:
                 break
             try:
-                enqueued += await database.enqueue_runtime_ticks(
-                    connection, [tick.as_params() for tick in due])
+                if enqueued:
+                    # Paced: a minute's thousands of ticks spread over a few hundred ms, so
+                    # the claims of every worker never queue behind one burst of inserts.
+                    await asyncio.sleep(RUNTIME_BATCH_PAUSE)
+                enqueued += await database.enqueue_runtime_ticks(connection, due)
             except BaseException:
                 self.timetable.put_back(due)
                 raise
@@ -336,7 +350,12 @@ class Scheduler:
             rows = await database.runtime_schedule_timing(connection, chunk)
             found = {row["name"] for row in rows}
             self.timetable.drop(name for name in chunk if name not in found)
-            self.timetable.load(rows, now)
+            for first in range(0, len(rows), RUNTIME_LOAD_SLICE):
+                # Slices, with the loop let through between them: schedules with many
+                # distinct cron triggers cost about a millisecond each to place, and claims
+                # must not wait for thousands of them.
+                self.timetable.load(rows[first:first + RUNTIME_LOAD_SLICE], now)
+                await asyncio.sleep(0)
 
 
 async def run_schedules(app: App, stop: asyncio.Event) -> None:

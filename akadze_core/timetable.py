@@ -17,26 +17,23 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from .triggers import Trigger, parse_spec
 
 logger = logging.getLogger("akadze.schedules")
 
 
-@dataclass(frozen=True, slots=True)
-class DueTick:
-    """One tick to enqueue: the schedule, the version it was computed from, the tick and
-    the tick after it (where the schedule goes in the heap once this one is done)."""
+class DueTick(NamedTuple):
+    """One tick to enqueue: the schedule, the version it was computed from, the tick (and
+    as ISO text, the job's ``meta["tick"]``) and the tick after it (where the schedule goes
+    in the heap once this one is done). A tuple: a pass makes thousands of them."""
 
     name: str
     version: int
     tick: datetime
+    tick_text: str
     following: datetime
-
-    def as_params(self) -> tuple[str, int, datetime, str]:
-        """What ``database.enqueue_runtime_ticks`` takes."""
-        return self.name, self.version, self.tick, self.tick.isoformat()
 
 
 @dataclass(slots=True)
@@ -69,6 +66,10 @@ class Timetable:
         self._entries: dict[str, _Entry] = {}
         self._heap: list[tuple[datetime, int, str, int]] = []
         self._sequence = itertools.count()
+        # Each trigger's (latest tick, next tick) around the last ``now`` given to load: a
+        # cron evaluation costs about a millisecond, and many rows share a trigger.
+        self._around_now: datetime | None = None
+        self._around: dict[int, tuple[Trigger, datetime | None, datetime]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -93,17 +94,20 @@ class Timetable:
     def load(self, rows: Iterable[Mapping[str, Any]], now: datetime) -> None:
         """Take in the rows of ``schedule_runtime_timing`` (a schedule known already is
         replaced). A row whose spec no longer parses is logged and left out."""
-        around: dict[int, tuple[datetime | None, datetime]] = {}  # by trigger, at now
+        if self._around_now != now:
+            self._around_now, self._around = now, {}
+        around = self._around
         for row in rows:
             name = row["name"]
             try:
                 trigger = parse_spec(row["spec"])
                 next_fire = None
                 if not row["paused"]:
-                    times = around.get(id(trigger))
-                    if times is None:
-                        times = around[id(trigger)] = (trigger.latest(now), trigger.next(now))
-                    next_fire = _first_fire(times, row["last_tick"])
+                    known = around.get(id(trigger))
+                    if known is None or known[0] is not trigger:
+                        known = around[id(trigger)] = (trigger, trigger.latest(now),
+                                                       trigger.next(now))
+                    next_fire = _first_fire((known[1], known[2]), row["last_tick"])
             except Exception:  # an edited row; the others must go on
                 logger.exception("runtime schedule %r: cannot compute its next run", name)
                 self._entries.pop(name, None)
@@ -140,7 +144,7 @@ class Timetable:
         heap = self._heap
         taken: list[DueTick] = []
         # Many schedules share a trigger object (parse_spec's cache) and a tick.
-        following: dict[tuple[int, datetime], tuple[datetime, datetime]] = {}
+        following: dict[tuple[int, datetime], tuple[datetime, str, datetime]] = {}
         while heap and heap[0][0] <= now and (limit is None or len(taken) < limit):
             item = heapq.heappop(heap)
             entry = self._current(item)
@@ -150,7 +154,8 @@ class Timetable:
             times = following.get(key)
             if times is None:
                 try:
-                    times = self._tick_after(entry.trigger, item[0], now)
+                    tick, after = self._tick_after(entry.trigger, item[0], now)
+                    times = (tick, tick.isoformat(), after)
                 except Exception:
                     logger.exception("runtime schedule %r: cannot compute its next run",
                                      item[2])
@@ -158,7 +163,7 @@ class Timetable:
                     continue
                 following[key] = times
             entry.next_fire = None  # out of the heap until advanced or put back
-            taken.append(DueTick(item[2], item[3], times[0], times[1]))
+            taken.append(DueTick(item[2], item[3], *times))
         return taken
 
     @staticmethod

@@ -737,10 +737,12 @@ FROM akadze.schedules WHERE source = 'runtime';
 -- only a row still at an earlier tick, at the version the tick was computed from and not
 -- paused is advanced, and only an advanced row inserts its job. Rows are locked in name
 -- order, so two workers enqueueing overlapping sets wait on each other, never deadlock.
--- The job's fields come from the row; meta gains {"schedule": name, "tick": %(tick_text)s}.
+-- The job's fields come from the row; meta gains {"schedule": name, "tick": the tick's text}.
 WITH due AS (
-    SELECT * FROM unnest(%(name)s::text[], %(version)s::bigint[], %(tick)s::timestamptz[],
-                         %(tick_text)s::text[]) AS d(name, version, tick, tick_text)
+    -- %(due)s: [[name, version, tick as ISO text], ...]
+    SELECT d ->> 0 AS name, (d ->> 1)::bigint AS version,
+           (d ->> 2)::timestamptz AS tick, d ->> 2 AS tick_text
+    FROM jsonb_array_elements(%(due)s::jsonb) AS d
 ),
 locked AS (
     SELECT s.name, d.tick, d.tick_text

@@ -25,7 +25,7 @@ def test_a_loaded_schedule_comes_due_at_its_next_tick_and_then_the_following() -
     [due] = table.take_due(T0 + MINUTE)
     assert (due.name, due.version, due.tick, due.following) == ("a", 1, T0 + MINUTE,
                                                                 T0 + 2 * MINUTE)
-    assert due.as_params() == ("a", 1, T0 + MINUTE, "2030-01-01T12:01:00+00:00")
+    assert due.tick_text == "2030-01-01T12:01:00+00:00"
     assert table.next_fire() is None  # out of the heap until given back
     table.advance([due])
     assert table.next_fire() == T0 + 2 * MINUTE
