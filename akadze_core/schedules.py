@@ -12,6 +12,10 @@ What happens at each check, on the database clock (``plan``):
 - a schedule whose trigger changed since the row was written starts over the same way;
 - otherwise, if a tick came after the stored one, the latest such tick is enqueued. After
   downtime that is the latest missed tick only: the missed ones before it are skipped.
+
+A ``LastRunTrigger`` (a schedule that decides from its last run, like Celery's ``is_due``) is
+asked ``latest_after(stored tick, now)`` instead, and its tick is enqueued only if the stored
+tick is still the one it was given.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from .database import JobRequest
 from .dberrors import is_transient
 from .serialization import check_storable, encode_args
 from .tasks import Task
-from .triggers import EPOCH, Trigger, as_trigger
+from .triggers import EPOCH, LastRunTrigger, Trigger, as_trigger
 
 if TYPE_CHECKING:
     from .app import App
@@ -160,10 +164,12 @@ def plan(trigger: Trigger, state: Mapping[str, Any] | None, now: datetime
     """What to do with a schedule at ``now`` given its state row (None when it has none):
     ``("start" | "reset", tick)`` records ``tick`` without running it, ``("enqueue", tick)``
     runs it, None does nothing."""
-    tick = trigger.latest(now)
     if state is None or state["spec"] != trigger.spec:
+        tick = trigger.latest(now)
         # Nothing at or before now fires: with no tick yet, the first one after now will.
         return ("start" if state is None else "reset"), (now if tick is None else tick)
+    tick = trigger.latest_after(state["last_tick"], now) if isinstance(trigger, LastRunTrigger) \
+        else trigger.latest(now)
     if tick is not None and tick > state["last_tick"]:
         return "enqueue", tick
     return None
@@ -213,8 +219,12 @@ class Scheduler:
         action, tick = step
         spec = schedule.trigger.spec
         if request is not None:
+            # A tick that depends on the last run is enqueued only from that same last run.
+            expected = state["last_tick"] if state is not None and isinstance(
+                schedule.trigger, LastRunTrigger) else None
             job_id = await database.enqueue_schedule_tick(
-                connection, request, name=schedule.name, spec=spec, tick=tick)
+                connection, request, name=schedule.name, spec=spec, tick=tick,
+                expected=expected)
             if job_id is not None:
                 logger.info("schedule %r: enqueued job %s %s for %s", schedule.name, job_id,
                             schedule.task, tick.isoformat())
