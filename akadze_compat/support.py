@@ -223,8 +223,6 @@ EXTRA_SETTINGS: dict[str, Support] = {
     "task_default_retry_delay": _h("the retry delay of tasks that set no default_retry_delay"),
 }
 
-_DEFAULT_SCHEDULERS = {"celery.beat:PersistentScheduler", "celery.beat.PersistentScheduler"}
-
 
 def setting_value_support(name: str, value: Any) -> Support | None:
     """A value of setting ``name`` that changes its status: one the app refuses at start
@@ -238,10 +236,12 @@ def setting_value_support(name: str, value: Any) -> Support | None:
             database_url(value)
     except ImproperlyConfigured as exc:
         return Support(MISSING, f"the worker refuses to start: {exc}")
-    if name == "beat_scheduler" and value and str(value) not in _DEFAULT_SCHEDULERS:
-        return Support(MISSING, f"{value} is not used: periodic tasks come only from "
-                                "beat_schedule and add_periodic_task, so schedules kept "
-                                "elsewhere (e.g. django_celery_beat's database) will not run")
+    if name == "beat_scheduler" and value:
+        from .beat import unhonoured_scheduler  # beat imports much that imports this
+
+        line = unhonoured_scheduler(value)
+        if line is not None:
+            return Support(MISSING, f"the worker and beat warn at start: {line}")
     if name == "worker_pool" and value:
         pool = str(value).lower()
         if pool in ("eventlet", "gevent"):

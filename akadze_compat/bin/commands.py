@@ -20,6 +20,7 @@ import click
 from akadze_core import Job, run_schedules
 
 from .. import states
+from ..beat import warn_unhonoured_scheduler
 from ..exceptions import TimeoutError as CeleryTimeout
 from .base import CliError, cli_state, split_names, warn
 from .logs import setup_command_logging
@@ -384,8 +385,10 @@ def migrate_command(ctx: click.Context) -> None:
 @click.command("beat", context_settings={"ignore_unknown_options": True,
                                          "allow_extra_args": True})
 @click.option("-l", "--loglevel", default="INFO", help="Logging level.")
+@click.option("-S", "--scheduler", help="Celery beat's scheduler class (module:Class), as "
+              "beat_scheduler; one akadze cannot honour is named in a warning at start.")
 @click.pass_context
-def beat_command(ctx: click.Context, loglevel: str) -> None:
+def beat_command(ctx: click.Context, loglevel: str, scheduler: str | None) -> None:
     """Run only the scheduler: enqueue the app's periodic tasks until stopped.
 
     Optional: every ``akadze-compat worker`` already enqueues them, exactly once per tick
@@ -395,6 +398,7 @@ def beat_command(ctx: click.Context, loglevel: str) -> None:
         warn(f"beat: ignoring unsupported option {extra}")
     app = _state(ctx).load_app()
     setup_command_logging(logging.getLevelName(loglevel.upper()))
+    warn_unhonoured_scheduler(app, scheduler)
     core = app.prepare_worker()
     click.echo(f"akadze-compat beat: {len(core.schedules)} periodic tasks; Ctrl-C stops")
 

@@ -51,7 +51,6 @@ IGNORED: tuple[tuple[tuple[str, ...], bool, str], ...] = (
                                      "rescued: they stay on"),
     (("-s", "--schedule-filename", "--schedule"), False, "schedules keep their state in the "
                                                          "database"),
-    (("--scheduler",), False, "schedules run inside every worker"),
     (("--uid",), False, "start the worker as the user you want instead"),
     (("--gid",), False, "start the worker as the group you want instead"),
     (("--umask",), False, "set the umask before starting the worker instead"),
@@ -91,6 +90,8 @@ def worker_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--soft-time-limit", type=float, help="Soft time limit of every task (s)."),
         click.option("--purge", "--discard", "purge", is_flag=True,
                      help="Delete the queued tasks of the worker's queues first."),
+        click.option("--scheduler", help="Celery beat's scheduler class (module:Class), as "
+                     "beat_scheduler; one akadze cannot honour is named in a warning at start."),
         click.option("-B", "--beat", is_flag=True, help="Accepted: every worker runs the "
                                                         "schedules already."),
         click.option("-O", "--optimization", type=click.Choice(("default", "fair")),
