@@ -17,9 +17,12 @@ which ``akadze_core``'s scheduler asks for ``latest(at)``/``next(after)`` (see
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import numbers
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from datetime import timezone as dt_timezone
@@ -28,7 +31,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 
-__all__ = ["CrontabTrigger", "DueTrigger", "schedule_timezone", "to_zone"]
+__all__ = [
+    "CrontabTrigger",
+    "DueTrigger",
+    "schedule_clock",
+    "schedule_timezone",
+    "scheduler_clock",
+    "to_zone",
+]
 
 _UTC = dt_timezone.utc
 _SECOND = timedelta(seconds=1)
@@ -140,6 +150,26 @@ class CrontabTrigger:
         return f"<CrontabTrigger {self.spec}>"
 
 
+#: The clock a worker's scheduler asks ``is_due`` on (the database's), while it asks.
+_scheduler_clock: contextvars.ContextVar[datetime | None] = contextvars.ContextVar(
+    "akadze_compat_scheduler_clock", default=None)
+
+
+@contextlib.contextmanager
+def scheduler_clock(now: datetime) -> Iterator[None]:
+    """Make a schedule's ``now()`` (without a ``nowfun``) answer ``now`` in this context."""
+    token = _scheduler_clock.set(now)
+    try:
+        yield
+    finally:
+        _scheduler_clock.reset(token)
+
+
+def schedule_clock() -> datetime | None:
+    """The scheduler's clock in this context, None outside a scheduler's check."""
+    return _scheduler_clock.get()
+
+
 class DueTrigger:
     """Runs a schedule that says itself when it is due: Celery's ``is_due(last_run_at)``.
 
@@ -168,8 +198,6 @@ class DueTrigger:
 
     def latest_after(self, last_tick: datetime, at: datetime) -> datetime | None:
         """``at`` when ``is_due(last_tick)`` says a run is due at ``at``, else None."""
-        from .schedules import scheduler_clock
-
         at = _aware(at)
         with scheduler_clock(at):
             due, wait = self.schedule.is_due(_aware(last_tick).astimezone(self.zone))

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from akadze_core import Trigger
 
 from . import serialization
+from ._schedulers import HONOURED_SCHEDULERS, unhonoured_scheduler
 from ._triggers import DueTrigger, schedule_timezone, to_zone
 from .app import publish
 from .canvas import Signature
@@ -97,8 +98,8 @@ def to_trigger(value: Any, timezone: str | tzinfo = "UTC", relative: bool = Fals
             "and spec")
     if callable(getattr(value, "is_due", None)) and \
             callable(getattr(value, "remaining_estimate", None)):
-        if isinstance(value, BaseSchedule) and value._app is None and app is not None:
-            value.app = app
+        if isinstance(value, BaseSchedule) and app is not None:
+            value.app = app  # as Celery beat gives its entries' schedules the app
         if isinstance(value, solar):
             return value.trigger(timezone)  # checks that ephem is there
         return DueTrigger(value, timezone)
@@ -331,49 +332,6 @@ def register_periodic_tasks(app: Celery, core: CoreApp) -> list[str]:
 def _fingerprint(arguments: Mapping[str, Any]) -> str:
     """What decides whether a re-declared entry changed (triggers compare by spec)."""
     return repr(sorted({**arguments, "trigger": arguments["trigger"].spec}.items()))
-
-
-# --- beat_scheduler: which schedulers' schedules run here ----------------------------------------
-
-#: The ``beat_scheduler`` values (``module:Class``; ``module.Class`` is read the same) whose
-#: schedules run here. Celery's default keeps its schedules in ``beat_schedule``, which every
-#: worker runs. The one place to add a scheduler akadze learns to honour (django_celery_beat's
-#: ``DatabaseScheduler`` is next); any other value draws :func:`unhonoured_scheduler`'s line.
-HONOURED_SCHEDULERS: frozenset[str] = frozenset({
-    "celery.beat:PersistentScheduler",
-    "akadze_compat.beat:PersistentScheduler",  # the setting with its imports renamed
-})
-#: What the schedulers projects use most keep elsewhere, by top-level package.
-_KEPT_ELSEWHERE = {
-    "django_celery_beat": "the periodic tasks in django_celery_beat's database tables "
-                          "(PeriodicTask rows, the Django admin's)",
-    "redbeat": "the schedules RedBeat keeps in Redis",
-}
-
-
-def scheduler_name(value: Any) -> str:
-    """``module:Class`` for a scheduler given as text (either spelling) or as a class."""
-    if isinstance(value, type):
-        return f"{value.__module__}:{value.__qualname__}"
-    text = str(value).strip()
-    if ":" not in text and "." in text:
-        module, _, name = text.rpartition(".")
-        text = f"{module}:{name}"
-    return text
-
-
-def unhonoured_scheduler(value: Any, where: str = "beat_scheduler") -> str | None:
-    """The one line saying which schedules will not run when ``value`` (set by ``where``)
-    is a scheduler not honoured here; None for an honoured one or none."""
-    if not value:
-        return None
-    name = scheduler_name(value)
-    if name in HONOURED_SCHEDULERS:
-        return None
-    kept = _KEPT_ELSEWHERE.get(name.split(":")[0].split(".")[0],
-                               f"the schedules {name} keeps or computes")
-    return (f"{where} {name} is not supported: {kept} will not run; only beat_schedule "
-            "and add_periodic_task entries do (migration_guide/celery.md, Periodic tasks)")
 
 
 def warn_unhonoured_scheduler(app: Any, override: Any = None) -> str | None:

@@ -32,11 +32,9 @@ Deliberate differences from Celery (also in the migration guide):
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import numbers
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from datetime import date, datetime, time, timedelta, tzinfo
 from datetime import timezone as dt_timezone
 from typing import Any, NamedTuple
@@ -45,7 +43,7 @@ from zoneinfo import ZoneInfo
 from akadze_core import Every, Trigger
 
 from . import _state
-from ._triggers import CrontabTrigger, DueTrigger, to_zone
+from ._triggers import CrontabTrigger, DueTrigger, schedule_clock, to_zone
 from .exceptions import ImproperlyConfigured
 
 __all__ = [
@@ -190,21 +188,6 @@ def _expand(spec: Cronspec, max_: int, min_: int = 0) -> set[int]:
 # --- schedules ------------------------------------------------------------------------------
 
 
-#: The clock a worker's scheduler evaluates ``is_due`` on (the database's), while it does.
-_scheduler_clock: contextvars.ContextVar[datetime | None] = contextvars.ContextVar(
-    "akadze_compat_scheduler_clock", default=None)
-
-
-@contextlib.contextmanager
-def scheduler_clock(now: datetime) -> Iterator[None]:
-    """Make :meth:`BaseSchedule.now` (without a ``nowfun``) answer ``now`` in this context."""
-    token = _scheduler_clock.set(now)
-    try:
-        yield
-    finally:
-        _scheduler_clock.reset(token)
-
-
 class BaseSchedule:
     """Base of Celery schedule objects: their clock (``nowfun``, else the app's), their
     app (``app``, else the current app) and its time zone (``tz``)."""
@@ -237,7 +220,7 @@ class BaseSchedule:
         app's ``now()`` (its time zone)."""
         if self.nowfun:
             return self.nowfun()
-        clock = _scheduler_clock.get()
+        clock = schedule_clock()
         if clock is not None:
             return clock.astimezone(self.tz)
         return datetime.now(self.tz)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ._schedulers import unhonoured_scheduler
 from .app.config import database_url
 from .app.defaults import NAMESPACES
 from .exceptions import ImproperlyConfigured
@@ -110,7 +111,9 @@ _BY_SETTING: dict[str, Support] = {
     "beat_schedule": _h("every worker schedules the entries, each tick enqueued once across "
                         "the fleet; after downtime only the latest missed tick runs; "
                         "intervals tick on a fixed grid since the epoch"),
-    "beat_scheduler": _i("schedules come from beat_schedule and add_periodic_task only"),
+    "beat_scheduler": _i("schedules come from beat_schedule and add_periodic_task only; "
+                         "another scheduler (django_celery_beat, RedBeat) draws one WARNING "
+                         "at worker and beat start naming what will not run"),
     "beat_cron_starting_deadline": _i("after downtime only the latest missed tick runs"),
     "beat_max_loop_interval": _i("workers compute the next ticks ahead; there is no loop"),
     # --- broker
@@ -237,8 +240,6 @@ def setting_value_support(name: str, value: Any) -> Support | None:
     except ImproperlyConfigured as exc:
         return Support(MISSING, f"the worker refuses to start: {exc}")
     if name == "beat_scheduler" and value:
-        from .beat import unhonoured_scheduler  # beat imports much that imports this
-
         line = unhonoured_scheduler(value)
         if line is not None:
             return Support(MISSING, f"the worker and beat warn at start: {line}")
@@ -399,6 +400,8 @@ API_PATTERNS: dict[str, Support] = {
                                        "debug and move tasks with the database at hand"),
     "celery.bootsteps": Support(MISSING, "custom worker bootsteps are not supported: use the "
                                          "worker_init / worker_ready signals"),
-    "celery.schedules.solar": Support(MISSING, "solar schedules are not supported: use a "
-                                               "crontab in the app's timezone"),
+    "celery.schedules.solar": Support(DIFFERENT, "solar schedules run as in Celery when the "
+                                                 "ephem package is installed (pip install "
+                                                 "'akadze[solar]'); without it the worker "
+                                                 "refuses to start, saying so"),
 }
