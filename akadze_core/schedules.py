@@ -28,6 +28,10 @@ the state): the worker holds them in a ``Timetable`` and enqueues their due tick
 one statement per ``RUNTIME_BATCH`` schedules (``schedule_runtime_enqueue``), each row locked
 and re-checked so that every tick is still enqueued once across the fleet. A name held by a
 runtime row is skipped by a code declaration of it, with one warning.
+
+A ``LastRunTrigger`` (a schedule that decides from its last run, like Celery's ``is_due``) is
+asked ``latest_after(stored tick, now)`` instead, and its tick is enqueued only if the stored
+tick is still the one it was given.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from .maintenance import first_of
 from .serialization import check_storable, encode_args
 from .tasks import Task
 from .timetable import Timetable
-from .triggers import EPOCH, Trigger, as_trigger
+from .triggers import EPOCH, LastRunTrigger, Trigger, as_trigger
 
 if TYPE_CHECKING:
     from .app import App
@@ -183,8 +187,8 @@ def plan(trigger: Trigger, state: Mapping[str, Any] | None, now: datetime,
     """What to do with a schedule at ``now`` given its state row (None when it has none):
     ``("start" | "reset", tick)`` records ``tick`` without running it, ``("enqueue", tick)``
     runs it, None does nothing. ``since``: the schedule's own reference instant."""
-    tick = trigger.latest(now)
     if state is None or state["spec"] != trigger.spec:
+        tick = trigger.latest(now)
         action: Action = "start" if state is None else "reset"
         if since is not None:
             # Ticks after since count; never step back behind a tick already accounted for
@@ -192,6 +196,8 @@ def plan(trigger: Trigger, state: Mapping[str, Any] | None, now: datetime,
             return action, since if state is None else max(since, state["last_tick"])
         # Nothing at or before now fires: with no tick yet, the first one after now will.
         return action, (now if tick is None else tick)
+    tick = trigger.latest_after(state["last_tick"], now) if isinstance(trigger, LastRunTrigger) \
+        else trigger.latest(now)
     floor = state["last_tick"] if since is None else max(state["last_tick"], since)
     if tick is not None and tick > floor:
         return "enqueue", tick
@@ -345,23 +351,29 @@ class Scheduler:
         if step is None or request is None:
             return
         tick = step[1]
+        # A tick that depends on the last run is enqueued only from that same last run.
+        expected = state["last_tick"] if state is not None and isinstance(
+            schedule.trigger, LastRunTrigger) else None
         if source is None:
             job_id = await database.enqueue_schedule_tick(
-                connection, request, name=schedule.name, spec=spec, tick=tick)
+                connection, request, name=schedule.name, spec=spec, tick=tick,
+                expected=expected)
         else:
-            job_id = await self._enqueue_for(source, connection, schedule, request, tick)
+            job_id = await self._enqueue_for(source, connection, schedule, request, tick,
+                                             expected)
         if job_id is not None:
             logger.info("schedule %r: enqueued job %s %s for %s", schedule.name, job_id,
                         schedule.task, tick.isoformat())
 
     @staticmethod
     async def _enqueue_for(source: ScheduleSource, connection: psycopg.AsyncConnection,
-                           schedule: Schedule, request: JobRequest, tick: datetime
-                           ) -> int | None:
+                           schedule: Schedule, request: JobRequest, tick: datetime,
+                           expected: datetime | None = None) -> int | None:
         """Enqueue the tick and let ``source`` record it, in one transaction."""
         async with connection.transaction():
             job_id = await database.enqueue_schedule_tick(
-                connection, request, name=schedule.name, spec=schedule.trigger.spec, tick=tick)
+                connection, request, name=schedule.name, spec=schedule.trigger.spec, tick=tick,
+                expected=expected)
             if job_id is None:
                 return None
             if not await source.enqueued(connection, schedule, tick, job_id):

@@ -646,10 +646,13 @@ WHERE name = %(name)s AND spec <> %(spec)s AND source = 'code';
 -- the UPDATE takes the schedule's row lock, and a worker that waited for it re-reads the row
 -- (READ COMMITTED), finds last_tick already at the tick, updates nothing and so inserts
 -- nothing. The job is due at once and wakes the workers of its queue like job_insert.
+-- %(expected)s (when not NULL) is the last tick the caller decided from: a tick that depends
+-- on the last run (Celery's is_due) is enqueued only if nobody moved it since.
 WITH advanced AS (
     UPDATE akadze.schedules
     SET last_tick = %(tick)s, last_run = %(tick)s, updated_at = now()
     WHERE name = %(name)s AND spec = %(spec)s AND last_tick < %(tick)s AND source = 'code'
+      AND (%(expected)s::timestamptz IS NULL OR last_tick = %(expected)s::timestamptz)
     RETURNING name
 ),
 inserted AS (
