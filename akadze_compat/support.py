@@ -112,7 +112,7 @@ _BY_SETTING: dict[str, Support] = {
     "beat_schedule": _h("every worker schedules the entries, each tick enqueued once across "
                         "the fleet; after downtime only the latest missed tick runs; "
                         "intervals tick on a fixed grid since the epoch"),
-    "beat_scheduler": _i("schedules come from beat_schedule and add_periodic_task, and from "
+    "beat_scheduler": _d("schedules come from beat_schedule and add_periodic_task, and from "
                          "django_celery_beat's tables with its DatabaseScheduler; another "
                          "scheduler (RedBeat, any other class) draws one WARNING at worker "
                          "and beat start naming what will not run"),
