@@ -222,7 +222,6 @@ def test_chains_and_chords_survive_repeated_sigkills(
     chaos = Chaos(db, spawn_worker, database_url, *FAST, *BOTH_QUEUES, "--slots", "4")
     last = chaos.run({"chain": chain_ids, "chord": member_ids, "body": body_ids},
                      {"chain": 3, "chord": 3, "body": 1})
-    print("DEBUG", chaos.hits, len(chaos.killed))
     wait_until(lambda: all_final(db), timeout=60, what="every workflow to finish")
     assert last.proc.poll() is None, last.log()
 
@@ -234,7 +233,7 @@ def test_chains_and_chords_survive_repeated_sigkills(
         assert [rows[i]["result"] for i in ids(chain)] == [1000 * c + n for n in range(1, 31)]
     check_no_premature_start(db, chain_ids | body_ids)
     # Every chord body ran with all 200 results in order, and its effect exists once.
-    for c, (members, body) in enumerate(chords):
+    for members, body in chords:
         assert all(rows[i]["state"] == "succeeded" for i in ids(members))
         assert rows[body.id or 0]["upstream_results"] == list(range(200))
         assert rows[body.id or 0]["state"] == "succeeded"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -45,6 +46,9 @@ MODES: dict[str, tuple[str, int, str | None]] = {
     "exhaust": ("failed", 2, "ValueError"),
     "fail": ("failed", 1, "Fail"),
     "cancel": ("cancelled", 1, None),
+    "tx": ("succeeded", 1, None),
+    # Enqueued already expired: cancelled when claimed (the claim settles it), never run.
+    "expired": ("cancelled", 0, None),
 }
 
 
@@ -72,7 +76,7 @@ class Graph:
 @st.composite
 def graphs(draw: st.DrawFn) -> Graph:
     externals = draw(st.lists(st.sampled_from(["ok", "flaky"]), max_size=2))
-    size = draw(st.integers(1, 7))
+    size = draw(st.integers(1, 8))
     nodes: list[Spec] = []
     for index in range(size):
         choices = [("n", j) for j in range(index)] + [("e", k) for k in range(len(externals))]
@@ -80,14 +84,15 @@ def graphs(draw: st.DrawFn) -> Graph:
         passes: list[str | None] = [None, "list"] + (["one"] if len(after) == 1 else [])
         nodes.append(Spec(
             mode=draw(st.sampled_from(["ok", "ok", "ok", "flaky", "exhaust", "fail",
-                                       "cancel"])),
+                                       "cancel", "tx", "expired"])),
             after=after,
             pass_=draw(st.sampled_from(passes)) if after else None,
             on_upstream_failure=draw(st.sampled_from(["cancel", "fail"])),
             errbacks=draw(st.lists(st.booleans(), max_size=2)),
             seconds=draw(st.sampled_from([0.0, 0.0, 0.01, 0.05])),
         ))
-    precancel = draw(st.lists(st.integers(0, size - 1), unique=True, max_size=2))
+    precancel = draw(st.one_of(st.just([]), st.lists(st.integers(0, size - 1), unique=True,
+                                                     min_size=1, max_size=2)))
     return Graph(externals, nodes, precancel)
 
 
@@ -98,6 +103,8 @@ class Prediction:
     result: list[Any] = field(default_factory=list)
     upstream_results: list[Any] = field(default_factory=list)
     error_type: list[str | None] = field(default_factory=list)  # what errbacks receive
+    #: How each node ended: ran (or was claimed, for "expired"), "precancelled", "upstream".
+    how: list[str] = field(default_factory=list)
     cancel_marks: list[bool] = field(default_factory=list)  # request_cancel's answers
 
 
@@ -146,19 +153,26 @@ def predict(graph: Graph) -> Prediction:
             out.result.append(None)
             out.upstream_results.append(None)
             out.error_type.append("UpstreamFailed" if state == "failed" else None)
+            out.how.append("precancelled" if ended.get(index) == "cancelled"
+                           and index in graph.precancel else "upstream")
             continue
         state, starts, error_type = MODES[spec.mode]
         inputs = [results[ref] for ref in spec.after]
         passed = inputs[0] if spec.pass_ == "one" else inputs if spec.pass_ == "list" else None
-        got = (passed["name"] if spec.pass_ == "one"
-               else [value["name"] for value in inputs] if spec.pass_ == "list" else None)
-        result = {"name": name(index), "got": got} if state == "succeeded" else None
+        def name_of(value: Any) -> Any:
+            return value["name"] if isinstance(value, dict) else None
+
+        got = (name_of(passed) if spec.pass_ == "one"
+               else [name_of(value) for value in inputs] if spec.pass_ == "list" else None)
+        result = ({"name": name(index), "got": got} if state == "succeeded"
+                  and spec.mode != "tx" else None)
         results[("n", index)] = result
         out.state.append(state)
         out.starts.append(starts)
         out.result.append(result)
         out.upstream_results.append(passed)
         out.error_type.append(error_type)
+        out.how.append("ran")
     return out
 
 
@@ -183,6 +197,8 @@ class Runner:
         self.url = url
         self.node = app.tasks["wf_node"]
         self.errback = app.tasks["wf_errback"]
+        self.expired = self.node.configure(
+            expires_at=datetime.now(timezone.utc) - timedelta(hours=1))
         self.examples = 0
 
     def enqueue(self, graph: Graph) -> tuple[list[int], list[int], list[bool]]:
@@ -206,7 +222,8 @@ class Runner:
             errbacks = [OnFailure(self.errback, result_arg="error" if with_error else None,
                                   tag=f"{name(index)}/{k}")
                         for k, with_error in enumerate(spec.errbacks)]
-            nodes.append(flow.add(self.node, after=after,
+            call = self.expired if spec.mode == "expired" else self.node
+            nodes.append(flow.add(call, after=after,
                                   result_arg="inputs" if spec.pass_ else None,
                                   on_upstream_failure=spec.on_upstream_failure,
                                   on_failure=errbacks, name=name(index), mode=spec.mode,
@@ -254,6 +271,8 @@ class Runner:
             assert starts.get(job_id, 0) == expected.starts[index], where
             if expected.state[index] == "succeeded":
                 assert row["result"] == expected.result[index], where
+            if spec.mode == "expired" and expected.how[index] == "ran":
+                assert row["errors"] == [], where  # cancelled at claim
             if expected.starts[index]:
                 assert row["upstream_results"] == expected.upstream_results[index], where
                 # Released at zero, and not before: it started after its upstreams finished.
@@ -262,8 +281,7 @@ class Runner:
                 assert all(first_start[job_id] > up["finished_at"] for up in ups), where
             else:
                 assert row["run_count"] == 0 and row["attempt"] == 0, where
-                if index not in graph.precancel or not expected.cancel_marks[
-                        graph.precancel.index(index)]:
+                if expected.how[index] == "upstream":
                     entry = row["errors"][-1]
                     assert entry["type"] == "UpstreamFailed", where
                     culprits = {node_ids[a] for a in ancestors(graph, index)

@@ -82,13 +82,19 @@ def register_workflow_tasks(app: App) -> None:
 
     @app.task("wf_node", max_attempts=2, backoff=lambda attempt: QUICK_RETRY)
     async def wf_node(name: str, mode: str = "ok", seconds: float = 0.0,
-                      inputs: Any = None) -> dict[str, Any]:
+                      inputs: Any = None) -> dict[str, Any] | None:
         """A node of the model test. Returns its name and the names of the results it was
-        given (one, a list, or none). ``mode``: ok; flaky (the first attempt raises);
-        exhaust (every attempt raises: failed once max_attempts is spent); fail (``Fail``);
-        cancel (``Cancel``)."""
+        given (one, a list, or none; a null result counts as no name). ``mode``: ok; flaky
+        (the first attempt raises); exhaust (every attempt raises: failed once max_attempts
+        is spent); fail (``Fail``); cancel (``Cancel``); tx (succeeds through
+        ``complete_tx``, which stores a null result)."""
         await record()
-        attempt = current().attempt
+        context = current()
+        attempt = context.attempt
+        if mode == "tx":
+            async with context.complete_tx() as connection:
+                await connection.execute("SELECT 1")
+            return None
         if mode == "fail":
             raise Fail(f"{name} fails")
         if mode == "cancel":
@@ -97,7 +103,8 @@ def register_workflow_tasks(app: App) -> None:
             raise ValueError(f"{name} attempt {attempt} fails")
         await asyncio.sleep(seconds)
         if isinstance(inputs, list):
-            got: Any = [value["name"] for value in inputs]
+            got: Any = [value["name"] if isinstance(value, dict) else None
+                        for value in inputs]
         elif isinstance(inputs, dict):
             got = inputs["name"]
         else:
