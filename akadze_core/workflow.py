@@ -110,7 +110,13 @@ class Workflow:
     def __init__(self, app: App) -> None:
         self.app = app
         self.nodes: list[Node] = []
-        self._after: list[str | None] = []
+        # Per node: its upstreams (-k: node k of this workflow, else a job id), the nodes
+        # waiting on it (1-based), and how many of its upstreams are in this workflow.
+        self._upstreams: list[list[int] | None] = []
+        self._dependents: list[list[int] | None] = []
+        self._pending: list[int] = []
+        # Jobs enqueued before that nodes wait on: each edge (job id, 1-based node).
+        self._outside: list[tuple[int, int]] = []
         self._flow: list[str | None] = []
         self._on_failure: list[str | None] = []
         self._session: Any = None
@@ -179,7 +185,18 @@ class Workflow:
         errbacks = [errback.spec() for errback in on_failure]
         node = Node(len(self.nodes), request)
         self.nodes.append(node)
-        self._after.append(json.dumps(refs) if refs else None)
+        self._upstreams.append(refs or None)
+        self._dependents.append(None)
+        self._pending.append(sum(1 for ref in refs if ref < 0))
+        for ref in refs:
+            if ref < 0:
+                waiting = self._dependents[-ref - 1]
+                if waiting is None:
+                    self._dependents[-ref - 1] = [node.index + 1]
+                elif waiting[-1] != node.index + 1:  # the same upstream named twice
+                    waiting.append(node.index + 1)
+            else:
+                self._outside.append((ref, node.index + 1))
         self._flow.append(json.dumps(flow) if flow else None)
         self._on_failure.append(f"[{', '.join(errbacks)}]" if errbacks else None)
         return node
@@ -208,7 +225,14 @@ class Workflow:
             "meta": [r.meta for r in requests], "at": [r.scheduled_at for r in requests],
             "delay": [r.delay for r in requests],
             "expires_at": [r.expires_at for r in requests],
-            "after": self._after, "flow": self._flow, "on_failure": self._on_failure,
+            "flow": self._flow, "on_failure": self._on_failure,
+            "upstreams": [_literal(refs) for refs in self._upstreams],
+            "dependents": [_literal(nodes) for nodes in self._dependents],
+            "pending": self._pending,
+            "waits_outside": [refs is not None and max(refs) > 0 for refs in self._upstreams],
+            "external": sorted({ref for ref, _ in self._outside}),
+            "external_ref": [ref for ref, _ in self._outside],
+            "external_node": [node for _, node in self._outside],
         }
 
     def _assign(self, ids: list[int]) -> list[int]:
@@ -267,6 +291,11 @@ class Workflow:
         except psycopg.Error as exc:
             raise _refused(exc) from None
         return self._assign(list(ids))
+
+
+def _literal(numbers: list[int] | None) -> str | None:
+    """A Postgres array literal (``{1,-2}``): one text per node, cast in the statement."""
+    return None if numbers is None else "{" + ",".join(map(str, numbers)) + "}"
 
 
 #: The SQLSTATE of akadze.refuse (a workflow waiting on a job that cannot succeed).
