@@ -234,12 +234,17 @@ class Runner:
                      for target in graph.precancel]
         return external_ids, node_ids, marks
 
-    def wait_settled(self, baseline: int, timeout: float = 30.0) -> None:
+    def wait_settled(self, baseline: int, timeout: float = 10.0) -> None:
         """Until every job inserted after ``baseline`` (errbacks included) is final."""
         deadline = time.monotonic() + timeout
         while count(self.db, "SELECT count(*) FROM akadze.jobs WHERE id > %s AND state NOT IN"
                              " ('succeeded', 'failed', 'cancelled')", (baseline,)):
-            assert time.monotonic() < deadline, "the workflow did not settle"
+            if time.monotonic() > deadline:
+                stuck = self.db.execute(
+                    "SELECT id, state, upstreams, waiting_for, dependents FROM akadze.jobs"
+                    " WHERE id > %s AND state NOT IN ('succeeded', 'failed', 'cancelled')",
+                    (baseline,)).fetchall()
+                raise AssertionError(f"the workflow did not settle: {stuck}")
             time.sleep(0.02)
 
     def check(self, graph: Graph) -> None:
