@@ -29,6 +29,7 @@ from ..exceptions import AlwaysEagerIgnored, ImproperlyConfigured
 from ..result import AsyncResult
 from ..utils import uuid
 from ..utils.objects import overrides_default
+from . import flow
 from .amqp import (
     FOREVER,
     ROUTE_KEYS,
@@ -342,11 +343,17 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
           task_type: Task | None, plain_key: tuple[Any, ...] | None = None) -> AsyncResult:
     """Enqueue one call; ``options`` (consumed) holds every option of ``send_task`` but the
     keyword-only ones here, the serializer checked already. The row is built by
-    ``amqp.prepare`` (as a canvas builds each of its rows). With ``plain_key`` (a plain call, see
+    ``amqp.prepare`` (as a canvas builds each of its rows). With ``link``/``link_error``
+    the call is sent as a workflow: its callbacks wait for it and its errbacks are
+    inserted if it fails (``flow.send_linked``). With ``plain_key`` (a plain call, see
     ``PLAIN_CALL``) the configured core call is kept on ``task_type`` for the next plain
     calls."""
+    if (link is not None or link_error is not None) and task_id is None:
+        task_id = uuid()  # a workflow's nodes are named before the insert, as Celery's
     message = prepare(app, name, args, kwargs, options, task_id=task_id, link=link,
                       link_error=link_error, shadow=shadow, task_type=task_type)
+    if link is not None or link_error is not None:
+        return flow.send_linked(message, str(task_id), link, link_error, task_type)
     call = message.call
     session = message.session
     if plain_key is not None and task_type is not None and session is None \
