@@ -241,15 +241,19 @@ class _chain(Signature):
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
         """Run the steps here, one after the other, each given the previous result."""
         last = None
-        first_args, first_kwargs = args, kwargs
         options = {**self.options, **options}
-        for key in ("link", "link_error"):
-            options.pop(key, None)
-        for step in self.steps():
+        options.pop("task_id", None)
+        link = options.pop("link", None)
+        steps = self.steps()
+        for index, step in enumerate(steps):
+            # The previous result first; get() raises a failure there, as Celery's does.
             partial = (last.get(),) if last is not None else ()
             if last is None:
-                step = step.clone(first_args, first_kwargs)
-            result = step.apply(partial, **options)
+                step = step.clone(args, kwargs)
+            step_options = dict(options)
+            if link is not None and index == len(steps) - 1:
+                step_options["link"] = link
+            result = step.apply(partial, **step_options)
             result.parent = last
             last = result
             if getattr(result, "state", None) in ("IGNORED", "REJECTED"):
