@@ -1,5 +1,5 @@
-"""Celery's canvas primitives: ``chain``, ``group``, ``chord``, ``chunks``, ``xmap`` and
-``xstarmap``, composed as Celery composes them (``group | task`` is a chord, a chain of a
+"""Celery's canvas primitives: ``chain``, ``group`` and ``chord`` (``chunks`` and the maps
+are in ``canvas.maps``), composed as Celery composes them (``group | task`` is a chord, a chain of a
 chain is spliced, a group of one task is that task...).
 
 Sending one builds one akadze_core workflow (``app.flow``): every task call in it is a
@@ -12,7 +12,6 @@ here, inline, as Celery runs it (``apply``).
 from __future__ import annotations
 
 import functools
-import itertools
 import operator
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -23,7 +22,7 @@ from ..result import GroupResult, allow_join_result
 from ..utils import uuid
 from .signatures import FlowBuilder, Planned, Signature, listed, maybe_signature, maybe_unroll_group
 
-__all__ = ["chain", "chord", "chunks", "group", "xmap", "xstarmap"]
+__all__ = ["chain", "chord", "group"]
 
 #: Options a step of a chain never takes from the chain (they name the chain's tail).
 _TAIL_OPTIONS = ("task_id", "group_id", "group_index")
@@ -641,116 +640,3 @@ def _header_tasks(header: Any, app: Any) -> list[Any]:
     if isinstance(header, Signature):
         return [header]
     return [maybe_signature(task, app=app) for task in header or ()]
-
-
-class _basemap(Signature):
-    """``task.map(it)`` / ``task.starmap(it)``: one task that calls ``task`` for each item
-    in the worker, in order (not in parallel: use a group or ``chunks`` for that)."""
-
-    task_name = "celery.map"
-
-    @classmethod
-    def from_dict(cls, data: Any, app: Any = None) -> Signature:
-        """A map from its dict form."""
-        kwargs = data["kwargs"]
-        return cls(kwargs["task"], kwargs["it"], app=app, **dict(data.get("options") or {}))
-
-    def __init__(self, task: Any, it: Iterable[Any], **options: Any) -> None:
-        app = options.pop("app", None)
-        super().__init__(self.task_name, (), {"task": task, "it": list(it)}, immutable=True,
-                         app=app, **options)
-
-    def _sent(self) -> Signature:
-        """The plain signature of the built-in task that runs the map."""
-        task = maybe_signature(self.kwargs["task"], app=self._app)
-        return Signature(self.task_name, (), {"task": dict(task), "it": list(self.kwargs["it"])},
-                         dict(self.options), immutable=True, app=self._app)
-
-    def to_flow(self, builder: FlowBuilder, args: Any = None, kwargs: Any = None, *,
-                after: list[Any], many: bool, failure: str,
-                options: Any = None) -> Planned:
-        """One node: the built-in map task."""
-        return self._sent().to_flow(builder, args, kwargs, after=after, many=many,
-                                    failure=failure, options=options)
-
-    def apply_async(self, args: Any = None, kwargs: Any = None,  # type: ignore[override]
-                    **options: Any) -> Any:
-        """Send the built-in task that runs the map."""
-        return self._sent().apply_async(**options)
-
-    def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
-        """Run the map here."""
-        return self._sent().apply(**options)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.apply_async()
-
-
-@Signature.register_type()
-class xmap(_basemap):
-    """``task.map(it)``: ``[task(item) for item in it]`` in one task."""
-
-    task_name = "celery.map"
-
-    def __repr__(self) -> str:
-        task = maybe_signature(self.kwargs["task"])
-        return f"[{task.task}(x) for x in {repr(self.kwargs['it'])[:100]}]"
-
-
-@Signature.register_type()
-class xstarmap(_basemap):
-    """``task.starmap(it)``: ``[task(*item) for item in it]`` in one task."""
-
-    task_name = "celery.starmap"
-
-    def __repr__(self) -> str:
-        task = maybe_signature(self.kwargs["task"])
-        return f"[{task.task}(*x) for x in {repr(self.kwargs['it'])[:100]}]"
-
-
-@Signature.register_type()
-class chunks(Signature):
-    """``task.chunks(it, n)``: the items in parts of ``n``, each part a ``starmap`` task,
-    all in a group (so the result is a ``GroupResult`` of lists)."""
-
-    @classmethod
-    def from_dict(cls, data: Any, app: Any = None) -> Signature:
-        """Chunks from their dict form."""
-        kwargs = data["kwargs"]
-        return cls(kwargs["task"], kwargs["it"], kwargs["n"], app=app,
-                   **dict(data.get("options") or {}))
-
-    def __init__(self, task: Any, it: Iterable[Any], n: int, **options: Any) -> None:
-        app = options.pop("app", None)
-        super().__init__("celery.chunks", (), {"task": task, "it": list(it), "n": n},
-                         immutable=True, app=app, **options)
-
-    def __call__(self, **options: Any) -> Any:
-        return self.apply_async(**options)
-
-    def group(self) -> group:
-        """The group of ``starmap`` tasks, one per part."""
-        task, items, size = self.kwargs["task"], iter(self.kwargs["it"]), int(self.kwargs["n"])
-        parts = iter(lambda: list(itertools.islice(items, size)), [])
-        return group([xstarmap(task, part, app=self._app) for part in parts], app=self._app)
-
-    def to_flow(self, builder: FlowBuilder, args: Any = None, kwargs: Any = None, *,
-                after: list[Any], many: bool, failure: str,
-                options: Any = None) -> Planned:
-        """The group of parts."""
-        return self.group().to_flow(builder, args, kwargs, after=after, many=many,
-                                    failure=failure, options=options)
-
-    def apply_async(self, args: Any = None, kwargs: Any = None,  # type: ignore[override]
-                    **options: Any) -> Any:
-        """Send the group of parts."""
-        return self.group().apply_async(args, kwargs, **options)
-
-    def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
-        """Run the parts here."""
-        return self.group().apply(args, kwargs, **options)
-
-    @classmethod
-    def apply_chunks(cls, task: Any, it: Iterable[Any], n: int, app: Any = None) -> Any:
-        """``chunks(task, it, n)()``."""
-        return cls(task, it, n, app=app)()
