@@ -75,7 +75,8 @@ def apply_eagerly(task: Task, args: Any, kwargs: Any, *, task_id: str | None, re
             callbacks=link if link is None or isinstance(link, list) else [link],
             errbacks=link_error if link_error is None or isinstance(link_error, list)
             else [link_error],
-            headers=headers,
+            headers=headers, group=options.get("group_id"),
+            group_index=options.get("group_index"),
             timelimit=None if hard is None and soft is None else [hard, soft],
             ignore_result=bool(ignore_result),
             delivery_info={"is_eager": True, "exchange": options.get("exchange"),

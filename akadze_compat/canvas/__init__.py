@@ -2,9 +2,9 @@
 
 ``Signature`` (``canvas.signatures``) is one task call kept as data; ``chain``, ``group``
 and ``chord`` (``canvas.primitives``), ``chunks``, ``xmap`` and ``xstarmap``
-(``canvas.maps``) compose them as Celery does. Sending a canvas inserts all its task calls at once, as one akadze_core
-workflow: the database releases each step when the jobs it waits on succeed, in the
-transaction that writes their outcome (``app.flow``).
+(``canvas.maps``) compose them as Celery does. Sending a canvas inserts all its task calls
+at once, as one akadze_core workflow: the database releases each step when the jobs it
+waits on succeed, in the transaction that writes their outcome (``app.flow``).
 """
 
 from .maps import chunks, xmap, xstarmap
