@@ -360,3 +360,73 @@ def test_a_task_used_as_a_base_class_keeps_s_and_si(celery: Celery) -> None:
         return x
 
     assert based.s(1).args == (1,) and based.si(1).immutable
+
+
+# --- ids, options, retries ------------------------------------------------------------------
+
+
+async def test_task_id_names_the_tail_and_options_go_to_the_first_step(
+        celery: Celery, db: psycopg.Connection) -> None:
+    t = tasks(celery)
+    result = (t["add"].s(1, 1) | t["add"].s(2)).apply_async(task_id="the-end", queue="first")
+    assert result.id == "the-end"
+    # Celery applies a chain's options to its first task; the next ones are sent with their
+    # own (here the default queue).
+    assert db.execute("SELECT queue FROM akadze.jobs ORDER BY id").fetchall() == [
+        ("first",), ("celery",)]
+    grouped = group(t["add"].s(1, 1), t["add"].s(2, 2)).apply_async(task_id="g-1")
+    assert grouped.id == "g-1"
+    body = chord([t["add"].s(1, 1)], t["tsum"].s()).apply_async(task_id="body-1")
+    assert body.id == "body-1"
+    await work(celery, ready(body, grouped), queues=("first", "celery"))
+    assert celery.AsyncResult("the-end").get(timeout=5) == 4
+    rows = db.execute("SELECT args, meta->'celery'->'group_index' FROM akadze.jobs "
+                      "WHERE meta->'celery'->>'group_id' = 'g-1' ORDER BY id").fetchall()
+    assert rows == [({"args": [1, 1], "kwargs": {}}, 0), ({"args": [2, 2], "kwargs": {}}, 1)]
+
+
+async def test_a_retried_step_passes_its_final_result_once(celery: Celery) -> None:
+    t = tasks(celery)
+    attempts: list[list[Any]] = []
+
+    @celery.task(bind=True, name="t.flaky", default_retry_delay=0)
+    def flaky(self: Task, value: int) -> int:
+        attempts.append(list(self.request.args))
+        if len(attempts) < 2:
+            raise self.retry()
+        return value * 10
+
+    result = (t["add"].s(1, 2) | flaky.s() | t["add"].s(1))()
+    await work(celery, ready(result))
+    assert result.get(timeout=5) == 31
+    assert attempts == [[3], [3]]  # the previous result first, at every attempt
+
+
+async def test_a_chord_body_chain_and_its_errback(celery: Celery) -> None:
+    t = tasks(celery)
+    ok = chord([t["add"].s(1, 1), t["add"].s(2, 2)], t["tsum"].s() | t["mul"].s(10))()
+    assert ok.parent.parent is not None  # body chain -> tsum -> header
+    await work(celery, ready(ok))
+    assert ok.get(timeout=5) == 60
+    assert isinstance(ok.parent.parent, GroupResult)
+
+
+async def test_members_see_their_group_and_a_revoked_member_fails_the_body(
+        celery: Celery) -> None:
+    t = tasks(celery)
+    seen: list[Any] = []
+
+    @celery.task(bind=True, name="t.where")
+    def where(self: Task) -> int:
+        seen.append((self.request.group, self.request.group_index))
+        return 1
+
+    grouped = group(where.s(), where.s())()
+    late = t["add"].s(1, 1).set(countdown=60)
+    body = chord([t["add"].s(1, 1), late], t["tsum"].s())()
+    body.parent.results[1].revoke()
+    await work(celery, ready(grouped, body))
+    assert sorted(seen) == [(grouped.id, 0), (grouped.id, 1)]
+    assert body.state == states.FAILURE
+    assert str(body.result) == (f"Dependency {body.parent.results[1].id} raised "
+                                "TaskRevokedError('revoked')")
