@@ -281,12 +281,15 @@ class chain(_chain):
         return super().__new__(cls)
 
 
-def _flatten_members(tasks: Iterable[Any], app: Any) -> list[Signature]:
-    """A group's members, nested groups flattened, each a copy."""
+def _flatten_members(tasks: Iterable[Any], app: Any, copy: bool = True) -> list[Signature]:
+    """A group's members, nested groups flattened, each a copy (unless ``copy`` is False:
+    sending copies each member anyway)."""
     pending = deque(maybe_signature(task, app=app) for task in tasks)
     members: list[Signature] = []
     while pending:
-        task = pending.popleft().clone()
+        task = pending.popleft()
+        if copy:
+            task = task.clone()
         if isinstance(task, group):
             pending.extendleft(reversed([maybe_signature(t, app=app) for t in task.tasks]))
         else:
@@ -388,7 +391,7 @@ class group(Signature):
         options.pop("group_index", None)
         tails: list[Any] = []
         results = []
-        for index, member in enumerate(_flatten_members(self.tasks, self._app)):
+        for index, member in enumerate(_flatten_members(self.tasks, self._app, copy=False)):
             part = member.to_flow(builder, args, kwargs, after=after, many=many,
                                   failure=failure, options={**options, "group_id": group_id,
                                                             "group_index": index})

@@ -134,8 +134,9 @@ def build_request(task: Task, job: Job, meta: dict[str, Any], args: list[Any],
         "callbacks": meta.get("link"), "errbacks": meta.get("link_error"), "utc": True,
         "timelimit": (hard, soft) if hard is not None or soft is not None else None,
         "origin": None, "_akadze_meta": meta, "time_limit": hard, "soft_time_limit": soft,
-        "group": meta.get("group_id"), "group_index": meta.get("group_index"),
     }
+    if "group_id" in meta:  # a group's member (a canvas node): Celery's request.group
+        fields["group"], fields["group_index"] = meta["group_id"], meta.get("group_index")
     return Context.from_attributes({**custom_headers, **fields} if custom_headers else fields)
 
 
