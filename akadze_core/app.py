@@ -26,7 +26,8 @@ from .errors import ConfigurationError, ConnectionLost
 from .jobs import Job
 from .migrations import MIGRATE_COMMAND, migrate
 from .retry import BackoffPolicy
-from .schedules import Schedule
+from .runtime_schedules import RuntimeSchedules
+from .schedules import Schedule, ScheduleSource
 from .serialization import DEFAULT_MAX_ARGS_BYTES, Dumps, Loads, strict_dumps
 from .tasks import Task
 from .triggers import Trigger
@@ -214,6 +215,8 @@ class App:
         self._redact_password: str | None = None
         #: Declared schedules by name; every worker of this app enqueues their due runs.
         self.schedules: dict[str, Schedule] = {}
+        #: Where more schedules come from, asked on every scheduling pass (``ScheduleSource``).
+        self.schedule_sources: list[ScheduleSource] = []
         #: The command that applies the schema, named by ``SchemaMissing`` when an enqueue or
         #: a lookup finds no schema (the Celery facade names its own).
         self.migrate_command = MIGRATE_COMMAND
@@ -321,6 +324,14 @@ class App:
                 raise ValueError(f"a schedule named {name!r} is already declared")
             self.schedules[name] = schedule
         return schedule
+
+    @property
+    def runtime_schedules(self) -> RuntimeSchedules:
+        """The schedules stored in the database, made and changed while workers run:
+        ``app.runtime_schedules.add(name, task, trigger=...)``, ``pause``, ``resume``,
+        ``remove``, ``get``, ``list`` (each with an ``_async`` twin and ``session=``); see
+        ``akadze_core.runtime_schedules``."""
+        return RuntimeSchedules(self)
 
     def remove_schedule(self, name: str) -> bool:
         """Stop declaring schedule ``name`` (its state row stays, harmless); False if unknown."""

@@ -57,54 +57,79 @@ SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids,
        (SELECT pg_notify('akadze_jobs', %(queue)s) FROM inserted WHERE due LIMIT 1) AS notified
 FROM inserted;
 
--- name: job_insert_graph
--- Insert a workflow's jobs in one statement (Workflow.enqueue); returns their ids in input
--- order. Node i (1-based) may wait on other nodes, named by -i in its JSON array `after`,
--- and on jobs inserted before, named by their id. The ids are drawn first, so each job's
--- upstreams and dependents are written with it. Earlier jobs waited on are locked, their
--- dependents extended; one that succeeded counts as done, one that failed, was cancelled
--- or does not exist refuses the whole statement (nothing is inserted). A job with nothing
--- left to wait on is queued at once (its upstream_results from the succeeded upstreams).
-WITH node AS MATERIALIZED (
-    SELECT n.*, nextval(pg_get_serial_sequence('akadze.jobs', 'id')) AS id
+-- name: job_insert_rows
+-- A workflow in which no job waits on another nor has errbacks (a group): each job's own
+-- columns, ids drawn by the insert in input order (as job_insert_many), nothing else.
+WITH inserted AS (
+    INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts,
+                             expires_at, meta)
+    SELECT n.task, n.queue, n.args::jsonb, n.priority,
+           coalesce(n.at, now() + coalesce(n.delay, 0) * interval '1 second'),
+           n.max_attempts, n.expires_at, n.meta::jsonb
     FROM unnest(%(task)b::text[], %(queue)b::text[], %(args)b::text[], %(priority)b::int[],
                 %(max_attempts)b::int[], %(meta)b::text[], %(at)b::timestamptz[],
-                %(delay)b::float8[], %(expires_at)b::timestamptz[], %(after)b::text[],
-                %(flow)b::text[], %(on_failure)b::text[])
+                %(delay)b::float8[], %(expires_at)b::timestamptz[])
         WITH ORDINALITY AS n(task, queue, args, priority, max_attempts, meta, at, delay,
-                             expires_at, after, flow, on_failure, ord)
+                             expires_at, ord)
+    ORDER BY n.ord
+    RETURNING id, queue, scheduled_at <= now() AS due
+)
+SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids,
+       (SELECT count(pg_notify('akadze_jobs', q))
+        FROM (SELECT DISTINCT queue AS q FROM inserted WHERE due) AS d) AS notified
+FROM inserted;
+
+-- name: job_insert_graph
+-- Insert a workflow's jobs in one statement (Workflow.enqueue); returns their ids in input
+-- order. The client worked out the graph: per node, the upstreams as an array literal
+-- (-k names node k of this insert, a positive number a job inserted before), the nodes
+-- waiting on it (1-based), and how many of its upstreams are in this insert. The ids are
+-- drawn first and mapped through one array, with no join between the nodes: joins of
+-- CTEs are estimated so badly that the plan looked costly enough for JIT (2 s for 10,000
+-- jobs). Jobs inserted before and waited on (%(external)s) are locked and their dependents
+-- extended; one that succeeded counts as done, one that failed, was cancelled or does not
+-- exist refuses the whole statement (nothing is inserted). A job with nothing left to
+-- wait on is queued at once, with the results of the jobs it waited on.
+WITH node AS MATERIALIZED (
+    SELECT n.*, nextval((SELECT pg_get_serial_sequence('akadze.jobs', 'id'))) AS id
+    FROM unnest(%(task)b::text[], %(queue)b::text[], %(args)b::text[], %(priority)b::int[],
+                %(max_attempts)b::int[], %(meta)b::text[], %(at)b::timestamptz[],
+                %(delay)b::float8[], %(expires_at)b::timestamptz[], %(flow)b::text[],
+                %(on_failure)b::text[], %(upstreams)b::text[], %(dependents)b::text[],
+                %(pending)b::int[], %(waits_outside)b::bool[])
+        WITH ORDINALITY AS n(task, queue, args, priority, max_attempts, meta, at, delay,
+                             expires_at, flow, on_failure, ups, downs, pending,
+                             waits_outside, ord)
 ),
-edge AS MATERIALIZED (
-    SELECT n.id AS downstream, e.pos, e.ref::bigint AS ref,
-           coalesce(u.id, CASE WHEN e.ref::bigint > 0 THEN e.ref::bigint END) AS upstream
-    FROM node AS n
-    CROSS JOIN LATERAL jsonb_array_elements_text(n.after::jsonb) WITH ORDINALITY AS e(ref, pos)
-    LEFT JOIN node AS u ON e.ref::bigint < 0 AND u.ord = -e.ref::bigint
-    WHERE n.after IS NOT NULL
+ids AS MATERIALIZED (
+    SELECT array_agg(id ORDER BY ord) AS ids FROM node
 ),
 existing AS MATERIALIZED (
     SELECT j.id, j.state, j.result FROM akadze.jobs AS j
-    WHERE j.id IN (SELECT ref FROM edge WHERE ref > 0)
+    WHERE j.id = ANY(%(external)s::bigint[])
     ORDER BY j.id
     FOR UPDATE
 ),
 refused AS (
-    SELECT akadze.refuse(format('job %%s, which a workflow job would wait on, %%s', e.ref,
+    SELECT akadze.refuse(format('job %%s, which a workflow job would wait on, %%s', e.id,
                                 coalesce(x.state, 'does not exist')))
-    FROM edge AS e LEFT JOIN existing AS x ON x.id = e.ref
-    WHERE e.ref > 0 AND (x.id IS NULL OR x.state IN ('failed', 'cancelled'))
-       OR e.upstream IS NULL
+    FROM unnest(%(external)s::bigint[]) AS e(id) LEFT JOIN existing AS x ON x.id = e.id
+    WHERE x.id IS NULL OR x.state IN ('failed', 'cancelled')
 ),
-waits AS (
-    SELECT e.downstream, array_agg(e.upstream ORDER BY e.pos) AS upstreams,
-           count(*) FILTER (WHERE e.ref < 0 OR x.state <> 'succeeded')::int AS pending,
-           jsonb_agg(x.result ORDER BY e.pos) AS results
-    FROM edge AS e LEFT JOIN existing AS x ON x.id = e.ref
-    GROUP BY e.downstream
-),
-fans AS (
-    SELECT upstream, array_agg(downstream ORDER BY downstream) AS dependents
-    FROM edge WHERE ref < 0 GROUP BY upstream
+shaped AS (
+    SELECT n.*,
+           CASE WHEN n.ups IS NOT NULL THEN ARRAY(
+               SELECT CASE WHEN u.ref < 0 THEN m.ids[-u.ref] ELSE u.ref END
+               FROM unnest(n.ups::bigint[]) WITH ORDINALITY AS u(ref, k) ORDER BY u.k)
+           END AS upstream_ids,
+           CASE WHEN n.downs IS NOT NULL THEN ARRAY(
+               SELECT m.ids[d.k] FROM unnest(n.downs::int[]) AS d(k))
+           END AS dependent_ids,
+           n.pending + CASE WHEN n.waits_outside THEN (
+               SELECT count(*) FROM existing AS x
+               WHERE x.id = ANY(n.ups::bigint[]) AND x.state <> 'succeeded') ELSE 0 END
+               AS waiting
+    FROM node AS n CROSS JOIN ids AS m
 ),
 inserted AS (
     INSERT INTO akadze.jobs (id, task, queue, args, priority, scheduled_at, max_attempts,
@@ -114,27 +139,36 @@ inserted AS (
     SELECT n.id, n.task, n.queue, n.args::jsonb, n.priority,
            coalesce(n.at, now() + coalesce(n.delay, 0) * interval '1 second'),
            n.max_attempts, n.expires_at, n.meta::jsonb,
-           CASE WHEN w.pending > 0 THEN 'waiting' ELSE 'queued' END,
-           w.upstreams, w.pending, f.dependents, n.flow::jsonb, n.on_failure::jsonb,
-           CASE WHEN w.pending = 0 THEN
-               CASE n.flow::jsonb->>'pass' WHEN 'one' THEN w.results -> 0
-                                           WHEN 'list' THEN w.results END END
-    FROM node AS n
-    LEFT JOIN waits AS w ON w.downstream = n.id
-    LEFT JOIN fans AS f ON f.upstream = n.id
+           CASE WHEN n.waiting > 0 THEN 'waiting' ELSE 'queued' END,
+           n.upstream_ids, CASE WHEN n.ups IS NOT NULL THEN n.waiting END, n.dependent_ids,
+           n.flow::jsonb, n.on_failure::jsonb,
+           -- Everything waited on had succeeded already: the results now.
+           CASE WHEN n.ups IS NOT NULL AND n.waiting = 0 THEN
+               CASE n.flow::jsonb->>'pass'
+                   WHEN 'one' THEN (SELECT x.result FROM existing AS x
+                                    WHERE x.id = n.upstream_ids[1])
+                   WHEN 'list' THEN (SELECT jsonb_agg(x.result ORDER BY u.k)
+                                     FROM unnest(n.upstream_ids) WITH ORDINALITY AS u(id, k)
+                                     JOIN existing AS x ON x.id = u.id)
+               END
+           END
+    FROM shaped AS n
+    ORDER BY n.ord
     RETURNING id, state, queue, scheduled_at <= now() AS due
 ),
 linked AS (
     UPDATE akadze.jobs AS j
     SET dependents = coalesce(j.dependents, '{}') || l.downstreams
-    FROM (SELECT e.ref, array_agg(e.downstream ORDER BY e.downstream) AS downstreams
-          FROM edge AS e JOIN existing AS x ON x.id = e.ref
+    FROM (SELECT e.ref, array_agg(m.ids[e.node] ORDER BY e.node) AS downstreams
+          FROM unnest(%(external_ref)s::bigint[], %(external_node)s::int[]) AS e(ref, node)
+          CROSS JOIN ids AS m
+          JOIN existing AS x ON x.id = e.ref
           WHERE x.state IN ('waiting', 'queued', 'running')
           GROUP BY e.ref) AS l
     WHERE j.id = l.ref
     RETURNING j.id
 )
-SELECT (SELECT coalesce(array_agg(id ORDER BY ord), '{}') FROM node) AS ids,
+SELECT (SELECT ids FROM ids) AS ids,
        (SELECT count(pg_notify('akadze_jobs', q))
         FROM (SELECT DISTINCT queue AS q FROM inserted WHERE state = 'queued' AND due) AS d)
            AS notified,
@@ -179,6 +213,7 @@ SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attem
        max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
        cancel_requested, (errors -> -1)::text AS last_error, upstreams,
        upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg,
+       dependents IS NOT NULL AS has_dependents,
        CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) END AS notified
 FROM claimed
 WHERE (SELECT count(*) FROM settled) >= 0
@@ -249,6 +284,7 @@ SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attem
        max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
        cancel_requested, (errors -> -1)::text AS last_error, upstreams,
        upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg,
+       dependents IS NOT NULL AS has_dependents,
        CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) END AS notified
 FROM claimed
 WHERE (SELECT count(*) FROM settled) >= 0
@@ -335,7 +371,9 @@ settled AS (
     SELECT akadze.settle(array_agg(id)) AS touched FROM updated
     WHERE state <> 'queued' AND settles HAVING count(*) > 0
 )
-SELECT id, run_count, state FROM updated
+-- settled: what settle changed (NULL when it did not run), so the worker claims a released
+-- job at once instead of waiting for the NOTIFY.
+SELECT id, run_count, state, (SELECT touched FROM settled) AS settled FROM updated
 -- Referencing the CTEs makes them run.
 WHERE (SELECT count(*) FROM finished) >= 0 AND (SELECT count(*) FROM settled) >= 0;
 
@@ -587,7 +625,8 @@ LIMIT %(limit)s;
 SELECT now() AS now;
 
 -- name: schedule_list
-SELECT name, spec, last_tick, last_run, updated_at
+-- source 'runtime': a runtime schedule owns the name, and a code declaration of it is skipped.
+SELECT name, spec, last_tick, last_run, updated_at, source
 FROM akadze.schedules WHERE name = ANY(%(names)s::text[]);
 
 -- name: schedule_start
@@ -600,7 +639,7 @@ ON CONFLICT (name) DO NOTHING;
 -- The trigger changed between deploys: start over from %(tick)s without enqueueing it.
 UPDATE akadze.schedules
 SET spec = %(spec)s, last_tick = %(tick)s, updated_at = now()
-WHERE name = %(name)s AND spec <> %(spec)s;
+WHERE name = %(name)s AND spec <> %(spec)s AND source = 'code';
 
 -- name: schedule_enqueue
 -- Enqueue the run of tick %(tick)s, exactly once however many workers try at the same time:
@@ -610,7 +649,7 @@ WHERE name = %(name)s AND spec <> %(spec)s;
 WITH advanced AS (
     UPDATE akadze.schedules
     SET last_tick = %(tick)s, last_run = %(tick)s, updated_at = now()
-    WHERE name = %(name)s AND spec = %(spec)s AND last_tick < %(tick)s
+    WHERE name = %(name)s AND spec = %(spec)s AND last_tick < %(tick)s AND source = 'code'
     RETURNING name
 ),
 inserted AS (
@@ -622,6 +661,141 @@ inserted AS (
     RETURNING id, queue
 )
 SELECT id, pg_notify('akadze_jobs', queue) IS NULL AS notified FROM inserted;
+
+-- Runtime schedules (source 'runtime'): the definition lives in the row. Every statement
+-- that changes one takes a new version and notifies akadze_schedules with the name (empty
+-- when the name is too long for a payload: the workers then compare every version), which
+-- Postgres delivers at commit, so a change made in a caller's transaction is heard only if
+-- it commits.
+
+-- name: schedule_runtime_add
+-- Store a new runtime schedule, or (%(replace)s) replace the definition of the one holding
+-- the name, a code schedule's state row included. Ticks up to now() are accounted for: a new
+-- schedule first runs at its next tick, and so does a replaced one whose trigger changed
+-- (last_tick never moves back: a tick at or before it ran or was skipped already). No row
+-- comes back when the name is taken and %(replace)s is false.
+WITH stored AS (
+    INSERT INTO akadze.schedules AS s
+        (name, spec, last_tick, source, task, args, queue, priority, max_attempts, expires,
+         meta, paused, version, changed_at)
+    VALUES (%(name)s, %(spec)s, now(), 'runtime', %(task)s, %(args)s::jsonb, %(queue)s,
+            %(priority)s, %(max_attempts)s, %(expires)s::interval, %(meta)s::jsonb,
+            %(paused)s, nextval('akadze.schedule_versions'), now())
+    ON CONFLICT (name) DO UPDATE
+    SET spec = EXCLUDED.spec,
+        last_tick = CASE WHEN s.source = 'runtime' AND s.spec = EXCLUDED.spec
+                         AND NOT (s.paused AND NOT EXCLUDED.paused)
+                         THEN s.last_tick ELSE greatest(s.last_tick, now()) END,
+        source = 'runtime', task = EXCLUDED.task, args = EXCLUDED.args,
+        queue = EXCLUDED.queue, priority = EXCLUDED.priority,
+        max_attempts = EXCLUDED.max_attempts, expires = EXCLUDED.expires,
+        meta = EXCLUDED.meta, paused = EXCLUDED.paused, version = EXCLUDED.version,
+        changed_at = now(), updated_at = now(),
+        created_at = CASE WHEN s.source = 'runtime' THEN s.created_at ELSE now() END
+    WHERE %(replace)s
+    RETURNING s.*
+)
+SELECT name, source, spec, task, args, queue, priority, max_attempts, expires, meta, paused,
+       version, created_at, changed_at, last_run,
+       pg_notify('akadze_schedules', CASE WHEN octet_length(name) <= 7000 THEN name ELSE '' END)
+           IS NULL AS notified
+FROM stored;
+
+-- name: schedule_owner
+SELECT source FROM akadze.schedules WHERE name = %(name)s;
+
+-- name: schedule_runtime_pause
+-- Pause (%(paused)s true) or resume a runtime schedule. Resuming a paused one accounts for
+-- the ticks up to now(): the ticks missed while it was paused do not run, the next one does.
+WITH changed AS (
+    UPDATE akadze.schedules
+    SET last_tick = CASE WHEN paused AND NOT %(paused)s THEN greatest(last_tick, now())
+                         ELSE last_tick END,
+        paused = %(paused)s, version = nextval('akadze.schedule_versions'),
+        changed_at = now(), updated_at = now()
+    WHERE name = %(name)s AND source = 'runtime'
+    RETURNING name
+)
+SELECT name,
+       pg_notify('akadze_schedules', CASE WHEN octet_length(name) <= 7000 THEN name ELSE '' END)
+           IS NULL AS notified
+FROM changed;
+
+-- name: schedule_runtime_remove
+WITH removed AS (
+    DELETE FROM akadze.schedules WHERE name = %(name)s AND source = 'runtime'
+    RETURNING name
+)
+SELECT name,
+       pg_notify('akadze_schedules', CASE WHEN octet_length(name) <= 7000 THEN name ELSE '' END)
+           IS NULL AS notified
+FROM removed;
+
+-- name: schedule_runtime_list
+-- Runtime schedules, all of them (%(names)s NULL) or those named.
+SELECT name, source, spec, task, args, queue, priority, max_attempts, expires, meta, paused,
+       version, created_at, changed_at, last_run
+FROM akadze.schedules
+WHERE source = 'runtime' AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
+ORDER BY name;
+
+-- name: schedule_runtime_timing
+-- What a worker's timetable holds of the runtime schedules named: no args, no meta (the tick
+-- statement takes those from the row).
+SELECT name, spec, paused, version, last_tick
+FROM akadze.schedules
+WHERE source = 'runtime' AND name = ANY(%(names)s::text[]);
+
+-- name: schedule_runtime_versions
+SELECT name, version FROM akadze.schedules WHERE source = 'runtime';
+
+-- name: schedule_runtime_fingerprint
+-- Any add, change or removal changes one of these (versions only grow, a row's new version
+-- is taken after its old one committed): the workers' poll, cheaper than every version.
+SELECT count(*) AS count, coalesce(sum(version), 0)::text AS total,
+       coalesce(max(version), 0) AS newest
+FROM akadze.schedules WHERE source = 'runtime';
+
+-- name: schedule_runtime_enqueue
+-- Enqueue one tick of each runtime schedule named, in one statement, exactly once per
+-- schedule and tick however many workers try: as schedule_enqueue, each row is locked and
+-- re-read (READ COMMITTED re-checks a row that changed while the lock was awaited), and
+-- only a row still at an earlier tick, at the version the tick was computed from and not
+-- paused is advanced, and only an advanced row inserts its job. Rows are locked in name
+-- order, so two workers enqueueing overlapping sets wait on each other, never deadlock.
+-- The job's fields come from the row; meta gains {"schedule": name, "tick": the tick's text}.
+WITH due AS (
+    -- %(due)s: [[name, version, tick as ISO text], ...]
+    SELECT d ->> 0 AS name, (d ->> 1)::bigint AS version,
+           (d ->> 2)::timestamptz AS tick, d ->> 2 AS tick_text
+    FROM jsonb_array_elements(%(due)s::jsonb) AS d
+),
+locked AS (
+    SELECT s.name, d.tick, d.tick_text
+    FROM akadze.schedules AS s JOIN due AS d ON d.name = s.name
+    WHERE s.source = 'runtime' AND s.version = d.version AND NOT s.paused
+      AND s.last_tick < d.tick
+    ORDER BY s.name
+    FOR UPDATE OF s
+),
+advanced AS (
+    UPDATE akadze.schedules AS s
+    SET last_tick = l.tick, last_run = l.tick, updated_at = now()
+    FROM locked AS l
+    WHERE s.name = l.name
+    RETURNING s.name, s.task, s.queue, s.args, s.priority, s.max_attempts, s.expires, s.meta,
+              l.tick, l.tick_text
+),
+inserted AS (
+    INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts,
+                             expires_at, meta)
+    SELECT task, queue, args, priority, now(), max_attempts, tick + expires,
+           meta || jsonb_build_object('schedule', name, 'tick', tick_text)
+    FROM advanced
+    RETURNING id, queue
+)
+SELECT queue, count(*) AS jobs, pg_notify('akadze_jobs', queue) IS NULL AS notified
+FROM inserted GROUP BY queue;
 
 -- name: statement_lock_timeout
 -- Bound the lock waits of the statement sent right after this one in the same pipeline

@@ -205,3 +205,48 @@ async def test_waiting_for_many_jobs_at_once(app: App, db: psycopg.Connection,
     await run_until(app, finished(db, *ids))
     jobs = await waiter
     assert list(jobs) == ids and [jobs[i].result for i in ids] == list(range(5))
+
+
+async def test_prune_keeps_what_a_waiting_job_still_needs_and_purge_takes_waiting_jobs(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
+    from akadze_core import database
+
+    flow = app.workflow()
+    first = flow.add(tasks["add"], x=1)
+    second = flow.add(tasks["add"], x=2)
+    body = flow.add(tasks["total"], after=[first, second], result_arg="values")
+    flow.enqueue()
+    # first succeeded long ago, second has not run: body still waits on first's result.
+    db.execute("UPDATE akadze.jobs SET state = 'succeeded', result = '1', "
+               "finished_at = now() - interval '30 days' WHERE id = %s", (first.id,))
+    db.execute("UPDATE akadze.jobs SET waiting_for = 1 WHERE id = %s", (body.id,))
+    lonely = tasks["add"].enqueue(x=9)
+    db.execute("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() - "
+               "interval '30 days' WHERE id = %s", (lonely,))
+    async with await psycopg.AsyncConnection.connect(app.database_url,
+                                                     autocommit=True) as connection:
+        pruned = await database.prune_jobs(connection, finished_retention=60,
+                                           failed_retention=60, limit=100)
+    assert pruned == 1
+    assert state(db, first.id) == "succeeded"
+    assert app.purge() == 2  # second (queued) and body (waiting)
+    assert db.execute("SELECT count(*) FROM akadze.jobs WHERE id IN (%s, %s)",
+                      (second.id, body.id)).fetchone() == (0,)
+
+
+async def test_a_fan_out_added_at_once_is_a_plain_insert(app: App, db: psycopg.Connection,
+                                                         tasks: dict[str, Any]) -> None:
+    flow = app.workflow()
+    parts = flow.add_many(tasks["add"], [{"x": i} for i in range(50)])
+    assert "upstreams" not in flow.params()  # no graph: job_insert_rows
+    ids = flow.enqueue()
+    assert ids == [node.id for node in parts] and ids == sorted(ids)
+    with pytest.raises(TypeError, match="cannot take"):
+        app.workflow().add_many(tasks["add"], [{"x": 1}, {"nope": 2}])
+    flow = app.workflow()
+    more = flow.add_many(tasks["add"], [{"x": i} for i in range(3)])
+    body = flow.add(tasks["total"], after=more, result_arg="values")
+    flow.enqueue()
+    await run_until(app, finished(db, body.id, *ids))
+    assert job(db, body.id)["result"] == 3
+    assert [job(db, i)["result"] for i in ids] == list(range(50))

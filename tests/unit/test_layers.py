@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
              "worker.entry", "worker.timelimits")),
     # The app and its tasks, which compose everything below.
     ("app", ("app", "app.task", "app.registry", "app.base", "app.builtins", "beat",
+             "django_beat",
              "contrib.abortable",
              "contrib.django", "contrib.django.*")),
     # Processes and tools: the command, the doctor, Celery's worker-side paths, the package.
