@@ -174,3 +174,12 @@ def test_an_eager_chain_raises_at_the_step_after_a_failure(t: dict[str, Any]) ->
     assert (ending.state, ending.parent.state) == ("FAILURE", "SUCCESS")
     mixed = group([t["add"].s(1, 1), t["fail"].s()]).apply_async()
     assert [member.state for member in mixed] == ["SUCCESS", "FAILURE"]
+
+
+def test_chain_of_plain_signatures_is_the_fold_of_pipes(t: dict[str, Any]) -> None:
+    steps = [t["add"].s(i) for i in range(1, 5)]
+    made = chain(step for step in steps)
+    folded = steps[0] | steps[1] | steps[2] | steps[3]
+    assert type(made) is type(folded) and made == folded
+    assert all(a is not b for a, b in zip(made.tasks, steps, strict=True))  # copies
+    assert made(0).get() == 10
