@@ -13,22 +13,25 @@ inserted by the database when the job fails; the worker calls it Celery's way
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Literal
 
 from kombu.exceptions import EncodeError
 
 from akadze_core import ConnectionLost, InvalidArgs, OnFailure
 
-from .. import serialization
+from .. import serialization, signals
 from ..canvas.signatures import Signature, listed, maybe_signature
 from ..result import AsyncResult
 from ..utils import uuid
 from .amqp import Message, PublishConnectionLost, current_session, prepare
+from .routes import settings_router_state
 
 if TYPE_CHECKING:
     import psycopg
 
     from akadze_core import Node
+    from akadze_core.database import JobRequest
 
     from .base import Celery
     from .task import Task
@@ -37,6 +40,8 @@ __all__ = ["ERRBACK", "PASS", "Builder", "send_canvas", "send_linked"]
 
 #: ``meta["celery"]`` key marking an errback job: ``{"immutable": bool}``.
 ERRBACK = "errback"
+#: Option values a reused row may be keyed on.
+_PLAIN = (str, int, float, bool)
 #: ``meta["celery"]`` key of a node given its upstreams' results: ``"one"`` or ``"list"``.
 PASS = "pass"
 #: Options that only shape the canvas (or Celery's messages), never a node's row.
@@ -73,11 +78,16 @@ class Builder:
     """One workflow being built from a canvas (the ``FlowBuilder`` the signatures'
     ``to_flow`` add their calls to)."""
 
-    def __init__(self, app: Celery, session: psycopg.Connection | None = None) -> None:
+    def __init__(self, app: Celery, session: psycopg.Connection | None = None, *,
+                 reuse: bool = True) -> None:
         self.app = app
         self.workflow = app.core.workflow()
         self.session = session
         self._sent: list[tuple[Node, AsyncResult, Message]] = []
+        # Rows of calls alike (a group's members), built once and copied per node: see
+        # _reused. ``reuse=False`` builds every row in full (what the copies must equal).
+        self._reuse = reuse
+        self._templates: dict[tuple[Any, ...], tuple[Message, JobRequest, dict[str, Any]]] = {}
 
     def add_task(self, sig: Signature, *, after: list[Any], many: bool,
                  failure: str) -> tuple[Node, AsyncResult]:
@@ -95,24 +105,71 @@ class Builder:
             extra[PASS] = passing
         links = listed(sig.options.get("link"))
         errbacks = listed(sig.options.get("link_error"))
-        message = prepare(app, sig.name, list(sig.args), dict(sig.kwargs),
-                          _node_options(sig, task_type), task_id=task_id,
-                          link=links or None, link_error=errbacks or None,
-                          shadow=sig.options.get("shadow"), task_type=task_type,
-                          extra_meta=extra)
+        options = _node_options(sig, task_type)
+        reused = None
+        if self._reuse and not links and not errbacks and not sig.options.get("shadow"):
+            reused = self._reused(sig, task_type, task_id, options, extra)
+        if reused is not None:
+            message, request = reused
+        else:
+            message = prepare(app, sig.name, list(sig.args), dict(sig.kwargs), options,
+                              task_id=task_id, link=links or None,
+                              link_error=errbacks or None, shadow=sig.options.get("shadow"),
+                              task_type=task_type, extra_meta=extra)
+            request = message.request()
         return self.add_message(message, task_id, task_type, links, errbacks, after=after,
-                                many=many, failure=failure, immutable=bool(sig.immutable))
+                                many=many, failure=failure, immutable=bool(sig.immutable),
+                                request=request)
+
+    def _reused(self, sig: Signature, task_type: Task | None, task_id: str,
+                options: dict[str, Any], extra: dict[str, Any]
+                ) -> tuple[Message, JobRequest] | None:
+        """The row of ``sig`` copied from the row of a call alike already built here (same
+        task, options and group), with its own args, task id and group index: a group of
+        10,000 members is routed and configured once, not 10,000 times. None when the row
+        may depend on more than that (publish signal receivers, a router function, options
+        that are not plain values): then it is built in full."""
+        if signals.before_task_publish.receivers or signals.after_task_publish.receivers:
+            return None
+        if not all(value is None or type(value) in _PLAIN for value in options.values()):
+            return None
+        conf = self.app.conf
+        if not settings_router_state(conf)[1]:
+            return None
+        shared = {key: value for key, value in extra.items() if key != "group_index"}
+        key = (sig.name, id(task_type), tuple(sorted(options.items())),
+               tuple(sorted(shared.items())))
+        template = self._templates.get(key)
+        if template is None:
+            message = prepare(self.app, sig.name, [], {}, dict(options), task_id=task_id,
+                              link=None, link_error=None, shadow=None, task_type=task_type,
+                              extra_meta=shared)
+            meta = dict(message.call.options.meta)
+            template = self._templates[key] = (message, message.request(), meta)
+        message, base, meta = template
+        celery_meta = meta["celery"]
+        if "group_index" in extra:
+            celery_meta = {**celery_meta, "group_index": extra["group_index"]}
+        try:
+            args = message.call.encode_args({"args": list(sig.args), "kwargs": dict(sig.kwargs)})
+        except InvalidArgs as exc:
+            raise EncodeError(str(exc)) from exc
+        node_meta = {**meta, "celery": celery_meta, "task_id": task_id}
+        request = dataclasses.replace(base, args=args,
+                                      meta=self.app.core.json_dumps(node_meta))
+        return message, request
 
     def add_message(self, message: Message, task_id: str, task_type: Task | None,
                     links: list[Any], errbacks: list[Any], *, after: list[Any], many: bool,
-                    failure: str, immutable: bool = False) -> tuple[Node, AsyncResult]:
-        """Add a call prepared already (``amqp.prepare``), with its callbacks and
-        errbacks."""
+                    failure: str, immutable: bool = False,
+                    request: JobRequest | None = None) -> tuple[Node, AsyncResult]:
+        """Add a call prepared already (``amqp.prepare``; ``request``: its row, when built
+        already), with its callbacks and errbacks."""
         if self.session is None:
             self.session = message.session
         passing = _passing(after, many, immutable)
         node = self.workflow.add_request(
-            message.request(), after=list(after) or None, pass_results=passing,
+            request or message.request(), after=list(after) or None, pass_results=passing,
             on_upstream_failure="fail" if failure == "fail" else "cancel",
             on_failure=[self._errback(errback, task_id) for errback in errbacks])
         result = AsyncResult(task_id, app=self.app, task_name=message.name)

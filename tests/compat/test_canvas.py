@@ -7,6 +7,7 @@ signatures and results); each test says the Celery behaviour it checks.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -430,3 +431,26 @@ async def test_members_see_their_group_and_a_revoked_member_fails_the_body(
     assert body.state == states.FAILURE
     assert str(body.result) == (f"Dependency {body.parent.results[1].id} raised "
                                 "TaskRevokedError('revoked')")
+
+
+def test_reused_rows_equal_rows_built_in_full(celery: Celery) -> None:
+    """A group's members share one routed, configured row copied per member: each copy
+    must be the row built for that member alone."""
+    from akadze_compat.app.flow import Builder
+
+    t = tasks(celery)
+    celery.conf.task_routes = {"t.add": {"queue": "adds", "priority": 3}}
+    canvas = group(t["add"].s(i, i) for i in range(3)).set(task_id="g-1")
+    canvas.freeze()
+    rows = []
+    for reuse in (True, False):
+        builder = Builder(celery, reuse=reuse)
+        canvas.clone().to_flow(builder, after=[], many=False, failure="cancel")
+        rows.append([(node.request, json.loads(node.request.meta))
+                     for node in builder.workflow.nodes])
+    reused, full = rows
+    assert len(reused) == 3 and reused[0][0].queue == "adds" and reused[0][0].priority == 3
+    assert [meta["celery"]["group_index"] for _, meta in reused] == [0, 1, 2]
+    for (copy, copy_meta), (built, built_meta) in zip(reused, full, strict=True):
+        assert copy_meta == built_meta
+        assert copy == dataclasses.replace(built, meta=copy.meta)
