@@ -113,16 +113,6 @@ class AsyncResult(ResultBase):
 
     # --- reading the job ---------------------------------------------------------------------
 
-    @property
-    def job_id(self) -> int | None:
-        """The id of the job behind this result, once known."""
-        return self._job_id
-
-    @job_id.setter
-    def job_id(self, value: int | None) -> None:
-        self._job_id = value
-        self._cache = None
-
     def _task_id_of(self, job_id: int) -> str:
         """The Celery task id of another job (a chord's failed member)."""
         job = self.app.core.get_job(job_id)
@@ -201,6 +191,21 @@ class AsyncResult(ResultBase):
     def task_id(self) -> str:
         """Old name of ``id``."""
         return self.id
+
+    @property
+    def job_id(self) -> int | None:
+        """The akadze_core job behind this task id (not in Celery), None when there is none:
+        what ``app.core.get_job`` and SQL on ``akadze.jobs`` take. Task ids are uuid4
+        strings kept in the job's ``meta["task_id"]``, not job ids."""
+        if self._job_id is None:
+            self._job()
+        return self._job_id
+
+    @job_id.setter
+    def job_id(self, value: int | None) -> None:
+        # Set by a canvas send once its workflow is inserted (the ids come back in order).
+        self._job_id = value
+        self._cache = None
 
     @property
     def name(self) -> str | None:

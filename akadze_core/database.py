@@ -434,12 +434,13 @@ async def record_schedule_tick(
 
 async def enqueue_schedule_tick(
     connection: psycopg.AsyncConnection, request: JobRequest, *, name: str, spec: str,
-    tick: datetime,
+    tick: datetime, expected: datetime | None = None,
 ) -> int | None:
     """Advance schedule ``name`` to ``tick`` and insert ``request`` in one statement; returns
-    the job id, or None when the tick was taken already (or the stored spec differs)."""
+    the job id, or None when the tick was taken already (or the stored spec differs, or the
+    stored last tick is no longer ``expected`` when that is given)."""
     row = await fetch_one_async(connection, "schedule_enqueue", **request.params(), name=name,
-                                spec=spec, tick=tick)
+                                spec=spec, tick=tick, expected=expected)
     return int(row["id"]) if row else None
 
 

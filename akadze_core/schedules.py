@@ -28,6 +28,10 @@ the state): the worker holds them in a ``Timetable`` and enqueues their due tick
 one statement per ``RUNTIME_BATCH`` schedules (``schedule_runtime_enqueue``), each row locked
 and re-checked so that every tick is still enqueued once across the fleet. A name held by a
 runtime row is skipped by a code declaration of it, with one warning.
+
+A ``LastRunTrigger`` (a schedule that decides from its last run, like Celery's ``is_due``) is
+asked ``latest_after(stored tick, now)`` instead, and its tick is enqueued only if the stored
+tick is still the one it was given.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import contextlib
 import logging
 import random
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -53,7 +58,7 @@ from .maintenance import first_of
 from .serialization import check_storable, encode_args
 from .tasks import Task
 from .timetable import Timetable
-from .triggers import EPOCH, Trigger, as_trigger
+from .triggers import EPOCH, LastRunTrigger, Trigger, as_trigger
 
 if TYPE_CHECKING:
     from .app import App
@@ -91,7 +96,9 @@ class Schedule:
     Made by ``App.add_schedule`` (or ``Task.schedule``). ``queue``, ``priority`` and
     ``max_attempts`` left at None take the task's defaults when the task is registered in
     the app, else the app's default queue, 0 and 3. Each job's ``expires_at`` is its tick
-    plus ``expires``, and its ``meta`` carries ``{"schedule": name, "tick": ISO time}``.
+    plus ``expires``, and its ``meta`` carries ``{"schedule": name, "tick": ISO time}``;
+    with ``task_ids`` also a fresh uuid4 ``"task_id"`` (the external id ``App.find_job``
+    looks up, which the Celery facade uses as the task id).
     """
 
     name: str
@@ -103,6 +110,7 @@ class Schedule:
     max_attempts: int | None = None
     expires: timedelta | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    task_ids: bool = False
     task_object: Task | None = field(default=None, repr=False, compare=False)
     #: Count ticks from this instant (see the module docstring); None: from first sight.
     since: datetime | None = None
@@ -121,6 +129,7 @@ class Schedule:
         max_attempts: int | None = None,
         expires: timedelta | float | None = None,
         meta: Mapping[str, Any] | None = None,
+        task_ids: bool = False,
     ) -> Schedule:
         """Validate everything now (ValueError, ``InvalidArgs`` for args and meta, TypeError
         for args the task's function cannot take), so a mistake fails at import time rather
@@ -138,7 +147,7 @@ class Schedule:
             name=_text(name, "schedule name"), task=task_name, trigger=as_trigger(trigger),
             args=dict(args or {}), queue=None if queue is None else _text(queue, "queue"),
             priority=priority, max_attempts=max_attempts, expires=_expires(expires),
-            meta=dict(meta or {}), task_object=task_object,
+            meta=dict(meta or {}), task_ids=bool(task_ids), task_object=task_object,
         )
         schedule.args_json(app)
         schedule.meta_json(app, EPOCH)
@@ -153,8 +162,11 @@ class Schedule:
         return encode_args(dict(self.args), app.json_dumps, app.max_args_bytes)
 
     def meta_json(self, app: App, tick: datetime) -> str:
-        """The meta of the job for ``tick``: the schedule's own, plus schedule and tick."""
+        """The meta of the job for ``tick``: the schedule's own, plus schedule and tick (and
+        a new task id with ``task_ids``)."""
         meta = {**self.meta, "schedule": self.name, "tick": tick.isoformat()}
+        if self.task_ids:
+            meta["task_id"] = str(uuid.uuid4())
         return encode_args(meta, app.json_dumps, app.max_args_bytes)
 
     def resolved_queue(self, app: App) -> str:
@@ -183,8 +195,8 @@ def plan(trigger: Trigger, state: Mapping[str, Any] | None, now: datetime,
     """What to do with a schedule at ``now`` given its state row (None when it has none):
     ``("start" | "reset", tick)`` records ``tick`` without running it, ``("enqueue", tick)``
     runs it, None does nothing. ``since``: the schedule's own reference instant."""
-    tick = trigger.latest(now)
     if state is None or state["spec"] != trigger.spec:
+        tick = trigger.latest(now)
         action: Action = "start" if state is None else "reset"
         if since is not None:
             # Ticks after since count; never step back behind a tick already accounted for
@@ -192,6 +204,8 @@ def plan(trigger: Trigger, state: Mapping[str, Any] | None, now: datetime,
             return action, since if state is None else max(since, state["last_tick"])
         # Nothing at or before now fires: with no tick yet, the first one after now will.
         return action, (now if tick is None else tick)
+    tick = trigger.latest_after(state["last_tick"], now) if isinstance(trigger, LastRunTrigger) \
+        else trigger.latest(now)
     floor = state["last_tick"] if since is None else max(state["last_tick"], since)
     if tick is not None and tick > floor:
         return "enqueue", tick
@@ -345,23 +359,29 @@ class Scheduler:
         if step is None or request is None:
             return
         tick = step[1]
+        # A tick that depends on the last run is enqueued only from that same last run.
+        expected = state["last_tick"] if state is not None and isinstance(
+            schedule.trigger, LastRunTrigger) else None
         if source is None:
             job_id = await database.enqueue_schedule_tick(
-                connection, request, name=schedule.name, spec=spec, tick=tick)
+                connection, request, name=schedule.name, spec=spec, tick=tick,
+                expected=expected)
         else:
-            job_id = await self._enqueue_for(source, connection, schedule, request, tick)
+            job_id = await self._enqueue_for(source, connection, schedule, request, tick,
+                                             expected)
         if job_id is not None:
             logger.info("schedule %r: enqueued job %s %s for %s", schedule.name, job_id,
                         schedule.task, tick.isoformat())
 
     @staticmethod
     async def _enqueue_for(source: ScheduleSource, connection: psycopg.AsyncConnection,
-                           schedule: Schedule, request: JobRequest, tick: datetime
-                           ) -> int | None:
+                           schedule: Schedule, request: JobRequest, tick: datetime,
+                           expected: datetime | None = None) -> int | None:
         """Enqueue the tick and let ``source`` record it, in one transaction."""
         async with connection.transaction():
             job_id = await database.enqueue_schedule_tick(
-                connection, request, name=schedule.name, spec=schedule.trigger.spec, tick=tick)
+                connection, request, name=schedule.name, spec=schedule.trigger.spec, tick=tick,
+                expected=expected)
             if job_id is None:
                 return None
             if not await source.enqueued(connection, schedule, tick, job_id):

@@ -4,6 +4,11 @@ A trigger answers two questions about instants (timezone-aware datetimes, UTC ou
 ``latest(at)``, the most recent tick at or before ``at``, and ``next(after)``, the first tick
 strictly after ``after``. Its ``spec`` is a stable text that changes exactly when the ticks do;
 the worker compares it with the stored one to notice a schedule changed between deploys.
+
+A trigger whose ticks depend on when its schedule last ran (Celery's ``is_due``) also has
+``latest_after(last_tick, at)`` (``LastRunTrigger``): the scheduler then gives it the last tick
+stored in the database, and enqueues the tick it names only while that stored tick is
+unchanged, so two workers asking at once never both enqueue a run.
 """
 
 from __future__ import annotations
@@ -34,6 +39,15 @@ class Trigger(Protocol):
 
     def next(self, after: datetime) -> datetime:
         """The first tick strictly after ``after`` (aware, UTC)."""
+
+
+@runtime_checkable
+class LastRunTrigger(Trigger, Protocol):
+    """A trigger told the schedule's last tick: its ``latest(at)`` is used only to start a
+    schedule (None: start from now)."""
+
+    def latest_after(self, last_tick: datetime, at: datetime) -> datetime | None:
+        """The tick to enqueue at ``at`` (after ``last_tick``), or None when none is due."""
 
 
 def _utc(moment: datetime) -> datetime:
@@ -214,4 +228,4 @@ def as_trigger(value: Trigger | str) -> Trigger:
     return value
 
 
-__all__ = ["Cron", "Every", "Trigger", "as_trigger", "parse_spec"]
+__all__ = ["Cron", "Every", "LastRunTrigger", "Trigger", "as_trigger", "parse_spec"]

@@ -157,7 +157,8 @@ class Message:
 
 def prepare(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any], *,
             task_id: str | None, link: Any, link_error: Any, shadow: str | None,
-            task_type: Task | None, extra_meta: Mapping[str, Any] | None = None) -> Message:
+            task_type: Task | None, extra_meta: Mapping[str, Any] | None = None,
+            id_in_meta: bool = True) -> Message:
     """Route one call and build its core call; ``options`` (consumed) holds every option of
     ``send_task`` but the keyword-only ones here, the serializer checked already.
 
@@ -165,7 +166,9 @@ def prepare(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, A
     ``before_task_publish`` or ``after_task_publish`` has a receiver (which is then sent
     ``before_task_publish``); the router is built once per configuration
     (``routing.settings_router``). ``extra_meta`` goes into ``meta["celery"]`` as it is (a
-    canvas node's group id and index, an errback's marks).
+    canvas node's group id and index, an errback's marks). ``id_in_meta=False`` leaves the
+    task id out of the configured call's meta, for a call kept and reused by plain sends
+    (``TaskCall.enqueue_with_task_id`` adds each one's).
     """
     conf = app.conf
     pop = options.pop
@@ -227,7 +230,7 @@ def prepare(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, A
     if extra:
         celery_meta.update(extra)
     meta: dict[str, Any] = {"celery": celery_meta}
-    if task_id is not None:
+    if task_id is not None and id_in_meta:
         meta["task_id"] = str(task_id)
     core = app.core
     core_task = core.tasks.get(name) or CoreTask(core, name, _not_here, queue=routed["queue"])

@@ -2,8 +2,9 @@
 
 A Celery call becomes one job of the same task name, with args ``{"args": [...],
 "kwargs": {...}}`` and the Celery-only data (headers, ids of the parent and root task, eta,
-expires, limits) in ``meta["celery"]``. The task id is the job id, unless the caller chose
-one (``task_id=``): that one is kept in ``meta["task_id"]``.
+expires, limits) in ``meta["celery"]``. The task id is a uuid4 string made here, as Celery
+makes it, or the one the caller chose (``task_id=``), kept in ``meta["task_id"]`` (the core's
+external id, spliced into the meta encoded once: ``TaskCall.enqueue_with_task_id``).
 
 Transactional enqueue: ``apply_async(connection=psycopg_conn)``, or any call inside
 ``with akadze_compat.transaction(conn):``, inserts the job in that connection's transaction.
@@ -202,15 +203,17 @@ def send_plain(task: Task, kept: _Plain, args: Any, kwargs: Any) -> AsyncResult 
         task.check_arguments(args, kwargs)
     if conf["task_always_eager"]:
         return None
+    task_id = uuid()
     try:
         # Tuples encode as the lists Celery sends; nothing here keeps or changes them.
-        job_id = int(kept.call.enqueue(args=args if args is not None else (),
-                                       kwargs=kwargs if kwargs is not None else {}))
+        job_id = int(kept.call.enqueue_with_task_id(
+            task_id, args=args if args is not None else (),
+            kwargs=kwargs if kwargs is not None else {}))
     except InvalidArgs as exc:
         raise EncodeError(str(exc)) from exc
     except ConnectionLost as exc:
         raise PublishConnectionLost(str(exc)) from exc.__cause__
-    result = AsyncResult(str(job_id), app=app, task_name=str(task.name), job_id=job_id)
+    result = AsyncResult(task_id, app=app, task_name=str(task.name), job_id=job_id)
     result.ignored = bool(task.option("ignore_result", "task_ignore_result"))
     return result
 
@@ -343,17 +346,19 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
           task_type: Task | None, plain_key: tuple[Any, ...] | None = None) -> AsyncResult:
     """Enqueue one call; ``options`` (consumed) holds every option of ``send_task`` but the
     keyword-only ones here, the serializer checked already. The row is built by
-    ``amqp.prepare`` (as a canvas builds each of its rows). With ``link``/``link_error``
-    the call is sent as a workflow: its callbacks wait for it and its errbacks are
-    inserted if it fails (``flow.send_linked``). With ``plain_key`` (a plain call, see
-    ``PLAIN_CALL``) the configured core call is kept on ``task_type`` for the next plain
-    calls."""
-    if (link is not None or link_error is not None) and task_id is None:
-        task_id = uuid()  # a workflow's nodes are named before the insert, as Celery's
+    ``amqp.prepare`` (as a canvas builds each of its rows); the task id is a uuid4 made here,
+    as Celery makes it, unless the caller chose one. With ``link``/``link_error`` the call
+    is sent as a workflow: its callbacks wait for it and its errbacks are inserted if it
+    fails (``flow.send_linked``). With ``plain_key`` (a plain call, see ``PLAIN_CALL``) the
+    configured core call is kept on ``task_type`` for the next plain calls: its meta holds
+    no task id (``enqueue_with_task_id`` adds each call's)."""
+    task_id = uuid() if task_id is None else str(task_id)
+    linked = link is not None or link_error is not None
     message = prepare(app, name, args, kwargs, options, task_id=task_id, link=link,
-                      link_error=link_error, shadow=shadow, task_type=task_type)
-    if link is not None or link_error is not None:
-        return flow.send_linked(message, str(task_id), link, link_error, task_type)
+                      link_error=link_error, shadow=shadow, task_type=task_type,
+                      id_in_meta=linked)
+    if linked:
+        return flow.send_linked(message, task_id, link, link_error, task_type)
     call = message.call
     session = message.session
     if plain_key is not None and task_type is not None and session is None \
@@ -367,14 +372,14 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
     if session is not None:
         call = call.using(session=session)
     try:
-        job_id = int(call.enqueue(args=list(message.args), kwargs=dict(message.kwargs)))
+        job_id = int(call.enqueue_with_task_id(task_id, args=list(message.args),
+                                               kwargs=dict(message.kwargs)))
     except InvalidArgs as exc:
         raise EncodeError(str(exc)) from exc
     except ConnectionLost as exc:
         raise PublishConnectionLost(str(exc)) from exc.__cause__
-    result_id = str(task_id) if task_id is not None else str(job_id)
-    message.published(result_id)
-    result = AsyncResult(result_id, app=app, task_name=name, job_id=job_id)
+    message.published(task_id)
+    result = AsyncResult(task_id, app=app, task_name=name, job_id=job_id)
     ignore_result = message.ignore_result
     if ignore_result is None and task_type is not None:
         ignore_result = task_type.option("ignore_result", "task_ignore_result")

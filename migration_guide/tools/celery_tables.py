@@ -179,20 +179,20 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "celery.result:denied_join_result": (S, ""),
     "celery.result:assert_will_not_block": (S, ""),
     # --- celery.schedules
-    "celery.schedules:crontab": (D, "Celery's parsing and matching, checked against Celery "
-                                    "5.7; `is_due()`/`remaining_estimate()` raise "
-                                    "NotImplementedError (workers compute the ticks)"),
-    "celery.schedules:schedule": (D, "ticks on a fixed grid since the Unix epoch (Celery: "
-                                     "counted from beat's start); `is_due()` not available"),
-    "celery.schedules:solar": (M, "can be made, but a worker whose beat_schedule holds one "
-                                  "refuses to start"),
-    "celery.schedules:BaseSchedule": (D, "a custom subclass runs only if it also has "
-                                         "`latest(at)`, `next(after)` and `spec` (an "
-                                         "akadze_core trigger)"),
+    "celery.schedules:crontab": (D, "Celery's parsing, matching, `remaining_estimate()` and "
+                                    "`is_due()`, checked against Celery 5.7; in the workers "
+                                    "the ticks are computed ahead, exactly once per tick"),
+    "celery.schedules:schedule": (D, "`remaining_estimate()`/`is_due()` as Celery's; in the "
+                                     "workers it ticks on a fixed grid since the Unix epoch "
+                                     "(Celery: counted from the last run)"),
+    "celery.schedules:solar": (D, "as Celery's with the ephem package (`akadze[solar]`); "
+                                  "without it, built but a worker refuses to start"),
+    "celery.schedules:BaseSchedule": (D, "a custom subclass with `is_due()` runs in the "
+                                         "workers as beat runs it, each due run enqueued once"),
     "celery.schedules:maybe_schedule": (S, ""),
     "celery.schedules:crontab_parser": (S, ""),
     "celery.schedules:ParseException": (S, ""),
-    "celery.schedules:schedstate": (M, "beat internals: workers compute the ticks"),
+    "celery.schedules:schedstate": (S, ""),
     "celery.schedules:cronfield": (M, "beat internals"),
     # --- celery.states
     "celery.states:RECEIVED": (S, "never reported: a claimed task starts at once"),
@@ -209,8 +209,8 @@ API_NOTES: dict[str, tuple[str, str]] = {
                                      "`force=True`"),
     "Celery:control": (D, "`revoke()` and `purge()` only; `inspect()` raises "
                           "NotImplementedError (use `akadze-compat inspect`)"),
-    "Celery:send_task": (D, "the task id is the job id unless `task_id=` is given; for a task "
-                            "the sender does not know, the worker's max_retries decides"),
+    "Celery:send_task": (D, "for a task the sender does not know, the worker's max_retries "
+                            "decides"),
     "Celery:annotations": (M, "task_annotations are not applied"),
     "Celery:backend": (M, "no result backend object: AsyncResult reads the job"),
     "Celery:backend_cls": (M, "no result backend object: AsyncResult reads the job"),
@@ -243,8 +243,8 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "Task:update_state": (D, "only for the task running here (other ids: a warning); does "
                              "nothing in eager mode"),
     "Task:max_retries": (S, "None retries forever"),
-    "Task:request": (D, "`id` is the job id unless `task_id=` was given; `hostname` is the "
-                        "worker's `-n`"),
+    "Task:request": (D, "`hostname` is the worker's `-n`; `id` is the task id, the job id for "
+                        "a job sent without one (see celery.md, Task ids)"),
     "Task:map": (S, "one `celery.map` task, as Celery's"),
     "Task:starmap": (S, "one `celery.starmap` task, as Celery's"),
     "Task:chunks": (S, "a group of `celery.starmap` tasks, as Celery's"),
@@ -271,7 +271,8 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "AsyncResult:info": (D, "as `result`"),
     "AsyncResult:state": (S, "unknown id: PENDING; a retry waiting: RETRY; STARTED only with "
                              "track_started"),
-    "AsyncResult:id": (S, "the job id (digits) unless `task_id=` was given"),
+    "AsyncResult:id": (S, "a uuid4 string, or the `task_id=` given; `job_id` (not in Celery) "
+                          "is the akadze job's id"),
     "AsyncResult:forget": (D, "deletes nothing: the job goes when its retention ends "
                               "(result_expires)"),
     "AsyncResult:revoke": (D, "a waiting task never runs; a running one is not interrupted "

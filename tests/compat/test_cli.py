@@ -29,6 +29,7 @@ from tests.compat.cli_harness import (
     wait_until,
 )
 from tests.compat.conftest import SpawnCompat
+from tests.helpers import is_uuid4
 
 pytestmark = pytest.mark.slow
 
@@ -224,17 +225,96 @@ def test_beat_runs_only_the_scheduler(database_url: str, db: psycopg.Connection,
         out, err = process.communicate(timeout=20)
     assert process.returncode == 0, err
     assert "1 periodic tasks" in out
-    assert "ignoring unsupported option --scheduler" in err
+    warnings = [line for line in err.splitlines() if "WARNING" in line]
+    assert len(warnings) == 1, err
+    assert warnings[0].endswith(
+        " WARNING akadze_compat.beat: --scheduler x.y:Z is not supported: the schedules x.y:Z "
+        "keeps or computes will not run; only beat_schedule and add_periodic_task entries do "
+        '(migration_guide/celery.md, "Beat runs inside the workers")'), warnings
     # Nothing ran the job: beat only schedules.
     assert db.execute("SELECT state FROM akadze.jobs WHERE task = 'beatproj.tick'"
                       " LIMIT 1").fetchone()[0] == "queued"
+
+
+SCHEDULER_PROJECT = """
+    from akadze_compat import Celery
+
+    app = Celery("schedproj")
+    app.conf.beat_scheduler = {scheduler!r}
+    app.conf.beat_schedule = {{"tick": {{"task": "schedproj.tick", "schedule": 3600}}}}
+
+    @app.task
+    def tick():
+        return "tock"
+"""
+
+
+def _scheduler_project(tmp_path: Path, scheduler: str) -> Path:
+    (tmp_path / "schedproj.py").write_text(textwrap.dedent(SCHEDULER_PROJECT.format(
+        scheduler=scheduler)))
+    return tmp_path
+
+
+def _warnings(log: str) -> list[str]:
+    """The WARNING lines about a scheduler (the test database may draw others)."""
+    return [line for line in log.splitlines()
+            if "WARNING" in line and "is not supported" in line]
+
+
+@pytest.mark.parametrize(("setting", "option", "named", "lost"), [
+    ("redbeat.RedBeatScheduler", None, "beat_scheduler redbeat:RedBeatScheduler",
+     "the schedules RedBeat keeps in Redis"),
+    ("celery.beat:PersistentScheduler", "redbeat.RedBeatScheduler",
+     "--scheduler redbeat:RedBeatScheduler", "the schedules RedBeat keeps in Redis"),
+    ("myproj.scheduling:Scheduler", None, "beat_scheduler myproj.scheduling:Scheduler",
+     "the schedules myproj.scheduling:Scheduler keeps or computes"),
+])
+def test_worker_and_beat_name_a_scheduler_they_cannot_honour(
+        database_url: str, spawn_compat: SpawnCompat, tmp_path: Path, setting: str,
+        option: str | None, named: str, lost: str) -> None:
+    """One WARNING line at start, from the worker and from beat, naming what will not run."""
+    project = _scheduler_project(tmp_path, setting)
+    extra = ["--scheduler", option] if option else []
+    worker = spawn_compat("-b", database_url, "-A", "schedproj", "worker", "-P", "solo",
+                          "-l", "INFO", *extra, cwd=project)
+    worker.wait_ready()
+    beat = spawn_compat("-b", database_url, "-A", "schedproj", "beat", *extra, cwd=project)
+    beat.wait_log("1 periodic tasks")
+    for log in (worker.log(), beat.log()):
+        warnings = _warnings(log)
+        assert len(warnings) == 1, log
+        assert f"{named} is not supported: {lost}" in warnings[0]
+        assert "will not run; only beat_schedule and add_periodic_task entries do" \
+            in warnings[0]
+    assert "--scheduler" not in worker.log().replace(named, "")  # not also "ignored"
+
+
+def test_the_default_scheduler_draws_no_warning(
+        database_url: str, spawn_compat: SpawnCompat, tmp_path: Path) -> None:
+    project = _scheduler_project(tmp_path, "celery.beat.PersistentScheduler")
+    worker = spawn_compat("-b", database_url, "-A", "schedproj", "worker", "-P", "solo",
+                          "-l", "INFO", cwd=project)
+    worker.wait_ready()
+    assert _warnings(worker.log()) == []
+
+
+def test_doctor_lists_a_scheduler_it_cannot_honour(tmp_path: Path) -> None:
+    project = _scheduler_project(tmp_path, "redbeat.RedBeatScheduler")
+    done = run("-A", "schedproj", "doctor", cwd=project)
+    assert done.returncode == 1, done.stderr  # a missing finding
+    text = " ".join(done.stdout.split())
+    assert "beat_scheduler" in text and "redbeat:RedBeatScheduler is not supported" in text
+    assert "the schedules RedBeat keeps in Redis will not run" in text
+    report = json.loads(run("-A", "schedproj", "doctor", "--json", cwd=project).stdout)
+    found = [item for item in report["findings"] if item["key"] == "beat_scheduler"]
+    assert [item["kind"] for item in found] == ["missing"]
 
 
 # --- commands against a live worker -----------------------------------------------------------
 
 def test_call_and_result(url: str) -> None:
     task_id = call(url, "plainproj.billing.tasks.add", "-a", "[2, 3]", "--queue", "cli")
-    assert task_id.isdigit()
+    assert is_uuid4(task_id)
     code, out, err = cli(url, "result", task_id, "--timeout", "20")
     assert (code, out) == (0, "5\n"), err
     task_id = call(url, "plainproj.celery.debug_task", "--queue", "clislow")
@@ -256,8 +336,13 @@ def test_result_of_a_failed_task_is_one_line_and_traceback(url: str) -> None:
 def test_an_unregistered_task_is_logged_the_way_celery_says_it(
         url: str, cli_worker: CompatWorker) -> None:
     task_id = call(url, "plainproj.nowhere.tasks.ghost", "--queue", "cli")
+    # The line names the job (the core's hook gets its id, not the task id in its meta).
+    with psycopg.connect(url) as connection:
+        row = connection.execute("SELECT id FROM akadze.jobs WHERE meta->>'task_id' = %s",
+                                 (task_id,)).fetchone()
+    assert row is not None
     line = re.compile(rf"ERROR/MainProcess\] Received unregistered task of type "
-                      rf"'plainproj\.nowhere\.tasks\.ghost'\. Job {task_id} failed with "
+                      rf"'plainproj\.nowhere\.tasks\.ghost'\. Job {row[0]} failed with "
                       rf"NotRegistered: is the module that defines it imported by this worker")
     cli_worker.wait_log(line)
     code, _, err = cli(url, "result", task_id, "--timeout", "20")

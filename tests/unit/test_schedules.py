@@ -6,6 +6,7 @@ An App with an unreachable URL is fine here: nothing connects until a job is enq
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -42,6 +43,19 @@ def test_add_schedule_with_a_task_object_takes_its_defaults(app: App) -> None:
     assert request.expires_at is None and request.scheduled_at is None and request.delay == 0
     assert json.loads(request.meta) == {"schedule": "reports.nightly",
                                         "tick": "2024-05-10T03:00:00+00:00"}
+
+
+def test_task_ids_give_every_job_its_own_uuid4(app: App) -> None:
+    plain = app.add_schedule("plain", "report.build", trigger=Every(60), meta={"a": 1})
+    tagged = app.add_schedule("tagged", "report.build", trigger=Every(60), meta={"a": 1},
+                              task_ids=True)
+    assert "task_id" not in json.loads(plain.request(app, NOW).meta)
+    ids = [json.loads(tagged.request(app, NOW).meta)["task_id"] for _ in range(3)]
+    assert all(uuid.UUID(task_id).version == 4 for task_id in ids) and len(set(ids)) == 3
+    assert {key: value for key, value in json.loads(tagged.request(app, NOW).meta).items()
+            if key != "task_id"} == json.loads(plain.request(app, NOW).meta) | {
+                "schedule": "tagged"}
+    assert tagged != plain and tagged.task_ids and not plain.task_ids
 
 
 def test_explicit_options_win_and_expiry_counts_from_the_tick(app: App) -> None:
@@ -169,6 +183,30 @@ def test_a_trigger_without_a_past_tick_starts_at_now() -> None:
     assert plan(NoTicksYet(), state(NoTicksYet.spec, NOW), NOW) is None
     first = NoTicksYet.first
     assert plan(NoTicksYet(), state(NoTicksYet.spec, NOW), first) == ("enqueue", first)
+
+
+class DueAfterAMinute:
+    """A trigger told the last run: due a minute after it."""
+
+    spec = "a minute after the last run"
+
+    def latest(self, at: datetime) -> datetime | None:
+        return None
+
+    def latest_after(self, last_tick: datetime, at: datetime) -> datetime | None:
+        return at if at - last_tick >= timedelta(minutes=1) else None
+
+    def next(self, after: datetime) -> datetime:
+        return after + timedelta(seconds=5)
+
+
+def test_a_last_run_trigger_decides_from_the_stored_tick() -> None:
+    trigger = DueAfterAMinute()
+    assert plan(trigger, None, NOW) == ("start", NOW)
+    assert plan(trigger, state("old", NOW - timedelta(days=1)), NOW) == ("reset", NOW)
+    assert plan(trigger, state(trigger.spec, NOW - timedelta(seconds=59)), NOW) is None
+    assert plan(trigger, state(trigger.spec, NOW - timedelta(minutes=1)), NOW) == (
+        "enqueue", NOW)
 
 
 def test_next_check_waits_for_the_next_tick_within_bounds() -> None:
