@@ -357,7 +357,7 @@ _CANVAS = ("runs as in Celery, but sent as one workflow: every task of the canva
 _RESULT_ONLY_JOBS = ("then() and build_graph() are not provided (collect() and children "
                      "are: children are the canvas jobs waiting on the task)")
 _GROUP_RESULTS = ("reads every member in one query and waits on LISTEN/NOTIFY; save() "
-                  "stores the group in the akadze.compat_groups table")
+                  "stores the group in the akadze.saved_groups table")
 
 #: What the doctor's source scan (``doctor_scan``) looks for: the keys are Celery's names, or
 #: a short description of a call shape; the status is ``missing`` or ``different``.

@@ -2,8 +2,7 @@
 ``backend.save_group``).
 
 A saved group is its ``as_tuple()`` form (the group id, its parent's and members' task ids)
-in ``akadze.compat_groups``. That table is made here on first use (``CREATE TABLE IF NOT
-EXISTS``) until the core's migrations carry it; the members' states stay in their jobs.
+in ``akadze.saved_groups`` (migration 0006); the members' states stay in their jobs.
 """
 
 from __future__ import annotations
@@ -11,58 +10,38 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from psycopg.types.json import Jsonb
+from akadze_core.database import run_statement_sync
+from akadze_core.queries import load_queries
+
+from .. import serialization
 
 if TYPE_CHECKING:
-    import psycopg
-
     from ..app.base import Celery
 
 __all__ = ["delete", "load", "save"]
 
-_CREATE = """
-CREATE TABLE IF NOT EXISTS akadze.compat_groups (
-    id text PRIMARY KEY,
-    result jsonb NOT NULL,
-    saved_at timestamptz NOT NULL DEFAULT now()
-)
-"""
-_SAVE = """
-INSERT INTO akadze.compat_groups (id, result) VALUES (%(id)s, %(result)s)
-ON CONFLICT (id) DO UPDATE SET result = excluded.result, saved_at = now()
-"""
+_QUERIES = load_queries("akadze_compat", "sql/groups.sql")
 
 
-def _run(app: Celery, statement: str, params: dict[str, Any]) -> Any:
-    def call(connection: psycopg.Connection) -> Any:
-        with connection.cursor() as cursor:
-            try:
-                cursor.execute(statement, params)
-            except Exception as exc:
-                if getattr(exc, "sqlstate", None) != "42P01":  # undefined_table
-                    raise
-                cursor.execute(_CREATE)
-                cursor.execute(statement, params)
-            return cursor.fetchone() if cursor.description else None
-
-    return app.core.run_pooled(call)
+def _run(app: Celery, name: str, **params: Any) -> list[dict[str, Any]]:
+    return list(app.core.run_pooled(
+        lambda connection: run_statement_sync(connection, _QUERIES[name], **params)))
 
 
 def save(app: Celery, group_id: str, value: Any) -> None:
     """Store a group's ``as_tuple()`` under its id (replacing a previous save)."""
-    _run(app, _SAVE, {"id": group_id, "result": Jsonb(value)})
+    _run(app, "group_save", id=group_id, result=serialization.dumps(value))
 
 
 def load(app: Celery, group_id: str) -> Any:
     """The ``as_tuple()`` form saved under ``group_id``, or None."""
-    row = _run(app, "SELECT result FROM akadze.compat_groups WHERE id = %(id)s",
-               {"id": group_id})
-    if row is None:
+    rows = _run(app, "group_load", id=group_id)
+    if not rows:
         return None
-    value = row[0] if not isinstance(row, dict) else row["result"]
+    value = rows[0]["result"]
     return json.loads(value) if isinstance(value, str) else value
 
 
 def delete(app: Celery, group_id: str) -> None:
     """Forget the group saved under ``group_id``."""
-    _run(app, "DELETE FROM akadze.compat_groups WHERE id = %(id)s", {"id": group_id})
+    _run(app, "group_delete", id=group_id)

@@ -170,7 +170,7 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "celery.result:EagerResult": (S, ""),
     "celery.result:GroupResult": (D, "members read in one query, waited for on "
                                      "LISTEN/NOTIFY; `save()` stores the group in the "
-                                     "`akadze.compat_groups` table"),
+                                     "`akadze.saved_groups` table"),
     "celery.result:ResultSet": (D, "members read in one query, waited for on LISTEN/NOTIFY"),
     "celery.result:ResultBase": (S, ""),
     "celery.result:result_from_tuple": (S, ""),
