@@ -1,0 +1,216 @@
+"""The canvas differential: ``canvas_corpus.py`` run under Celery 5.7 on Redis and under
+akadze_compat on Postgres, one worker per side, both sides at once.
+
+- ``corpus_source(side)``: the corpus as that side's user writes it. Celery's is the file as
+  it is; ours has its ``celery`` imports renamed to ``akadze_compat`` and nothing else changed
+  (``rename_celery_imports``), as a user migrating does.
+- ``start_side(...)``: writes it as ``canvasprog.py`` into a fresh directory and starts
+  ``canvas_runner.py`` under that side's interpreter, which runs the worker and every program.
+- ``differences(celery, ours)``: the fields where two observations differ, as paths.
+
+``python -m tests.compat.canvas_differential --record`` runs the Celery side alone and writes
+``canvas_celery_observations.json``: a reviewable record of what Celery does, which the tests
+check the live run against.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.compat import differential
+
+HERE = Path(__file__).resolve().parent
+REPOSITORY = HERE.parents[1]
+CORPUS = HERE / "canvas_corpus.py"
+RUNNER = HERE / "canvas_runner.py"
+RECORDED = HERE / "canvas_celery_observations.json"
+#: Redis for Celery's broker and result backend; every key is under a per-run prefix, deleted
+#: afterwards (nothing is flushed: other sessions may share the database).
+REDIS_URL = os.environ.get("CANVAS_DIFF_REDIS_URL", "redis://127.0.0.1:6379/11")
+RUN_TIMEOUT_SECONDS = 240
+
+_IMPORT = re.compile(r"^(\s*)(from\s+celery)(\.[\w.]+)?(\s+import\b)", re.MULTILINE)
+_PLAIN_IMPORT = re.compile(r"^(\s*)import\s+celery(\.[\w.]+)?\s*$", re.MULTILINE)
+
+
+def rename_celery_imports(source: str) -> str:
+    """``from celery[.x] import ...`` -> ``from akadze_compat[.x] import ...`` and ``import
+    celery[.x]`` -> ``import akadze_compat[.x] as celery[.x]``-style: what a migrating user
+    changes. Fails when a ``celery`` import is left that this does not understand."""
+    renamed = _IMPORT.sub(lambda m: f"{m[1]}from akadze_compat{m[3] or ''}{m[4]}", source)
+    renamed = _PLAIN_IMPORT.sub(
+        lambda m: f"{m[1]}import akadze_compat{m[2] or ''} as celery", renamed)
+    for node in ast.walk(ast.parse(renamed)):
+        names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                 else [alias.name for alias in node.names] if isinstance(node, ast.Import)
+                 else [])
+        left = [name for name in names if name == "celery" or name.startswith("celery.")]
+        if left:
+            raise AssertionError(f"a celery import is left after renaming: {left}")
+    return renamed
+
+
+def corpus_source(side: str) -> str:
+    source = CORPUS.read_text("utf-8")
+    return source if side == "celery" else rename_celery_imports(source)
+
+
+def program_names() -> list[str]:
+    """The ``@program`` functions of the corpus, in file order (read, not imported)."""
+    names = []
+    for node in ast.parse(CORPUS.read_text("utf-8")).body:
+        if isinstance(node, ast.FunctionDef):
+            for decorator in node.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                if isinstance(target, ast.Name) and target.id == "program":
+                    names.append(node.name)
+    return names
+
+
+def redis_reachable(url: str = REDIS_URL) -> str:
+    """'' when a Redis answers at ``url``, else why not."""
+    match = re.match(r"redis://([^:/]+)(?::(\d+))?", url)
+    if match is None:
+        return f"not a redis:// URL: {url}"
+    host, port = match[1], int(match[2] or 6379)
+    try:
+        with socket.create_connection((host, port), timeout=2) as conn:
+            conn.sendall(b"PING\r\n")
+            if not conn.recv(16).startswith(b"+PONG"):
+                return f"no PONG from Redis at {host}:{port}"
+    except OSError as exc:
+        return f"no Redis at {host}:{port} ({exc}): start one, or set CANVAS_DIFF_REDIS_URL"
+    return ""
+
+
+def celery_unavailable() -> str:
+    """'' when Celery 5.7 and Redis are there, else the reason to skip."""
+    python = differential.celery_python()
+    if not Path(python).is_file():
+        return differential.no_celery_reason(python)
+    version = subprocess.run([python, "-c", "import celery, redis; print(celery.__version__)"],
+                             capture_output=True, text=True, timeout=60, check=False)
+    if version.returncode != 0:
+        return f"{python} cannot import celery and redis: {version.stderr.strip()[-300:]}"
+    if not version.stdout.strip().startswith(differential.CELERY_SERIES):
+        return (f"{python} has Celery {version.stdout.strip()}; the canvas differential "
+                f"compares with {differential.CELERY_SERIES}x")
+    return redis_reachable()
+
+
+@dataclass
+class Side:
+    """One side's run in progress."""
+
+    name: str
+    directory: Path
+    out: Path
+    proc: subprocess.Popen[str]
+
+    def result(self) -> dict[str, Any]:
+        try:
+            _, stderr = self.proc.communicate(timeout=RUN_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, stderr = self.proc.communicate()
+            raise AssertionError(f"the {self.name} canvas run took over "
+                                 f"{RUN_TIMEOUT_SECONDS}s:\n{stderr[-3000:]}") from None
+        if self.proc.returncode != 0 or not self.out.exists():
+            raise AssertionError(f"the {self.name} canvas run failed "
+                                 f"({self.proc.returncode}):\n{stderr[-5000:]}")
+        observed: dict[str, Any] = json.loads(self.out.read_text("utf-8"))
+        return observed
+
+
+def start_side(side: str, directory: Path, *, database_url: str | None = None,
+               only: list[str] | None = None) -> Side:
+    """Start the run of one side (``"celery"`` or ``"akadze_compat"``) in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "canvasprog.py").write_text(corpus_source(side), "utf-8")
+    node = f"canvasdiff{os.getpid()}{side[:1]}@%h"
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("CELERY_", "AKADZE_", "CANVAS_")) and key != "PYTHONPATH"}
+    if side == "celery":
+        python = differential.celery_python()
+        prefix = f"canvasdiff-{os.getpid()}-{uuid.uuid4().hex[:8]}:"
+        env.update(CANVAS_BROKER_URL=REDIS_URL, CANVAS_RESULT_BACKEND=REDIS_URL,
+                   CANVAS_REDIS_PREFIX=prefix, CANVAS_REDIS_CLEANUP=REDIS_URL)
+        worker = [python, "-m", "celery", "-A", "canvasprog", "worker", "-P", "threads",
+                  "-c", "4", "-l", "INFO", "-n", node, "--without-mingle", "--without-gossip",
+                  "--without-heartbeat"]
+    else:
+        assert database_url, "our side needs a database"
+        python = sys.executable
+        env.update(CANVAS_BROKER_URL=database_url, PYTHONPATH=str(REPOSITORY),
+                   AKADZE_POLL_INTERVAL="0.1")
+        worker = [python, "-m", "akadze_compat", "-A", "canvasprog", "worker", "-P", "threads",
+                  "-c", "4", "-l", "INFO", "-n", node]
+    out = directory / "observations.json"
+    arguments = [python, str(RUNNER), str(directory), str(out), json.dumps(worker)]
+    if only:
+        arguments += ["--only", *only]
+    proc = subprocess.Popen(arguments, cwd=directory, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    return Side(side, directory, out, proc)
+
+
+ABSENT = "<absent>"
+
+
+def _compare(left: Any, right: Any, path: str, into: dict[str, tuple[Any, Any]]) -> None:
+    if isinstance(left, dict) and isinstance(right, dict):
+        for key in sorted(set(left) | set(right)):
+            _compare(left.get(key, ABSENT), right.get(key, ABSENT),
+                     f"{path}.{key}" if path else key, into)
+    elif isinstance(left, list) and isinstance(right, list) and len(left) == len(right):
+        for index, (a, b) in enumerate(zip(left, right, strict=True)):
+            _compare(a, b, f"{path}[{index}]", into)
+    elif left != right:
+        into[path] = (left, right)
+
+
+def differences(celery: Any, ours: Any) -> dict[str, tuple[Any, Any]]:
+    """The fields whose values differ, as ``{path: (celery's, ours)}``: dicts compared key by
+    key, lists of one length item by item, anything else (or a missing key, ``<absent>``) as
+    a whole. ``""`` is the path of the whole observation."""
+    found: dict[str, tuple[Any, Any]] = {}
+    _compare(celery, ours, "", found)
+    return found
+
+
+def record(path: Path = RECORDED) -> dict[str, Any]:
+    """Run the Celery side alone and write its observations to ``path``."""
+    reason = celery_unavailable()
+    if reason:
+        raise SystemExit(reason)
+    began = time.monotonic()
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="canvas-diff-celery-") as tmp:
+        observed = start_side("celery", Path(tmp)).result()
+    path.write_text(json.dumps({
+        "about": "Celery 5.7 on Redis running tests/compat/canvas_corpus.py: written by "
+                 "`python -m tests.compat.canvas_differential --record`",
+        "programs": observed["programs"],
+    }, indent=1, sort_keys=True) + "\n", "utf-8")
+    print(f"recorded {len(observed['programs'])} programs in {time.monotonic() - began:.1f}s "
+          f"to {path}")
+    return observed
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--record"]:
+        record()
+    else:
+        raise SystemExit("usage: python -m tests.compat.canvas_differential --record")
