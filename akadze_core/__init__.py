@@ -23,6 +23,7 @@ from .errors import (
     SchemaMissing,
     Snooze,
     UnstorableOutcome,
+    UpstreamFailed,
 )
 from .jobs import Job
 from .retry import BackoffPolicy, default_backoff
@@ -31,6 +32,7 @@ from .tasks import Task, TaskCall
 from .triggers import Cron, Every, Trigger
 from .worker import Worker, WorkerError
 from .worker_config import WorkerConfig
+from .workflow import Node, OnFailure, Workflow
 
 __all__ = [
     "AkadzeError",
@@ -47,7 +49,9 @@ __all__ = [
     "JobContext",
     "JobTimeout",
     "NoDatabaseError",
+    "Node",
     "NotOwner",
+    "OnFailure",
     "ResultNotJson",
     "Retry",
     "Schedule",
@@ -58,9 +62,11 @@ __all__ = [
     "TaskCall",
     "Trigger",
     "UnstorableOutcome",
+    "UpstreamFailed",
     "Worker",
     "WorkerConfig",
     "WorkerError",
+    "Workflow",
     "current",
     "default_backoff",
     "password_of",

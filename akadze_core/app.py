@@ -10,7 +10,7 @@ import select
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
@@ -30,6 +30,7 @@ from .schedules import Schedule
 from .serialization import DEFAULT_MAX_ARGS_BYTES, Dumps, Loads, strict_dumps
 from .tasks import Task
 from .triggers import Trigger
+from .workflow import Workflow
 
 logger = logging.getLogger("akadze.app")
 
@@ -541,6 +542,10 @@ class App:
 
     # --- reading jobs back -------------------------------------------------------------------
 
+    def workflow(self) -> Workflow:
+        """A new ``Workflow``: jobs inserted together, some waiting on others."""
+        return Workflow(self)
+
     def get_job(self, job_id: int) -> Job | None:
         """The job with this id, or None."""
         return self.run_pooled(lambda connection: lookup.get_job(connection, job_id))
@@ -576,6 +581,28 @@ class App:
                         raise
             # Lost (a restart, failover, terminated backend): waiting only reads, so it
             # goes on, on a new connection, for what is left of the timeout.
+            connection = self._connect_checked(url, RECONNECT_WINDOW)
+
+    def get_jobs(self, job_ids: Iterable[int]) -> dict[int, Job]:
+        """The jobs with these ids, by id (missing ones are absent), in one query."""
+        ids = list(job_ids)
+        return self.run_pooled(lambda connection: lookup.get_jobs(connection, ids))
+
+    def wait_for_jobs(self, job_ids: Iterable[int],
+                      timeout: float | None = None) -> dict[int, Job]:
+        """Block until every one of the jobs is finished (one LISTEN for all, woken by
+        NOTIFY); returns them by id; TimeoutError after ``timeout`` seconds."""
+        ids = list(job_ids)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        url = listen_url(self.database_url)
+        connection = psycopg.connect(url, **self.connection_kwargs)
+        while True:
+            with connection:
+                try:
+                    return lookup.wait_for_jobs(connection, ids, _left(timeout, deadline))
+                except psycopg.OperationalError:
+                    if not connection.closed:
+                        raise
             connection = self._connect_checked(url, RECONNECT_WINDOW)
 
     async def wait_for_job_async(self, job_id: int, timeout: float | None = None) -> Job:

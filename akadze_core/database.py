@@ -98,6 +98,13 @@ def insert_jobs(connection: psycopg.Connection, template: JobRequest,
     return list(row[0]) if row else []
 
 
+def insert_graph(connection: psycopg.Connection, params: dict[str, list[Any]]) -> list[int]:
+    """Insert a workflow's jobs (``Workflow.params``) in one statement; returns their ids in
+    order."""
+    row = connection.execute(query("job_insert_graph"), params).fetchone()
+    return list(row[0]) if row else []
+
+
 def fetch_one(connection: psycopg.Connection, name: str, /, **params: Any) -> dict[str, Any] | None:
     """Run a named query and return its first row as a dict."""
     with connection.cursor(row_factory=dict_row) as cursor:
@@ -217,6 +224,14 @@ async def insert_jobs_async(
     if not arrays:
         return []
     cursor = await connection.execute(query("job_insert_many"), _many_params(template, arrays))
+    row = await cursor.fetchone()
+    return list(row[0]) if row else []
+
+
+async def insert_graph_async(connection: psycopg.AsyncConnection,
+                             params: dict[str, list[Any]]) -> list[int]:
+    """Async twin of ``insert_graph``."""
+    cursor = await connection.execute(query("job_insert_graph"), params)
     row = await cursor.fetchone()
     return list(row[0]) if row else []
 

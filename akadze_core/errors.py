@@ -76,6 +76,11 @@ class InvalidArgs(AkadzeError, ValueError):
     """Job arguments that cannot be stored: not JSON, NUL characters, lone surrogates, too big."""
 
 
+class UpstreamFailed(AkadzeError, ValueError):
+    """A workflow job would wait on a job that failed, was cancelled or does not exist:
+    it could never run, so nothing of the workflow is inserted."""
+
+
 class NotOwner(AkadzeError):
     """This run no longer owns its job (rescued by another worker, or finished already)."""
 

@@ -30,13 +30,24 @@ def decode_job(app: App, row: dict[str, Any]) -> tuple[Job, str | None]:
         args = app.json_loads(row["args"])
     except Exception as exc:
         return _claimed_job(row, None), f"cannot decode the job's args: {exc}"
-    job = _claimed_job(row, args)
     if not isinstance(args, dict):
-        return job, f"the job's args must decode to an object, got {type(args).__name__}"
-    return job, None
+        return _claimed_job(row, args), \
+            f"the job's args must decode to an object, got {type(args).__name__}"
+    results = row.get("upstream_results")
+    if results is None:
+        return _claimed_job(row, args), None
+    # A workflow job released with its upstreams' results (see akadze_core.workflow).
+    try:
+        value = app.json_loads(results)
+    except Exception as exc:
+        return _claimed_job(row, args), f"cannot decode the job's upstream results: {exc}"
+    result_arg = row.get("result_arg")
+    if result_arg:
+        args[result_arg] = value
+    return _claimed_job(row, args, value), None
 
 
-def _claimed_job(row: dict[str, Any], args: Any) -> Job:
+def _claimed_job(row: dict[str, Any], args: Any, upstream_results: Any = None) -> Job:
     # Field by field rather than Job.from_row: this runs once per job on the hot path, and
     # the generic form (a dict copy, a comprehension over every field) cost a tenth of a
     # busy worker's time. Most jobs carry no meta: skip decoding the empty object.
@@ -47,7 +58,8 @@ def _claimed_job(row: dict[str, Any], args: Any) -> Job:
                row["scheduled_at"], row["attempt"], row["max_attempts"], row["run_count"],
                meta=meta if meta is not None else {}, expires_at=row.get("expires_at"),
                cancel_requested=row.get("cancel_requested", False),
-               created_at=row.get("created_at"), started_at=row.get("started_at"))
+               created_at=row.get("created_at"), started_at=row.get("started_at"),
+               upstreams=row.get("upstreams"), upstream_results=upstream_results)
 
 
 def _prepare(

@@ -7,8 +7,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-JOB_STATES = ("queued", "running", "succeeded", "failed", "cancelled")
-ACTIVE_STATES = ("queued", "running")
+JOB_STATES = ("waiting", "queued", "running", "succeeded", "failed", "cancelled")
+#: waiting: a workflow job whose upstreams have not all succeeded yet (never claimed).
+ACTIVE_STATES = ("waiting", "queued", "running")
 FINISHED_STATES = ("succeeded", "failed", "cancelled")
 
 
@@ -36,12 +37,21 @@ class Job:
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    #: Workflows (``akadze_core.workflow``): the jobs this one waits on, in order (for an
+    #: errback, the failed job), how many of them have not succeeded yet, the jobs waiting
+    #: on this one, how it takes their results, and those results once released.
+    upstreams: list[int] | None = None
+    waiting_for: int | None = None
+    dependents: list[int] | None = None
+    flow: dict[str, Any] | None = None
+    upstream_results: Any = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:
         """Build from a dict row; JSON columns may arrive as text (the worker reads them raw)."""
         values = {name: row[name] for name in cls.__dataclass_fields__ if name in row}
-        for name in ("errors", "meta"):
+        # upstream_results is not decoded here: a jsonb string arrives as a str already.
+        for name in ("errors", "meta", "flow"):
             if isinstance(values.get(name), str):
                 values[name] = json.loads(values[name])
         return cls(**values)

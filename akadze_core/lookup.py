@@ -8,6 +8,7 @@ notification (e.g. behind pgbouncer in transaction mode).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import psycopg
@@ -86,6 +87,37 @@ async def wait_for_job_async(connection: psycopg.AsyncConnection, job_id: int,
         wait = _next_wait(job_id, timeout, deadline, poll_interval)
         async for notify in connection.notifies(timeout=wait):
             if _mentions(notify.payload, job_id):
+                break
+
+
+def get_jobs(connection: psycopg.Connection, job_ids: Iterable[int]) -> dict[int, Job]:
+    """The jobs with these ids, by id (missing ones are absent), in one query."""
+    rows = database.fetch_all(connection, "job_get_many", ids=list(job_ids))
+    return {int(row["id"]): Job.from_row(row) for row in rows}
+
+
+def wait_for_jobs(connection: psycopg.Connection, job_ids: Iterable[int],
+                  timeout: float | None, poll_interval: float = 5.0) -> dict[int, Job]:
+    """Block until every job is finished (a missing one counts as never finishing); one
+    LISTEN for all of them, and each wake-up re-reads only the unfinished ones, in one
+    query. Returns them by id."""
+    wanted = list(dict.fromkeys(job_ids))
+    deadline = None if timeout is None else time.monotonic() + timeout
+    database.listen(connection, [DONE_CHANNEL])
+    done: dict[int, Job] = {}
+    while True:
+        pending = [job_id for job_id in wanted if job_id not in done]
+        if pending:
+            for job_id, job in get_jobs(connection, pending).items():
+                if job.state in FINISHED_STATES:
+                    done[job_id] = job
+            pending = [job_id for job_id in pending if job_id not in done]
+        if not pending:
+            return {job_id: done[job_id] for job_id in wanted}
+        left = set(pending)
+        wait = _next_wait(pending[0], timeout, deadline, poll_interval)
+        for notify in connection.notifies(timeout=wait):
+            if any(int(part) in left for part in notify.payload.split(",") if part):
                 break
 
 

@@ -288,10 +288,23 @@ class TaskCall:
             params["unique_key"] = options.unique_key
         return params
 
-    def request(self, kwargs: Mapping[str, Any]) -> JobRequest:
+    def request(self, kwargs: Mapping[str, Any], provided: Iterable[str] = ()) -> JobRequest:
         """Validate ``kwargs`` and build the row to insert (raises ``InvalidArgs``, or
-        ``TypeError`` for a call the task's function can never accept)."""
-        return JobRequest(**self._insert_params(kwargs))
+        ``TypeError`` for a call the task's function can never accept). ``provided``: names
+        of arguments the worker adds at run time (a workflow's ``result_arg``), checked as
+        given but not stored."""
+        extra = tuple(provided)
+        if not extra:
+            return JobRequest(**self._insert_params(kwargs))
+        clash = [name for name in extra if name in kwargs]
+        if clash:
+            raise TypeError(f"{clash[0]!r} is given and is also the argument the upstream "
+                            "results go to")
+        self.task.check_call({**kwargs, **dict.fromkeys(extra)})
+        app = self.task.app
+        params = self._fixed_params()
+        params["args"] = _encode(kwargs, app.json_dumps, app.max_args_bytes)
+        return JobRequest(**params)
 
     def _fixed_request_params(self) -> dict[str, Any]:
         """``_insert_params`` without any args (``{}``) and without checking the call: the

@@ -57,6 +57,102 @@ SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids,
        (SELECT pg_notify('akadze_jobs', %(queue)s) FROM inserted WHERE due LIMIT 1) AS notified
 FROM inserted;
 
+-- name: job_insert_graph
+-- Insert a workflow's jobs in one statement (Workflow.enqueue); returns their ids in input
+-- order. The client worked out the graph: per node, the upstreams as an array literal
+-- (-k names node k of this insert, a positive number a job inserted before), the nodes
+-- waiting on it (1-based), and how many of its upstreams are in this insert. The ids are
+-- drawn first and mapped through one array, with no join between the nodes: joins of
+-- CTEs are estimated so badly that the plan looked costly enough for JIT (2 s for 10,000
+-- jobs). Jobs inserted before and waited on (%(external)s) are locked and their dependents
+-- extended; one that succeeded counts as done, one that failed, was cancelled or does not
+-- exist refuses the whole statement (nothing is inserted). A job with nothing left to
+-- wait on is queued at once, with the results of the jobs it waited on.
+WITH node AS MATERIALIZED (
+    SELECT n.*, nextval((SELECT pg_get_serial_sequence('akadze.jobs', 'id'))) AS id
+    FROM unnest(%(task)b::text[], %(queue)b::text[], %(args)b::text[], %(priority)b::int[],
+                %(max_attempts)b::int[], %(meta)b::text[], %(at)b::timestamptz[],
+                %(delay)b::float8[], %(expires_at)b::timestamptz[], %(flow)b::text[],
+                %(on_failure)b::text[], %(upstreams)b::text[], %(dependents)b::text[],
+                %(pending)b::int[], %(waits_outside)b::bool[])
+        WITH ORDINALITY AS n(task, queue, args, priority, max_attempts, meta, at, delay,
+                             expires_at, flow, on_failure, ups, downs, pending,
+                             waits_outside, ord)
+),
+ids AS MATERIALIZED (
+    SELECT array_agg(id ORDER BY ord) AS ids FROM node
+),
+existing AS MATERIALIZED (
+    SELECT j.id, j.state, j.result FROM akadze.jobs AS j
+    WHERE j.id = ANY(%(external)s::bigint[])
+    ORDER BY j.id
+    FOR UPDATE
+),
+refused AS (
+    SELECT akadze.refuse(format('job %%s, which a workflow job would wait on, %%s', e.id,
+                                coalesce(x.state, 'does not exist')))
+    FROM unnest(%(external)s::bigint[]) AS e(id) LEFT JOIN existing AS x ON x.id = e.id
+    WHERE x.id IS NULL OR x.state IN ('failed', 'cancelled')
+),
+shaped AS (
+    SELECT n.*,
+           CASE WHEN n.ups IS NOT NULL THEN ARRAY(
+               SELECT CASE WHEN u.ref < 0 THEN m.ids[-u.ref] ELSE u.ref END
+               FROM unnest(n.ups::bigint[]) WITH ORDINALITY AS u(ref, k) ORDER BY u.k)
+           END AS upstream_ids,
+           CASE WHEN n.downs IS NOT NULL THEN ARRAY(
+               SELECT m.ids[d.k] FROM unnest(n.downs::int[]) AS d(k))
+           END AS dependent_ids,
+           n.pending + CASE WHEN n.waits_outside THEN (
+               SELECT count(*) FROM existing AS x
+               WHERE x.id = ANY(n.ups::bigint[]) AND x.state <> 'succeeded') ELSE 0 END
+               AS waiting
+    FROM node AS n CROSS JOIN ids AS m
+),
+inserted AS (
+    INSERT INTO akadze.jobs (id, task, queue, args, priority, scheduled_at, max_attempts,
+                             expires_at, meta, state, upstreams, waiting_for, dependents,
+                             flow, on_failure, upstream_results)
+    OVERRIDING SYSTEM VALUE
+    SELECT n.id, n.task, n.queue, n.args::jsonb, n.priority,
+           coalesce(n.at, now() + coalesce(n.delay, 0) * interval '1 second'),
+           n.max_attempts, n.expires_at, n.meta::jsonb,
+           CASE WHEN n.waiting > 0 THEN 'waiting' ELSE 'queued' END,
+           n.upstream_ids, CASE WHEN n.ups IS NOT NULL THEN n.waiting END, n.dependent_ids,
+           n.flow::jsonb, n.on_failure::jsonb,
+           -- Everything waited on had succeeded already: the results now.
+           CASE WHEN n.ups IS NOT NULL AND n.waiting = 0 THEN
+               CASE n.flow::jsonb->>'pass'
+                   WHEN 'one' THEN (SELECT x.result FROM existing AS x
+                                    WHERE x.id = n.upstream_ids[1])
+                   WHEN 'list' THEN (SELECT jsonb_agg(x.result ORDER BY u.k)
+                                     FROM unnest(n.upstream_ids) WITH ORDINALITY AS u(id, k)
+                                     JOIN existing AS x ON x.id = u.id)
+               END
+           END
+    FROM shaped AS n
+    ORDER BY n.ord
+    RETURNING id, state, queue, scheduled_at <= now() AS due
+),
+linked AS (
+    UPDATE akadze.jobs AS j
+    SET dependents = coalesce(j.dependents, '{}') || l.downstreams
+    FROM (SELECT e.ref, array_agg(m.ids[e.node] ORDER BY e.node) AS downstreams
+          FROM unnest(%(external_ref)s::bigint[], %(external_node)s::int[]) AS e(ref, node)
+          CROSS JOIN ids AS m
+          JOIN existing AS x ON x.id = e.ref
+          WHERE x.state IN ('waiting', 'queued', 'running')
+          GROUP BY e.ref) AS l
+    WHERE j.id = l.ref
+    RETURNING j.id
+)
+SELECT (SELECT ids FROM ids) AS ids,
+       (SELECT count(pg_notify('akadze_jobs', q))
+        FROM (SELECT DISTINCT queue AS q FROM inserted WHERE state = 'queued' AND due) AS d)
+           AS notified,
+       (SELECT count(*) FROM refused) AS refused,
+       (SELECT count(*) FROM linked) AS linked;
+
 -- name: job_claim
 -- Claim up to %(limit)s due jobs of one queue. The locking SELECT sits in a CTE so the
 -- planner cannot lock more rows than LIMIT (a bare IN (subquery LIMIT) may be re-run).
@@ -85,12 +181,19 @@ claimed AS (
     FROM picked
     WHERE j.id = picked.id
     RETURNING j.*
+),
+settled AS (
+    SELECT akadze.settle(array_agg(id)) AS touched FROM claimed
+    WHERE state = 'cancelled' AND (dependents IS NOT NULL OR on_failure IS NOT NULL)
+    HAVING count(*) > 0
 )
 SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
        max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
-       cancel_requested, (errors -> -1)::text AS last_error,
+       cancel_requested, (errors -> -1)::text AS last_error, upstreams,
+       upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg,
        CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) END AS notified
 FROM claimed
+WHERE (SELECT count(*) FROM settled) >= 0
 ORDER BY priority, scheduled_at, id;
 
 -- name: job_claim_fair
@@ -148,13 +251,20 @@ claimed AS (
     FROM picked
     WHERE j.id = picked.id
     RETURNING j.*, picked.turn, picked.wrapped
+),
+settled AS (
+    SELECT akadze.settle(array_agg(id)) AS touched FROM claimed
+    WHERE state = 'cancelled' AND (dependents IS NOT NULL OR on_failure IS NOT NULL)
+    HAVING count(*) > 0
 )
--- In rotation order: the caller passes the last row's task as the next after_task.
 SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
        max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
-       cancel_requested, (errors -> -1)::text AS last_error,
+       cancel_requested, (errors -> -1)::text AS last_error, upstreams,
+       upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg,
        CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) END AS notified
 FROM claimed
+WHERE (SELECT count(*) FROM settled) >= 0
+-- In rotation order: the caller passes the last row's task as the next after_task.
 ORDER BY turn, priority, wrapped, task, scheduled_at, id;
 
 -- name: job_complete_many
@@ -220,7 +330,8 @@ FROM decided AS d
 -- decided fenced these rows and holds their locks: matching the id is enough, and keeps
 -- this join on the primary key too.
 WHERE j.id = d.id
-RETURNING j.id, j.run_count, j.state
+RETURNING j.id, j.run_count, j.state,
+          (j.dependents IS NOT NULL OR j.on_failure IS NOT NULL) AS settles
 ),
 -- Whoever waits for a result (App.wait_for_job) hears of finished jobs: one NOTIFY per
 -- flush and 500 ids, far below the 8000-byte payload limit.
@@ -229,17 +340,31 @@ finished AS (
     FROM (SELECT id, (row_number() OVER ()) / 500 AS chunk
           FROM updated WHERE state <> 'queued') AS done
     GROUP BY chunk
+),
+-- Workflows: the dependents and errbacks of the jobs that finished, in this transaction
+-- (akadze.settle; one call per flush, only when a finished job has any).
+settled AS (
+    SELECT akadze.settle(array_agg(id)) AS touched FROM updated
+    WHERE state <> 'queued' AND settles HAVING count(*) > 0
 )
 SELECT id, run_count, state FROM updated
-WHERE (SELECT count(*) FROM finished) >= 0;  -- referencing the CTE makes it run
+-- Referencing the CTEs makes them run.
+WHERE (SELECT count(*) FROM finished) >= 0 AND (SELECT count(*) FROM settled) >= 0;
 
 -- name: job_complete_in_tx
 -- complete_tx: the job succeeds in the caller's transaction, whatever cancel or expiry
 -- happened meanwhile. Fenced like every outcome write.
-UPDATE akadze.jobs
-SET state = 'succeeded', result = %(result)s::jsonb, worker_id = NULL, finished_at = now()
-WHERE id = %(id)s AND run_count = %(run_count)s AND state = 'running'
-RETURNING id, pg_notify('akadze_done', id::text) IS NULL AS notified;
+WITH done AS (
+    UPDATE akadze.jobs
+    SET state = 'succeeded', result = %(result)s::jsonb, worker_id = NULL, finished_at = now()
+    WHERE id = %(id)s AND run_count = %(run_count)s AND state = 'running'
+    RETURNING id, (dependents IS NOT NULL OR on_failure IS NOT NULL) AS settles
+),
+settled AS (
+    SELECT akadze.settle(array_agg(id)) AS touched FROM done WHERE settles HAVING count(*) > 0
+)
+SELECT id, pg_notify('akadze_done', id::text) IS NULL AS notified FROM done
+WHERE (SELECT count(*) FROM settled) >= 0;
 
 -- name: job_return_many
 -- Graceful stop: unfinished runs go back to queued, due now, without spending the attempt.
@@ -281,7 +406,8 @@ lost AS (
            OR (NOT EXISTS (SELECT 1 FROM akadze.workers AS w WHERE w.id = j.worker_id)
                AND j.started_at < now()))
     FOR UPDATE OF j SKIP LOCKED
-)
+),
+rescued AS (
 UPDATE akadze.jobs AS j
 SET state = CASE WHEN j.cancel_requested OR j.expires_at <= now() THEN 'cancelled'
                  WHEN j.attempt >= j.max_attempts THEN 'failed'
@@ -300,21 +426,41 @@ FROM lost
 WHERE j.id = lost.id
 RETURNING j.id, j.state, j.queue, j.task, j.attempt, j.max_attempts,
           extract(epoch FROM j.scheduled_at - now())::float8 AS retry_in,
-          CASE WHEN j.state <> 'queued' THEN pg_notify('akadze_done', j.id::text) END AS notified;
+          (j.dependents IS NOT NULL OR j.on_failure IS NOT NULL) AS settles
+),
+settled AS (
+    SELECT akadze.settle(array_agg(id)) AS touched FROM rescued
+    WHERE state <> 'queued' AND settles HAVING count(*) > 0
+)
+SELECT id, state, queue, task, attempt, max_attempts, retry_in,
+       CASE WHEN state <> 'queued' THEN pg_notify('akadze_done', id::text) END AS notified
+FROM rescued
+WHERE (SELECT count(*) FROM settled) >= 0;
 
 -- name: job_request_cancel
 -- Mark a queued or running job. A queued job is cancelled right away; a running one finishes
 -- its body and the outcome rules decide (see job_complete_many). A running job may not have
 -- started yet (claimed ahead, waiting for a body slot or a process): akadze_cancel tells its
 -- worker at commit, which then drops it unstarted.
-UPDATE akadze.jobs
-SET cancel_requested = true,
-    state = CASE WHEN state = 'queued' THEN 'cancelled' ELSE state END,
-    finished_at = CASE WHEN state = 'queued' THEN now() ELSE finished_at END
-WHERE id = %(id)s AND state IN ('queued', 'running')
-RETURNING id, state,
-          CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text)
-               ELSE pg_notify('akadze_cancel', id::text) END AS notified;
+-- A waiting job (a workflow's later step) is cancelled at once too, and what waits on it
+-- with it (akadze.settle).
+WITH marked AS (
+    UPDATE akadze.jobs
+    SET cancel_requested = true,
+        state = CASE WHEN state IN ('queued', 'waiting') THEN 'cancelled' ELSE state END,
+        finished_at = CASE WHEN state IN ('queued', 'waiting') THEN now() ELSE finished_at END
+    WHERE id = %(id)s AND state IN ('waiting', 'queued', 'running')
+    RETURNING id, state, dependents IS NOT NULL AS settles
+),
+settled AS (
+    SELECT akadze.settle(array_agg(id)) AS touched FROM marked
+    WHERE state = 'cancelled' AND settles HAVING count(*) > 0
+)
+SELECT id, state,
+       CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text)
+            ELSE pg_notify('akadze_cancel', id::text) END AS notified
+FROM marked
+WHERE (SELECT count(*) FROM settled) >= 0;
 
 -- name: job_list_revoked
 -- Of the runs a worker holds claimed ahead (not started), those cancelled or expired on this
@@ -342,9 +488,14 @@ RETURNING id, pg_notify('akadze_jobs', queue) IS NULL AS notified;
 -- Delete a batch of finished jobs older than their retention, oldest first.
 WITH doomed AS (
     SELECT id FROM akadze.jobs
-    WHERE (state IN ('succeeded', 'cancelled')
-           AND finished_at < now() - %(finished_retention)s::float8 * interval '1 second')
-       OR (state = 'failed' AND finished_at < now() - %(failed_retention)s::float8 * interval '1 second')
+    WHERE ((state IN ('succeeded', 'cancelled')
+            AND finished_at < now() - %(finished_retention)s::float8 * interval '1 second')
+           OR (state = 'failed'
+               AND finished_at < now() - %(failed_retention)s::float8 * interval '1 second'))
+    -- A succeeded job whose dependents still wait keeps its result until they are released.
+    AND (dependents IS NULL OR NOT EXISTS (
+        SELECT 1 FROM akadze.jobs AS w WHERE w.id = ANY(akadze.jobs.dependents)
+                                         AND w.state = 'waiting'))
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
@@ -353,13 +504,23 @@ DELETE FROM akadze.jobs AS j USING doomed WHERE j.id = doomed.id;
 -- name: job_get
 SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
        errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
-       created_at, started_at, finished_at
+       created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
+       upstream_results
 FROM akadze.jobs WHERE id = %(id)s;
+
+-- name: job_get_many
+-- The jobs of these ids (a group's members, waited for together); missing ids are absent.
+SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
+       errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
+       created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
+       upstream_results
+FROM akadze.jobs WHERE id = ANY(%(ids)s::bigint[]);
 
 -- name: job_list
 SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
        errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
-       created_at, started_at, finished_at
+       created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
+       upstream_results
 FROM akadze.jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -402,14 +563,17 @@ RETURNING id;
 -- The newest job carrying an external id (integrations such as the Celery facade set it).
 SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
        errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
-       created_at, started_at, finished_at
+       created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
+       upstream_results
 FROM akadze.jobs WHERE meta->>'task_id' = %(task_id)s
 ORDER BY id DESC LIMIT 1;
 
 -- name: job_purge
--- Delete queued jobs (all queues when %(queues)s is NULL); running ones are left alone.
+-- Delete queued jobs (all queues when %(queues)s is NULL), and waiting ones (later steps of
+-- workflows: purging their upstreams would leave them waiting forever); running ones are
+-- left alone.
 DELETE FROM akadze.jobs
-WHERE state = 'queued' AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]));
+WHERE state IN ('queued', 'waiting') AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]));
 
 -- name: worker_list
 -- Registered workers; with %(live)s only those whose heartbeat is within their own TTL,
@@ -423,7 +587,8 @@ ORDER BY id;
 -- Queued jobs not due yet (countdowns, eta, retries waiting for their backoff).
 SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
        errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
-       created_at, started_at, finished_at
+       created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
+       upstream_results
 FROM akadze.jobs
 WHERE state = 'queued' AND scheduled_at > now()
 ORDER BY scheduled_at, id

@@ -212,3 +212,34 @@ def test_the_core_api_sketch_runs_as_written(tmp_path: Path, database_url: str,
     assert len(rows) == 7, rows  # enqueue, enqueue_async, configure x2, enqueue_many x2, conn
     assert {row[0] for row in rows} == {"export.poll"}
     assert db.execute("SELECT id FROM exports").fetchall() == [("x",)]
+
+
+async def test_the_workflow_example_runs_as_written(tmp_path: Path, database_url: str,
+                                                   db: psycopg.Connection,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Workflows section's module: enqueued as its ``__main__`` does, drained by a
+    worker, the fan-in's result is the words of the three chains added up."""
+    import importlib.util
+
+    from tests.integration.outcome_helpers import run_until
+
+    source = blocks(section("Workflows: chains and fan-out/fan-in"), "python")[0]
+    assert source.startswith("# pipeline.py:")
+    (tmp_path / "pipeline.py").write_text(source)
+    monkeypatch.setenv("AKADZE_DATABASE_URL", database_url)
+    spec = importlib.util.spec_from_file_location("readme_pipeline", tmp_path / "pipeline.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        end_id = module.enqueue()
+        counts = dict(db.execute("SELECT state, count(*) FROM akadze.jobs GROUP BY state"
+                                 ).fetchall())
+        assert counts == {"queued": 3, "waiting": 4}
+        await run_until(module.app, lambda: db.execute(
+            "SELECT state FROM akadze.jobs WHERE id = %s", (end_id,)).fetchone()
+            == ("succeeded",))
+        assert db.execute("SELECT result FROM akadze.jobs WHERE id = %s", (end_id,)
+                          ).fetchone() == ("words: 15",)
+    finally:
+        await module.app.aclose()

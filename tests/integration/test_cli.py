@@ -222,7 +222,8 @@ def test_stats(database_url: str, db: psycopg.Connection, enqueue: Any) -> None:
 
     result = run("stats", "--json", url=database_url)
     assert result.exit_code == 0, result.output
-    zero = {"queued": 0, "running": 0, "succeeded": 0, "failed": 0, "cancelled": 0}
+    zero = {"waiting": 0, "queued": 0, "running": 0, "succeeded": 0, "failed": 0,
+            "cancelled": 0}
     assert json.loads(result.stdout) == {
         "default": {**zero, "queued": 3, "failed": 1},
         "reports": {**zero, "queued": 1},
@@ -231,9 +232,9 @@ def test_stats(database_url: str, db: psycopg.Connection, enqueue: Any) -> None:
     human = run("stats", url=database_url)
     assert human.exit_code == 0, human.output
     assert [line.split() for line in human.stdout.splitlines()] == [
-        ["QUEUE", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "TOTAL"],
-        ["default", "3", "0", "0", "1", "0", "4"],
-        ["reports", "1", "0", "0", "0", "0", "1"],
+        ["QUEUE", "WAITING", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "TOTAL"],
+        ["default", "0", "3", "0", "0", "1", "0", "4"],
+        ["reports", "0", "1", "0", "0", "0", "0", "1"],
     ]
 
 

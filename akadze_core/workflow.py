@@ -1,0 +1,310 @@
+"""Workflows: jobs that wait for other jobs (chains, fan-out/fan-in) and jobs inserted when
+one fails (errbacks), all inserted in one statement.
+
+What follows from an outcome is written in the transaction that writes the outcome
+(``akadze.settle``, called by the statements that finish jobs): a waiting job is released
+when its last upstream succeeds, ended when one fails or is cancelled, and a failed job's
+errbacks are inserted. A worker killed between the two cannot lose the next step, and a
+retried, rescued or fenced-off run cannot release it twice.
+
+>>> flow = app.workflow()
+>>> page = flow.add(fetch, url=url)
+>>> flow.add(parse, after=page, result_arg="html")       # parse(html=<fetch's result>)
+>>> parts = [flow.add(resize, image=name) for name in names]
+>>> flow.add(archive, after=parts, result_arg="paths")   # archive(paths=[...in order])
+>>> flow.enqueue()                                       # one statement; ids in add order
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import psycopg
+
+from . import database
+from .database import JobRequest
+from .dberrors import SCHEMA_ERRORS
+from .errors import UpstreamFailed
+from .migrations import schema_missing
+
+if TYPE_CHECKING:
+    from .app import App
+    from .tasks import TaskCall
+
+__all__ = ["Node", "OnFailure", "Workflow"]
+
+#: How a waiting job takes its upstreams' results: the single upstream's value, or the list.
+Pass = Literal["one", "list"]
+#: What a waiting job becomes when an upstream fails or is cancelled.
+UpstreamFailure = Literal["cancel", "fail"]
+
+
+@dataclass(eq=False)
+class Node:
+    """One job of a workflow: its position in the workflow, and its id once enqueued."""
+
+    index: int
+    request: JobRequest
+    id: int | None = None
+
+    @property
+    def ref(self) -> int:
+        """How the insert statement names this node (``-1`` for the first)."""
+        return -(self.index + 1)
+
+
+class OnFailure:
+    """An errback: a job inserted, in the same transaction, when the job it is attached to
+    ends failed (not when it is cancelled). With ``result_arg`` the errback's task receives
+    the failed job's last error entry (``{"type", "message", "traceback", ...}``) as that
+    argument; ``current().job.upstreams[0]`` is the failed job's id either way."""
+
+    __slots__ = ("pass_error", "request", "result_arg")
+
+    def __init__(self, call: TaskCall, /, *, result_arg: str | None = None,
+                 **kwargs: Any) -> None:
+        self.request = call.request(kwargs, provided=() if result_arg is None
+                                    else (result_arg,))
+        self.result_arg = result_arg
+        self.pass_error = result_arg is not None
+
+    @classmethod
+    def from_request(cls, request: JobRequest, *, pass_error: bool = True,
+                     result_arg: str | None = None) -> OnFailure:
+        """An errback from a request built elsewhere (integrations such as akadze_compat)."""
+        errback = cls.__new__(cls)
+        errback.request = request
+        errback.result_arg = result_arg
+        errback.pass_error = pass_error
+        return errback
+
+    def spec(self) -> str:
+        """The JSON the insert statement stores in ``on_failure`` (args and meta as they are:
+        already-validated JSON text)."""
+        request = self.request
+        if request.unique_key is not None:
+            raise ValueError("an errback cannot have a unique_key")
+        flow: dict[str, Any] = {}
+        if self.pass_error:
+            flow["pass"] = "one"
+        if self.result_arg is not None:
+            flow["result_arg"] = self.result_arg
+        fields = {
+            "task": request.task, "queue": request.queue, "priority": request.priority,
+            "max_attempts": request.max_attempts, "delay": request.delay or None,
+            "expires_at": request.expires_at.isoformat() if request.expires_at else None,
+            "flow": flow or None,
+        }
+        head = json.dumps({key: value for key, value in fields.items() if value is not None})
+        return f'{head[:-1]}, "args": {request.args}, "meta": {request.meta}}}'
+
+
+
+class Workflow:
+    """Jobs to insert together, some waiting on others; ``enqueue`` inserts them all in one
+    statement (on ``using(session=...)``'s connection: in the caller's transaction)."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.nodes: list[Node] = []
+        # Per node: its upstreams (-k: node k of this workflow, else a job id), the nodes
+        # waiting on it (1-based), and how many of its upstreams are in this workflow.
+        self._upstreams: list[list[int] | None] = []
+        self._dependents: list[list[int] | None] = []
+        self._pending: list[int] = []
+        # Jobs enqueued before that nodes wait on: each edge (job id, 1-based node).
+        self._outside: list[tuple[int, int]] = []
+        self._flow: list[str | None] = []
+        self._on_failure: list[str | None] = []
+        self._session: Any = None
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def add(self, call: TaskCall, /, *, after: Node | int | Sequence[Node | int] | None = None,
+            result_arg: str | None = None, on_upstream_failure: UpstreamFailure = "cancel",
+            on_failure: Iterable[OnFailure] = (), **kwargs: Any) -> Node:
+        """Add a job of ``call`` (a task, or one configured with ``configure``) with
+        ``kwargs`` as its arguments.
+
+        ``after``: a node of this workflow or the id of a job enqueued before, or a list of
+        them; the job waits until all of them succeeded. ``result_arg``: the argument that
+        receives their results (the value for a single ``after``, the list in order for a
+        list). ``on_upstream_failure``: when one of them fails or is cancelled this job is
+        cancelled (``"cancel"``) or fails (``"fail"``, which runs its errbacks); it never
+        runs. ``on_failure``: errbacks. A delay configured on the call counts from the
+        release.
+        """
+        if result_arg is not None and after is None:
+            raise ValueError("result_arg needs after=: the jobs whose results it receives")
+        request = call.request(kwargs, provided=() if result_arg is None else (result_arg,))
+        single = after is not None and not isinstance(after, Sequence)
+        pass_results: Pass | None = None
+        if result_arg is not None:
+            pass_results = "one" if single else "list"
+        return self.add_request(request, after=after, pass_results=pass_results,
+                                result_arg=result_arg, on_upstream_failure=on_upstream_failure,
+                                on_failure=on_failure)
+
+    def add_request(self, request: JobRequest, *,
+                    after: Node | int | Sequence[Node | int] | None = None,
+                    pass_results: Pass | None = None, result_arg: str | None = None,
+                    on_upstream_failure: UpstreamFailure = "cancel",
+                    on_failure: Iterable[OnFailure] = ()) -> Node:
+        """``add`` for a request built elsewhere (``TaskCall.request``; integrations such as
+        akadze_compat): ``pass_results`` says whether ``upstream_results`` gets the single
+        upstream's result (``"one"``) or the list (``"list"``), which the worker gives the
+        task as ``result_arg`` when that is set (akadze_compat reads it from the job)."""
+        if request.unique_key is not None:
+            raise ValueError("a workflow job cannot have a unique_key")
+        if on_upstream_failure not in ("cancel", "fail"):
+            raise ValueError("on_upstream_failure must be 'cancel' or 'fail'")
+        if pass_results not in (None, "one", "list"):
+            raise ValueError("pass_results must be None, 'one' or 'list'")
+        upstreams = [] if after is None else [after] if not isinstance(after, Sequence) \
+            else list(after)
+        if after is not None and not upstreams:
+            raise ValueError("after= is an empty list: the job would wait on nothing")
+        refs = [self._ref(upstream) for upstream in upstreams]
+        if pass_results == "one" and len(refs) != 1:
+            raise ValueError("pass_results='one' needs exactly one upstream")
+        flow: dict[str, Any] = {}
+        if pass_results is not None:
+            if not refs:
+                raise ValueError("pass_results needs after=: the jobs whose results it passes")
+            flow["pass"] = pass_results
+        if result_arg is not None:
+            flow["result_arg"] = result_arg
+        if on_upstream_failure == "fail":
+            flow["on_upstream_failure"] = "fail"
+        if refs and request.delay:
+            flow["delay"] = request.delay
+        errbacks = [errback.spec() for errback in on_failure]
+        node = Node(len(self.nodes), request)
+        self.nodes.append(node)
+        self._upstreams.append(refs or None)
+        self._dependents.append(None)
+        self._pending.append(sum(1 for ref in refs if ref < 0))
+        for ref in refs:
+            if ref < 0:
+                waiting = self._dependents[-ref - 1]
+                if waiting is None:
+                    self._dependents[-ref - 1] = [node.index + 1]
+                elif waiting[-1] != node.index + 1:  # the same upstream named twice
+                    waiting.append(node.index + 1)
+            else:
+                self._outside.append((ref, node.index + 1))
+        self._flow.append(json.dumps(flow) if flow else None)
+        self._on_failure.append(f"[{', '.join(errbacks)}]" if errbacks else None)
+        return node
+
+    def _ref(self, upstream: Node | int) -> int:
+        if isinstance(upstream, Node):
+            if upstream.index >= len(self.nodes) or self.nodes[upstream.index] is not upstream:
+                raise ValueError("after= names a node of another workflow")
+            return upstream.ref
+        if isinstance(upstream, bool) or not isinstance(upstream, int) or upstream <= 0:
+            raise TypeError(f"after= takes nodes of this workflow or job ids, not {upstream!r}")
+        return upstream
+
+    def using(self, *, session: psycopg.Connection | psycopg.AsyncConnection) -> Workflow:
+        """Enqueue on ``session``, inside its current transaction (returns this workflow)."""
+        self._session = session
+        return self
+
+    def params(self) -> dict[str, list[Any]]:
+        """The insert statement's parameters: one array per column, one element per node."""
+        requests = [node.request for node in self.nodes]
+        return {
+            "task": [r.task for r in requests], "queue": [r.queue for r in requests],
+            "args": [r.args for r in requests], "priority": [r.priority for r in requests],
+            "max_attempts": [r.max_attempts for r in requests],
+            "meta": [r.meta for r in requests], "at": [r.scheduled_at for r in requests],
+            "delay": [r.delay for r in requests],
+            "expires_at": [r.expires_at for r in requests],
+            "flow": self._flow, "on_failure": self._on_failure,
+            "upstreams": [_literal(refs) for refs in self._upstreams],
+            "dependents": [_literal(nodes) for nodes in self._dependents],
+            "pending": self._pending,
+            "waits_outside": [refs is not None and max(refs) > 0 for refs in self._upstreams],
+            "external": sorted({ref for ref, _ in self._outside}),
+            "external_ref": [ref for ref, _ in self._outside],
+            "external_node": [node for _, node in self._outside],
+        }
+
+    def _assign(self, ids: list[int]) -> list[int]:
+        for node, job_id in zip(self.nodes, ids, strict=True):
+            node.id = job_id
+        return ids
+
+    def enqueue(self) -> Any:
+        """Insert every job in one statement; returns their ids in add order (an awaitable
+        of them on an async session). Raises ``UpstreamFailed`` when ``after=`` names a job
+        that failed, was cancelled or does not exist; nothing is inserted then."""
+        if not self.nodes:
+            return []
+        params = self.params()
+        session = self._session
+        if isinstance(session, psycopg.AsyncConnection):
+            return self._async_on(session, params)
+        try:
+            if session is not None:
+                ids = database.insert_graph(session, params)
+            else:
+                ids = self.app.run_pooled(
+                    lambda connection: database.insert_graph(connection, params),
+                    "the workflow may or may not have been enqueued (all of it or none)")
+        except SCHEMA_ERRORS as exc:
+            raise schema_missing(command=self.app.migrate_command) from exc
+        except psycopg.Error as exc:
+            raise _refused(exc) from None
+        return self._assign(ids)
+
+    async def _async_on(self, session: psycopg.AsyncConnection,
+                        params: dict[str, list[Any]]) -> list[int]:
+        try:
+            ids = await database.insert_graph_async(session, params)
+        except SCHEMA_ERRORS as exc:
+            raise schema_missing(command=self.app.migrate_command) from exc
+        except psycopg.Error as exc:
+            raise _refused(exc) from None
+        return self._assign(ids)
+
+    async def enqueue_async(self) -> list[int]:
+        """Async twin of ``enqueue``."""
+        if not self.nodes:
+            return []
+        if isinstance(self._session, psycopg.AsyncConnection):
+            return await self._async_on(self._session, self.params())
+        if self._session is not None:
+            raise TypeError("enqueue_async needs an async session; use enqueue()")
+        params = self.params()
+        try:
+            ids = await self.app.run_pooled_async(
+                lambda connection: database.insert_graph_async(connection, params),
+                "the workflow may or may not have been enqueued (all of it or none)")
+        except SCHEMA_ERRORS as exc:
+            raise schema_missing(command=self.app.migrate_command) from exc
+        except psycopg.Error as exc:
+            raise _refused(exc) from None
+        return self._assign(list(ids))
+
+
+def _literal(numbers: list[int] | None) -> str | None:
+    """A Postgres array literal (``{1,-2}``): one text per node, cast in the statement."""
+    return None if numbers is None else "{" + ",".join(map(str, numbers)) + "}"
+
+
+#: The SQLSTATE of akadze.refuse (a workflow waiting on a job that cannot succeed).
+REFUSED = "AKZ01"
+
+
+def _refused(exc: psycopg.Error) -> Exception:
+    """``UpstreamFailed`` for akadze.refuse's error; any other error as it is."""
+    if exc.sqlstate == REFUSED:
+        return UpstreamFailed(exc.diag.message_primary or "a workflow job would wait on a "
+                              "job that cannot succeed")
+    return exc

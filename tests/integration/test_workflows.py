@@ -1,0 +1,234 @@
+"""Workflows (akadze_core.workflow) on real Postgres with a real worker: chains, fan-in,
+failure and cancel cascades, errbacks, waiting on jobs enqueued before, the caller's
+transaction. Only the database decides what happened: the assertions read job rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from akadze_core import App, Fail, OnFailure, UpstreamFailed, request_cancel_sync
+from tests.helpers import job
+from tests.integration.outcome_helpers import run_until
+
+
+def state(db: psycopg.Connection, job_id: int | None) -> str:
+    assert job_id is not None
+    return str(job(db, job_id)["state"])
+
+
+def finished(db: psycopg.Connection, *ids: int | None) -> Any:
+    def check() -> bool:
+        return all(state(db, i) in ("succeeded", "failed", "cancelled") for i in ids)
+    return check
+
+
+@pytest.fixture
+def tasks(app: App) -> dict[str, Any]:
+    calls: list[tuple[str, Any]] = []
+
+    @app.task("wf.add")
+    async def add(x: int, y: int = 0) -> int:
+        calls.append(("add", (x, y)))
+        return x + y
+
+    @app.task("wf.total")
+    async def total(values: list[int], bonus: int = 0) -> int:
+        calls.append(("total", values))
+        return sum(values) + bonus
+
+    @app.task("wf.boom", max_attempts=1)
+    async def boom(x: int = 0) -> None:
+        calls.append(("boom", x))
+        raise Fail(f"boom {x}")
+
+    @app.task("wf.alert")
+    async def alert(tag: str, error: dict[str, Any] | None = None) -> str:
+        calls.append(("alert", (tag, error and error["message"])))
+        return tag
+
+    return {"add": add, "total": total, "boom": boom, "alert": alert, "calls": calls}
+
+
+async def test_chain_passes_each_result_to_the_next_step(app: App, db: psycopg.Connection,
+                                                         tasks: dict[str, Any]) -> None:
+    flow = app.workflow()
+    first = flow.add(tasks["add"], x=1, y=2)
+    second = flow.add(tasks["add"], after=first, result_arg="x", y=10)
+    third = flow.add(tasks["add"], after=second, result_arg="x", y=100)
+    ids = flow.enqueue()
+    assert ids == [first.id, second.id, third.id]
+    assert [state(db, i) for i in ids] == ["queued", "waiting", "waiting"]
+    assert job(db, ids[0])["dependents"] == [ids[1]]
+    assert job(db, ids[2])["upstreams"] == [ids[1]] and job(db, ids[2])["waiting_for"] == 1
+    await run_until(app, finished(db, *ids))
+    assert [job(db, i)["result"] for i in ids] == [3, 13, 113]
+
+
+async def test_fan_in_gets_the_results_in_order_once(app: App, db: psycopg.Connection,
+                                                     tasks: dict[str, Any]) -> None:
+    flow = app.workflow()
+    parts = [flow.add(tasks["add"], x=i) for i in range(20)]
+    body = flow.add(tasks["total"], after=parts, result_arg="values", bonus=1000)
+    flow.enqueue()
+    await run_until(app, finished(db, body.id), slots=8)
+    assert job(db, body.id)["result"] == sum(range(20)) + 1000
+    totals = [args for name, args in tasks["calls"] if name == "total"]
+    assert totals == [list(range(20))]
+
+
+async def test_a_failed_step_cancels_the_rest_and_runs_its_errback(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
+    flow = app.workflow()
+    head = flow.add(tasks["add"], x=1)
+    bad = flow.add(tasks["boom"], after=head,
+                   on_failure=[OnFailure(tasks["alert"], result_arg="error", tag="ops")])
+    rest = flow.add(tasks["add"], after=bad, result_arg="x")
+    last = flow.add(tasks["add"], after=rest, result_arg="x")
+    flow.enqueue()
+    await run_until(app, lambda: finished(db, head.id, bad.id, rest.id, last.id)()
+                    and any(name == "alert" for name, _ in tasks["calls"]))
+    assert [state(db, n.id) for n in (head, bad, rest, last)] == \
+        ["succeeded", "failed", "cancelled", "cancelled"]
+    entry = job(db, last.id)["errors"][-1]
+    assert entry["type"] == "UpstreamFailed" and entry["upstream"] == bad.id
+    assert entry["upstream_error"]["message"] == "boom 0"
+    assert ("alert", ("ops", "boom 0")) in tasks["calls"]
+    errback = db.execute("SELECT upstreams, state FROM akadze.jobs WHERE task = 'wf.alert'"
+                         ).fetchall()
+    assert errback == [([bad.id], "succeeded")]
+
+
+async def test_a_failed_member_fails_a_fan_in_that_asks_for_it(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
+    flow = app.workflow()
+    parts = [flow.add(tasks["add"], x=1), flow.add(tasks["boom"], x=7)]
+    body = flow.add(tasks["total"], after=parts, result_arg="values",
+                    on_upstream_failure="fail",
+                    on_failure=[OnFailure(tasks["alert"], tag="body")])
+    flow.enqueue()
+    await run_until(app, lambda: finished(db, body.id)()
+                    and any(name == "alert" for name, _ in tasks["calls"]))
+    assert state(db, body.id) == "failed"
+    assert job(db, body.id)["attempt"] == 0
+    assert not [name for name, _ in tasks["calls"] if name == "total"]
+
+
+async def test_cancelling_a_waiting_job_cancels_what_waits_on_it(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
+    flow = app.workflow()
+    head = flow.add(tasks["add"], x=1)
+    middle = flow.add(tasks["add"], after=head, result_arg="x")
+    tail = flow.add(tasks["add"], after=middle, result_arg="x")
+    flow.enqueue()
+    assert middle.id is not None
+    with psycopg.connect(app.database_url, autocommit=True) as connection:
+        assert request_cancel_sync(connection, middle.id)
+    assert (state(db, middle.id), state(db, tail.id)) == ("cancelled", "cancelled")
+    await run_until(app, finished(db, head.id))
+    assert state(db, head.id) == "succeeded" and state(db, tail.id) == "cancelled"
+
+
+async def test_waiting_on_jobs_enqueued_before(app: App, db: psycopg.Connection,
+                                               tasks: dict[str, Any]) -> None:
+    done_id = tasks["add"].enqueue(x=5)
+    await run_until(app, finished(db, done_id))
+    queued_id = tasks["add"].enqueue(x=6)
+    flow = app.workflow()
+    body = flow.add(tasks["total"], after=[done_id, queued_id], result_arg="values")
+    flow.enqueue()
+    assert state(db, body.id) == "waiting" and job(db, body.id)["waiting_for"] == 1
+    assert job(db, queued_id)["dependents"] == [body.id]
+    await run_until(app, finished(db, body.id))
+    assert job(db, body.id)["result"] == 11
+    # Everything waited on already succeeded: queued at once, with the results.
+    flow = app.workflow()
+    now = flow.add(tasks["total"], after=[done_id, queued_id], result_arg="values")
+    flow.enqueue()
+    assert state(db, now.id) == "queued"
+    assert job(db, now.id)["upstream_results"] == [5, 6]
+
+
+async def test_waiting_on_a_failed_job_is_refused_and_inserts_nothing(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
+    bad_id = tasks["boom"].enqueue()
+    await run_until(app, finished(db, bad_id))
+    before = db.execute("SELECT count(*) FROM akadze.jobs").fetchone()
+    flow = app.workflow()
+    flow.add(tasks["add"], x=1)
+    flow.add(tasks["add"], after=bad_id, result_arg="x")
+    with pytest.raises(UpstreamFailed, match=f"job {bad_id}.*failed"):
+        flow.enqueue()
+    flow = app.workflow()
+    flow.add(tasks["add"], after=10**12, result_arg="x")
+    with pytest.raises(UpstreamFailed, match="does not exist"):
+        flow.enqueue()
+    assert db.execute("SELECT count(*) FROM akadze.jobs").fetchone() == before
+
+
+def test_a_workflow_commits_with_the_callers_transaction(app: App, db: psycopg.Connection,
+                                                         tasks: dict[str, Any]) -> None:
+    with psycopg.connect(app.database_url) as connection:
+        flow = app.workflow().using(session=connection)
+        flow.add(tasks["add"], x=1)
+        ids = flow.enqueue()
+        connection.rollback()
+    assert db.execute("SELECT count(*) FROM akadze.jobs WHERE id = ANY(%s)", (ids,)
+                      ).fetchone() == (0,)
+
+
+def test_bad_calls_fail_before_anything_is_sent(app: App, tasks: dict[str, Any]) -> None:
+    flow = app.workflow()
+    head = flow.add(tasks["add"], x=1)
+    with pytest.raises(TypeError, match="cannot take"):
+        flow.add(tasks["add"], after=head, result_arg="nope")
+    with pytest.raises(TypeError, match="also the argument"):
+        flow.add(tasks["add"], after=head, result_arg="x", x=2)
+    with pytest.raises(ValueError, match="needs after"):
+        flow.add(tasks["add"], result_arg="x")
+    other = app.workflow().add(tasks["add"], x=1)
+    with pytest.raises(ValueError, match="another workflow"):
+        flow.add(tasks["add"], after=other, x=1)
+
+
+async def test_waiting_for_many_jobs_at_once(app: App, db: psycopg.Connection,
+                                             tasks: dict[str, Any]) -> None:
+    import asyncio
+
+    ids = tasks["add"].enqueue_many([{"x": i} for i in range(5)])
+    assert set(app.get_jobs([*ids, 10**12])) == set(ids)
+    with pytest.raises(TimeoutError):
+        await asyncio.to_thread(app.wait_for_jobs, ids, 0.2)
+    waiter = asyncio.create_task(asyncio.to_thread(app.wait_for_jobs, ids, 20))
+    await run_until(app, finished(db, *ids))
+    jobs = await waiter
+    assert list(jobs) == ids and [jobs[i].result for i in ids] == list(range(5))
+
+
+async def test_prune_keeps_what_a_waiting_job_still_needs_and_purge_takes_waiting_jobs(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
+    from akadze_core import database
+
+    flow = app.workflow()
+    first = flow.add(tasks["add"], x=1)
+    second = flow.add(tasks["add"], x=2)
+    body = flow.add(tasks["total"], after=[first, second], result_arg="values")
+    flow.enqueue()
+    # first succeeded long ago, second has not run: body still waits on first's result.
+    db.execute("UPDATE akadze.jobs SET state = 'succeeded', result = '1', "
+               "finished_at = now() - interval '30 days' WHERE id = %s", (first.id,))
+    db.execute("UPDATE akadze.jobs SET waiting_for = 1 WHERE id = %s", (body.id,))
+    lonely = tasks["add"].enqueue(x=9)
+    db.execute("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now() - "
+               "interval '30 days' WHERE id = %s", (lonely,))
+    async with await psycopg.AsyncConnection.connect(app.database_url,
+                                                     autocommit=True) as connection:
+        pruned = await database.prune_jobs(connection, finished_retention=60,
+                                           failed_retention=60, limit=100)
+    assert pruned == 1
+    assert state(db, first.id) == "succeeded"
+    assert app.purge() == 2  # second (queued) and body (waiting)
+    assert db.execute("SELECT count(*) FROM akadze.jobs WHERE id IN (%s, %s)",
+                      (second.id, body.id)).fetchone() == (0,)
