@@ -233,6 +233,27 @@ def signature_freeze_id(ctx):
     return {"same_id": frozen.id == res.id, "get": ctx.get(res)}
 
 
+def _id_shape(task_id):
+    import re
+    import uuid
+
+    return {"type": type(task_id).__name__,
+            "uuid4": bool(re.fullmatch(r"[0-9a-f-]{36}", str(task_id)))
+            and uuid.UUID(str(task_id)).version == 4}
+
+
+@program
+def task_id_is_a_uuid4_string(ctx):
+    res = add.delay(2, 2)
+    return {"id": _id_shape(res.id), "get": ctx.get(res)}
+
+
+@program
+def chain_ids_are_uuid4_strings(ctx):
+    res = (add.s(1, 1) | add.s(1))()
+    return {"get": ctx.get(res), "last": _id_shape(res.id), "first": _id_shape(res.parent.id)}
+
+
 @program
 def result_get_inside_task_refused(ctx):
     return {"get": ctx.get(wait_inside.delay(1))}
@@ -650,7 +671,29 @@ def map_and_starmap(ctx):
             "map_result": ctx.tree(ctx.wait(identity.map([1, 2]).delay()))}
 
 
+@program
+def result_children_and_collect(ctx):
+    res = (add.s(1, 1) | add.s(2))()
+    ctx.get(res)
+    head = res.parent
+    return {"head_children": ctx.outcome(lambda: [ctx.see(child) and child.id
+                                                  for child in head.children or []]),
+            "collect": ctx.outcome(lambda: [value for _, value in res.collect()])}
+
+
 # --- eager --------------------------------------------------------------------------------------
+
+@program
+def task_always_eager_runs_canvas_inline(ctx):
+    app.conf.task_always_eager = True
+    try:
+        return {"chain": ctx.get((add.s(1, 2) | mul.s(3)).delay()),
+                "group": ctx.get(group(add.s(1, 1), add.s(2, 2)).delay()),
+                "chord": ctx.get(chord([add.s(1, 1), add.s(2, 2)], tsum.s()).delay()),
+                "failing_group": ctx.get(group(add.s(1, 1), fail.s("eager")).delay())}
+    finally:
+        app.conf.task_always_eager = False
+
 
 @program
 def apply_runs_canvas_inline(ctx):
@@ -691,4 +734,22 @@ def revoke_chain_head_waiting_on_countdown(ctx):
     res.parent.revoke()
     time.sleep(2.2)
     return {"head": ctx.get(res.parent, timeout=3), "tail": ctx.get(res, timeout=1),
-            "res": ctx.tree(res)}
+            "res": ctx.tree(res, settle=0.5)}
+
+
+@program
+def revoke_group_waiting_on_countdown(ctx):
+    res = group(add.si(1, 1).set(countdown=1.5), add.si(2, 2).set(countdown=1.5)).delay()
+    time.sleep(0.3)
+    res.revoke()
+    time.sleep(2.2)
+    return {"get": ctx.get(res, timeout=3), "shape": ctx.shape(res)}
+
+
+@program
+def revoke_chord_header_waiting_on_countdown(ctx):
+    res = chord([add.si(1, 1).set(countdown=1.5), add.si(2, 2).set(countdown=1.5)], tsum.s())()
+    time.sleep(0.3)
+    res.parent.revoke()
+    time.sleep(2.2)
+    return {"get": ctx.get(res, timeout=3), "res": ctx.tree(res, settle=1)}

@@ -175,8 +175,11 @@ class Context:
         node["parent"] = self._node(_attr(res, "parent"), f"{label}.parent", depth + 1)
         return node
 
-    def tree(self, res: Any, settle: float = 0) -> Any:
-        """The result, its members and its parents: kind, state, value or error type."""
+    def tree(self, res: Any, settle: float = 2.0) -> Any:
+        """The result, its members and its parents: kind, state, value or error type, once
+        they are all ready (or ``settle`` seconds passed). Celery sends a chain's next step
+        before it stores the step's own result, so a parent can still be PENDING when its
+        child has finished."""
         label = self.see(res)
         if settle:
             self.settle(res, settle)

@@ -72,9 +72,11 @@ def _covered(path: str, prefix: str) -> bool:
     return inside(path, prefix) or inside(prefix, path)
 
 
-def _report(differences: dict[str, tuple[Any, Any]]) -> str:
-    return "\n".join(f"  {path}:\n    celery:        {json.dumps(left)}\n"
-                     f"    akadze_compat: {json.dumps(right)}"
+def _report(differences: dict[str, tuple[Any, Any]],
+            names: tuple[str, str] = ("celery", "akadze_compat")) -> str:
+    width = max(map(len, names)) + 1
+    return "\n".join(f"  {path or '(all)'}:\n    {names[0] + ':':{width}} {json.dumps(left)}\n"
+                     f"    {names[1] + ':':{width}} {json.dumps(right)}"
                      for path, (left, right) in differences.items())
 
 
@@ -105,7 +107,7 @@ def test_celery_still_does_what_was_recorded(runs: tuple[dict[str, Any], dict[st
                for name, observed in celery["programs"].items()
                if recorded.get(name) != observed}
     assert not changed, "Celery's observations differ from the recorded ones:\n" + "\n".join(
-        f"{name}:\n{_report(fields)}" for name, fields in changed.items())
+        f"{name}:\n{_report(fields, ('recorded', 'live'))}" for name, fields in changed.items())
     assert set(recorded) == set(celery["programs"])
 
 
