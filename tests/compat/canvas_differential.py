@@ -39,6 +39,9 @@ RECORDED = HERE / "canvas_celery_observations.json"
 #: afterwards (nothing is flushed: other sessions may share the database).
 REDIS_URL = os.environ.get("CANVAS_DIFF_REDIS_URL", "redis://127.0.0.1:6379/11")
 RUN_TIMEOUT_SECONDS = 240
+#: Where our side's ``akadze_compat`` and ``akadze_core`` are imported from: this checkout, or
+#: ``CANVAS_DIFF_OURS_PATH`` (another checkout, to try a branch in progress).
+OURS_PATH = os.environ.get("CANVAS_DIFF_OURS_PATH", str(REPOSITORY))
 
 _IMPORT = re.compile(r"^(\s*)(from\s+celery)(\.[\w.]+)?(\s+import\b)", re.MULTILINE)
 _PLAIN_IMPORT = re.compile(r"^(\s*)import\s+celery(\.[\w.]+)?\s*$", re.MULTILINE)
@@ -152,7 +155,7 @@ def start_side(side: str, directory: Path, *, database_url: str | None = None,
     else:
         assert database_url, "our side needs a database"
         python = sys.executable
-        env.update(CANVAS_BROKER_URL=database_url, PYTHONPATH=str(REPOSITORY),
+        env.update(CANVAS_BROKER_URL=database_url, PYTHONPATH=OURS_PATH,
                    AKADZE_POLL_INTERVAL="0.1")
         worker = [python, "-m", "akadze_compat", "-A", "canvasprog", "worker", "-P", "threads",
                   "-c", "4", "-l", "INFO", "-n", node]
@@ -187,6 +190,22 @@ def differences(celery: Any, ours: Any) -> dict[str, tuple[Any, Any]]:
     found: dict[str, tuple[Any, Any]] = {}
     _compare(celery, ours, "", found)
     return found
+
+
+_STEP = re.compile(r"\.?([^.\[\]]+)|\[(\d+)\]")
+
+
+def value_at(observation: Any, path: str) -> Any:
+    """The value at ``path`` (as ``differences`` writes paths), or ``<absent>``."""
+    value = observation
+    for key, index in _STEP.findall(path):
+        if key and isinstance(value, dict) and key in value:
+            value = value[key]
+        elif index and isinstance(value, list) and int(index) < len(value):
+            value = value[int(index)]
+        else:
+            return ABSENT
+    return value
 
 
 def record(path: Path = RECORDED) -> dict[str, Any]:
