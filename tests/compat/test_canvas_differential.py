@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,70 +25,11 @@ import pytest
 from psycopg import sql
 
 from tests.compat import canvas_differential as diff
+from tests.compat.canvas_differential import ANY, KNOWN_DIFFERENCES
 from tests.conftest import database_url_for
 
 PROGRAMS = diff.program_names()
 
-
-class _Any:
-    def __repr__(self) -> str:
-        return "ANY"
-
-
-#: A documented difference that does not pin our side's value.
-ANY: Any = _Any()
-
-@dataclass(frozen=True)
-class Known:
-    """A documented difference at one field: why, and what our side must give there."""
-
-    reason: str
-    ours: Any = ANY
-
-
-#: program -> {field path ("" for the whole observation): Known(why, what ours gives)}.
-#: Only Celery's own bugs and what akadze_compat does differently on purpose; each names the
-#: value our side must give there (``ANY``: not pinned), so that the field is still checked.
-KNOWN_DIFFERENCES: dict[str, dict[str, Known]] = {
-    "chain_failure_before_group": {
-        "get.raised": Known(
-            "Celery bug (celery#6437, an xfail in its own test_canvas.py on Redis): a chain "
-            "that fails before the group it ends with never completes; get() times out. "
-            "akadze_compat raises the failing step's exception, as on Celery's other backends",
-            {"type": "ExpectedException", "module": "canvasprog",
-             "message": "expected failure [2]"}),
-    },
-    "chord_header_group_unrolls": {
-        "get.value": Known(
-            "Celery bug: a group nested in a chord header is unrolled in reverse on Redis, so "
-            "the body gets [43, 42]; akadze_compat keeps header order, as Celery documents",
-            [42, 43]),
-    },
-    "revoke_chain_head_before_worker": {
-        "get": Known(
-            "Celery keeps revokes in worker memory, sent by broadcast: a revoke sent while no "
-            "worker runs is lost and the chain runs. akadze_compat stores it in the database: "
-            "the head is revoked and the rest of the chain is not run",
-            {"raised": {"type": "TaskRevokedError", "module": "celery.exceptions",
-                        "message": "revoked"}}),
-        "res": Known("(the same lost revoke: Celery ran both steps; what our tail reads is "
-                     "checked by revoke_chain_head_waiting_on_countdown)"),
-        "res.parent": Known("(the same lost revoke: our head is revoked)",
-                            {"kind": "AsyncResult", "state": "REVOKED",
-                             "error": "TaskRevokedError", "parent": None}),
-    },
-    "revoke_group_before_worker": {
-        "get": Known(
-            "Celery loses a revoke sent while no worker runs (see "
-            "revoke_chain_head_before_worker); akadze_compat revokes every member",
-            {"raised": {"type": "TaskRevokedError", "module": "celery.exceptions",
-                        "message": "revoked"}}),
-        "shape": Known("(the same lost revoke: Celery ran both members)",
-                       {"kind": "GroupResult", "len": 2, "completed_count": 0,
-                        "successful": False, "failed": False, "ready": True,
-                        "waiting": False, "states": ["REVOKED", "REVOKED"]}),
-    },
-}
 
 #: The message prefix of akadze_compat's canvas before issue 16 (``canvas._unsupported``).
 NOT_YET = "canvas: "
@@ -153,6 +93,13 @@ def test_the_corpus_is_migrated_the_way_a_user_migrates() -> None:
 
 def test_every_difference_has_a_program() -> None:
     assert set(KNOWN_DIFFERENCES) <= set(PROGRAMS)
+
+
+def test_the_canvas_page_of_the_migration_guide_is_up_to_date() -> None:
+    """``migration_guide/celery-canvas.md`` is generated from the recorded observations and
+    the documented differences (``python -m tests.compat.canvas_differential --page``)."""
+    assert diff.PAGE.read_text("utf-8") == diff.render_page(), (
+        "stale: run `python -m tests.compat.canvas_differential --page`")
 
 
 def test_celery_still_does_what_was_recorded(runs: tuple[dict[str, Any], dict[str, Any]]) \
