@@ -102,6 +102,7 @@ def test_the_canvas_page_of_the_migration_guide_is_up_to_date() -> None:
         "stale: run `python -m tests.compat.canvas_differential --page`")
 
 
+@pytest.mark.slow
 def test_celery_still_does_what_was_recorded(runs: tuple[dict[str, Any], dict[str, Any]]) \
         -> None:
     """``canvas_celery_observations.json`` is what Celery does today (rewrite it with
@@ -116,6 +117,7 @@ def test_celery_still_does_what_was_recorded(runs: tuple[dict[str, Any], dict[st
     assert set(recorded) == set(celery["programs"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_same_as_celery(name: str, runs: tuple[dict[str, Any], dict[str, Any]]) -> None:
     celery, ours = (run["programs"][name] for run in runs)
