@@ -246,6 +246,15 @@ def _compare(left: Any, right: Any, path: str, into: dict[str, tuple[Any, Any]])
         into[path] = (left, right)
 
 
+def covered(path: str, prefix: str) -> bool:
+    """Whether a documented difference at ``prefix`` covers a difference found at ``path``
+    (the same field, one inside it, or one that contains it)."""
+    def inside(inner: str, outer: str) -> bool:
+        return outer == "" or inner == outer or inner.startswith((f"{outer}.", f"{outer}["))
+
+    return inside(path, prefix) or inside(prefix, path)
+
+
 def differences(celery: Any, ours: Any) -> dict[str, tuple[Any, Any]]:
     """The fields whose values differ, as ``{path: (celery's, ours)}``: dicts compared key by
     key, lists of one length item by item, anything else (or a missing key, ``<absent>``) as
@@ -353,11 +362,68 @@ def render_page(recorded: Path = RECORDED) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compare(only: list[str] | None = None) -> int:
+    """Run both sides (a fresh database ``canvas_diff_<pid>``, dropped afterwards) and print
+    the differences no ``KNOWN_DIFFERENCES`` entry explains; 1 when there are some."""
+    import tempfile
+
+    import psycopg
+    from psycopg import sql
+
+    from akadze_core.migrations import migrate
+    from tests.conftest import DEFAULT_ADMIN_URL, database_url_for
+
+    reason = celery_unavailable()
+    if reason:
+        raise SystemExit(reason)
+    admin_url = os.environ.get("AKADZE_TEST_DATABASE_URL", DEFAULT_ADMIN_URL)
+    name = f"canvas_diff_{os.getpid()}"
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        url = database_url_for(admin_url, name)
+        with psycopg.connect(url, autocommit=True) as connection:
+            migrate(connection)
+        with tempfile.TemporaryDirectory(prefix="canvas-diff-") as tmp:
+            sides = [start_side("celery", Path(tmp) / "celery", only=only),
+                     start_side("akadze_compat", Path(tmp) / "akadze_compat",
+                                database_url=url, only=only)]
+            celery, ours = (side.result() for side in sides)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+    failing = 0
+    for program, observed in celery["programs"].items():
+        allowed = KNOWN_DIFFERENCES.get(program, {})
+        found = {path: values for path, values in
+                 differences(observed, ours["programs"][program]).items()
+                 if not any(covered(path, prefix) for prefix in allowed)}
+        if found:
+            failing += 1
+            print(f"== {program}")
+            for path, (left, right) in found.items():
+                print(f"   {path or '(all)'}\n      celery: {json.dumps(left)[:300]}\n"
+                      f"      ours:   {json.dumps(right)[:300]}")
+    print(f"{failing} of {len(celery['programs'])} programs differ "
+          f"(celery {celery['meta']['seconds']}s, ours {ours['meta']['seconds']}s)")
+    return 1 if failing else 0
+
+
+USAGE = """usage: python -m tests.compat.canvas_differential --record | --page | --compare [NAME...]
+  --record   run Celery alone, rewrite canvas_celery_observations.json and the guide's page
+  --page     rewrite migration_guide/celery-canvas.md from the recorded observations
+  --compare  run both sides now and print every unexplained difference (CANVAS_DIFF_OURS_PATH
+             runs our side from another checkout)"""
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--compare"]:
+        sys.exit(compare(sys.argv[2:] or None))
     if sys.argv[1:] == ["--record"]:
         record()
         PAGE.write_text(render_page(), "utf-8")
     elif sys.argv[1:] == ["--page"]:
         PAGE.write_text(render_page(), "utf-8")
     else:
-        raise SystemExit("usage: python -m tests.compat.canvas_differential --record | --page")
+        raise SystemExit(USAGE)

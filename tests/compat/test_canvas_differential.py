@@ -61,15 +61,6 @@ def runs(admin_url: str, template_database: str,
                 sql.Identifier(name)))
 
 
-def _covered(path: str, prefix: str) -> bool:
-    """Whether a documented difference at ``prefix`` covers a difference found at ``path``
-    (the same field, one inside it, or one that contains it)."""
-    def inside(inner: str, outer: str) -> bool:
-        return outer == "" or inner == outer or inner.startswith((f"{outer}.", f"{outer}["))
-
-    return inside(path, prefix) or inside(prefix, path)
-
-
 def _report(differences: dict[str, tuple[Any, Any]],
             names: tuple[str, str] = ("celery", "akadze_compat")) -> str:
     width = max(map(len, names)) + 1
@@ -130,8 +121,8 @@ def test_same_as_celery(name: str, runs: tuple[dict[str, Any], dict[str, Any]]) 
     found = diff.differences(celery, ours)
     allowed = KNOWN_DIFFERENCES.get(name, {})
     unexplained = {path: values for path, values in found.items()
-                   if not any(_covered(path, prefix) for prefix in allowed)}
-    stale = [prefix for prefix in allowed if not any(_covered(path, prefix) for path in found)]
+                   if not any(diff.covered(path, prefix) for prefix in allowed)}
+    stale = [prefix for prefix in allowed if not any(diff.covered(path, prefix) for path in found)]
     pinned = {prefix: (known.ours, diff.value_at(ours, prefix))
               for prefix, known in allowed.items()
               if known.ours is not ANY and diff.value_at(ours, prefix) != known.ours}
