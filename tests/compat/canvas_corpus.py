@@ -443,6 +443,15 @@ def group_simple(ctx):
 
 
 @program
+def group_while_a_member_runs(ctx):
+    res = group(sleepy.si(1.5, 1), identity.si(2)).delay()
+    time.sleep(0.7)
+    during = ctx.shape(res)
+    return {"during": during, "get": ctx.get(res), "after": ctx.shape(res),
+            "iterates_members": [member.get(timeout=TIMEOUT) for member in res]}
+
+
+@program
 def group_order_is_position_not_completion(ctx):
     res = group(sleepy.s(0.1 * (4 - i), i) for i in range(5)).delay()
     return {"get": ctx.get(res), "shape": ctx.shape(res)}
