@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 from .app.config import database_url
 from .app.defaults import NAMESPACES
+from .django_beat import names_database_scheduler
 from .exceptions import ImproperlyConfigured
 from .serialization import check_accept_content, check_serializer
 
@@ -110,7 +111,8 @@ _BY_SETTING: dict[str, Support] = {
     "beat_schedule": _h("every worker schedules the entries, each tick enqueued once across "
                         "the fleet; after downtime only the latest missed tick runs; "
                         "intervals tick on a fixed grid since the epoch"),
-    "beat_scheduler": _i("schedules come from beat_schedule and add_periodic_task only"),
+    "beat_scheduler": _i("schedules come from beat_schedule and add_periodic_task, and from "
+                         "django_celery_beat's tables with its DatabaseScheduler"),
     "beat_cron_starting_deadline": _i("after downtime only the latest missed tick runs"),
     "beat_max_loop_interval": _i("workers compute the next ticks ahead; there is no loop"),
     # --- broker
@@ -238,6 +240,10 @@ def setting_value_support(name: str, value: Any) -> Support | None:
             database_url(value)
     except ImproperlyConfigured as exc:
         return Support(MISSING, f"the worker refuses to start: {exc}")
+    if name == "beat_scheduler" and value and names_database_scheduler(value):
+        return _d("every worker runs django_celery_beat's periodic tasks from its tables "
+                  "(broker_url must be Django's database), each tick once across the fleet; "
+                  "intervals tick on the grid of start_time, else of the epoch")
     if name == "beat_scheduler" and value and str(value) not in _DEFAULT_SCHEDULERS:
         return Support(MISSING, f"{value} is not used: periodic tasks come only from "
                                 "beat_schedule and add_periodic_task, so schedules kept "

@@ -26,7 +26,7 @@ from .errors import ConfigurationError, ConnectionLost
 from .jobs import Job
 from .migrations import MIGRATE_COMMAND, migrate
 from .retry import BackoffPolicy
-from .schedules import Schedule
+from .schedules import Schedule, ScheduleSource
 from .serialization import DEFAULT_MAX_ARGS_BYTES, Dumps, Loads, strict_dumps
 from .tasks import Task
 from .triggers import Trigger
@@ -214,6 +214,8 @@ class App:
         self._redact_password: str | None = None
         #: Declared schedules by name; every worker of this app enqueues their due runs.
         self.schedules: dict[str, Schedule] = {}
+        #: Where more schedules come from, asked on every scheduling pass (``ScheduleSource``).
+        self.schedule_sources: list[ScheduleSource] = []
         #: The command that applies the schema, named by ``SchemaMissing`` when an enqueue or
         #: a lookup finds no schema (the Celery facade names its own).
         self.migrate_command = MIGRATE_COMMAND

@@ -66,6 +66,7 @@ class Completer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._closing = False
+        self._urgent = False
 
     @property
     def pending(self) -> int:
@@ -76,9 +77,11 @@ class Completer:
         """Ids of the jobs whose outcome is not written yet (the batch in flight included)."""
         return {outcome.job_id for outcome in self._pending}
 
-    def submit(self, outcome: Outcome) -> None:
-        """Queue an outcome for the next flush."""
+    def submit(self, outcome: Outcome, *, urgent: bool = False) -> None:
+        """Queue an outcome for the next flush. ``urgent``: another job waits on this one (a
+        workflow's next step), so the flush does not wait ``gather`` for company."""
         self._pending.append(outcome)
+        self._urgent = self._urgent or urgent
         self._idle.clear()
         self._arrived.set()
 
@@ -92,10 +95,11 @@ class Completer:
                     return
                 self._arrived.clear()
                 await self._arrived.wait()
-                if self._gather > 0 and not self._closing:
+                if self._gather > 0 and not self._closing and not self._urgent:
                     await asyncio.sleep(self._gather)
                 continue
             batch = self._pending[: self._max_batch]
+            self._urgent = False
             try:
                 await self._write(batch)
             except Exception as exc:

@@ -98,10 +98,15 @@ def insert_jobs(connection: psycopg.Connection, template: JobRequest,
     return list(row[0]) if row else []
 
 
+def _graph_statement(params: dict[str, list[Any]]) -> str:
+    # Without edges nor errbacks (a group), the plain insert: no ids drawn beforehand.
+    return query("job_insert_graph" if "upstreams" in params else "job_insert_rows")
+
+
 def insert_graph(connection: psycopg.Connection, params: dict[str, list[Any]]) -> list[int]:
     """Insert a workflow's jobs (``Workflow.params``) in one statement; returns their ids in
     order."""
-    row = connection.execute(query("job_insert_graph"), params).fetchone()
+    row = connection.execute(_graph_statement(params), params).fetchone()
     return list(row[0]) if row else []
 
 
@@ -231,7 +236,7 @@ async def insert_jobs_async(
 async def insert_graph_async(connection: psycopg.AsyncConnection,
                              params: dict[str, list[Any]]) -> list[int]:
     """Async twin of ``insert_graph``."""
-    cursor = await connection.execute(query("job_insert_graph"), params)
+    cursor = await connection.execute(_graph_statement(params), params)
     row = await cursor.fetchone()
     return list(row[0]) if row else []
 
@@ -252,6 +257,15 @@ async def fetch_all_async(
     async with connection.cursor(row_factory=dict_row) as cursor:
         await _execute_async(cursor, query(name), params)
         return await cursor.fetchall()
+
+
+async def run_statement(connection: psycopg.AsyncConnection, statement: str, /,
+                        **params: Any) -> list[dict[str, Any]]:
+    """Run one statement of an integration's own SQL file (``queries.load_queries``), under
+    the lock timeout like ours; its rows as dicts (none when it returns no rows)."""
+    async with connection.cursor(row_factory=dict_row) as cursor:
+        await _execute_async(cursor, statement, params)
+        return await cursor.fetchall() if cursor.description is not None else []
 
 
 async def check_schema_async(connection: psycopg.AsyncConnection) -> None:

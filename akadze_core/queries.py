@@ -10,12 +10,18 @@ _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
 @cache
-def all_queries() -> dict[str, str]:
-    """Every query by name, parsed once."""
-    text = resources.files("akadze_core").joinpath("sql/queries.sql").read_text("utf-8")
+def load_queries(package: str, path: str) -> dict[str, str]:
+    """The named blocks (``-- name: x``) of the SQL file ``path`` in ``package``, parsed once:
+    akadze_core's own, or an integration's (run with ``database.run_statement``)."""
+    text = resources.files(package).joinpath(path).read_text("utf-8")
     parts = _NAME.split(text)
     # parts = [preamble, name1, body1, name2, body2, ...]
     return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def all_queries() -> dict[str, str]:
+    """Every query of akadze_core by name, parsed once."""
+    return load_queries("akadze_core", "sql/queries.sql")
 
 
 def query(name: str) -> str:

@@ -12,6 +12,15 @@ What happens at each check, on the database clock (``plan``):
 - a schedule whose trigger changed since the row was written starts over the same way;
 - otherwise, if a tick came after the stored one, the latest such tick is enqueued. After
   downtime that is the latest missed tick only: the missed ones before it are skipped.
+
+A schedule with a ``since`` (one kept elsewhere that knows when it last ran, e.g. a
+django_celery_beat row) counts its ticks from that instant instead: when new or changed it
+starts there, so a tick after ``since`` that already passed still runs (the latest one), and
+no tick at or before ``since`` ever does.
+
+Besides the code-declared ``App.schedules``, a worker asks each of ``App.schedule_sources``
+(``ScheduleSource``) for its schedules on every pass, and lets it write its own rows in the
+transaction that enqueues a tick.
 """
 
 from __future__ import annotations
@@ -20,10 +29,10 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import psycopg
 
@@ -83,6 +92,8 @@ class Schedule:
     expires: timedelta | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
     task_object: Task | None = field(default=None, repr=False, compare=False)
+    #: Count ticks from this instant (see the module docstring); None: from first sight.
+    since: datetime | None = None
 
     @classmethod
     def declare(
@@ -155,16 +166,22 @@ class Schedule:
 Action = Literal["start", "reset", "enqueue"]
 
 
-def plan(trigger: Trigger, state: Mapping[str, Any] | None, now: datetime
-         ) -> tuple[Action, datetime] | None:
+def plan(trigger: Trigger, state: Mapping[str, Any] | None, now: datetime,
+         since: datetime | None = None) -> tuple[Action, datetime] | None:
     """What to do with a schedule at ``now`` given its state row (None when it has none):
     ``("start" | "reset", tick)`` records ``tick`` without running it, ``("enqueue", tick)``
-    runs it, None does nothing."""
+    runs it, None does nothing. ``since``: the schedule's own reference instant."""
     tick = trigger.latest(now)
     if state is None or state["spec"] != trigger.spec:
+        action: Action = "start" if state is None else "reset"
+        if since is not None:
+            # Ticks after since count; never step back behind a tick already accounted for
+            # (a worker still on the old definition may have run it a moment ago).
+            return action, since if state is None else max(since, state["last_tick"])
         # Nothing at or before now fires: with no tick yet, the first one after now will.
-        return ("start" if state is None else "reset"), (now if tick is None else tick)
-    if tick is not None and tick > state["last_tick"]:
+        return action, (now if tick is None else tick)
+    floor = state["last_tick"] if since is None else max(state["last_tick"], since)
+    if tick is not None and tick > floor:
         return "enqueue", tick
     return None
 
@@ -181,6 +198,28 @@ def next_check_in(triggers: list[Trigger], now: datetime) -> float:
     return max(MIN_CHECK_INTERVAL, wait)
 
 
+class ScheduleSource(Protocol):
+    """Schedules kept outside the code, e.g. in another application's tables.
+
+    ``load`` is awaited on every pass of every worker (about once a second while it asks
+    for that with ``check_interval``): it returns the schedules to bring up to date now,
+    may cache them between passes, and handles its own errors other than transient ones.
+    ``enqueued`` is awaited in the transaction that enqueued ``job_id`` for ``tick``:
+    returning False rolls that back (no job, the tick not taken).
+    """
+
+    @property
+    def check_interval(self) -> float:
+        """The longest wait (seconds) before this source wants to be asked again."""
+
+    async def load(self, connection: psycopg.AsyncConnection) -> Sequence[Schedule]:
+        """The schedules of this source, as of now."""
+
+    async def enqueued(self, connection: psycopg.AsyncConnection, schedule: Schedule,
+                       tick: datetime, job_id: int) -> bool:
+        """Record the run in the source's own rows (same transaction); False withdraws it."""
+
+
 class Scheduler:
     """Enqueues the due runs of an app's schedules; every worker runs one."""
 
@@ -191,39 +230,74 @@ class Scheduler:
         """Bring every declared schedule up to the database's ``now()``: record new and
         changed schedules, enqueue due ticks. Returns seconds until it should run again."""
         schedules = list(self.app.schedules.values())
+        sources: dict[str, ScheduleSource] = {}
+        wait = MAX_CHECK_INTERVAL
+        for source in self.app.schedule_sources:
+            wait = min(wait, source.check_interval)
+            for schedule in await source.load(connection):
+                if schedule.name in self.app.schedules or schedule.name in sources:
+                    logger.warning("schedule %r is declared twice: the second is ignored",
+                                   schedule.name)
+                    continue
+                schedules.append(schedule)
+                sources[schedule.name] = source
         if not schedules:
-            return MAX_CHECK_INTERVAL
+            return max(MIN_CHECK_INTERVAL, wait)
         now, states = await database.schedule_states(
             connection, [schedule.name for schedule in schedules])
         for schedule in schedules:
-            await self._bring_up_to_date(connection, schedule, states.get(schedule.name), now)
-        return next_check_in([schedule.trigger for schedule in schedules], now)
+            await self._bring_up_to_date(connection, schedule, states.get(schedule.name), now,
+                                         sources.get(schedule.name))
+        return min(wait, next_check_in([schedule.trigger for schedule in schedules], now))
 
     async def _bring_up_to_date(self, connection: psycopg.AsyncConnection, schedule: Schedule,
-                                state: Mapping[str, Any] | None, now: datetime) -> None:
+                                state: Mapping[str, Any] | None, now: datetime,
+                                source: ScheduleSource | None = None) -> None:
+        spec = schedule.trigger.spec
         try:
-            step = plan(schedule.trigger, state, now)
-            request = schedule.request(self.app, step[1]) if step and step[0] == "enqueue" \
-                else None
+            step = plan(schedule.trigger, state, now, schedule.since)
+            if step is not None and step[0] != "enqueue":
+                action, tick = step
+                recorded = await database.record_schedule_tick(
+                    connection, schedule.name, spec, tick, reset=action == "reset")
+                if recorded and action == "reset":
+                    logger.info("schedule %r changed to %s: it runs from the next tick "
+                                "after %s", schedule.name, spec, tick.isoformat())
+                # Counted from its own instant, a tick that already passed may be due now.
+                step = None if schedule.since is None else \
+                    plan(schedule.trigger, {"spec": spec, "last_tick": tick}, now, schedule.since)
+            request = schedule.request(self.app, step[1]) if step is not None else None
+        except psycopg.Error:
+            raise
         except Exception:  # a custom trigger's bug, or a task whose defaults broke
             logger.exception("schedule %r: cannot compute its next run", schedule.name)
             return
-        if step is None:
+        if step is None or request is None:
             return
-        action, tick = step
-        spec = schedule.trigger.spec
-        if request is not None:
+        tick = step[1]
+        if source is None:
             job_id = await database.enqueue_schedule_tick(
                 connection, request, name=schedule.name, spec=spec, tick=tick)
-            if job_id is not None:
-                logger.info("schedule %r: enqueued job %s %s for %s", schedule.name, job_id,
-                            schedule.task, tick.isoformat())
-            return
-        recorded = await database.record_schedule_tick(connection, schedule.name, spec, tick,
-                                                       reset=action == "reset")
-        if recorded and action == "reset":
-            logger.info("schedule %r changed to %s: it runs from the next tick after %s",
-                        schedule.name, spec, tick.isoformat())
+        else:
+            job_id = await self._enqueue_for(source, connection, schedule, request, tick)
+        if job_id is not None:
+            logger.info("schedule %r: enqueued job %s %s for %s", schedule.name, job_id,
+                        schedule.task, tick.isoformat())
+
+    @staticmethod
+    async def _enqueue_for(source: ScheduleSource, connection: psycopg.AsyncConnection,
+                           schedule: Schedule, request: JobRequest, tick: datetime
+                           ) -> int | None:
+        """Enqueue the tick and let ``source`` record it, in one transaction."""
+        async with connection.transaction():
+            job_id = await database.enqueue_schedule_tick(
+                connection, request, name=schedule.name, spec=schedule.trigger.spec, tick=tick)
+            if job_id is None:
+                return None
+            if not await source.enqueued(connection, schedule, tick, job_id):
+                raise psycopg.Rollback()
+            return job_id
+        return None  # rolled back: the source withdrew the run
 
 
 async def run_schedules(app: App, stop: asyncio.Event) -> None:
@@ -251,4 +325,5 @@ async def run_schedules(app: App, stop: asyncio.Event) -> None:
                 await asyncio.wait_for(stop.wait(), delay)
 
 
-__all__ = ["Schedule", "Scheduler", "next_check_in", "plan", "run_schedules"]
+__all__ = ["Schedule", "ScheduleSource", "Scheduler", "next_check_in", "plan",
+           "run_schedules"]

@@ -288,12 +288,24 @@ class TaskCall:
             params["unique_key"] = options.unique_key
         return params
 
-    def request(self, kwargs: Mapping[str, Any], provided: Iterable[str] = ()) -> JobRequest:
+    def encode_args(self, kwargs: Mapping[str, Any]) -> str:
+        """Check ``kwargs`` against the task's function and encode them as a job's args
+        (raises ``TypeError`` or ``InvalidArgs``)."""
+        self.task.check_call(kwargs)
+        app = self.task.app
+        return _encode(kwargs, app.json_dumps, app.max_args_bytes)
+
+    def request(self, kwargs: Mapping[str, Any], provided: Iterable[str] = (), *,
+                check: bool = True) -> JobRequest:
         """Validate ``kwargs`` and build the row to insert (raises ``InvalidArgs``, or
         ``TypeError`` for a call the task's function can never accept). ``provided``: names
         of arguments the worker adds at run time (a workflow's ``result_arg``), checked as
         given but not stored."""
         extra = tuple(provided)
+        if not check:  # a template whose args the caller encodes (Workflow.add_many)
+            params = self._fixed_params()
+            params["args"] = "{}"
+            return JobRequest(**params)
         if not extra:
             return JobRequest(**self._insert_params(kwargs))
         clash = [name for name in extra if name in kwargs]

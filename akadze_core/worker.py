@@ -693,7 +693,8 @@ class Worker:
                 break
 
     def _scheduling(self) -> bool:
-        return self._scheduler is not None and bool(self.app.schedules)
+        return self._scheduler is not None and bool(self.app.schedules
+                                                    or self.app.schedule_sources)
 
     async def _enqueue_schedules(self, connection: psycopg.AsyncConnection) -> None:
         assert self._scheduler is not None
@@ -843,7 +844,7 @@ class Worker:
         if outcome is not None:
             if run is not None:
                 self._finished[(run.job_id, run.run_count)] = run
-            self._completer.submit(outcome)
+            self._completer.submit(outcome, urgent=bool(row.get("has_dependents")))
         elif run is not None:
             logger.log(self.outcome_log_level,
                        "job %s %s succeeded in %.3fs (attempt %s, completed in transaction)",
@@ -851,6 +852,10 @@ class Worker:
 
     def _outcomes_written(self, batch: Any, rows: list[dict[str, Any]]) -> None:
         # Once per written batch, not per job.
+        if rows and rows[0].get("settled"):
+            # The write released workflow jobs (committed already): claim now rather than
+            # when the NOTIFY comes back.
+            self._wake.set()
         log_outcomes(batch, rows, self._finished, self.outcome_log_level, self.app.redact,
                      self.on_unregistered)
 

@@ -18,7 +18,7 @@ retried, rescued or fenced-off run cannot release it twice.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -149,6 +149,27 @@ class Workflow:
                                 result_arg=result_arg, on_upstream_failure=on_upstream_failure,
                                 on_failure=on_failure)
 
+    def add_many(self, call: TaskCall, kwargs_list: Iterable[Mapping[str, Any]]) -> list[Node]:
+        """Add one job of ``call`` per argument set (a fan-out), checked like ``add``; the
+        call's options are resolved once for all of them."""
+        t = call.request({}, check=False)
+        if t.unique_key is not None:
+            raise ValueError("a workflow job cannot have a unique_key")
+        encode = call.encode_args
+        start = len(self.nodes)
+        # The lean form of add_request for jobs that wait on nothing (its cost per job was
+        # most of a 10,000-job group's client time).
+        nodes = [Node(start + offset, JobRequest(t.task, t.queue, encode(kwargs), t.priority,
+                                                 t.scheduled_at, t.delay, t.max_attempts,
+                                                 t.expires_at, None, t.meta))
+                 for offset, kwargs in enumerate(kwargs_list)]
+        count = len(nodes)
+        self.nodes.extend(nodes)
+        for column in (self._flow, self._on_failure, self._upstreams, self._dependents):
+            column.extend([None] * count)
+        self._pending.extend([0] * count)
+        return nodes
+
     def add_request(self, request: JobRequest, *,
                     after: Node | int | Sequence[Node | int] | None = None,
                     pass_results: Pass | None = None, result_arg: str | None = None,
@@ -216,16 +237,23 @@ class Workflow:
         return self
 
     def params(self) -> dict[str, list[Any]]:
-        """The insert statement's parameters: one array per column, one element per node."""
+        """The insert statement's parameters: one array per column, one element per node;
+        without the graph's when no job waits on another nor has errbacks (a group: the
+        plain insert, ``job_insert_rows``)."""
         requests = [node.request for node in self.nodes]
-        return {
+        columns: dict[str, list[Any]] = {
             "task": [r.task for r in requests], "queue": [r.queue for r in requests],
             "args": [r.args for r in requests], "priority": [r.priority for r in requests],
             "max_attempts": [r.max_attempts for r in requests],
             "meta": [r.meta for r in requests], "at": [r.scheduled_at for r in requests],
             "delay": [r.delay for r in requests],
             "expires_at": [r.expires_at for r in requests],
-            "flow": self._flow, "on_failure": self._on_failure,
+        }
+        if not self._outside and not any(self._pending) and not any(self._flow) \
+                and not any(self._on_failure):
+            return columns
+        return {
+            **columns, "flow": self._flow, "on_failure": self._on_failure,
             "upstreams": [_literal(refs) for refs in self._upstreams],
             "dependents": [_literal(nodes) for nodes in self._dependents],
             "pending": self._pending,

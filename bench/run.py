@@ -22,12 +22,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import celery_side, claim, compat, core, db, enqueue, pgbouncer, procs, table
+from . import canvas, celery_side, claim, compat, core, db, enqueue, pgbouncer, procs, table
 from .drain import DrainResult
 
 RESULTS = Path(__file__).resolve().parent / "results.md"
 WORKLOADS = ("enqueue", "bulk", "latency", "claim", "core", "pgbouncer", "memory", "sweep",
-             "compat", "celery")
+             "compat", "celery", "canvas")
 
 
 @dataclass(frozen=True)
@@ -47,16 +47,21 @@ class Sizes:
     claim_large: int
     claim_future: int
     claims: int
+    canvas_members: int    # the core group enqueue, fan-in and statement counts
+    canvas_steps: int      # the chain
+    canvas_chord: int      # the chord of Celery and of akadze-compat (the same size)
 
 
 QUICK = Sizes(drain_jobs=20_000, memory_jobs=20_000, sweep_jobs=5_000, compat_jobs=5_000,
               celery_jobs=5_000, single_enqueue=2_000, bulk_jobs=50_000, bulk_batch=5_000,
               latency_samples=100, claim_small=10_000, claim_large=200_000,
-              claim_future=100_000, claims=200)
+              claim_future=100_000, claims=200, canvas_members=5_000, canvas_steps=300,
+              canvas_chord=2_000)
 FULL = Sizes(drain_jobs=200_000, memory_jobs=1_000_000, sweep_jobs=20_000, compat_jobs=50_000,
              celery_jobs=20_000, single_enqueue=10_000, bulk_jobs=200_000, bulk_batch=10_000,
              latency_samples=200, claim_small=10_000, claim_large=1_000_000,
-             claim_future=100_000, claims=300)
+             claim_future=100_000, claims=300, canvas_members=10_000, canvas_steps=1_000,
+             canvas_chord=10_000)
 
 
 @dataclass
@@ -100,6 +105,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--wide-threads", type=int, default=50, metavar="N",
                         help="one more akadze-compat threads drain at this concurrency "
                              "(default 50; 0 skips it)")
+    parser.add_argument("--canvas-slots", type=int, default=10, metavar="N",
+                        help="--slots of the canvas workload's idle worker (default 10)")
     parser.add_argument("--admin-url", help=f"Postgres admin URL (default ${db.ADMIN_URL_ENV} "
                                             f"or {db.DEFAULT_ADMIN_URL})")
     parser.add_argument("--database", default=db.DEFAULT_NAME,
@@ -262,6 +269,34 @@ class Bench:
                                         celery_side.celery_drain(celery_side.CeleryRun(
                                             python, url, pool, concurrency,
                                             self.sizes.celery_jobs, self.run_dir)))
+
+
+    def _canvas(self) -> None:
+        results: dict[str, Any] = {}
+        self.results["canvas"] = results
+        sizes = self.sizes
+        core_figures = canvas.run_core(
+            self.url, members=sizes.canvas_members, steps=sizes.canvas_steps,
+            samples=sizes.latency_samples, slots=self.options.canvas_slots,
+            run_dir=self.run_dir, attempt=_attempt)
+        results["core"] = core_figures
+        if core_figures.errors:
+            results["core failed"] = Failed("; ".join(
+                f"{name}: {why}" for name, why in core_figures.errors.items()))
+        if not celery_side.reachable(canvas.CELERY_CANVAS_URL):
+            results["celery"] = Skipped(f"Redis not reachable at {canvas.CELERY_CANVAS_URL}")
+        else:
+            results["celery"] = _attempt(lambda: canvas.celery_chord(
+                celery_side.celery_python(self.run_dir / "celery-venv.log"), sizes.canvas_chord,
+                concurrency=self.options.prefork, run_dir=self.run_dir))
+        argv, why = compat.availability(self.url, self.run_dir / "compat-probe.log")
+        missing = why if argv is None else canvas.compat_canvas_available()
+        if argv is None or missing is not None:
+            results["compat"] = Skipped(missing or why)
+        else:
+            results["compat"] = _attempt(lambda: canvas.compat_chord(
+                self.url, argv, sizes.canvas_chord, concurrency=self.options.prefork,
+                run_dir=self.run_dir))
 
 
 def _attempt(call: Callable[[], Any]) -> Any:

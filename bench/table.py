@@ -31,6 +31,7 @@ def rows(results: dict[str, Any], sizes: Any, options: argparse.Namespace) -> li
     found += _latency_rows(results)
     found += _claim_rows(results)
     found += _memory_rows(results, options)
+    found += _canvas_rows(results, options)
     return found
 
 
@@ -329,3 +330,125 @@ def document(table_rows: list[Row], results: dict[str, Any], facts: dict[str, st
                          f"`{drain.log}` |")
     lines.append("")
     return "\n".join(lines)
+
+
+GROUP_TARGET = 100_000
+FAN_IN_TARGET = 1.2
+CHORD_VS_CELERY = 5.0
+
+
+def _canvas_rows(results: dict[str, Any], options: argparse.Namespace) -> list[Row]:
+    """Issue 16, item 5: a group's enqueue, a chord against a group's drain and against
+    Celery's chord, a chain's step latency, the statements of a chord's completion path."""
+    value = results.get("canvas")
+    if value is None:
+        return []
+    if (reason := _failed(value)) is not None:
+        return [Row("canvas", reason)]
+    core = value.get("core")
+    errors = getattr(core, "errors", {})
+    sizes = options.sizes
+    found: list[Row] = []
+
+    def missing(label: str, part: str) -> Row:
+        return Row(label, errors.get(part, "not run"))
+
+    label = f"canvas: `Workflow` of {sizes.canvas_members:,} no-op nodes, one statement"
+    figures = getattr(core, "enqueue", None)
+    if figures is None:
+        found.append(missing(label, "enqueue"))
+    else:
+        found.append(Row(label, rate(figures.workflow),
+                         f"`enqueue_many`, one call: {rate(figures.enqueue_many)}",
+                         times(figures.workflow / figures.enqueue_many),
+                         f"≥ {GROUP_TARGET:,} jobs/s", verdict(figures.workflow >= GROUP_TARGET)))
+        found.append(Row(f"(info) canvas: the {figures.jobs:,}-node workflow's time: add() → "
+                         "params() → the statement",
+                         f"{figures.add_seconds * 1000:.0f} → {figures.params_seconds * 1000:.0f}"
+                         f" → {figures.statement_seconds * 1000:.0f} ms"))
+    slots = options.canvas_slots
+    label = (f"canvas: fan-in of {sizes.canvas_members:,} no-op members → body start, idle "
+             f"`akadze worker --slots {slots}`")
+    fan_in = getattr(core, "fan_in", None)
+    if fan_in is None:
+        found.append(missing(label, "fan_in"))
+    else:
+        found.append(Row(label, f"{fan_in.chord:.2f} s",
+                         f"the same without a body, drained: {fan_in.plain:.2f} s",
+                         times(fan_in.ratio), f"≤ {FAN_IN_TARGET:g}x",
+                         verdict(fan_in.ratio <= FAN_IN_TARGET)))
+    chain = getattr(core, "chain", None)
+    label = f"canvas: chain of {sizes.canvas_steps:,} no-op steps, step → next step start"
+    if chain is None:
+        found.append(missing(label, "chain"))
+    else:
+        for name, ours, single in (("p50", chain.p50, chain.single_p50),
+                                   ("p99", chain.p99, chain.single_p99)):
+            found.append(Row(f"{label}, {name}", ms(ours),
+                             f"single enqueue → start {name}: {ms(single)} "
+                             f"({chain.single_samples} samples, database clock)",
+                             f"{ours - single:+.2f} ms", "≤ single + 1 ms",
+                             verdict(ours <= single + 1.0)))
+    found += _statement_rows(core, errors, sizes)
+    found += _chord_rows(value, core, sizes, options)
+    return found
+
+
+def _statement_rows(core: Any, errors: dict[str, str], sizes: Any) -> list[Row]:
+    label = (f"canvas: worker transactions, chord drain vs plain drain of "
+             f"{sizes.canvas_members:,} members")
+    figures = getattr(core, "statements", None)
+    if figures is None:
+        return [Row(label, errors.get("statements", "not run"))]
+    # "No extra statement per member": the difference is batching noise plus the body's
+    # own claim and outcome, far from one per member.
+    allowed = max(10, 0.05 * figures.plain_xacts)
+    extra = figures.chord_xacts - figures.plain_xacts
+    return [
+        Row(label, f"{figures.chord_xacts:,}", f"plain: {figures.plain_xacts:,}",
+            f"{figures.extra_per_member:+.3f} per member",
+            f"no extra per member (≤ plain + {allowed:,.0f})", verdict(extra <= allowed)),
+        Row("(info) canvas: `akadze.settle` calls (one per outcome flush) and rows updated, "
+            "chord vs plain", f"settle {figures.chord_settles:,}; updates "
+            f"{figures.chord_updates:,}", f"settle {figures.plain_settles:,}; updates "
+            f"{figures.plain_updates:,}",
+            f"+{figures.chord_updates - figures.plain_updates:,} rows"),
+    ]
+
+
+def _chord_rows(value: dict[str, Any], core: Any, sizes: Any,
+                options: argparse.Namespace) -> list[Row]:
+    found = []
+    celery, compat = value.get("celery"), value.get("compat")
+    members = sizes.canvas_chord
+    reference = celery_text = None
+    if celery is None:
+        celery_text = "not run"
+    elif (reason := _failed(celery)) is not None:
+        celery_text = reason
+    else:
+        reference = celery.seconds
+        celery_text = f"{celery.seconds:.2f} s (publishing {celery.publish_seconds:.2f} s)"
+    label = (f"canvas: compat `chord(group({members:,} noop.s()), body.s())` → body start, "
+             f"`-P prefork -c {options.prefork}`, vs Celery 5.7 + Redis")
+    row = Row(label, "—", celery_text, target=f"≥ {CHORD_VS_CELERY:g}x faster")
+    if compat is None or (reason := _failed(compat)) is not None:
+        row.akadze = "not run" if compat is None else str(reason)
+    else:
+        row.akadze = f"{compat.seconds:.2f} s"
+        if reference is not None:
+            ratio = reference / compat.seconds
+            row.ratio, row.verdict = times(ratio), verdict(ratio >= CHORD_VS_CELERY)
+    found.append(row)
+    label = f"canvas: compat `group({members:,} noop.s()).apply_async()`"
+    group_rate = getattr(compat, "group_rate", None)
+    found.append(Row(label, rate(group_rate) if group_rate else row.akadze,
+                     target=f"≥ {GROUP_TARGET:,} jobs/s",
+                     verdict=verdict(group_rate >= GROUP_TARGET) if group_rate else "—"))
+    fan_in = getattr(core, "fan_in", None)
+    if reference is not None and fan_in is not None and fan_in.members == members:
+        found.append(Row(f"(info) canvas: core fan-in of {members:,} (`--slots "
+                         f"{fan_in.slots}`) vs Celery 5.7 + Redis chord",
+                         f"{fan_in.chord:.2f} s", f"{reference:.2f} s",
+                         times(reference / fan_in.chord)))
+    return found

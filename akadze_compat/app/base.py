@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 
 from akadze_core import App as CoreApp
 
-from .. import _state, beat, serialization, signals
+from .. import _state, beat, django_beat, serialization, signals
 from ..canvas import Signature, signature
 from ..exceptions import ImproperlyConfigured
 from ..loaders import Loader, django_app_names
@@ -254,6 +254,7 @@ class Celery:
         self.finalize()
         core = self.core
         beat.register_periodic_tasks(self, core)
+        django_beat.register(self, core)
         return core
 
     def add_periodic_task(self, schedule: Any, sig: Any, args: Any = (), kwargs: Any = (),

@@ -20,6 +20,7 @@ import click
 from akadze_core import Job, run_schedules
 
 from .. import states
+from ..django_beat import SCHEDULER_NOTE, names_database_scheduler
 from ..exceptions import TimeoutError as CeleryTimeout
 from .base import CliError, cli_state, split_names, warn
 from .logs import setup_command_logging
@@ -384,8 +385,10 @@ def migrate_command(ctx: click.Context) -> None:
 @click.command("beat", context_settings={"ignore_unknown_options": True,
                                          "allow_extra_args": True})
 @click.option("-l", "--loglevel", default="INFO", help="Logging level.")
+@click.option("-S", "--scheduler", help="beat_scheduler: django_celery_beat's "
+                                        "DatabaseScheduler runs the tasks of its tables.")
 @click.pass_context
-def beat_command(ctx: click.Context, loglevel: str) -> None:
+def beat_command(ctx: click.Context, loglevel: str, scheduler: str | None) -> None:
     """Run only the scheduler: enqueue the app's periodic tasks until stopped.
 
     Optional: every ``akadze-compat worker`` already enqueues them, exactly once per tick
@@ -394,9 +397,14 @@ def beat_command(ctx: click.Context, loglevel: str) -> None:
     for extra in ctx.args:
         warn(f"beat: ignoring unsupported option {extra}")
     app = _state(ctx).load_app()
+    if scheduler and names_database_scheduler(scheduler):
+        app.conf.beat_scheduler = scheduler
+    elif scheduler:
+        warn(f"beat: ignoring unsupported option --scheduler {scheduler}: {SCHEDULER_NOTE}")
     setup_command_logging(logging.getLevelName(loglevel.upper()))
     core = app.prepare_worker()
-    click.echo(f"akadze-compat beat: {len(core.schedules)} periodic tasks; Ctrl-C stops")
+    more = " and django_celery_beat's" if core.schedule_sources else ""
+    click.echo(f"akadze-compat beat: {len(core.schedules)} periodic tasks{more}; Ctrl-C stops")
 
     async def main() -> None:
         stop = asyncio.Event()

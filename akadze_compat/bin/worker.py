@@ -118,6 +118,8 @@ def _init(app: Any, settings: WorkerSettings, instance: WorkController, *,
         app.conf.task_time_limit = settings.time_limit
     if settings.soft_time_limit is not None:
         app.conf.task_soft_time_limit = settings.soft_time_limit
+    if settings.scheduler:
+        app.conf.beat_scheduler = settings.scheduler
     if main_process:
         signals.celeryd_init.send(sender=settings.hostname, instance=instance, conf=app.conf,
                                   options=settings.options)

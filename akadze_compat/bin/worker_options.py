@@ -19,6 +19,7 @@ from akadze_core.worker_config import DEFAULTS, seconds
 
 from ..app.defaults import DEFAULTS as CELERY_DEFAULTS
 from ..app.routes import queue_names
+from ..django_beat import SCHEDULER_NOTE, names_database_scheduler
 from .base import CliError, host_format, nodename, split_names, warn
 
 __all__ = ["WorkerSettings", "settings_from_options", "warn_unsupported", "worker_options"]
@@ -51,7 +52,6 @@ IGNORED: tuple[tuple[tuple[str, ...], bool, str], ...] = (
                                      "rescued: they stay on"),
     (("-s", "--schedule-filename", "--schedule"), False, "schedules keep their state in the "
                                                          "database"),
-    (("--scheduler",), False, "schedules run inside every worker"),
     (("--uid",), False, "start the worker as the user you want instead"),
     (("--gid",), False, "start the worker as the group you want instead"),
     (("--umask",), False, "set the umask before starting the worker instead"),
@@ -93,6 +93,9 @@ def worker_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="Delete the queued tasks of the worker's queues first."),
         click.option("-B", "--beat", is_flag=True, help="Accepted: every worker runs the "
                                                         "schedules already."),
+        click.option("--scheduler", help="beat_scheduler for this worker: django_celery_beat's "
+                                         "DatabaseScheduler runs the periodic tasks of its "
+                                         "tables."),
         click.option("-O", "--optimization", type=click.Choice(("default", "fair")),
                      help="Accepted: claims are always 'fair' (a claimed task waits for a "
                           "free process, never for a busy one)."),
@@ -112,8 +115,15 @@ def worker_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def warn_unsupported(options: dict[str, Any], extra: list[str]) -> None:
     """One warning per ignored option used, and per unknown word on the command line."""
     for flags, _is_flag, why in IGNORED:
-        if options.get(_dest(flags)) not in (None, False):
+        value = options.get(_dest(flags))
+        if flags[0] == "-S" and names_database_scheduler(value):
+            warn(f"-S is --statedb in `celery worker`; {value} names a scheduler, so it is "
+                 "read as --scheduler")
+        elif value not in (None, False):
             warn(f"{'/'.join(flags)} is ignored: {why}")
+    scheduler = options.get("scheduler")
+    if scheduler and not names_database_scheduler(scheduler):
+        warn(f"--scheduler {scheduler} is ignored: {SCHEDULER_NOTE}")
     if options.get("autoscale"):
         warn("--autoscale is not supported: the pool has a fixed size (its maximum)")
     for word in extra:
@@ -148,6 +158,8 @@ class WorkerSettings:
     notes: list[str] = field(default_factory=list)
     #: Extra keyword arguments of akadze_core's Worker (timings).
     worker_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: ``--scheduler`` (or a scheduler given to ``-S``): the app's beat_scheduler.
+    scheduler: str | None = None
 
 
 def _level(value: str) -> int:
@@ -251,4 +263,15 @@ def settings_from_options(app: Any, options: dict[str, Any], child: Any, *,
         time_limit=options.get("time_limit"), soft_time_limit=options.get("soft_time_limit"),
         purge=bool(options.get("purge")), quiet=quiet,
         options={key: value for key, value in options.items() if value is not None},
-        notes=notes, worker_kwargs=_timings(options.get("heartbeat_interval")))
+        notes=notes, worker_kwargs=_timings(options.get("heartbeat_interval")),
+        scheduler=_scheduler(options))
+
+
+def _scheduler(options: dict[str, Any]) -> str | None:
+    """``--scheduler``, else a ``-S`` value that names a scheduler (Celery's worker reads -S
+    as --statedb, but a scheduler's name there can only mean the scheduler)."""
+    statedb = options.get("statedb")
+    for value in (options.get("scheduler"), statedb):
+        if names_database_scheduler(value):
+            return str(value)
+    return None

@@ -57,6 +57,28 @@ SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids,
        (SELECT pg_notify('akadze_jobs', %(queue)s) FROM inserted WHERE due LIMIT 1) AS notified
 FROM inserted;
 
+-- name: job_insert_rows
+-- A workflow in which no job waits on another nor has errbacks (a group): each job's own
+-- columns, ids drawn by the insert in input order (as job_insert_many), nothing else.
+WITH inserted AS (
+    INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts,
+                             expires_at, meta)
+    SELECT n.task, n.queue, n.args::jsonb, n.priority,
+           coalesce(n.at, now() + coalesce(n.delay, 0) * interval '1 second'),
+           n.max_attempts, n.expires_at, n.meta::jsonb
+    FROM unnest(%(task)b::text[], %(queue)b::text[], %(args)b::text[], %(priority)b::int[],
+                %(max_attempts)b::int[], %(meta)b::text[], %(at)b::timestamptz[],
+                %(delay)b::float8[], %(expires_at)b::timestamptz[])
+        WITH ORDINALITY AS n(task, queue, args, priority, max_attempts, meta, at, delay,
+                             expires_at, ord)
+    ORDER BY n.ord
+    RETURNING id, queue, scheduled_at <= now() AS due
+)
+SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids,
+       (SELECT count(pg_notify('akadze_jobs', q))
+        FROM (SELECT DISTINCT queue AS q FROM inserted WHERE due) AS d) AS notified
+FROM inserted;
+
 -- name: job_insert_graph
 -- Insert a workflow's jobs in one statement (Workflow.enqueue); returns their ids in input
 -- order. The client worked out the graph: per node, the upstreams as an array literal
@@ -191,6 +213,7 @@ SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attem
        max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
        cancel_requested, (errors -> -1)::text AS last_error, upstreams,
        upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg,
+       dependents IS NOT NULL AS has_dependents,
        CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) END AS notified
 FROM claimed
 WHERE (SELECT count(*) FROM settled) >= 0
@@ -261,6 +284,7 @@ SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attem
        max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
        cancel_requested, (errors -> -1)::text AS last_error, upstreams,
        upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg,
+       dependents IS NOT NULL AS has_dependents,
        CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) END AS notified
 FROM claimed
 WHERE (SELECT count(*) FROM settled) >= 0
@@ -347,7 +371,9 @@ settled AS (
     SELECT akadze.settle(array_agg(id)) AS touched FROM updated
     WHERE state <> 'queued' AND settles HAVING count(*) > 0
 )
-SELECT id, run_count, state FROM updated
+-- settled: what settle changed (NULL when it did not run), so the worker claims a released
+-- job at once instead of waiting for the NOTIFY.
+SELECT id, run_count, state, (SELECT touched FROM settled) AS settled FROM updated
 -- Referencing the CTEs makes them run.
 WHERE (SELECT count(*) FROM finished) >= 0 AND (SELECT count(*) FROM settled) >= 0;
 

@@ -7,11 +7,14 @@ as the real Celery app in ``bench/celery_real``: a sync task with its result ign
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from akadze_compat import Celery
 
 NOOP = "bench.noop"
+CHORD_MEMBER = "bench.chord_member"
+CHORD_BODY = "bench.chord_body"
 
 
 def make_app(database_url: str | None = None) -> Any:
@@ -23,6 +26,16 @@ def make_app(database_url: str | None = None) -> Any:
     @celery.task(name=NOOP, ignore_result=True)
     def noop(n: int = 0) -> None:
         """Does nothing."""
+
+    # The canvas workload's chord, as in bench/celery_real: results stored.
+    @celery.task(name=CHORD_MEMBER, ignore_result=False)
+    def chord_member(n: int = 0) -> None:
+        """A chord's no-op member."""
+
+    @celery.task(name=CHORD_BODY, ignore_result=False)
+    def chord_body(results: object = None) -> float:
+        """A chord's body: returns the wall-clock time at which it started."""
+        return time.time()
 
     return celery
 

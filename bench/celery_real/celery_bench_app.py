@@ -28,11 +28,24 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=True,
 )
+if os.environ.get("BENCH_RESULT_BACKEND"):  # the chord program (celery_bench_canvas)
+    app.conf.update(result_backend=os.environ["BENCH_RESULT_BACKEND"], result_expires=3600)
 
 
 @app.task(name="bench.noop", ignore_result=True)
 def noop(n: int = 0) -> None:
     """Does nothing."""
+
+
+@app.task(name="bench.chord_member", ignore_result=False)
+def chord_member(n: int = 0) -> None:
+    """A chord's no-op member (its result is stored: the chord counts them)."""
+
+
+@app.task(name="bench.chord_body", ignore_result=False)
+def chord_body(results: object = None) -> float:
+    """A chord's body: returns the wall-clock time at which it started."""
+    return time.time()
 
 
 class _Stats:

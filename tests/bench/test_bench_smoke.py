@@ -40,3 +40,25 @@ def test_the_core_drain_runs_and_reports_numbers(admin_url: str, tmp_path: Path)
 def test_the_database_name_is_checked() -> None:
     with pytest.raises(ValueError, match="akadze_bench"):
         bench_run.db.recreate("postgresql://nobody@127.0.0.1:1/postgres", "postgres")
+
+
+def test_the_canvas_workload_runs_and_reports_numbers(admin_url: str, tmp_path: Path) -> None:
+    from bench import canvas, db, table
+
+    name = f"akadze_bench_test_{uuid.uuid4().hex[:8]}"
+    url = db.recreate(admin_url, name)
+    try:
+        result = canvas.run_core(url, members=200, steps=20, samples=6, slots=10,
+                                 run_dir=tmp_path, attempt=bench_run._attempt)
+    finally:
+        db.drop(admin_url, name)
+
+    assert result.errors == {}
+    assert result.enqueue is not None and result.enqueue.workflow > 0
+    assert result.fan_in is not None and result.fan_in.chord > 0 and result.fan_in.plain > 0
+    assert result.chain is not None and result.chain.p50 > 0
+    assert result.statements is not None and result.statements.chord_settles > 0
+    options = bench_run.parse(["--only", "canvas", "--canvas-members", "200",
+                               "--canvas-steps", "20"])
+    rows = table.rows({"canvas": {"core": result}}, options.sizes, options)
+    assert any("fan-in of 200 no-op members" in row.workload for row in rows)

@@ -86,7 +86,9 @@ def test_refused_setting_values_are_missing() -> None:
     assert setting_value_support("broker_url", "amqp://guest@rabbit//").status == MISSING
     assert setting_value_support("broker_url", "postgresql://h/db") is None
     assert setting_value_support(
-        "beat_scheduler", "django_celery_beat.schedulers:DatabaseScheduler").status == MISSING
+        "beat_scheduler", "django_celery_beat.schedulers:DatabaseScheduler").status == DIFFERENT
+    assert setting_value_support("beat_scheduler", "django").status == DIFFERENT
+    assert setting_value_support("beat_scheduler", "redbeat.RedBeatScheduler").status == MISSING
     assert setting_value_support("worker_pool", "gevent").status == DIFFERENT
     assert setting_value_support("worker_pool", "threads") is None
 

@@ -12,6 +12,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -388,3 +389,61 @@ async def test_run_schedules_alone_enqueues_without_a_worker(
     count = db.execute("SELECT count(*) FROM akadze.jobs WHERE task = 'sched.alone'").fetchone()[0]
     assert count >= 1
     assert app.remove_schedule("alone") is True and "alone" not in app.schedules
+
+
+# --- schedule sources --------------------------------------------------------------------------
+
+class ListSource:
+    """A ScheduleSource over a list; ``accept`` decides whether each run is kept."""
+
+    check_interval = 1.0
+
+    def __init__(self, schedules: list[Any], accept: bool = True) -> None:
+        self.schedules = schedules
+        self.accept = accept
+        self.seen: list[tuple[str, datetime, int]] = []
+
+    async def load(self, connection: psycopg.AsyncConnection) -> list[Any]:
+        return self.schedules
+
+    async def enqueued(self, connection: psycopg.AsyncConnection, schedule: Any,
+                       tick: datetime, job_id: int) -> bool:
+        # In the enqueue's transaction: the job is there, uncommitted.
+        cursor = await connection.execute("SELECT count(*) FROM akadze.jobs WHERE id = %s",
+                                          (job_id,))
+        assert (await cursor.fetchone()) == (1,)
+        assert connection.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        self.seen.append((schedule.name, tick, job_id))
+        return self.accept
+
+
+async def test_a_source_schedule_with_since_runs_a_passed_tick_and_records_it(
+        app: App, database_url: str, db: psycopg.Connection) -> None:
+    since = db_now(db) - timedelta(seconds=30)
+    declared = app.add_schedule("source.every10", "t", trigger=Every(10))
+    app.remove_schedule("source.every10")
+    source = ListSource([replace(declared, since=since)])
+    app.schedule_sources.append(source)
+    wait = await check(app, database_url)
+    assert wait <= 1.0
+    [(name, tick, job_id)] = source.seen
+    assert name == "source.every10" and tick > since
+    assert [job["id"] for job in jobs(db)] == [job_id]
+    await check(app, database_url)  # the same tick again: nothing
+    assert len(jobs(db)) == 1 and len(source.seen) == 1
+
+
+async def test_a_source_that_withdraws_a_run_leaves_no_job_and_the_tick_untaken(
+        app: App, database_url: str, db: psycopg.Connection) -> None:
+    declared = app.add_schedule("source.no", "t", trigger=Every(10))
+    app.remove_schedule("source.no")
+    source = ListSource([replace(declared, since=db_now(db) - HOUR)], accept=False)
+    app.schedule_sources.append(source)
+    await check(app, database_url)
+    await check(app, database_url)
+    assert jobs(db) == [] and len(source.seen) == 2  # asked again: the tick is still open
+    row = schedule_row(db, "source.no")
+    assert row is not None and row["last_run"] is None
+    source.accept = True
+    await check(app, database_url)
+    assert len(jobs(db)) == 1

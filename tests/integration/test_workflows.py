@@ -232,3 +232,21 @@ async def test_prune_keeps_what_a_waiting_job_still_needs_and_purge_takes_waitin
     assert app.purge() == 2  # second (queued) and body (waiting)
     assert db.execute("SELECT count(*) FROM akadze.jobs WHERE id IN (%s, %s)",
                       (second.id, body.id)).fetchone() == (0,)
+
+
+async def test_a_fan_out_added_at_once_is_a_plain_insert(app: App, db: psycopg.Connection,
+                                                         tasks: dict[str, Any]) -> None:
+    flow = app.workflow()
+    parts = flow.add_many(tasks["add"], [{"x": i} for i in range(50)])
+    assert "upstreams" not in flow.params()  # no graph: job_insert_rows
+    ids = flow.enqueue()
+    assert ids == [node.id for node in parts] and ids == sorted(ids)
+    with pytest.raises(TypeError, match="cannot take"):
+        app.workflow().add_many(tasks["add"], [{"x": 1}, {"nope": 2}])
+    flow = app.workflow()
+    more = flow.add_many(tasks["add"], [{"x": i} for i in range(3)])
+    body = flow.add(tasks["total"], after=more, result_arg="values")
+    flow.enqueue()
+    await run_until(app, finished(db, body.id, *ids))
+    assert job(db, body.id)["result"] == 3
+    assert [job(db, i)["result"] for i in ids] == list(range(50))

@@ -26,7 +26,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("run", ("app.trace", "app.eager", "app.autoretry", "worker", "worker.entry",
              "worker.timelimits")),
     # The app and its tasks, which compose everything below.
-    ("app", ("app", "app.task", "app.registry", "app.base", "beat", "contrib.abortable",
+    ("app", ("app", "app.task", "app.registry", "app.base", "beat", "django_beat",
+             "contrib.abortable",
              "contrib.django", "contrib.django.*")),
     # Processes and tools: the command, the doctor, Celery's worker-side paths, the package.
     ("tools", ("", "__main__", "cli", "bin", "bin.*", "doctor", "doctor_scan", "support",

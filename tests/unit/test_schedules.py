@@ -179,3 +179,28 @@ def test_next_check_waits_for_the_next_tick_within_bounds() -> None:
         == MIN_CHECK_INTERVAL
     assert next_check_in([Cron("0 3 * * *")], NOW) == MAX_CHECK_INTERVAL
     assert next_check_in([], NOW) == MAX_CHECK_INTERVAL
+
+
+# --- schedules that count from their own instant (since) ------------------------------------------
+
+def test_since_starts_a_new_schedule_at_that_instant_so_a_passed_tick_runs() -> None:
+    since = LATEST - timedelta(minutes=2)
+    assert plan(EVERY_5_MIN, None, NOW, since) == ("start", since)
+    assert plan(EVERY_5_MIN, state(EVERY_5_MIN.spec, since), NOW, since) == ("enqueue", LATEST)
+
+
+def test_since_after_the_latest_tick_waits_for_the_next_one() -> None:
+    since = LATEST + timedelta(seconds=10)  # created, re-enabled or last run after the tick
+    assert plan(EVERY_5_MIN, None, NOW, since) == ("start", since)
+    # A state row behind since (ticks that passed while a task was disabled) does not run.
+    assert plan(EVERY_5_MIN, state(EVERY_5_MIN.spec, LATEST - timedelta(hours=1)), NOW,
+                since) is None
+
+
+def test_a_reset_with_since_never_steps_back_behind_a_tick_already_taken() -> None:
+    taken = state("every 60s", LATEST)
+    assert plan(EVERY_5_MIN, taken, NOW, LATEST - timedelta(minutes=1)) == ("reset", LATEST)
+    assert plan(EVERY_5_MIN, state(EVERY_5_MIN.spec, LATEST), NOW, LATEST) is None
+    old = state("every 60s", LATEST - timedelta(minutes=9))
+    assert plan(EVERY_5_MIN, old, NOW, LATEST - timedelta(minutes=3)) == \
+        ("reset", LATEST - timedelta(minutes=3))

@@ -1,0 +1,5 @@
+"""djbeatproj's Celery app (``akadze-compat -A beatproj worker``)."""
+
+from .celery import app as celery_app
+
+__all__ = ("celery_app",)
