@@ -17,15 +17,28 @@ which ``akadze_core``'s scheduler asks for ``latest(at)``/``next(after)`` (see
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import numbers
 import os
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from datetime import timezone as dt_timezone
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 
-__all__ = ["CrontabTrigger", "schedule_timezone", "to_zone"]
+__all__ = [
+    "CrontabTrigger",
+    "DueTrigger",
+    "schedule_clock",
+    "schedule_timezone",
+    "scheduler_clock",
+    "to_zone",
+]
 
 _UTC = dt_timezone.utc
 _SECOND = timedelta(seconds=1)
@@ -135,6 +148,70 @@ class CrontabTrigger:
 
     def __repr__(self) -> str:
         return f"<CrontabTrigger {self.spec}>"
+
+
+#: The clock a worker's scheduler asks ``is_due`` on (the database's), while it asks.
+_scheduler_clock: contextvars.ContextVar[datetime | None] = contextvars.ContextVar(
+    "akadze_compat_scheduler_clock", default=None)
+
+
+@contextlib.contextmanager
+def scheduler_clock(now: datetime) -> Iterator[None]:
+    """Make a schedule's ``now()`` (without a ``nowfun``) answer ``now`` in this context."""
+    token = _scheduler_clock.set(now)
+    try:
+        yield
+    finally:
+        _scheduler_clock.reset(token)
+
+
+def schedule_clock() -> datetime | None:
+    """The scheduler's clock in this context, None outside a scheduler's check."""
+    return _scheduler_clock.get()
+
+
+class DueTrigger:
+    """Runs a schedule that says itself when it is due: Celery's ``is_due(last_run_at)``.
+
+    For ``solar`` and custom schedules (a subclass overriding ``is_due``, or any object with
+    ``is_due`` and ``remaining_estimate``). It has no ticks of its own (``latest`` is None, so
+    a new schedule starts from now, as Celery beat's entries do); ``akadze_core``'s scheduler
+    gives it the last run kept in the database (``latest_after``) and enqueues the run it
+    names only if that last run is still the stored one, so each due run is enqueued once
+    across the fleet. ``last_run_at`` is aware, in ``timezone`` (the app's); the schedule's
+    ``now()`` is the database's clock unless it has a ``nowfun``.
+    """
+
+    def __init__(self, schedule: Any, timezone: str | tzinfo = "UTC") -> None:
+        self.schedule = schedule
+        self.zone = to_zone(timezone)
+        kind = type(schedule)
+        # No memory address in the spec: it must read the same in every worker process.
+        text = re.sub(r" at 0x[0-9A-Fa-f]+", "", repr(schedule))
+        self.spec = (f"celery-is-due {kind.__module__}.{kind.__qualname__} {text} "
+                     f"tz={getattr(self.zone, 'key', None) or self.zone}")
+        self._wait: float | None = None  # the last is_due's "check again in" (seconds)
+
+    def latest(self, at: datetime) -> datetime | None:
+        """None: which runs are due depends on the last one (see ``latest_after``)."""
+        return None
+
+    def latest_after(self, last_tick: datetime, at: datetime) -> datetime | None:
+        """``at`` when ``is_due(last_tick)`` says a run is due at ``at``, else None."""
+        at = _aware(at)
+        with scheduler_clock(at):
+            due, wait = self.schedule.is_due(_aware(last_tick).astimezone(self.zone))
+        self._wait = wait.total_seconds() if isinstance(wait, timedelta) else \
+            float(wait) if isinstance(wait, numbers.Real) else None
+        return at if due else None
+
+    def next(self, after: datetime) -> datetime:
+        """When to ask again: what the last ``is_due`` said (the scheduler bounds it)."""
+        wait = self._wait if self._wait is not None and self._wait > 0 else 1.0
+        return _aware(after) + timedelta(seconds=min(wait, 86400.0))
+
+    def __repr__(self) -> str:
+        return f"<DueTrigger {self.spec}>"
 
 
 def to_zone(timezone: str | tzinfo) -> tzinfo:

@@ -17,9 +17,12 @@ through the same entry as ``delay()``. Differences from Celery beat (migration g
   a periodic run: each entry that sets one gets one warning, and they are ignored.
 - ``before_task_publish``/``after_task_publish`` do not fire for periodic runs: the
   scheduler inserts them in SQL, in whichever worker wins the tick.
-- An entry that cannot run (a ``solar`` schedule, a custom schedule without a trigger,
-  arguments that are not JSON or do not fit the task) stops the worker at start, naming the
-  entry, instead of failing at every tick.
+- ``solar`` and custom schedules (``is_due``) run as Celery beat runs them: each worker asks
+  ``is_due`` with the last run kept in the database, and the due run is enqueued once
+  (``_triggers.DueTrigger``). Interval and crontab schedules tick on their triggers instead.
+- An entry that cannot run (``solar`` without ephem, a ``BaseSchedule`` subclass without
+  ``is_due``, arguments that are not JSON or do not fit the task) stops the worker at start,
+  naming the entry, instead of failing at every tick.
 - Arguments are fixed when the worker starts (Celery's ``BeatLazyFunc`` is not supported).
 """
 
@@ -36,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 from akadze_core import Trigger
 
 from . import serialization
-from ._triggers import schedule_timezone, to_zone
+from ._schedulers import HONOURED_SCHEDULERS, unhonoured_scheduler
+from ._triggers import DueTrigger, schedule_timezone, to_zone
 from .app import publish
 from .canvas import Signature
 from .exceptions import ImproperlyConfigured
@@ -48,8 +52,9 @@ if TYPE_CHECKING:
 
     from .app.base import Celery
 
-__all__ = ["PeriodicEntry", "UnsupportedSchedule", "add_periodic_task", "entry_to_schedule",
-           "register_periodic_tasks", "schedule_timezone", "to_trigger"]
+__all__ = ["HONOURED_SCHEDULERS", "PeriodicEntry", "UnsupportedSchedule", "add_periodic_task",
+           "entry_to_schedule", "register_periodic_tasks", "schedule_timezone", "to_trigger",
+           "unhonoured_scheduler"]
 
 logger = logging.getLogger("akadze_compat.beat")
 
@@ -63,30 +68,55 @@ _TASK_DEFAULTS = ("queue", "priority", "expires", "time_limit", "soft_time_limit
 
 
 class UnsupportedSchedule(ImproperlyConfigured, NotImplementedError):
-    """A beat entry whose schedule cannot run here (``solar``, a custom ``is_due``)."""
+    """A beat entry whose schedule cannot run here (a ``BaseSchedule`` without ``is_due``)."""
 
 
 # --- schedules and entries --------------------------------------------------------------------
 
 
-def to_trigger(value: Any, timezone: str | tzinfo = "UTC", relative: bool = False) -> Trigger:
-    """The trigger for a ``beat_schedule`` value: seconds, timedelta, schedule, crontab, or
-    an object that already is a trigger (``latest``/``next``/``spec``).
+def to_trigger(value: Any, timezone: str | tzinfo = "UTC", relative: bool = False,
+               app: Any = None) -> Trigger:
+    """The trigger for a ``beat_schedule`` value: seconds, timedelta, schedule, crontab,
+    solar, an object that already is a trigger (``latest``/``next``/``spec``), or a custom
+    schedule: a subclass that overrides ``is_due``, or any object with ``is_due`` and
+    ``remaining_estimate``, run by asking ``is_due`` (``DueTrigger``). ``app`` becomes a
+    custom schedule's app when it has none, as Celery beat makes it.
 
-    ``solar`` and custom ``BaseSchedule`` subclasses raise ``NotImplementedError``.
+    A ``BaseSchedule`` subclass without ``is_due`` raises ``NotImplementedError``; ``solar``
+    without ephem, ``ImproperlyConfigured``.
     """
     if isinstance(value, (numbers.Real, timedelta)):
         value = maybe_schedule(value, relative)
-    if isinstance(value, (schedule, crontab, solar)):
+    if isinstance(value, (schedule, crontab)) and not _polls(value):
         return value.trigger(timezone)
     if isinstance(value, Trigger):
         return value
-    if isinstance(value, BaseSchedule):
+    if isinstance(value, BaseSchedule) and type(value).is_due is BaseSchedule.is_due:
         raise NotImplementedError(
-            f"custom schedule {type(value).__name__}: akadze workers compute ticks ahead "
-            "and cannot poll is_due(); give it latest(at), next(after) and spec")
-    raise TypeError(f"a periodic task's schedule must be seconds, a timedelta, schedule or "
-                    f"crontab, not {value!r}")
+            f"custom schedule {type(value).__name__} has no is_due(last_run_at): give it "
+            "is_due and remaining_estimate as Celery requires, or latest(at), next(after) "
+            "and spec")
+    if callable(getattr(value, "is_due", None)) and \
+            callable(getattr(value, "remaining_estimate", None)):
+        if isinstance(value, BaseSchedule) and app is not None:
+            value.app = app  # as Celery beat gives its entries' schedules the app
+        if isinstance(value, solar):
+            return value.trigger(timezone)  # checks that ephem is there
+        return DueTrigger(value, timezone)
+    raise TypeError(f"a periodic task's schedule must be seconds, a timedelta, schedule, "
+                    f"crontab, solar or an object with is_due(), not {value!r}")
+
+
+#: What decides a crontab's or an interval's runs: a subclass that overrides one of these
+#: runs through its own ``is_due`` rather than through the trigger its base computes.
+_POLLING_METHODS = ("is_due", "remaining_estimate", "remaining_delta", "now")
+
+
+def _polls(value: BaseSchedule) -> bool:
+    """Whether a ``schedule``/``crontab`` subclass changed how its runs are decided."""
+    base = crontab if isinstance(value, crontab) else schedule
+    return any(getattr(type(value), name, None) is not getattr(base, name, None)
+               for name in _POLLING_METHODS)
 
 
 @dataclass(frozen=True)
@@ -125,7 +155,7 @@ class PeriodicEntry:
 
 
 def entry_to_schedule(name: str, entry: Mapping[str, Any],
-                      app_timezone: str | tzinfo = "UTC") -> PeriodicEntry:
+                      app_timezone: str | tzinfo = "UTC", app: Any = None) -> PeriodicEntry:
     """Normalize ``beat_schedule[name]`` (``task``, ``schedule``, ``args``, ``kwargs``,
     ``options``, ``relative``) evaluated in ``app_timezone`` (see :func:`schedule_timezone`).
 
@@ -137,7 +167,8 @@ def entry_to_schedule(name: str, entry: Mapping[str, Any],
         raise ValueError(f"beat_schedule entry {name!r} has no 'task'")
     if entry.get("schedule") is None:
         raise ValueError(f"beat_schedule entry {name!r} has no 'schedule'")
-    trigger = to_trigger(entry["schedule"], app_timezone, bool(entry.get("relative", False)))
+    trigger = to_trigger(entry["schedule"], app_timezone, bool(entry.get("relative", False)),
+                         app)
     options = dict(entry.get("options") or {})
     serialization.check_serializer(options.pop("serializer", None), "serializer")
     queue = options.pop("queue", None)
@@ -235,7 +266,7 @@ def schedule_arguments(app: Celery, name: str, entry: Mapping[str, Any],
     if task is not None:
         defaults = {key: getattr(task, key, None) for key in _TASK_DEFAULTS}
         options = {**{k: v for k, v in defaults.items() if v is not None}, **options}
-    periodic = entry_to_schedule(name, {**entry, "options": options}, zone)
+    periodic = entry_to_schedule(name, {**entry, "options": options}, zone, app)
     if task is not None and (task.typing if task.typing is not None else app.strict_typing):
         task.check_arguments(periodic.args, periodic.kwargs)
     celery = periodic.meta["celery"]
@@ -264,7 +295,7 @@ def register_periodic_tasks(app: Celery, core: CoreApp) -> list[str]:
 
     Idempotent: a worker may prepare more than once; unchanged entries are left alone,
     changed ones replaced, and entries removed from the setting since stop. Raises
-    ``ImproperlyConfigured`` (``UnsupportedSchedule`` for solar) naming the entry that
+    ``ImproperlyConfigured`` (``UnsupportedSchedule`` without ``is_due``) naming the entry that
     cannot run. Returns the names declared.
     """
     conf = app.conf
@@ -301,6 +332,16 @@ def register_periodic_tasks(app: Celery, core: CoreApp) -> list[str]:
 def _fingerprint(arguments: Mapping[str, Any]) -> str:
     """What decides whether a re-declared entry changed (triggers compare by spec)."""
     return repr(sorted({**arguments, "trigger": arguments["trigger"].spec}.items()))
+
+
+def warn_unhonoured_scheduler(app: Any, override: Any = None) -> str | None:
+    """At worker and beat start: log one WARNING line when the scheduler chosen (the
+    command's ``--scheduler``, else ``beat_scheduler``) is not honoured; returns the line."""
+    line = unhonoured_scheduler(override, "--scheduler") if override else \
+        unhonoured_scheduler(app.conf.beat_scheduler)
+    if line is not None:
+        logger.warning("%s", line)
+    return line
 
 
 _NO_BEAT = ("there is no beat process to extend: every worker runs beat_schedule itself "

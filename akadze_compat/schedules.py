@@ -2,10 +2,19 @@
 
 What users write in ``beat_schedule`` and ``add_periodic_task`` works unchanged:
 ``crontab(...)``, ``crontab.from_string('m h dom mon dow')``, ``schedule(run_every=...)``,
-plain seconds and timedeltas. Each becomes a *trigger* for ``akadze_core``'s
-``App.add_schedule`` (``latest(at)``, ``next(after)``, ``spec``), evaluated by every worker,
-so there is no beat process (``akadze_compat.beat`` registers the entries). How a crontab
-ticks across clock changes, as Celery beat does, is in ``akadze_compat._triggers``.
+``solar(...)``, plain seconds and timedeltas, and custom schedule classes. A ``crontab`` or
+``schedule`` becomes a *trigger* for ``akadze_core``'s ``App.add_schedule`` (``latest(at)``,
+``next(after)``, ``spec``), evaluated by every worker, so there is no beat process
+(``akadze_compat.beat`` registers the entries). How a crontab ticks across clock changes, as
+Celery beat does, is in ``akadze_compat._triggers``.
+
+``remaining_estimate(last_run_at)`` and ``is_due(last_run_at)`` answer as Celery 5.7's do, to
+the microsecond, with ``nowfun`` or the app's clock (``tests/compat/test_schedule_api.py``
+checks them against Celery on thousands of random cases). A ``solar`` schedule, and a custom
+schedule (a subclass that overrides ``is_due``, or any object with ``is_due`` and
+``remaining_estimate``), runs the way Celery beat runs it: the workers ask ``is_due`` with the
+time of the last run, kept in the database, and each due run is enqueued once across the
+fleet (``_triggers.DueTrigger``).
 
 Deliberate differences from Celery (also in the migration guide):
 
@@ -14,12 +23,11 @@ Deliberate differences from Celery (also in the migration guide):
 - ``schedule(..., relative=True)`` ticks on the zone's clock: the interval is rounded down
   to whole days, hours or minutes as Celery rounds it, and runs at those clock boundaries
   counted from midnight when that unit divides a day (an hour) evenly, else on the epoch grid.
-- ``is_due()`` and ``remaining_estimate()`` raise ``NotImplementedError``: workers compute
-  ticks with the triggers; nothing polls a schedule.
 - crontab fields given as iterables must hold integers (Celery accepts ``[1.5]`` and then
-  fails when beat runs it); a ``solar`` schedule is built (and checked) as in Celery, but
-  cannot run: its ``trigger()`` raises ``NotImplementedError``, so a worker refuses to start
-  with one in its beat schedule.
+  fails when beat runs it).
+- ``solar`` needs the ``ephem`` package (``pip install 'akadze[solar]'``) to compute, as in
+  Celery, but is built without it: a worker whose beat schedule holds one refuses to start
+  with one line saying so, instead of the project's import failing.
 """
 
 from __future__ import annotations
@@ -27,13 +35,16 @@ from __future__ import annotations
 import numbers
 import re
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta, tzinfo
+from datetime import date, datetime, time, timedelta, tzinfo
 from datetime import timezone as dt_timezone
-from typing import Any
+from typing import Any, NamedTuple
+from zoneinfo import ZoneInfo
 
 from akadze_core import Every, Trigger
 
-from ._triggers import CrontabTrigger
+from . import _state
+from ._triggers import CrontabTrigger, DueTrigger, schedule_clock, to_zone
+from .exceptions import ImproperlyConfigured
 
 __all__ = [
     "BaseSchedule",
@@ -41,9 +52,17 @@ __all__ = [
     "crontab",
     "crontab_parser",
     "maybe_schedule",
+    "schedstate",
     "schedule",
     "solar",
 ]
+
+
+class schedstate(NamedTuple):
+    """What ``is_due`` returns: is a run due now, and seconds until it should be asked again."""
+
+    is_due: bool
+    next: float
 
 Cronspec = int | str | Iterable[int]
 
@@ -170,32 +189,72 @@ def _expand(spec: Cronspec, max_: int, min_: int = 0) -> set[int]:
 
 
 class BaseSchedule:
-    """Base of Celery schedule objects: ``nowfun`` and ``app`` are kept for compatibility."""
+    """Base of Celery schedule objects: their clock (``nowfun``, else the app's), their
+    app (``app``, else the current app) and its time zone (``tz``)."""
 
     def __init__(self, nowfun: Callable[[], datetime] | None = None, app: Any = None) -> None:
         self.nowfun = nowfun
-        self.app = app
+        self._app = app
+
+    @property
+    def app(self) -> Any:
+        """The app given, else the current app."""
+        return self._app if self._app is not None else _state.get_current_app()
+
+    @app.setter
+    def app(self, app: Any) -> None:
+        self._app = app
+
+    @property
+    def tz(self) -> tzinfo:
+        """The app's time zone (``timezone``, UTC by default): naive times are read in it."""
+        return _zone_of(self.app)
+
+    @property
+    def utc_enabled(self) -> bool:
+        """The app's ``enable_utc``."""
+        return bool(self.app.conf.enable_utc)
 
     def now(self) -> datetime:
-        """``nowfun()``, else the current time in UTC."""
-        return self.nowfun() if self.nowfun else datetime.now(_UTC)
+        """``nowfun()``; else, inside a worker's scheduler, the database's clock; else the
+        app's ``now()`` (its time zone)."""
+        if self.nowfun:
+            return self.nowfun()
+        clock = schedule_clock()
+        if clock is not None:
+            return clock.astimezone(self.tz)
+        return datetime.now(self.tz)
+
+    def maybe_make_aware(self, dt: datetime, naive_as_utc: bool = True) -> datetime:
+        """``dt`` unchanged when aware; a naive one read as UTC (``naive_as_utc``) or as the
+        app's wall clock, in the app's zone."""
+        if dt.tzinfo is not None and dt.utcoffset() is not None:
+            return dt
+        if naive_as_utc:
+            return dt.replace(tzinfo=_UTC).astimezone(self.tz)
+        return dt.replace(tzinfo=self.tz)
+
+    def to_local(self, dt: datetime) -> datetime:
+        """``dt``, in the system's zone when the app does not enable UTC."""
+        return dt if self.utc_enabled else self.maybe_make_aware(dt).astimezone()
 
     def remaining_estimate(self, last_run_at: datetime) -> timedelta:
-        """Not available: akadze workers compute ticks with :meth:`trigger`."""
-        raise NotImplementedError(
-            "remaining_estimate() is not available in akadze_compat: schedules run in the "
-            "workers, which compute ticks with trigger(timezone)")
+        """How long from now until the run after ``last_run_at``: subclasses say."""
+        raise NotImplementedError()
 
     def is_due(self, last_run_at: datetime) -> tuple[bool, float]:
-        """Not available: akadze workers compute ticks with :meth:`trigger`."""
-        raise NotImplementedError(
-            "is_due() is not available in akadze_compat: schedules run in the workers, "
-            "which compute ticks with trigger(timezone)")
+        """``(is due now, seconds until the next check)``: subclasses say."""
+        raise NotImplementedError()
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, BaseSchedule):
             return other.nowfun == self.nowfun
         return NotImplemented
+
+
+def _zone_of(app: Any) -> tzinfo:
+    zone = getattr(app, "timezone", None)
+    return zone if isinstance(zone, tzinfo) else _UTC
 
 
 class schedule(BaseSchedule):
@@ -213,6 +272,33 @@ class schedule(BaseSchedule):
                                if isinstance(run_every, numbers.Real) else run_every)
         self.relative = relative
         super().__init__(nowfun=nowfun, app=app)
+
+    def remaining_estimate(self, last_run_at: datetime) -> timedelta:
+        """Time from now until one interval after ``last_run_at`` (naive means UTC); with
+        ``relative``, until the clock boundary that interval rounds down to (Celery's rule)."""
+        start = self.maybe_make_aware(last_run_at)
+        now = self.maybe_make_aware(self.now())
+        if self.relative:
+            deadline = _relative_deadline(start, self.run_every)
+        else:
+            # Elapsed time, as Celery adds it: the interval through float seconds.
+            deadline = start.astimezone(_UTC) + timedelta(seconds=self.run_every.total_seconds())
+        return deadline - now.astimezone(_UTC)
+
+    def is_due(self, last_run_at: datetime) -> schedstate:
+        """``(due, seconds to the next check)``: due once the interval has passed, and then
+        checked again one interval later (relative: at the next clock boundary)."""
+        last_run_at = self.maybe_make_aware(last_run_at)
+        remaining = self.remaining_estimate(last_run_at).total_seconds()
+        if remaining > 0:
+            return schedstate(False, remaining)
+        wait: float = self.seconds
+        if self.relative:
+            now = self.maybe_make_aware(self.now()).astimezone(last_run_at.tzinfo)
+            boundary = self.remaining_estimate(now).total_seconds()
+            if boundary > 0:
+                wait = boundary
+        return schedstate(True, wait)
 
     @property
     def seconds(self) -> float:
@@ -295,6 +381,80 @@ class crontab(BaseSchedule):
                 raise ValueError(f"{self!r} never runs: its {name} set is empty")
         return CrontabTrigger(self.expression, timezone)
 
+    def remaining_delta(self, last_run_at: datetime, tz: str | tzinfo | None = None
+                        ) -> tuple[datetime, timedelta, datetime]:
+        """``(last_run_at, delta, now)`` in the schedule's zone (``tz``, else the app's):
+        ``last_run_at + delta`` is the next run, found on the wall clock as Celery does."""
+        zone = to_zone(tz) if tz else self.tz
+        last = self.maybe_make_aware(last_run_at).astimezone(zone)
+        now = self.maybe_make_aware(self.now()).astimezone(zone)
+        wall = last.replace(tzinfo=None)
+        return last, self._next_wall(wall) - wall, now
+
+    def remaining_estimate(self, last_run_at: datetime) -> timedelta:
+        """Time from now until the next run after ``last_run_at`` (negative when missed)."""
+        last, delta, now = self.remaining_delta(last_run_at)
+        # The wall time read with its first offset (a skipped one lands after the jump).
+        return (last + delta).astimezone(_UTC) - now.astimezone(_UTC)
+
+    def is_due(self, last_run_at: datetime) -> schedstate:
+        """``(due, seconds to the next check)``. With ``beat_cron_starting_deadline``, a run
+        missed longer ago than that many seconds is not due (the next one is awaited)."""
+        remaining = self.remaining_estimate(last_run_at).total_seconds()
+        due = remaining <= 0
+        conf = getattr(self.app, "conf", None)
+        deadline = getattr(conf, "beat_cron_starting_deadline", None) if conf else None
+        stale = False
+        if deadline is not None and remaining < 0:
+            now = self.maybe_make_aware(self.now())
+            # A run exactly ``deadline`` ago still counts.
+            since = (now.astimezone(_UTC) - timedelta(seconds=deadline, microseconds=1)
+                     ).astimezone(now.tzinfo)
+            stale = self.remaining_estimate(since).total_seconds() > 0
+            due = due and not stale
+        if due or stale:
+            remaining = self.remaining_estimate(self.now()).total_seconds()
+        return schedstate(due, max(remaining, 0))
+
+    def _next_wall(self, wall: datetime) -> datetime:
+        """The wall time of the run after ``wall``: later in the same hour, else later the
+        same day, else on the next day that qualifies at the first hour and minute."""
+        minutes, hours = sorted(self.minute), sorted(self.hour)
+        weekday = wall.isoweekday() % 7
+        today = (wall.month in self.month_of_year and wall.day in self.day_of_month
+                 and weekday in self.day_of_week)
+        if today and wall.hour in self.hour and wall.minute < minutes[-1]:
+            minute = next(m for m in minutes if m > wall.minute)
+            return wall.replace(minute=minute, second=0, microsecond=0)
+        if today and wall.hour < hours[-1]:
+            hour = next(h for h in hours if h > wall.hour)
+            return wall.replace(hour=hour, minute=minutes[0], second=0, microsecond=0)
+        if self._orig_day_of_month == "*" and self._orig_month_of_year == "*":
+            # Only weekdays restrict the day: the next listed one, a week on for today's.
+            ahead = min((day - weekday) % 7 or 7 for day in self.day_of_week)
+            day = wall.date() + timedelta(days=ahead)
+        else:
+            day = self._next_date(wall.date())
+        return datetime.combine(day, time(hours[0], minutes[0]))
+
+    def _next_date(self, after: date) -> date:
+        """The first date after ``after`` whose month, day and weekday all match."""
+        days, months = sorted(self.day_of_month), sorted(self.month_of_year)
+        for year in range(after.year, after.year + 2000):
+            for month in months:
+                if (year, month) < (after.year, after.month):
+                    continue
+                for day in days:
+                    if (year, month, day) <= (after.year, after.month, after.day):
+                        continue
+                    try:
+                        candidate = date(year, month, day)
+                    except ValueError:
+                        break  # later days of this month do not exist either
+                    if candidate.isoweekday() % 7 in self.day_of_week:
+                        return candidate
+        raise RuntimeError("unable to rollover, time specification is probably invalid")
+
     def __repr__(self) -> str:
         return (f"<crontab: {self._orig_minute} {self._orig_hour} {self._orig_day_of_month} "
                 f"{self._orig_month_of_year} {self._orig_day_of_week} (m/h/dM/MY/d)>")
@@ -310,18 +470,44 @@ class crontab(BaseSchedule):
         return NotImplemented
 
 
-class solar(BaseSchedule):
-    """Celery's sunrise/sunset schedule: checked as Celery checks it, but it cannot run here.
+#: What each solar event is, for ephem: (horizon, Observer method, use the sun's centre).
+_SOLAR_EVENTS: dict[str, tuple[str, str, bool]] = {
+    "dawn_astronomical": ("-18", "next_rising", True),
+    "dawn_nautical": ("-12", "next_rising", True),
+    "dawn_civil": ("-6", "next_rising", True),
+    "sunrise": ("-0:34", "next_rising", False),
+    "solar_noon": ("0", "next_transit", False),
+    "sunset": ("-0:34", "next_setting", False),
+    "dusk_civil": ("-6", "next_setting", True),
+    "dusk_nautical": ("-12", "next_setting", True),
+    "dusk_astronomical": ("-18", "next_setting", True),
+}
+#: The one line a worker (or a call) stops with when ephem is not installed.
+EPHEM_MISSING = ("solar schedules need the ephem package, which is not installed: "
+                 "pip install 'akadze[solar]' (or pip install ephem)")
 
-    ``event`` is one of Celery's solar events, ``lat`` in [-90, 90], ``lon`` in [-180, 180]
-    (ValueError otherwise). ``trigger()`` raises ``NotImplementedError``: a worker whose beat
-    schedule holds one refuses to start, naming the entry.
+
+def _ephem() -> Any:
+    try:
+        import ephem  # an optional dependency: the "solar" extra
+    except ImportError:
+        raise ImproperlyConfigured(EPHEM_MISSING) from None
+    return ephem
+
+
+class solar(BaseSchedule):
+    """Run at a sunrise, sunset or other solar event seen from ``lat``/``lon``, as Celery
+    does (with ephem: the "solar" extra).
+
+    ``event`` is one of :attr:`EVENTS`, ``lat`` in [-90, 90], ``lon`` in [-180, 180]
+    (ValueError otherwise). Built without ephem; computing (``remaining_estimate``,
+    ``is_due``, ``trigger()``, so a worker starting) raises ``ImproperlyConfigured`` with
+    :data:`EPHEM_MISSING` when it is not installed.
     """
 
-    EVENTS = frozenset({
-        "dawn_astronomical", "dawn_nautical", "dawn_civil", "sunrise", "solar_noon",
-        "sunset", "dusk_civil", "dusk_nautical", "dusk_astronomical",
-    })
+    EVENTS = frozenset(_SOLAR_EVENTS)
+    #: Days to search ahead for an event that does not happen every day (polar day, night).
+    max_search_days = 366
 
     def __init__(self, event: str, lat: float, lon: float, **kwargs: Any) -> None:
         self.event = event
@@ -330,22 +516,70 @@ class solar(BaseSchedule):
         super().__init__(**kwargs)
         if event not in self.EVENTS:
             raise ValueError(f"Argument event \"{event}\" is invalid, must be one of "
-                             f"{', '.join(sorted(self.EVENTS))}")
+                             f"{', '.join(sorted(self.EVENTS))}.")
         if lat < -90 or lat > 90:
             raise ValueError(f"Argument latitude {lat} is invalid, must be between -90 and 90.")
         if lon < -180 or lon > 180:
             raise ValueError(
                 f"Argument longitude {lon} is invalid, must be between -180 and 180.")
+        self.horizon, self.method, self.use_center = _SOLAR_EVENTS[event]
+        self._observer: Any = None
+
+    @property
+    def ephem(self) -> Any:
+        """The ephem module (``ImproperlyConfigured`` when it is not installed)."""
+        return _ephem()
+
+    @property
+    def cal(self) -> Any:
+        """The ephem ``Observer`` at ``lat``/``lon``, at sea level, without refraction."""
+        if self._observer is None:
+            observer = self.ephem.Observer()
+            observer.lat, observer.lon = str(self.lat), str(self.lon)
+            observer.elev, observer.pressure, observer.horizon = 0, 0, self.horizon
+            self._observer = observer
+        return self._observer
+
+    def _next_event(self, start: Any) -> Any:
+        """The first event after ``start`` (an ephem Date): where the sun does not cross the
+        horizon that day, the search goes on from the next anti-transit, up to
+        ``max_search_days``; then the moment it stopped, for the next check."""
+        ephem, observer = self.ephem, self.cal
+        sun = ephem.Sun()
+        find = getattr(observer, self.method)
+        options = {"use_center": True} if self.use_center else {}
+        for _ in range(self.max_search_days):
+            try:
+                return find(sun, start=start, **options)
+            except ephem.CircumpolarError:
+                start = observer.next_antitransit(sun, start=start)
+        return start
+
+    def remaining_estimate(self, last_run_at: datetime) -> timedelta:
+        """Time from now until the first event after ``last_run_at`` (naive means UTC)."""
+        ephem = self.ephem
+        last_run_at = self.maybe_make_aware(last_run_at)
+        self.cal.date = last_run_at
+        following = self._next_event(ephem.Date(last_run_at)).datetime()  # naive UTC
+        now = self.maybe_make_aware(self.now())
+        return following.replace(tzinfo=_UTC) - now.astimezone(_UTC)
+
+    def is_due(self, last_run_at: datetime) -> schedstate:
+        """``(due, seconds to the next check)``: due once the event after the last run has
+        come; then checked again at the event after now."""
+        remaining = max(self.remaining_estimate(last_run_at).total_seconds(), 0)
+        if remaining == 0:
+            return schedstate(True, max(self.remaining_estimate(self.now()).total_seconds(), 0))
+        return schedstate(False, remaining)
 
     def trigger(self, timezone: str | tzinfo = "UTC") -> Trigger:
-        """Not available: solar schedules need an ephemeris, which akadze_compat lacks."""
-        raise NotImplementedError(
-            f"solar schedules (celery.schedules.solar, here {self.event!r} at {self.lat}, "
-            f"{self.lon}) are not supported by akadze_compat; use a crontab in the app's "
-            "timezone instead")
+        """The trigger that runs this schedule in a worker: ``is_due`` against the last run
+        (``ImproperlyConfigured`` now when ephem is missing, so the worker does not start)."""
+        _ephem()
+        return DueTrigger(self, timezone)
 
     def __repr__(self) -> str:
-        return f"<solar: {self.event} at latitude {self.lat}, longitude {self.lon}>"
+        return f"<solar: {self.event} at latitude {self.lat}, longitude: {self.lon}>"
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, solar):
@@ -403,3 +637,76 @@ def _clock_aligned(interval: timedelta, timezone: str | tzinfo) -> Trigger:
                 return crontab(minute=0, hour=range(0, 24, step)).trigger(timezone)
             return crontab(minute=range(0, 60, step)).trigger(timezone)
     return Every(interval)  # under a minute Celery does not round
+
+
+# --- relative intervals: Celery's rounded deadlines ------------------------------------------
+
+
+def _relative_deadline(start: datetime, interval: timedelta) -> datetime:
+    """When a ``relative=True`` interval that last ran at ``start`` runs next (UTC).
+
+    The interval, added to ``start``, is rounded down to its resolution (day, hour, minute,
+    second) on ``start``'s wall clock. A day or more is added in calendar days and the first
+    rounded midnight after ``start`` wins; shorter intervals are added in elapsed time and
+    take the latest rounded boundary they reach, or, when rounding falls back to ``start`` or
+    before (a clock set back), the next boundary that comes after it.
+    """
+    start_utc = start.astimezone(_UTC)
+    if interval >= _DAY:
+        end = start + interval  # calendar days: the same wall time, whatever DST does
+        later = [moment for moment in _rounded(end, interval) if moment > start_utc]
+        return min(later, default=end.astimezone(_UTC))
+    end = (start_utc + timedelta(seconds=interval.total_seconds())).astimezone(start.tzinfo)
+    reach = start_utc + interval
+    candidates = _rounded(end, interval)
+    reached = [moment for moment in candidates if moment <= reach]
+    best = max(reached) if reached else min(candidates)
+    if interval >= _MINUTE and best <= start_utc:
+        unit = _HOUR if interval >= _HOUR else _MINUTE
+        candidates += _rounded(end + unit, interval) + _rounded(start + interval, interval)
+        later = [moment for moment in candidates if moment > start_utc]
+        reached = [moment for moment in later if moment <= reach]
+        best = max(reached) if reached else min(later, default=reach)
+    return best
+
+
+def _rounded(moment: datetime, interval: timedelta) -> list[datetime]:
+    """``moment`` rounded down to ``interval``'s resolution on its wall clock, as the UTC
+    instants that wall time names: both passes of a repeated time; a skipped one moved past
+    the jump."""
+    seconds = max(interval.total_seconds(), 0)
+    if seconds >= 86400:
+        wall = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    elif seconds >= 3600:
+        wall = moment.replace(minute=0, second=0, microsecond=0)
+    elif seconds >= 60:
+        wall = moment.replace(second=0, microsecond=0)
+    else:
+        wall = moment.replace(microsecond=0)
+    instants = []
+    for fold in (0, 1):
+        candidate = wall.replace(fold=fold)
+        jump = _skipped_by(candidate)
+        if jump > timedelta(0):
+            candidate += jump  # on the wall clock: the same time after the jump
+        instants.append(candidate.astimezone(_UTC))
+    return instants
+
+
+def _skipped_by(wall: datetime) -> timedelta:
+    """How far the clock jumped over ``wall`` (aware) if that wall time does not exist in its
+    zone, else zero. Only zones that know their transitions (ZoneInfo) have gaps here."""
+    zone = wall.tzinfo
+    if not (isinstance(zone, ZoneInfo) or hasattr(zone, "is_ambiguous")):
+        return timedelta(0)
+    try:
+        back = wall.astimezone(_UTC).astimezone(zone)
+    except (ValueError, OverflowError):
+        return timedelta(0)
+    if back.replace(tzinfo=None) == wall.replace(tzinfo=None):
+        return timedelta(0)
+    after = (wall + _DAY).utcoffset()
+    before = (wall - _DAY).utcoffset()
+    if after is None or before is None:
+        return timedelta(0)
+    return after - before

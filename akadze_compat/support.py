@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ._schedulers import unhonoured_scheduler
 from .app.config import database_url
 from .app.defaults import NAMESPACES
 from .django_beat import names_database_scheduler
@@ -112,7 +113,9 @@ _BY_SETTING: dict[str, Support] = {
                         "the fleet; after downtime only the latest missed tick runs; "
                         "intervals tick on a fixed grid since the epoch"),
     "beat_scheduler": _i("schedules come from beat_schedule and add_periodic_task, and from "
-                         "django_celery_beat's tables with its DatabaseScheduler"),
+                         "django_celery_beat's tables with its DatabaseScheduler; another "
+                         "scheduler (RedBeat, any other class) draws one WARNING at worker "
+                         "and beat start naming what will not run"),
     "beat_cron_starting_deadline": _i("after downtime only the latest missed tick runs"),
     "beat_max_loop_interval": _i("workers compute the next ticks ahead; there is no loop"),
     # --- broker
@@ -225,8 +228,6 @@ EXTRA_SETTINGS: dict[str, Support] = {
     "task_default_retry_delay": _h("the retry delay of tasks that set no default_retry_delay"),
 }
 
-_DEFAULT_SCHEDULERS = {"celery.beat:PersistentScheduler", "celery.beat.PersistentScheduler"}
-
 
 def setting_value_support(name: str, value: Any) -> Support | None:
     """A value of setting ``name`` that changes its status: one the app refuses at start
@@ -244,10 +245,10 @@ def setting_value_support(name: str, value: Any) -> Support | None:
         return _d("every worker runs django_celery_beat's periodic tasks from its tables "
                   "(broker_url must be Django's database), each tick once across the fleet; "
                   "intervals tick on the grid of start_time, else of the epoch")
-    if name == "beat_scheduler" and value and str(value) not in _DEFAULT_SCHEDULERS:
-        return Support(MISSING, f"{value} is not used: periodic tasks come only from "
-                                "beat_schedule and add_periodic_task, so schedules kept "
-                                "elsewhere (e.g. django_celery_beat's database) will not run")
+    if name == "beat_scheduler" and value:
+        line = unhonoured_scheduler(value)
+        if line is not None:
+            return Support(MISSING, f"the worker and beat warn at start: {line}")
     if name == "worker_pool" and value:
         pool = str(value).lower()
         if pool in ("eventlet", "gevent"):
@@ -405,6 +406,8 @@ API_PATTERNS: dict[str, Support] = {
                                        "debug and move tasks with the database at hand"),
     "celery.bootsteps": Support(MISSING, "custom worker bootsteps are not supported: use the "
                                          "worker_init / worker_ready signals"),
-    "celery.schedules.solar": Support(MISSING, "solar schedules are not supported: use a "
-                                               "crontab in the app's timezone"),
+    "celery.schedules.solar": Support(DIFFERENT, "solar schedules run as in Celery when the "
+                                                 "ephem package is installed (pip install "
+                                                 "'akadze[solar]'); without it the worker "
+                                                 "refuses to start, saying so"),
 }

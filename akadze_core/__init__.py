@@ -27,6 +27,7 @@ from .errors import (
 )
 from .jobs import Job
 from .retry import BackoffPolicy, default_backoff
+from .runtime_schedules import RuntimeSchedules, StoredSchedule
 from .schedules import Schedule, Scheduler, run_schedules
 from .tasks import Task, TaskCall
 from .triggers import Cron, Every, Trigger
@@ -54,10 +55,12 @@ __all__ = [
     "OnFailure",
     "ResultNotJson",
     "Retry",
+    "RuntimeSchedules",
     "Schedule",
     "Scheduler",
     "SchemaMissing",
     "Snooze",
+    "StoredSchedule",
     "Task",
     "TaskCall",
     "Trigger",

@@ -26,6 +26,7 @@ from .errors import ConfigurationError, ConnectionLost
 from .jobs import Job
 from .migrations import MIGRATE_COMMAND, migrate
 from .retry import BackoffPolicy
+from .runtime_schedules import RuntimeSchedules
 from .schedules import Schedule, ScheduleSource
 from .serialization import DEFAULT_MAX_ARGS_BYTES, Dumps, Loads, strict_dumps
 from .tasks import Task
@@ -323,6 +324,14 @@ class App:
                 raise ValueError(f"a schedule named {name!r} is already declared")
             self.schedules[name] = schedule
         return schedule
+
+    @property
+    def runtime_schedules(self) -> RuntimeSchedules:
+        """The schedules stored in the database, made and changed while workers run:
+        ``app.runtime_schedules.add(name, task, trigger=...)``, ``pause``, ``resume``,
+        ``remove``, ``get``, ``list`` (each with an ``_async`` twin and ``session=``); see
+        ``akadze_core.runtime_schedules``."""
+        return RuntimeSchedules(self)
 
     def remove_schedule(self, name: str) -> bool:
         """Stop declaring schedule ``name`` (its state row stays, harmless); False if unknown."""

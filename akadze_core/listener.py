@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from . import database
-from .database import CANCEL_CHANNEL, NOTIFY_CHANNEL
+from .database import CANCEL_CHANNEL, NOTIFY_CHANNEL, SCHEDULES_CHANNEL
 
 logger = logging.getLogger("akadze.worker")
 
@@ -24,24 +24,33 @@ logger = logging.getLogger("akadze.worker")
 async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], None],
                           backoff: Callable[[int], float],
                           cancelled: Callable[[int], None] | None = None, *,
-                          connect_kwargs: Mapping[str, Any] | None = None) -> None:
-    """Call ``wake()`` whenever a job becomes due on one of ``queues``, and ``cancelled(id)``
-    when a cancel of a running job is requested; runs until cancelled, reconnecting after
-    ``backoff(failures)`` seconds when the connection is lost. ``connect_kwargs``: psycopg's
-    connection keywords (the app's keepalives, which end a LISTEN on a partitioned network)."""
+                          connect_kwargs: Mapping[str, Any] | None = None,
+                          schedules_changed: Callable[[str], None] | None = None) -> None:
+    """Call ``wake()`` whenever a job becomes due on one of ``queues``, ``cancelled(id)``
+    when a cancel of a running job is requested, and ``schedules_changed(name)`` when a
+    runtime schedule changed (with ``""`` each time LISTEN starts: what changed while no one
+    listened is unknown); runs until cancelled, reconnecting after ``backoff(failures)``
+    seconds when the connection is lost. ``connect_kwargs``: psycopg's connection keywords
+    (the app's keepalives, which end a LISTEN on a partitioned network)."""
     kwargs = {"connect_timeout": 5, **(connect_kwargs or {}), "autocommit": True}
     watched = set(queues)
+    channels = ([NOTIFY_CHANNEL] if watched else []) + ([CANCEL_CHANNEL] if cancelled else []) \
+        + ([SCHEDULES_CHANNEL] if schedules_changed else [])
     failures = 0
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(url, **kwargs) as connection:
-                channels = [NOTIFY_CHANNEL] + ([CANCEL_CHANNEL] if cancelled else [])
                 await database.listen_async(connection, channels)
                 failures = 0
+                if schedules_changed is not None:
+                    schedules_changed("")
                 async for notify in connection.notifies():
                     if notify.channel == CANCEL_CHANNEL:
                         if cancelled is not None and notify.payload.isdigit():
                             cancelled(int(notify.payload))
+                    elif notify.channel == SCHEDULES_CHANNEL:
+                        if schedules_changed is not None:
+                            schedules_changed(notify.payload)
                     elif notify.payload in watched:
                         wake()
         except asyncio.CancelledError:

@@ -50,9 +50,10 @@ class Service:
         # Set by trigger(), or to make run() look at a next_due moved earlier.
         self._poke = asyncio.Event()
 
-    def trigger(self) -> None:
-        """Run the step as soon as the worker is healthy."""
-        self.next_due = min(self.next_due, time.monotonic())
+    def trigger(self, delay: float = 0.0) -> None:
+        """Run the step as soon as the worker is healthy (not before ``delay`` seconds: a
+        burst of triggers then makes one step)."""
+        self.next_due = min(self.next_due, time.monotonic() + delay)
         self._poke.set()
 
     async def run(self, guard: Guard, healthy: asyncio.Event, stop: asyncio.Event) -> None:

@@ -1,4 +1,5 @@
-"""Periodic jobs: schedules declared in code, enqueued by the workers themselves.
+"""Periodic jobs: schedules declared in code (and runtime schedules stored in the database,
+see ``runtime_schedules``), enqueued by the workers themselves.
 
 There is no beat process. Every worker of the app, whatever its queues, runs a
 ``Scheduler`` in its maintenance round. Each schedule has one state row holding the last tick
@@ -21,6 +22,16 @@ no tick at or before ``since`` ever does.
 Besides the code-declared ``App.schedules``, a worker asks each of ``App.schedule_sources``
 (``ScheduleSource``) for its schedules on every pass, and lets it write its own rows in the
 transaction that enqueues a tick.
+
+Runtime schedules follow the same rules from their own rows (the row is the definition and
+the state): the worker holds them in a ``Timetable`` and enqueues their due ticks in batches,
+one statement per ``RUNTIME_BATCH`` schedules (``schedule_runtime_enqueue``), each row locked
+and re-checked so that every tick is still enqueued once across the fleet. A name held by a
+runtime row is skipped by a code declaration of it, with one warning.
+
+A ``LastRunTrigger`` (a schedule that decides from its last run, like Celery's ``is_due``) is
+asked ``latest_after(stored tick, now)`` instead, and its tick is enqueued only if the stored
+tick is still the one it was given.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -39,9 +51,13 @@ import psycopg
 from . import database
 from .database import JobRequest
 from .dberrors import is_transient
+from .dsn import listen_url
+from .listener import listen_for_jobs
+from .maintenance import first_of
 from .serialization import check_storable, encode_args
 from .tasks import Task
-from .triggers import EPOCH, Trigger, as_trigger
+from .timetable import Timetable
+from .triggers import EPOCH, LastRunTrigger, Trigger, as_trigger
 
 if TYPE_CHECKING:
     from .app import App
@@ -171,8 +187,8 @@ def plan(trigger: Trigger, state: Mapping[str, Any] | None, now: datetime,
     """What to do with a schedule at ``now`` given its state row (None when it has none):
     ``("start" | "reset", tick)`` records ``tick`` without running it, ``("enqueue", tick)``
     runs it, None does nothing. ``since``: the schedule's own reference instant."""
-    tick = trigger.latest(now)
     if state is None or state["spec"] != trigger.spec:
+        tick = trigger.latest(now)
         action: Action = "start" if state is None else "reset"
         if since is not None:
             # Ticks after since count; never step back behind a tick already accounted for
@@ -180,6 +196,8 @@ def plan(trigger: Trigger, state: Mapping[str, Any] | None, now: datetime,
             return action, since if state is None else max(since, state["last_tick"])
         # Nothing at or before now fires: with no tick yet, the first one after now will.
         return action, (now if tick is None else tick)
+    tick = trigger.latest_after(state["last_tick"], now) if isinstance(trigger, LastRunTrigger) \
+        else trigger.latest(now)
     floor = state["last_tick"] if since is None else max(state["last_tick"], since)
     if tick is not None and tick > floor:
         return "enqueue", tick
@@ -220,18 +238,62 @@ class ScheduleSource(Protocol):
         """Record the run in the source's own rows (same transaction); False withdraws it."""
 
 
+#: A worker compares the runtime schedules it holds with the stored ones this often (seconds)
+#: even without a notification (a lost LISTEN connection, PgBouncer in transaction mode):
+#: one aggregate over the rows, and the versions only when it differs.
+RUNTIME_POLL_INTERVAL = 10.0
+#: Runtime ticks per enqueue statement (and rows per timing read).
+RUNTIME_BATCH = 500
+#: Seconds between two tick statements of one pass.
+RUNTIME_BATCH_PAUSE = 0.01
+#: Rows placed in the timetable between two yields to the event loop.
+RUNTIME_LOAD_SLICE = 25
+#: A worker that hears of a changed runtime schedule looks this many seconds later, so that
+#: a burst of changes (a bulk add) makes one pass.
+SCHEDULE_CHANGE_GRACE = 0.05
+
+
 class Scheduler:
-    """Enqueues the due runs of an app's schedules; every worker runs one."""
+    """Enqueues the due runs of an app's schedules; every worker runs one.
+
+    Two kinds: the schedules the app declares in code (``app.schedules``, checked one by one
+    each pass, as few as a codebase declares), and the runtime schedules stored in the
+    database (``App.runtime_schedules``), held in a ``Timetable``: loaded in full on the
+    first pass, then again only for the names ``changed`` reports (the worker's LISTEN on
+    ``akadze_schedules``) and when the stored versions' fingerprint, polled every
+    ``RUNTIME_POLL_INTERVAL`` seconds, differs from the one held. Their due ticks are
+    enqueued ``RUNTIME_BATCH`` at a time, one statement each.
+    """
 
     def __init__(self, app: App) -> None:
         self.app = app
+        self.timetable = Timetable()
+        self._changed: set[str] = set()
+        self._resync = True  # compare every version (at the first pass: load them all)
+        self._next_poll = 0.0
+        self._conflicts: set[str] = set()
+
+    @property
+    def pending(self) -> bool:
+        """Whether changes were heard that no pass has taken in yet."""
+        return self._resync or bool(self._changed)
+
+    def changed(self, name: str) -> None:
+        """The runtime schedule ``name`` was added, changed or removed (a notification);
+        an empty name means any may have been: the next pass compares every version."""
+        if name:
+            self._changed.add(name)
+        else:
+            self._resync = True
 
     async def enqueue_due(self, connection: psycopg.AsyncConnection) -> float:
-        """Bring every declared schedule up to the database's ``now()``: record new and
-        changed schedules, enqueue due ticks. Returns seconds until it should run again."""
+        """Bring every schedule up to the database's ``now()``: record new and changed code
+        schedules, take in changed runtime ones, enqueue due ticks. Returns seconds until it
+        should run again."""
+        now = await database.schedule_clock(connection)
+        wait = MAX_CHECK_INTERVAL
         schedules = list(self.app.schedules.values())
         sources: dict[str, ScheduleSource] = {}
-        wait = MAX_CHECK_INTERVAL
         for source in self.app.schedule_sources:
             wait = min(wait, source.check_interval)
             for schedule in await source.load(connection):
@@ -241,14 +303,28 @@ class Scheduler:
                     continue
                 schedules.append(schedule)
                 sources[schedule.name] = source
-        if not schedules:
-            return max(MIN_CHECK_INTERVAL, wait)
-        now, states = await database.schedule_states(
-            connection, [schedule.name for schedule in schedules])
-        for schedule in schedules:
-            await self._bring_up_to_date(connection, schedule, states.get(schedule.name), now,
-                                         sources.get(schedule.name))
-        return min(wait, next_check_in([schedule.trigger for schedule in schedules], now))
+        if schedules:
+            states = await database.schedule_states(
+                connection, [schedule.name for schedule in schedules])
+            schedules = [schedule for schedule in schedules
+                         if not self._owned_by_runtime(schedule, states.get(schedule.name))]
+            for schedule in schedules:
+                await self._bring_up_to_date(connection, schedule, states.get(schedule.name),
+                                             now, sources.get(schedule.name))
+            wait = min(wait, next_check_in([schedule.trigger for schedule in schedules], now))
+        return max(MIN_CHECK_INTERVAL, min(wait, await self._runtime_due(connection, now)))
+
+    def _owned_by_runtime(self, schedule: Schedule, state: Mapping[str, Any] | None) -> bool:
+        owned = state is not None and state.get("source") == "runtime"
+        if owned and schedule.name not in self._conflicts:
+            logger.warning("schedule %r is declared in code, but a runtime schedule holds "
+                           "that name: the runtime one runs; rename the code one or remove "
+                           "the runtime one", schedule.name)
+        if owned:
+            self._conflicts.add(schedule.name)
+        else:
+            self._conflicts.discard(schedule.name)
+        return owned
 
     async def _bring_up_to_date(self, connection: psycopg.AsyncConnection, schedule: Schedule,
                                 state: Mapping[str, Any] | None, now: datetime,
@@ -275,23 +351,29 @@ class Scheduler:
         if step is None or request is None:
             return
         tick = step[1]
+        # A tick that depends on the last run is enqueued only from that same last run.
+        expected = state["last_tick"] if state is not None and isinstance(
+            schedule.trigger, LastRunTrigger) else None
         if source is None:
             job_id = await database.enqueue_schedule_tick(
-                connection, request, name=schedule.name, spec=spec, tick=tick)
+                connection, request, name=schedule.name, spec=spec, tick=tick,
+                expected=expected)
         else:
-            job_id = await self._enqueue_for(source, connection, schedule, request, tick)
+            job_id = await self._enqueue_for(source, connection, schedule, request, tick,
+                                             expected)
         if job_id is not None:
             logger.info("schedule %r: enqueued job %s %s for %s", schedule.name, job_id,
                         schedule.task, tick.isoformat())
 
     @staticmethod
     async def _enqueue_for(source: ScheduleSource, connection: psycopg.AsyncConnection,
-                           schedule: Schedule, request: JobRequest, tick: datetime
-                           ) -> int | None:
+                           schedule: Schedule, request: JobRequest, tick: datetime,
+                           expected: datetime | None = None) -> int | None:
         """Enqueue the tick and let ``source`` record it, in one transaction."""
         async with connection.transaction():
             job_id = await database.enqueue_schedule_tick(
-                connection, request, name=schedule.name, spec=schedule.trigger.spec, tick=tick)
+                connection, request, name=schedule.name, spec=schedule.trigger.spec, tick=tick,
+                expected=expected)
             if job_id is None:
                 return None
             if not await source.enqueued(connection, schedule, tick, job_id):
@@ -299,30 +381,112 @@ class Scheduler:
             return job_id
         return None  # rolled back: the source withdrew the run
 
+    # --- runtime schedules ----------------------------------------------------------------
+
+    async def _runtime_due(self, connection: psycopg.AsyncConnection, now: datetime) -> float:
+        """Refresh the timetable where needed, enqueue its due ticks; seconds until the next
+        tick (or poll)."""
+        await self._refresh(connection, now)
+        enqueued = 0
+        while True:
+            due = self.timetable.take_due(now, RUNTIME_BATCH)
+            if not due:
+                break
+            try:
+                if enqueued:
+                    # Paced: a minute's thousands of ticks spread over a few hundred ms, so
+                    # the claims of every worker never queue behind one burst of inserts.
+                    await asyncio.sleep(RUNTIME_BATCH_PAUSE)
+                enqueued += await database.enqueue_runtime_ticks(connection, due)
+            except BaseException:
+                self.timetable.put_back(due)
+                raise
+            # Enqueued here, or by another worker (or paused, changed, removed: then a
+            # notification is on its way and reloads it).
+            self.timetable.advance(due)
+        if enqueued:
+            logger.info("runtime schedules: enqueued %d jobs for ticks up to %s", enqueued,
+                        now.isoformat(timespec="seconds"))
+        wait = self._next_poll - time.monotonic()
+        following = self.timetable.next_fire()
+        if following is not None:
+            wait = min(wait, (following - now).total_seconds())
+        return wait
+
+    async def _refresh(self, connection: psycopg.AsyncConnection, now: datetime) -> None:
+        if time.monotonic() >= self._next_poll:
+            self._next_poll = time.monotonic() + RUNTIME_POLL_INTERVAL
+            if not self._resync:
+                stored = await database.runtime_schedule_fingerprint(connection)
+                self._resync = stored != self.timetable.fingerprint()
+        names: list[str]
+        if self._resync:
+            # Cleared first: a notification arriving meanwhile is handled next pass.
+            self._resync = False
+            self._changed.clear()
+            versions = await database.runtime_schedule_versions(connection)
+            names, removed = self.timetable.stale(versions)
+            self.timetable.drop(removed)
+        else:
+            names, self._changed = sorted(self._changed), set()
+        for start in range(0, len(names), RUNTIME_BATCH):
+            chunk = names[start:start + RUNTIME_BATCH]
+            rows = await database.runtime_schedule_timing(connection, chunk)
+            found = {row["name"] for row in rows}
+            self.timetable.drop(name for name in chunk if name not in found)
+            for first in range(0, len(rows), RUNTIME_LOAD_SLICE):
+                # Slices, with the loop let through between them: schedules with many
+                # distinct cron triggers cost about a millisecond each to place, and claims
+                # must not wait for thousands of them.
+                self.timetable.load(rows[first:first + RUNTIME_LOAD_SLICE], now)
+                await asyncio.sleep(0)
+
 
 async def run_schedules(app: App, stop: asyncio.Event) -> None:
     """Enqueue the app's schedules until ``stop`` is set, with no worker around them: for
-    teams that want a separate scheduler process (workers do this by default). Transient
+    teams that want a separate scheduler process (workers do this by default). Changes of
+    runtime schedules are heard on a LISTEN connection of its own, as in a worker. Transient
     database errors are logged and retried with backoff; others propagate."""
     scheduler = Scheduler(app)
+    poke = asyncio.Event()
+
+    def changed(name: str) -> None:
+        scheduler.changed(name)
+        poke.set()
+
+    listener = asyncio.create_task(listen_for_jobs(
+        listen_url(app.database_url), [], lambda: None, _backoff,
+        connect_kwargs=app.connection_kwargs, schedules_changed=changed), name="listener")
     failures = 0
-    while not stop.is_set():
-        try:
-            async with await app.connect_async(autocommit=True) as connection:
-                failures = 0
-                while not stop.is_set():
-                    wait = await scheduler.enqueue_due(connection)
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(stop.wait(), wait)
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            failures += 1
-            delay = min(30.0, 0.5 * 2 ** failures) * random.uniform(0.5, 1.0)
-            logger.warning("scheduler lost the database (%s); retrying in %.1fs",
-                           type(exc).__name__, delay)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
+    try:
+        while not stop.is_set():
+            try:
+                async with await app.connect_async(autocommit=True) as connection:
+                    failures = 0
+                    while not stop.is_set():
+                        poke.clear()
+                        wait = await scheduler.enqueue_due(connection)
+                        if scheduler.pending:
+                            wait = SCHEDULE_CHANGE_GRACE
+                        await first_of(stop, poke, timeout=wait)
+                        if poke.is_set() and not stop.is_set():
+                            await asyncio.sleep(SCHEDULE_CHANGE_GRACE)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                failures += 1
+                delay = _backoff(failures)
+                logger.warning("scheduler lost the database (%s); retrying in %.1fs",
+                               type(exc).__name__, delay)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+    finally:
+        listener.cancel()
+        await asyncio.gather(listener, return_exceptions=True)
+
+
+def _backoff(failures: int) -> float:
+    return min(30.0, 0.5 * 2 ** failures) * random.uniform(0.5, 1.0)
 
 
 __all__ = ["Schedule", "ScheduleSource", "Scheduler", "next_check_in", "plan",

@@ -4,12 +4,19 @@ A trigger answers two questions about instants (timezone-aware datetimes, UTC ou
 ``latest(at)``, the most recent tick at or before ``at``, and ``next(after)``, the first tick
 strictly after ``after``. Its ``spec`` is a stable text that changes exactly when the ticks do;
 the worker compares it with the stored one to notice a schedule changed between deploys.
+
+A trigger whose ticks depend on when its schedule last ran (Celery's ``is_due``) also has
+``latest_after(last_tick, at)`` (``LastRunTrigger``): the scheduler then gives it the last tick
+stored in the database, and enqueues the tick it names only while that stored tick is
+unchanged, so two workers asking at once never both enqueue a run.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone, tzinfo
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from typing import Protocol, runtime_checkable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -32,6 +39,15 @@ class Trigger(Protocol):
 
     def next(self, after: datetime) -> datetime:
         """The first tick strictly after ``after`` (aware, UTC)."""
+
+
+@runtime_checkable
+class LastRunTrigger(Trigger, Protocol):
+    """A trigger told the schedule's last tick: its ``latest(at)`` is used only to start a
+    schedule (None: start from now)."""
+
+    def latest_after(self, last_tick: datetime, at: datetime) -> datetime | None:
+        """The tick to enqueue at ``at`` (after ``last_tick``), or None when none is due."""
 
 
 def _utc(moment: datetime) -> datetime:
@@ -159,9 +175,49 @@ class Every:
         return f"Every({self.interval!r})"
 
 
+_CRON_SPEC = re.compile(r"^cron (?P<expression>.+) tz=(?P<zone>\S+)(?P<day_and> day_or=false)?$")
+_EVERY_SPEC = re.compile(r"^every (?P<seconds>\d+(\.\d{1,6})?)s$")
+_FIXED_OFFSET = re.compile(r"^UTC(?P<sign>[+-])(?P<hours>\d\d):(?P<minutes>\d\d)$")
+
+
+def _parse_zone(name: str) -> str | tzinfo:
+    """The zone a spec names: a zone key, ``UTC``, or a fixed offset such as ``UTC+02:00``."""
+    offset = _FIXED_OFFSET.match(name)
+    if offset is None:
+        return name
+    delta = timedelta(hours=int(offset["hours"]), minutes=int(offset["minutes"]))
+    return timezone(-delta if offset["sign"] == "-" else delta)
+
+
+@lru_cache(maxsize=4096)
+def parse_spec(spec: str) -> Cron | Every:
+    """The trigger whose ``spec`` is ``spec`` (``cron 0 3 * * * tz=Europe/Berlin``,
+    ``every 300s``): how a stored schedule's trigger is rebuilt. ``parse_spec(t.spec).spec ==
+    t.spec`` for every ``Cron`` and ``Every``; other text raises ValueError. Cached: the
+    triggers are immutable and many stored schedules share a spec."""
+    if not isinstance(spec, str):
+        raise ValueError(f"a trigger spec must be a string, not {spec!r}")
+    every = _EVERY_SPEC.match(spec)
+    if every is not None:
+        try:
+            micros = int(Decimal(every["seconds"]) * 1_000_000)
+        except InvalidOperation:  # pragma: no cover - the pattern admits only decimals
+            raise ValueError(f"invalid trigger spec {spec!r}") from None
+        return Every(timedelta(microseconds=micros))
+    cron = _CRON_SPEC.match(spec)
+    if cron is not None:
+        return Cron(cron["expression"], timezone=_parse_zone(cron["zone"]),
+                    day_or=cron["day_and"] is None)
+    raise ValueError(f"invalid trigger spec {spec!r}: expected 'cron EXPRESSION tz=ZONE' "
+                     "or 'every SECONDSs'")
+
+
 def as_trigger(value: Trigger | str) -> Trigger:
-    """A trigger from what ``add_schedule`` accepts: a trigger, or a cron string (UTC)."""
+    """A trigger from what ``add_schedule`` accepts: a trigger, a spec text (``every 60s``,
+    ``cron */5 * * * * tz=Europe/Berlin``, see ``parse_spec``), or a cron string (UTC)."""
     if isinstance(value, str):
+        if value.startswith(("every ", "cron ")):
+            return parse_spec(value)
         return Cron(value)
     if not isinstance(value, Trigger):
         raise ValueError(f"trigger must be a Cron, an Every, a cron string or an object with "
@@ -172,4 +228,4 @@ def as_trigger(value: Trigger | str) -> Trigger:
     return value
 
 
-__all__ = ["Cron", "Every", "Trigger", "as_trigger"]
+__all__ = ["Cron", "Every", "LastRunTrigger", "Trigger", "as_trigger", "parse_spec"]

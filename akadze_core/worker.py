@@ -45,7 +45,7 @@ from .processes import ProcessPool, ProcessPoolError
 from .retry import default_backoff
 from .run_log import Run as _Run
 from .run_log import log_outcomes
-from .schedules import MIN_CHECK_INTERVAL, Scheduler
+from .schedules import MIN_CHECK_INTERVAL, SCHEDULE_CHANGE_GRACE, Scheduler
 from .threads import ThreadRunner
 from .worker_config import Hook, Seconds, WorkerConfig, seconds
 
@@ -300,7 +300,9 @@ class Worker:
         self._completer_task = asyncio.create_task(self._completer.run(), name="completer")
         self._listener_task = asyncio.create_task(
             listen_for_jobs(listen_url(url), self.queues, self._wake.set, self._backoff,
-                            self._cancelled, connect_kwargs=self._connect_kwargs()),
+                            self._cancelled, connect_kwargs=self._connect_kwargs(),
+                            schedules_changed=self._schedules_changed
+                            if self._scheduler is not None else None),
             name="listener")
         self._health.set()
         self._last_heartbeat_ok = time.monotonic()
@@ -693,14 +695,27 @@ class Worker:
                 break
 
     def _scheduling(self) -> bool:
-        return self._scheduler is not None and bool(self.app.schedules
-                                                    or self.app.schedule_sources)
+        # Runtime schedules may appear at any time: a scheduling worker always looks (a
+        # clock read and, every RUNTIME_POLL_INTERVAL, one aggregate when there are none).
+        return self._scheduler is not None
+
+    def _schedules_changed(self, name: str) -> None:
+        """A runtime schedule changed (the listener heard it): take it in at once."""
+        if self._scheduler is None:
+            return
+        self._scheduler.changed(name)
+        service = getattr(self, "_services", {}).get("schedules")
+        if service is not None:
+            # A few milliseconds' grace: a burst of changes (a bulk add) makes one pass.
+            service.trigger(SCHEDULE_CHANGE_GRACE)
 
     async def _enqueue_schedules(self, connection: psycopg.AsyncConnection) -> None:
         assert self._scheduler is not None
         # The scheduler says when its next tick is due (measured on the database clock, so
         # only a duration is carried over to the monotonic clock here).
         wait = await self._scheduler.enqueue_due(connection)
+        if self._scheduler.pending:  # heard of a change during the pass
+            wait = SCHEDULE_CHANGE_GRACE
         self._services["schedules"].next_due = time.monotonic() + wait
 
     async def _claim(self) -> None:

@@ -22,12 +22,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import canvas, celery_side, claim, compat, core, db, enqueue, pgbouncer, procs, table
+from . import (
+    canvas,
+    celery_side,
+    claim,
+    compat,
+    core,
+    db,
+    enqueue,
+    pgbouncer,
+    procs,
+    schedules,
+    table,
+)
 from .drain import DrainResult
 
 RESULTS = Path(__file__).resolve().parent / "results.md"
 WORKLOADS = ("enqueue", "bulk", "latency", "claim", "core", "pgbouncer", "memory", "sweep",
-             "compat", "celery", "canvas")
+             "compat", "celery", "canvas", "schedules")
 
 
 @dataclass(frozen=True)
@@ -50,18 +62,20 @@ class Sizes:
     canvas_members: int    # the core group enqueue, fan-in and statement counts
     canvas_steps: int      # the chain
     canvas_chord: int      # the chord of Celery and of akadze-compat (the same size)
+    schedules: int          # runtime schedules of the schedules workload
+    schedule_seconds: int   # each of its two phases (spans minute boundaries)
 
 
 QUICK = Sizes(drain_jobs=20_000, memory_jobs=20_000, sweep_jobs=5_000, compat_jobs=5_000,
               celery_jobs=5_000, single_enqueue=2_000, bulk_jobs=50_000, bulk_batch=5_000,
               latency_samples=100, claim_small=10_000, claim_large=200_000,
               claim_future=100_000, claims=200, canvas_members=5_000, canvas_steps=300,
-              canvas_chord=2_000)
+              canvas_chord=2_000, schedules=10_000, schedule_seconds=65)
 FULL = Sizes(drain_jobs=200_000, memory_jobs=1_000_000, sweep_jobs=20_000, compat_jobs=50_000,
              celery_jobs=20_000, single_enqueue=10_000, bulk_jobs=200_000, bulk_batch=10_000,
              latency_samples=200, claim_small=10_000, claim_large=1_000_000,
              claim_future=100_000, claims=300, canvas_members=10_000, canvas_steps=1_000,
-             canvas_chord=10_000)
+             canvas_chord=10_000, schedules=10_000, schedule_seconds=125)
 
 
 @dataclass
@@ -249,6 +263,10 @@ class Bench:
                                     compat.compat_drain(
                                         self.url, argv, self.sizes.compat_jobs, pool=pool,
                                         concurrency=concurrency, run_dir=self.run_dir))
+
+    def _schedules(self) -> None:
+        self.results["schedules"] = schedules.schedules_workload(
+            self.url, self.sizes.schedules, self.sizes.schedule_seconds, run_dir=self.run_dir)
 
     def _celery(self) -> None:
         results: dict[str, Any] = {}

@@ -32,6 +32,7 @@ def rows(results: dict[str, Any], sizes: Any, options: argparse.Namespace) -> li
     found += _claim_rows(results)
     found += _memory_rows(results, options)
     found += _canvas_rows(results, options)
+    found += _schedules_rows(results)
     return found
 
 
@@ -216,6 +217,53 @@ def _latency_rows(results: dict[str, Any]) -> list[Row]:
     return [Row(f"{label}, p50", ms(value.p50), target="≤ 3 ms", verdict=verdict(value.p50 <= 3)),
             Row(f"{label}, p99", ms(value.p99), f"max {ms(value.max)}", target="≤ 15 ms",
                 verdict=verdict(value.p99 <= 15))]
+
+
+#: Issue 17: one worker's scheduling with 10,000 runtime schedules, per second of wall time.
+SCHEDULES_CPU_TARGET = 50.0
+#: "Never delays claims": the probes' p99 with the schedules within this of the one without.
+SCHEDULES_CLAIM_SLACK = 5.0
+
+
+def _schedules_rows(results: dict[str, Any]) -> list[Row]:
+    value = results.get("schedules")
+    if value is None:
+        return []
+    if (reason := _failed(value)) is not None:
+        return [Row("runtime schedules", reason)]
+    count, without, with_ = value.schedules, value.without, value.with_schedules
+    label = f"{count:,} runtime schedules (half every 60s, half cron)"
+    cpu_ok = value.cpu_cost < SCHEDULES_CPU_TARGET
+    worst_ok = value.worst_second_cost < SCHEDULES_CPU_TARGET
+    claims_ok = with_.p99 <= without.p99 + SCHEDULES_CLAIM_SLACK
+    boundary = with_.boundary_p99
+    boundary_ok = None if boundary is None else boundary <= without.p99 + SCHEDULES_CLAIM_SLACK
+    slack = f"≤ without + {SCHEDULES_CLAIM_SLACK:g} ms"
+    return [
+        Row(f"{label}: one worker's scheduling CPU, mean over {with_.seconds:g}s",
+            f"{value.cpu_cost:.1f} ms/s",
+            f"worker {with_.cpu_per_second:.1f} ms/s vs {without.cpu_per_second:.1f} without",
+            target=f"< {SCHEDULES_CPU_TARGET:g} ms/s", verdict=verdict(cpu_ok)),
+        Row(f"{label}: its worst second (a minute boundary: {count // 2:,} ticks at once)",
+            f"{value.worst_second_cost:.0f} ms/s",
+            f"worker {with_.cpu_worst_second:.0f} ms vs median second without "
+            f"{without.cpu_median_second:.0f} ms", target=f"< {SCHEDULES_CPU_TARGET:g} ms/s",
+            verdict=verdict(worst_ok)),
+        Row(f"{label}: claim latency (probe every 50 ms, commit → start), p99",
+            ms(with_.p99), f"without: {ms(without.p99)} (p50 {ms(with_.p50)} vs "
+            f"{ms(without.p50)}; max {ms(with_.max)} vs {ms(without.max)})",
+            target=slack, verdict=verdict(claims_ok)),
+        Row(f"{label}: claim latency of the {with_.boundary_probes} probes sent in the 2 s "
+            f"after a minute boundary ({', '.join(value.boundaries)}), p99",
+            ms(boundary), f"without, all probes: {ms(without.p99)}; max {ms(with_.boundary_max)}",
+            target=slack, verdict=verdict(boundary_ok)),
+        Row(f"(info) {label}: the worker's CPU from registering until quiet (the first "
+            "load of the timetable)", f"{with_.settle_cpu:.2f} s",
+            f"without: {without.settle_cpu:.2f} s"),
+        Row(f"{label}: tick jobs enqueued, duplicates", f"{value.tick_jobs:,}, "
+            f"{value.duplicate_ticks} duplicate", target="0 duplicates",
+            verdict=verdict(value.duplicate_ticks == 0)),
+    ]
 
 
 def _claim_rows(results: dict[str, Any]) -> list[Row]:

@@ -20,7 +20,8 @@ import click
 from akadze_core import Job, run_schedules
 
 from .. import states
-from ..django_beat import SCHEDULER_NOTE, names_database_scheduler
+from ..beat import warn_unhonoured_scheduler
+from ..django_beat import names_database_scheduler
 from ..exceptions import TimeoutError as CeleryTimeout
 from .base import CliError, cli_state, split_names, warn
 from .logs import setup_command_logging
@@ -386,7 +387,8 @@ def migrate_command(ctx: click.Context) -> None:
                                          "allow_extra_args": True})
 @click.option("-l", "--loglevel", default="INFO", help="Logging level.")
 @click.option("-S", "--scheduler", help="beat_scheduler: django_celery_beat's "
-                                        "DatabaseScheduler runs the tasks of its tables.")
+                                        "DatabaseScheduler runs the tasks of its tables; "
+                                        "another is named in a warning at start.")
 @click.pass_context
 def beat_command(ctx: click.Context, loglevel: str, scheduler: str | None) -> None:
     """Run only the scheduler: enqueue the app's periodic tasks until stopped.
@@ -399,9 +401,8 @@ def beat_command(ctx: click.Context, loglevel: str, scheduler: str | None) -> No
     app = _state(ctx).load_app()
     if scheduler and names_database_scheduler(scheduler):
         app.conf.beat_scheduler = scheduler
-    elif scheduler:
-        warn(f"beat: ignoring unsupported option --scheduler {scheduler}: {SCHEDULER_NOTE}")
     setup_command_logging(logging.getLevelName(loglevel.upper()))
+    warn_unhonoured_scheduler(app, scheduler)
     core = app.prepare_worker()
     more = " and django_celery_beat's" if core.schedule_sources else ""
     click.echo(f"akadze-compat beat: {len(core.schedules)} periodic tasks{more}; Ctrl-C stops")

@@ -34,7 +34,7 @@ from akadze_core import Worker, WorkerConfig
 from akadze_core.processes import ProcessPool, serve
 from akadze_core.worker_config import DEFAULTS
 
-from .. import signals
+from .. import beat, signals
 from ..worker import entry
 from ..worker.pool import ChildInfo, child_info
 from .base import CliError, cli_state, exit_now, host_format, report, secrets
@@ -127,6 +127,8 @@ def _init(app: Any, settings: WorkerSettings, instance: WorkController, *,
     setup_worker_logging(app, settings.loglevel, settings.logfile)
     for line in settings.notes if main_process else ():
         logger.info("%s", line)
+    if main_process:
+        beat.warn_unhonoured_scheduler(app, settings.options.get("scheduler"))
     core = app.prepare_worker()
     _ = core.database_url  # a bad broker URL fails here, once, as one line
     if main_process:

@@ -19,7 +19,7 @@ from akadze_core.worker_config import DEFAULTS, seconds
 
 from ..app.defaults import DEFAULTS as CELERY_DEFAULTS
 from ..app.routes import queue_names
-from ..django_beat import SCHEDULER_NOTE, names_database_scheduler
+from ..django_beat import names_database_scheduler
 from .base import CliError, host_format, nodename, split_names, warn
 
 __all__ = ["WorkerSettings", "settings_from_options", "warn_unsupported", "worker_options"]
@@ -95,7 +95,7 @@ def worker_options(command: Callable[..., Any]) -> Callable[..., Any]:
                                                         "schedules already."),
         click.option("--scheduler", help="beat_scheduler for this worker: django_celery_beat's "
                                          "DatabaseScheduler runs the periodic tasks of its "
-                                         "tables."),
+                                         "tables; another is named in a warning at start."),
         click.option("-O", "--optimization", type=click.Choice(("default", "fair")),
                      help="Accepted: claims are always 'fair' (a claimed task waits for a "
                           "free process, never for a busy one)."),
@@ -121,9 +121,6 @@ def warn_unsupported(options: dict[str, Any], extra: list[str]) -> None:
                  "read as --scheduler")
         elif value not in (None, False):
             warn(f"{'/'.join(flags)} is ignored: {why}")
-    scheduler = options.get("scheduler")
-    if scheduler and not names_database_scheduler(scheduler):
-        warn(f"--scheduler {scheduler} is ignored: {SCHEDULER_NOTE}")
     if options.get("autoscale"):
         warn("--autoscale is not supported: the pool has a fixed size (its maximum)")
     for word in extra:

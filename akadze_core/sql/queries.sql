@@ -625,7 +625,8 @@ LIMIT %(limit)s;
 SELECT now() AS now;
 
 -- name: schedule_list
-SELECT name, spec, last_tick, last_run, updated_at
+-- source 'runtime': a runtime schedule owns the name, and a code declaration of it is skipped.
+SELECT name, spec, last_tick, last_run, updated_at, source
 FROM akadze.schedules WHERE name = ANY(%(names)s::text[]);
 
 -- name: schedule_start
@@ -638,17 +639,20 @@ ON CONFLICT (name) DO NOTHING;
 -- The trigger changed between deploys: start over from %(tick)s without enqueueing it.
 UPDATE akadze.schedules
 SET spec = %(spec)s, last_tick = %(tick)s, updated_at = now()
-WHERE name = %(name)s AND spec <> %(spec)s;
+WHERE name = %(name)s AND spec <> %(spec)s AND source = 'code';
 
 -- name: schedule_enqueue
 -- Enqueue the run of tick %(tick)s, exactly once however many workers try at the same time:
 -- the UPDATE takes the schedule's row lock, and a worker that waited for it re-reads the row
 -- (READ COMMITTED), finds last_tick already at the tick, updates nothing and so inserts
 -- nothing. The job is due at once and wakes the workers of its queue like job_insert.
+-- %(expected)s (when not NULL) is the last tick the caller decided from: a tick that depends
+-- on the last run (Celery's is_due) is enqueued only if nobody moved it since.
 WITH advanced AS (
     UPDATE akadze.schedules
     SET last_tick = %(tick)s, last_run = %(tick)s, updated_at = now()
-    WHERE name = %(name)s AND spec = %(spec)s AND last_tick < %(tick)s
+    WHERE name = %(name)s AND spec = %(spec)s AND last_tick < %(tick)s AND source = 'code'
+      AND (%(expected)s::timestamptz IS NULL OR last_tick = %(expected)s::timestamptz)
     RETURNING name
 ),
 inserted AS (
@@ -660,6 +664,141 @@ inserted AS (
     RETURNING id, queue
 )
 SELECT id, pg_notify('akadze_jobs', queue) IS NULL AS notified FROM inserted;
+
+-- Runtime schedules (source 'runtime'): the definition lives in the row. Every statement
+-- that changes one takes a new version and notifies akadze_schedules with the name (empty
+-- when the name is too long for a payload: the workers then compare every version), which
+-- Postgres delivers at commit, so a change made in a caller's transaction is heard only if
+-- it commits.
+
+-- name: schedule_runtime_add
+-- Store a new runtime schedule, or (%(replace)s) replace the definition of the one holding
+-- the name, a code schedule's state row included. Ticks up to now() are accounted for: a new
+-- schedule first runs at its next tick, and so does a replaced one whose trigger changed
+-- (last_tick never moves back: a tick at or before it ran or was skipped already). No row
+-- comes back when the name is taken and %(replace)s is false.
+WITH stored AS (
+    INSERT INTO akadze.schedules AS s
+        (name, spec, last_tick, source, task, args, queue, priority, max_attempts, expires,
+         meta, paused, version, changed_at)
+    VALUES (%(name)s, %(spec)s, now(), 'runtime', %(task)s, %(args)s::jsonb, %(queue)s,
+            %(priority)s, %(max_attempts)s, %(expires)s::interval, %(meta)s::jsonb,
+            %(paused)s, nextval('akadze.schedule_versions'), now())
+    ON CONFLICT (name) DO UPDATE
+    SET spec = EXCLUDED.spec,
+        last_tick = CASE WHEN s.source = 'runtime' AND s.spec = EXCLUDED.spec
+                         AND NOT (s.paused AND NOT EXCLUDED.paused)
+                         THEN s.last_tick ELSE greatest(s.last_tick, now()) END,
+        source = 'runtime', task = EXCLUDED.task, args = EXCLUDED.args,
+        queue = EXCLUDED.queue, priority = EXCLUDED.priority,
+        max_attempts = EXCLUDED.max_attempts, expires = EXCLUDED.expires,
+        meta = EXCLUDED.meta, paused = EXCLUDED.paused, version = EXCLUDED.version,
+        changed_at = now(), updated_at = now(),
+        created_at = CASE WHEN s.source = 'runtime' THEN s.created_at ELSE now() END
+    WHERE %(replace)s
+    RETURNING s.*
+)
+SELECT name, source, spec, task, args, queue, priority, max_attempts, expires, meta, paused,
+       version, created_at, changed_at, last_run,
+       pg_notify('akadze_schedules', CASE WHEN octet_length(name) <= 7000 THEN name ELSE '' END)
+           IS NULL AS notified
+FROM stored;
+
+-- name: schedule_owner
+SELECT source FROM akadze.schedules WHERE name = %(name)s;
+
+-- name: schedule_runtime_pause
+-- Pause (%(paused)s true) or resume a runtime schedule. Resuming a paused one accounts for
+-- the ticks up to now(): the ticks missed while it was paused do not run, the next one does.
+WITH changed AS (
+    UPDATE akadze.schedules
+    SET last_tick = CASE WHEN paused AND NOT %(paused)s THEN greatest(last_tick, now())
+                         ELSE last_tick END,
+        paused = %(paused)s, version = nextval('akadze.schedule_versions'),
+        changed_at = now(), updated_at = now()
+    WHERE name = %(name)s AND source = 'runtime'
+    RETURNING name
+)
+SELECT name,
+       pg_notify('akadze_schedules', CASE WHEN octet_length(name) <= 7000 THEN name ELSE '' END)
+           IS NULL AS notified
+FROM changed;
+
+-- name: schedule_runtime_remove
+WITH removed AS (
+    DELETE FROM akadze.schedules WHERE name = %(name)s AND source = 'runtime'
+    RETURNING name
+)
+SELECT name,
+       pg_notify('akadze_schedules', CASE WHEN octet_length(name) <= 7000 THEN name ELSE '' END)
+           IS NULL AS notified
+FROM removed;
+
+-- name: schedule_runtime_list
+-- Runtime schedules, all of them (%(names)s NULL) or those named.
+SELECT name, source, spec, task, args, queue, priority, max_attempts, expires, meta, paused,
+       version, created_at, changed_at, last_run
+FROM akadze.schedules
+WHERE source = 'runtime' AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
+ORDER BY name;
+
+-- name: schedule_runtime_timing
+-- What a worker's timetable holds of the runtime schedules named: no args, no meta (the tick
+-- statement takes those from the row).
+SELECT name, spec, paused, version, last_tick
+FROM akadze.schedules
+WHERE source = 'runtime' AND name = ANY(%(names)s::text[]);
+
+-- name: schedule_runtime_versions
+SELECT name, version FROM akadze.schedules WHERE source = 'runtime';
+
+-- name: schedule_runtime_fingerprint
+-- Any add, change or removal changes one of these (versions only grow, a row's new version
+-- is taken after its old one committed): the workers' poll, cheaper than every version.
+SELECT count(*) AS count, coalesce(sum(version), 0)::text AS total,
+       coalesce(max(version), 0) AS newest
+FROM akadze.schedules WHERE source = 'runtime';
+
+-- name: schedule_runtime_enqueue
+-- Enqueue one tick of each runtime schedule named, in one statement, exactly once per
+-- schedule and tick however many workers try: as schedule_enqueue, each row is locked and
+-- re-read (READ COMMITTED re-checks a row that changed while the lock was awaited), and
+-- only a row still at an earlier tick, at the version the tick was computed from and not
+-- paused is advanced, and only an advanced row inserts its job. Rows are locked in name
+-- order, so two workers enqueueing overlapping sets wait on each other, never deadlock.
+-- The job's fields come from the row; meta gains {"schedule": name, "tick": the tick's text}.
+WITH due AS (
+    -- %(due)s: [[name, version, tick as ISO text], ...]
+    SELECT d ->> 0 AS name, (d ->> 1)::bigint AS version,
+           (d ->> 2)::timestamptz AS tick, d ->> 2 AS tick_text
+    FROM jsonb_array_elements(%(due)s::jsonb) AS d
+),
+locked AS (
+    SELECT s.name, d.tick, d.tick_text
+    FROM akadze.schedules AS s JOIN due AS d ON d.name = s.name
+    WHERE s.source = 'runtime' AND s.version = d.version AND NOT s.paused
+      AND s.last_tick < d.tick
+    ORDER BY s.name
+    FOR UPDATE OF s
+),
+advanced AS (
+    UPDATE akadze.schedules AS s
+    SET last_tick = l.tick, last_run = l.tick, updated_at = now()
+    FROM locked AS l
+    WHERE s.name = l.name
+    RETURNING s.name, s.task, s.queue, s.args, s.priority, s.max_attempts, s.expires, s.meta,
+              l.tick, l.tick_text
+),
+inserted AS (
+    INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts,
+                             expires_at, meta)
+    SELECT task, queue, args, priority, now(), max_attempts, tick + expires,
+           meta || jsonb_build_object('schedule', name, 'tick', tick_text)
+    FROM advanced
+    RETURNING id, queue
+)
+SELECT queue, count(*) AS jobs, pg_notify('akadze_jobs', queue) IS NULL AS notified
+FROM inserted GROUP BY queue;
 
 -- name: statement_lock_timeout
 -- Bound the lock waits of the statement sent right after this one in the same pipeline

@@ -178,20 +178,20 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "celery.result:denied_join_result": (M, ""),
     "celery.result:assert_will_not_block": (S, ""),
     # --- celery.schedules
-    "celery.schedules:crontab": (D, "Celery's parsing and matching, checked against Celery "
-                                    "5.7; `is_due()`/`remaining_estimate()` raise "
-                                    "NotImplementedError (workers compute the ticks)"),
-    "celery.schedules:schedule": (D, "ticks on a fixed grid since the Unix epoch (Celery: "
-                                     "counted from beat's start); `is_due()` not available"),
-    "celery.schedules:solar": (M, "can be made, but a worker whose beat_schedule holds one "
-                                  "refuses to start"),
-    "celery.schedules:BaseSchedule": (D, "a custom subclass runs only if it also has "
-                                         "`latest(at)`, `next(after)` and `spec` (an "
-                                         "akadze_core trigger)"),
+    "celery.schedules:crontab": (D, "Celery's parsing, matching, `remaining_estimate()` and "
+                                    "`is_due()`, checked against Celery 5.7; in the workers "
+                                    "the ticks are computed ahead, exactly once per tick"),
+    "celery.schedules:schedule": (D, "`remaining_estimate()`/`is_due()` as Celery's; in the "
+                                     "workers it ticks on a fixed grid since the Unix epoch "
+                                     "(Celery: counted from the last run)"),
+    "celery.schedules:solar": (D, "as Celery's with the ephem package (`akadze[solar]`); "
+                                  "without it, built but a worker refuses to start"),
+    "celery.schedules:BaseSchedule": (D, "a custom subclass with `is_due()` runs in the "
+                                         "workers as beat runs it, each due run enqueued once"),
     "celery.schedules:maybe_schedule": (S, ""),
     "celery.schedules:crontab_parser": (S, ""),
     "celery.schedules:ParseException": (S, ""),
-    "celery.schedules:schedstate": (M, "beat internals: workers compute the ticks"),
+    "celery.schedules:schedstate": (S, ""),
     "celery.schedules:cronfield": (M, "beat internals"),
     # --- celery.states
     "celery.states:RECEIVED": (S, "never reported: a claimed task starts at once"),

@@ -4,6 +4,7 @@ every worker enqueues once per tick, run through the same entry as ``delay()``."
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import types
 from collections.abc import AsyncIterator, Iterator
@@ -14,8 +15,9 @@ import psycopg
 import pytest
 from kombu import Queue
 
+import akadze_core
 from akadze_compat import Celery, Task, signature, states
-from akadze_compat._triggers import CrontabTrigger
+from akadze_compat._triggers import CrontabTrigger, DueTrigger
 from akadze_compat.beat import (
     UnsupportedSchedule,
     entry_to_schedule,
@@ -23,7 +25,7 @@ from akadze_compat.beat import (
     to_trigger,
 )
 from akadze_compat.exceptions import ImproperlyConfigured
-from akadze_compat.schedules import BaseSchedule, crontab, schedule, solar
+from akadze_compat.schedules import BaseSchedule, crontab, schedstate, schedule
 from akadze_core import Cron, Worker
 from tests.compat.signal_recorder import Recorder
 from tests.helpers import run_worker_until
@@ -149,13 +151,12 @@ def test_preparing_again_is_idempotent_and_follows_the_setting(
 
 
 def test_entries_that_cannot_run_stop_the_worker_naming_them(apps: list[Celery]) -> None:
-    app = make(apps, beat_schedule={"dawn": {"task": "proj.t",
-                                             "schedule": solar("sunrise", 48.85, 2.35)}})
+    app = make(apps, beat_schedule={"never": {"task": "proj.t", "schedule": BaseSchedule()}})
 
     @app.task(name="proj.t")
     def t(x: int) -> None: ...
 
-    with pytest.raises(UnsupportedSchedule, match=r"'dawn'.*solar schedules") as caught:
+    with pytest.raises(UnsupportedSchedule, match=r"'never'.*no is_due") as caught:
         app.prepare_worker()
     assert isinstance(caught.value, NotImplementedError)
     assert isinstance(caught.value, ImproperlyConfigured)  # the CLI prints it as one line
@@ -353,6 +354,99 @@ async def test_several_workers_enqueue_each_tick_once(
     assert len(runs) >= 2
 
 
+class EverySecondAndAHalf(schedule):
+    """A custom schedule, as projects write them: its own is_due on the last run."""
+
+    seen: list[datetime] = []  # noqa: RUF012 - the last runs is_due was asked about
+
+    def is_due(self, last_run_at: datetime) -> schedstate:
+        type(self).seen.append(last_run_at)
+        elapsed = (self.now() - last_run_at).total_seconds()
+        return schedstate(elapsed >= 1.5, max(1.5 - elapsed, 0.1) if elapsed < 1.5 else 1.5)
+
+
+class DuckSchedule:
+    """Not a schedule subclass at all: only is_due and remaining_estimate."""
+
+    def is_due(self, last_run_at: datetime) -> tuple[bool, float]:
+        elapsed = (datetime.now(UTC) - last_run_at).total_seconds()
+        return elapsed >= 1.5, 0.5
+
+    def remaining_estimate(self, last_run_at: datetime) -> timedelta:
+        return last_run_at + timedelta(seconds=1.5) - datetime.now(UTC)
+
+    def __repr__(self) -> str:
+        return "<duck every 1.5s>"
+
+
+async def test_custom_schedules_run_each_due_run_once_across_workers(
+        live: list[Celery], database_url: str, db: psycopg.Connection) -> None:
+    """Three workers ask the custom schedules' is_due with the last run from the database;
+    each due run is enqueued once: consecutive runs are at least the period apart."""
+    EverySecondAndAHalf.seen = []
+    runs: list[str] = []
+
+    def project() -> Celery:
+        app = make(live, database_url, timezone="Europe/Paris", beat_schedule={
+            "custom": {"task": "proj.run", "schedule": EverySecondAndAHalf(60),
+                       "args": ("custom",)},
+            "duck": {"task": "proj.run", "schedule": DuckSchedule(), "args": ("duck",)},
+        })
+
+        @app.task(name="proj.run")
+        def run(name: str) -> None:
+            runs.append(name)
+
+        return app
+
+    workers = [Worker(project().prepare_worker(), queues=["celery"], slots=2,
+                      poll_interval=0.05) for _ in range(3)]
+
+    def enough() -> bool:
+        return all(sum(state == "succeeded" for _, state, _ in jobs_of(db, name)) >= 3
+                   for name in ("custom", "duck"))
+
+    ran = await asyncio.gather(*(run_worker_until(worker, enough, 30) for worker in workers))
+    assert ran == [0, 0, 0]
+    for name in ("custom", "duck"):
+        ticks = [datetime.fromisoformat(tick) for _, _, tick in jobs_of(db, name)]
+        gaps = [(later - earlier).total_seconds()
+                for earlier, later in itertools.pairwise(ticks)]
+        assert gaps and min(gaps) >= 1.5, (name, gaps)  # never two runs for one due run
+    assert runs.count("custom") >= 3 and runs.count("duck") >= 3
+    # is_due got the last run from the database, aware, in the app's zone.
+    assert all(seen.tzinfo is not None and str(seen.tzinfo) == "Europe/Paris"
+               for seen in EverySecondAndAHalf.seen)
+    ticks = {datetime.fromisoformat(tick) for _, _, tick in jobs_of(db, "custom")}
+    assert ticks & set(EverySecondAndAHalf.seen)
+
+
+def test_which_schedules_run_through_is_due(apps: list[Celery]) -> None:
+    app = make(apps)
+    assert isinstance(to_trigger(crontab(minute=5)), CrontabTrigger)
+    assert isinstance(to_trigger(schedule(5)), akadze_core.Every)
+
+    class Named(crontab):  # a subclass that changes nothing runs on the trigger
+        pass
+
+    assert isinstance(to_trigger(Named(minute=5)), CrontabTrigger)
+    custom = EverySecondAndAHalf(60)
+    trigger = to_trigger(custom, "Europe/Paris", app=app)
+    assert isinstance(trigger, DueTrigger) and custom.app is app
+    assert trigger.spec == ("celery-is-due tests.compat.test_beat.EverySecondAndAHalf "
+                            "<freq: 1.00 minute> tz=Europe/Paris")
+    duck = to_trigger(DuckSchedule())
+    assert isinstance(duck, DueTrigger)
+    assert duck.spec == "celery-is-due tests.compat.test_beat.DuckSchedule <duck every 1.5s> tz=UTC"
+
+    class NoRepr(BaseSchedule):
+        def is_due(self, last_run_at: datetime) -> tuple[bool, float]:
+            return False, 5.0
+
+    spec = to_trigger(NoRepr()).spec  # the same in every process: no memory address
+    assert "0x" not in spec and spec.startswith("celery-is-due ")
+
+
 # --- entries, normalized ----------------------------------------------------------------------
 
 
@@ -407,7 +501,7 @@ def test_entries_that_cannot_be_scheduled() -> None:
     class Custom(BaseSchedule):
         pass
 
-    with pytest.raises(NotImplementedError, match="custom schedule Custom"):
+    with pytest.raises(NotImplementedError, match="custom schedule Custom has no is_due"):
         to_trigger(Custom())
     with pytest.raises(TypeError, match="must be seconds"):
         to_trigger("every day")

@@ -224,10 +224,89 @@ def test_beat_runs_only_the_scheduler(database_url: str, db: psycopg.Connection,
         out, err = process.communicate(timeout=20)
     assert process.returncode == 0, err
     assert "1 periodic tasks" in out
-    assert "ignoring unsupported option --scheduler" in err
+    warnings = [line for line in err.splitlines() if "WARNING" in line]
+    assert len(warnings) == 1, err
+    assert warnings[0].endswith(
+        " WARNING akadze_compat.beat: --scheduler x.y:Z is not supported: the schedules x.y:Z "
+        "keeps or computes will not run; only beat_schedule and add_periodic_task entries do "
+        '(migration_guide/celery.md, "Beat runs inside the workers")'), warnings
     # Nothing ran the job: beat only schedules.
     assert db.execute("SELECT state FROM akadze.jobs WHERE task = 'beatproj.tick'"
                       " LIMIT 1").fetchone()[0] == "queued"
+
+
+SCHEDULER_PROJECT = """
+    from akadze_compat import Celery
+
+    app = Celery("schedproj")
+    app.conf.beat_scheduler = {scheduler!r}
+    app.conf.beat_schedule = {{"tick": {{"task": "schedproj.tick", "schedule": 3600}}}}
+
+    @app.task
+    def tick():
+        return "tock"
+"""
+
+
+def _scheduler_project(tmp_path: Path, scheduler: str) -> Path:
+    (tmp_path / "schedproj.py").write_text(textwrap.dedent(SCHEDULER_PROJECT.format(
+        scheduler=scheduler)))
+    return tmp_path
+
+
+def _warnings(log: str) -> list[str]:
+    """The WARNING lines about a scheduler (the test database may draw others)."""
+    return [line for line in log.splitlines()
+            if "WARNING" in line and "is not supported" in line]
+
+
+@pytest.mark.parametrize(("setting", "option", "named", "lost"), [
+    ("redbeat.RedBeatScheduler", None, "beat_scheduler redbeat:RedBeatScheduler",
+     "the schedules RedBeat keeps in Redis"),
+    ("celery.beat:PersistentScheduler", "redbeat.RedBeatScheduler",
+     "--scheduler redbeat:RedBeatScheduler", "the schedules RedBeat keeps in Redis"),
+    ("myproj.scheduling:Scheduler", None, "beat_scheduler myproj.scheduling:Scheduler",
+     "the schedules myproj.scheduling:Scheduler keeps or computes"),
+])
+def test_worker_and_beat_name_a_scheduler_they_cannot_honour(
+        database_url: str, spawn_compat: SpawnCompat, tmp_path: Path, setting: str,
+        option: str | None, named: str, lost: str) -> None:
+    """One WARNING line at start, from the worker and from beat, naming what will not run."""
+    project = _scheduler_project(tmp_path, setting)
+    extra = ["--scheduler", option] if option else []
+    worker = spawn_compat("-b", database_url, "-A", "schedproj", "worker", "-P", "solo",
+                          "-l", "INFO", *extra, cwd=project)
+    worker.wait_ready()
+    beat = spawn_compat("-b", database_url, "-A", "schedproj", "beat", *extra, cwd=project)
+    beat.wait_log("1 periodic tasks")
+    for log in (worker.log(), beat.log()):
+        warnings = _warnings(log)
+        assert len(warnings) == 1, log
+        assert f"{named} is not supported: {lost}" in warnings[0]
+        assert "will not run; only beat_schedule and add_periodic_task entries do" \
+            in warnings[0]
+    assert "--scheduler" not in worker.log().replace(named, "")  # not also "ignored"
+
+
+def test_the_default_scheduler_draws_no_warning(
+        database_url: str, spawn_compat: SpawnCompat, tmp_path: Path) -> None:
+    project = _scheduler_project(tmp_path, "celery.beat.PersistentScheduler")
+    worker = spawn_compat("-b", database_url, "-A", "schedproj", "worker", "-P", "solo",
+                          "-l", "INFO", cwd=project)
+    worker.wait_ready()
+    assert _warnings(worker.log()) == []
+
+
+def test_doctor_lists_a_scheduler_it_cannot_honour(tmp_path: Path) -> None:
+    project = _scheduler_project(tmp_path, "redbeat.RedBeatScheduler")
+    done = run("-A", "schedproj", "doctor", cwd=project)
+    assert done.returncode == 1, done.stderr  # a missing finding
+    text = " ".join(done.stdout.split())
+    assert "beat_scheduler" in text and "redbeat:RedBeatScheduler is not supported" in text
+    assert "the schedules RedBeat keeps in Redis will not run" in text
+    report = json.loads(run("-A", "schedproj", "doctor", "--json", cwd=project).stdout)
+    found = [item for item in report["findings"] if item["key"] == "beat_scheduler"]
+    assert [item["kind"] for item in found] == ["missing"]
 
 
 # --- commands against a live worker -----------------------------------------------------------

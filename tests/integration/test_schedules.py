@@ -233,6 +233,46 @@ async def test_concurrent_checks_for_the_same_tick_insert_one_job(
     assert len(ticks) == 1  # the same tick, re-armed by each rewind
 
 
+class HourAfterTheLastRun:
+    """A trigger that decides from the last run, like Celery's is_due: due an hour after
+    it, at whatever ``now`` each worker reads (so their ticks differ)."""
+
+    spec = "an hour after the last run"
+
+    def latest(self, at: datetime) -> datetime | None:
+        return None
+
+    def latest_after(self, last_tick: datetime, at: datetime) -> datetime | None:
+        return at if at - last_tick >= HOUR else None
+
+    def next(self, after: datetime) -> datetime:
+        return after + timedelta(seconds=1)
+
+
+async def test_concurrent_checks_of_a_last_run_trigger_insert_one_job_per_run(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    """Every check that read the rewound row computes a tick of its own; only the first
+    enqueues: for the others the stored last tick moved under them."""
+    app.add_schedule("due", "t", trigger=HourAfterTheLastRun())
+    await check(app, database_url)
+    assert jobs(db) == []  # a new schedule starts from now, as Celery beat's entries do
+    connections = [await psycopg.AsyncConnection.connect(database_url, autocommit=True)
+                   for _ in range(12)]
+    try:
+        for round_number in range(1, 6):
+            rewind(db, "due", HOUR)
+            await asyncio.gather(*(Scheduler(app).enqueue_due(connection)
+                                   for connection in connections))
+            assert len(jobs(db)) == round_number
+    finally:
+        for connection in connections:
+            await connection.close()
+    row = schedule_row(db, "due")
+    assert row is not None
+    assert row["last_tick"].isoformat() == jobs(db)[-1]["meta"]["tick"]
+
+
 async def test_a_check_that_waited_for_the_row_lock_inserts_nothing(
     app: App, db: psycopg.Connection, database_url: str
 ) -> None:

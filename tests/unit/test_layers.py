@@ -16,8 +16,8 @@ from tests import package_structure
 #: Layer name -> module patterns (fnmatch on the dotted name without ``akadze_compat.``).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Celery's import paths that are pure data or process state: no app, no database.
-    ("base", ("_state", "_triggers", "exceptions", "states", "signals", "serialization",
-              "schedules", "bootsteps", "utils", "utils.*")),
+    ("base", ("_state", "_schedulers", "_triggers", "exceptions", "states", "signals",
+              "serialization", "schedules", "bootsteps", "utils", "utils.*")),
     # Settings and what is read from them.
     ("settings", ("app.defaults", "app.config", "app.routes", "app.context", "loaders")),
     # The client side: sending tasks, reading results, revoking.

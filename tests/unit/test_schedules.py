@@ -171,6 +171,30 @@ def test_a_trigger_without_a_past_tick_starts_at_now() -> None:
     assert plan(NoTicksYet(), state(NoTicksYet.spec, NOW), first) == ("enqueue", first)
 
 
+class DueAfterAMinute:
+    """A trigger told the last run: due a minute after it."""
+
+    spec = "a minute after the last run"
+
+    def latest(self, at: datetime) -> datetime | None:
+        return None
+
+    def latest_after(self, last_tick: datetime, at: datetime) -> datetime | None:
+        return at if at - last_tick >= timedelta(minutes=1) else None
+
+    def next(self, after: datetime) -> datetime:
+        return after + timedelta(seconds=5)
+
+
+def test_a_last_run_trigger_decides_from_the_stored_tick() -> None:
+    trigger = DueAfterAMinute()
+    assert plan(trigger, None, NOW) == ("start", NOW)
+    assert plan(trigger, state("old", NOW - timedelta(days=1)), NOW) == ("reset", NOW)
+    assert plan(trigger, state(trigger.spec, NOW - timedelta(seconds=59)), NOW) is None
+    assert plan(trigger, state(trigger.spec, NOW - timedelta(minutes=1)), NOW) == (
+        "enqueue", NOW)
+
+
 def test_next_check_waits_for_the_next_tick_within_bounds() -> None:
     assert next_check_in([Every(60)], NOW) == 30.0
     assert next_check_in([EVERY_5_MIN], NOW) == MAX_CHECK_INTERVAL  # 150 s away: look anyway

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from akadze_core import Cron, Every, Trigger
-from akadze_core.triggers import EPOCH, as_trigger
+from akadze_core.triggers import EPOCH, as_trigger, parse_spec
 
 UTC = timezone.utc
 
@@ -260,3 +260,27 @@ def test_as_trigger() -> None:
     assert as_trigger(custom) is custom
     with pytest.raises(ValueError, match="trigger"):
         as_trigger(timedelta(minutes=5))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("trigger", [
+    Cron("0 3 * * *", "Europe/Berlin"), Cron("@daily"), Cron("*/15 * * * * 30", day_or=False),
+    Cron("0 0 * * *", timezone(timedelta(hours=-2, minutes=-30))), Cron("0 0 * * *", UTC),
+    Every(0.5), Every(timedelta(days=2)), Every(timedelta(microseconds=1)), Every(60),
+])
+def test_a_spec_parses_back_into_the_same_trigger(trigger: Cron | Every) -> None:
+    parsed = parse_spec(trigger.spec)
+    assert parsed.spec == trigger.spec
+    start = utc(2030, 3, 30, 23, 59, 59)
+    assert ticks(parsed, start, 5) == ticks(trigger, start, 5)
+    assert as_trigger(trigger.spec).spec == trigger.spec
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("every 60", "invalid trigger spec"), ("every -5s", "invalid trigger spec"),
+    ("every 0s", "interval must be positive"), ("cron 0 3 * * *", "invalid trigger spec"),
+    ("cron 0 3 * * * tz=Mars/Base", "unknown time zone"),
+    ("cron 0 99 * * * tz=UTC", "invalid cron expression"), ("hourly", "invalid trigger spec"),
+])
+def test_a_spec_that_names_no_trigger_is_refused(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_spec(spec)
