@@ -10,8 +10,9 @@ Each run is the job ``task.apply_async(args, kwargs, **options)`` would enqueue 
 the same args object (``{"args": [...], "kwargs": {...}}``, kombu JSON), the queue and
 priority the router picks (``options``, the task's own, ``task_routes``, the default
 queue), ``max_attempts`` from the task's ``max_retries``, and ``meta["celery"]`` built as
-``send_task`` builds it, with the ``celery_beat_task`` header Celery beat adds. So it runs
-through the same entry as ``delay()``. Differences from Celery beat (migration guide):
+``send_task`` builds it, with the ``celery_beat_task`` header Celery beat adds, and a uuid4
+task id of its own (``meta["task_id"]``). So it runs through the same entry as ``delay()``.
+Differences from Celery beat (migration guide):
 
 - ``countdown``, ``eta``, ``exchange``, ``task_id`` and kombu options have no meaning for
   a periodic run: each entry that sets one gets one warning, and they are ignored.
@@ -287,6 +288,7 @@ def schedule_arguments(app: Celery, name: str, entry: Mapping[str, Any],
         **periodic.add_schedule_kwargs(), "queue": routed["queue"],
         "priority": None if priority is None else int(priority),
         "max_attempts": publish.max_attempts_for(task), "meta": {"celery": meta},
+        "task_ids": True,  # each run its own uuid4 task id, as Celery beat sends
     }, periodic.ignored_options
 
 

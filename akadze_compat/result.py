@@ -119,6 +119,15 @@ class AsyncResult:
         return self.id
 
     @property
+    def job_id(self) -> int | None:
+        """The akadze_core job behind this task id (not in Celery), None when there is none:
+        what ``app.core.get_job`` and SQL on ``akadze.jobs`` take. Task ids are uuid4
+        strings kept in the job's ``meta["task_id"]``, not job ids."""
+        if self._job_id is None:
+            self._job()
+        return self._job_id
+
+    @property
     def name(self) -> str | None:
         """The task name."""
         job = self._job()

@@ -112,7 +112,7 @@ _BY_SETTING: dict[str, Support] = {
     "beat_schedule": _h("every worker schedules the entries, each tick enqueued once across "
                         "the fleet; after downtime only the latest missed tick runs; "
                         "intervals tick on a fixed grid since the epoch"),
-    "beat_scheduler": _i("schedules come from beat_schedule and add_periodic_task, and from "
+    "beat_scheduler": _d("schedules come from beat_schedule and add_periodic_task, and from "
                          "django_celery_beat's tables with its DatabaseScheduler; another "
                          "scheduler (RedBeat, any other class) draws one WARNING at worker "
                          "and beat start naming what will not run"),
@@ -306,8 +306,7 @@ _USE_PRERUN = "use task_prerun (sent when a worker starts running the task)"
 
 #: Every signal of ``akadze_compat.signals`` (and the app's own) -> whether it is sent.
 SIGNAL_SUPPORT: dict[str, Support] = {
-    "before_task_publish": _d("headers['id'] is None (the task id is the job id, known after "
-                              "the insert); not sent for periodic runs (inserted in SQL)"),
+    "before_task_publish": _d("not sent for periodic runs (the scheduler inserts them in SQL)"),
     "after_task_publish": _d("not sent for periodic runs (the scheduler inserts them in SQL)"),
     "task_prerun": _h(), "task_postrun": _h(), "task_success": _h(), "task_retry": _h(),
     "task_failure": _h("on_failure runs before the state is written"),

@@ -306,6 +306,7 @@ class App:
         max_attempts: int | None = None,
         expires: timedelta | float | None = None,
         meta: Mapping[str, Any] | None = None,
+        task_ids: bool = False,
     ) -> Schedule:
         """Run ``task`` (a Task or a task name) with ``args`` at every tick of ``trigger``.
 
@@ -313,12 +314,13 @@ class App:
         a cron string (UTC), or any object with ``spec``, ``latest()`` and ``next()``. The
         workers of this app enqueue each tick once; a tick that passed before the schedule
         existed does not run, and after downtime only the latest missed tick runs. Each job
-        expires at its tick plus ``expires``. Raises ValueError on an invalid trigger or a
+        expires at its tick plus ``expires``; with ``task_ids`` each job gets its own uuid4
+        ``meta["task_id"]`` (see ``find_job``). Raises ValueError on an invalid trigger or a
         duplicate name, ``InvalidArgs`` on arguments that are not JSON.
         """
         schedule = Schedule.declare(
             self, name, task, trigger=trigger, args=args, queue=queue, priority=priority,
-            max_attempts=max_attempts, expires=expires, meta=meta)
+            max_attempts=max_attempts, expires=expires, meta=meta, task_ids=task_ids)
         with self._lock:
             if name in self.schedules:
                 raise ValueError(f"a schedule named {name!r} is already declared")

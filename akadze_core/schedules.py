@@ -41,6 +41,7 @@ import contextlib
 import logging
 import random
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -95,7 +96,9 @@ class Schedule:
     Made by ``App.add_schedule`` (or ``Task.schedule``). ``queue``, ``priority`` and
     ``max_attempts`` left at None take the task's defaults when the task is registered in
     the app, else the app's default queue, 0 and 3. Each job's ``expires_at`` is its tick
-    plus ``expires``, and its ``meta`` carries ``{"schedule": name, "tick": ISO time}``.
+    plus ``expires``, and its ``meta`` carries ``{"schedule": name, "tick": ISO time}``;
+    with ``task_ids`` also a fresh uuid4 ``"task_id"`` (the external id ``App.find_job``
+    looks up, which the Celery facade uses as the task id).
     """
 
     name: str
@@ -107,6 +110,7 @@ class Schedule:
     max_attempts: int | None = None
     expires: timedelta | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    task_ids: bool = False
     task_object: Task | None = field(default=None, repr=False, compare=False)
     #: Count ticks from this instant (see the module docstring); None: from first sight.
     since: datetime | None = None
@@ -125,6 +129,7 @@ class Schedule:
         max_attempts: int | None = None,
         expires: timedelta | float | None = None,
         meta: Mapping[str, Any] | None = None,
+        task_ids: bool = False,
     ) -> Schedule:
         """Validate everything now (ValueError, ``InvalidArgs`` for args and meta, TypeError
         for args the task's function cannot take), so a mistake fails at import time rather
@@ -142,7 +147,7 @@ class Schedule:
             name=_text(name, "schedule name"), task=task_name, trigger=as_trigger(trigger),
             args=dict(args or {}), queue=None if queue is None else _text(queue, "queue"),
             priority=priority, max_attempts=max_attempts, expires=_expires(expires),
-            meta=dict(meta or {}), task_object=task_object,
+            meta=dict(meta or {}), task_ids=bool(task_ids), task_object=task_object,
         )
         schedule.args_json(app)
         schedule.meta_json(app, EPOCH)
@@ -157,8 +162,11 @@ class Schedule:
         return encode_args(dict(self.args), app.json_dumps, app.max_args_bytes)
 
     def meta_json(self, app: App, tick: datetime) -> str:
-        """The meta of the job for ``tick``: the schedule's own, plus schedule and tick."""
+        """The meta of the job for ``tick``: the schedule's own, plus schedule and tick (and
+        a new task id with ``task_ids``)."""
         meta = {**self.meta, "schedule": self.name, "tick": tick.isoformat()}
+        if self.task_ids:
+            meta["task_id"] = str(uuid.uuid4())
         return encode_args(meta, app.json_dumps, app.max_args_bytes)
 
     def resolved_queue(self, app: App) -> str:

@@ -208,13 +208,16 @@ class Workflow:
         self.nodes.append(node)
         self._upstreams.append(refs or None)
         self._dependents.append(None)
-        self._pending.append(sum(1 for ref in refs if ref < 0))
-        for ref in refs:
+        # An upstream named twice is waited on once (its result is passed twice): settle
+        # counts a job down once per entry in its upstream's dependents, one entry each.
+        distinct = list(dict.fromkeys(refs))
+        self._pending.append(sum(1 for ref in distinct if ref < 0))
+        for ref in distinct:
             if ref < 0:
                 waiting = self._dependents[-ref - 1]
                 if waiting is None:
                     self._dependents[-ref - 1] = [node.index + 1]
-                elif waiting[-1] != node.index + 1:  # the same upstream named twice
+                else:
                     waiting.append(node.index + 1)
             else:
                 self._outside.append((ref, node.index + 1))

@@ -63,7 +63,7 @@ def fill(url: str, jobs: int) -> None:
     app = make_app(url)
     try:
         result = app.tasks[NOOP].delay(0)
-        job_id = getattr(result, "job_id", None) or int(result.id)
+        job_id = result.job_id
     finally:
         app.close()
     db.clone_job(url, int(job_id), jobs - 1)

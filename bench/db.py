@@ -104,13 +104,16 @@ def fill(url: str, count: int, *, task: str, queue: str = "default",
 
 def clone_job(url: str, job_id: int, copies: int) -> None:
     """Insert ``copies`` more rows identical to job ``job_id`` (task, queue, args, meta...),
-    as if enqueued the same way that many times; then ANALYZE."""
+    as if enqueued the same way that many times, each with its own uuid4 task id when the
+    original has one (``.delay()`` rows do); then ANALYZE."""
     with psycopg.connect(url, autocommit=True) as connection:
         connection.execute("SET synchronous_commit = off")
         connection.execute(
             "INSERT INTO akadze.jobs (task, queue, args, priority, max_attempts, expires_at,"
             "                         meta)"
-            " SELECT task, queue, args, priority, max_attempts, expires_at, meta"
+            " SELECT task, queue, args, priority, max_attempts, expires_at,"
+            "        CASE WHEN meta ? 'task_id' THEN jsonb_set(meta, '{task_id}',"
+            "                  to_jsonb(gen_random_uuid()::text)) ELSE meta END"
             " FROM akadze.jobs, generate_series(1, %(copies)s::int)"
             " WHERE id = %(id)s", {"id": job_id, "copies": copies})
         connection.execute("ANALYZE akadze.jobs")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,8 +37,9 @@ class SingleEnqueueResult:
     compat: float | None = None
     compat_ratio: float | None = None
     compat_error: str | None = None
-    # The bare INSERT of the very row .delay() writes (Celery's args and meta), and .delay()
-    # against it: what the facade adds, without the larger row's own cost.
+    # The bare INSERT of the very row .delay() writes (Celery's args and meta, with a uuid4
+    # task id of its own made per row), and .delay() against it: what the facade adds,
+    # without the larger row's own cost.
     bare_compat_row: float | None = None
     compat_ratio_same_row: float | None = None
 
@@ -63,9 +65,10 @@ def single_enqueue(url: str, count: int, *, rounds: int = 50,
         with psycopg.connect(url, autocommit=True) as bare:
             sides["bare"] = lambda i: _bare_insert(bare, i)
             if celery_task is not None:
-                meta = _delay_meta(bare, celery_task.delay(0).id)
+                queue, attempts, head = _delay_row(bare, celery_task.delay(0).job_id)
                 sides["bare_compat_row"] = lambda i: _bare_insert(
-                    bare, i, {"args": [i], "kwargs": {}}, meta)
+                    bare, i, {"args": [i], "kwargs": {}},
+                    f'{head}"task_id": "{uuid.uuid4()}"}}', queue, attempts)
             for i in range(20):  # warm up pools and prepared statements
                 for call in sides.values():
                     call(i)
@@ -100,19 +103,24 @@ def single_enqueue(url: str, count: int, *, rounds: int = 50,
 
 
 def _bare_insert(connection: psycopg.Connection, n: int, args: Any = None,
-                 meta: str = "{}") -> int:
-    row = connection.execute(BARE_INSERT, (NOOP, "default", json.dumps(
-        {"n": n} if args is None else args), 0, 3, meta)).fetchone()
+                 meta: str = "{}", queue: str = "default", max_attempts: int = 3) -> int:
+    row = connection.execute(BARE_INSERT, (NOOP, queue, json.dumps(
+        {"n": n} if args is None else args), 0, max_attempts, meta)).fetchone()
     assert row is not None
     return int(row[0])
 
 
-def _delay_meta(connection: psycopg.Connection, job_id: str) -> str:
-    """The meta text of the job a .delay() inserted (the same for every plain call)."""
-    row = connection.execute("SELECT meta::text FROM akadze.jobs WHERE id = %s",
+def _delay_row(connection: psycopg.Connection, job_id: int) -> tuple[str, int, str]:
+    """The queue, max_attempts and meta of the job a .delay() inserted (the same for every
+    plain call), the meta without its task id and its closing brace, ready for a
+    ``"task_id"`` key: what a hand-written INSERT of the row would keep and complete per
+    row."""
+    row = connection.execute("SELECT queue, max_attempts, meta ? 'task_id',"
+                             " (meta - 'task_id')::text FROM akadze.jobs WHERE id = %s",
                              (int(job_id),)).fetchone()
-    assert row is not None
-    return str(row[0])
+    assert row is not None and row[2], "a .delay() row carries a task id"
+    text = str(row[3])[:-1].rstrip()
+    return str(row[0]), int(row[1]), text if text == "{" else f"{text}, "
 
 
 def _compat_task(url: str) -> tuple[Any, str | None]:

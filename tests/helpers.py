@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,26 @@ def job(db: psycopg.Connection, job_id: int) -> dict[str, Any]:
         row = cursor.execute("SELECT * FROM akadze.jobs WHERE id = %s", (job_id,)).fetchone()
     assert row is not None, f"job {job_id} is gone"
     return row
+
+
+def job_of_task(db: psycopg.Connection, task_id: str) -> dict[str, Any]:
+    """The row of the job a Celery task id names (its ``meta["task_id"]``)."""
+    with db.cursor(row_factory=dict_row) as cursor:
+        row = cursor.execute("SELECT * FROM akadze.jobs WHERE meta->>'task_id' = %s",
+                             (task_id,)).fetchone()
+    assert row is not None, f"no job has task id {task_id}"
+    return row
+
+
+def is_uuid4(text: object) -> bool:
+    """Whether ``text`` is a uuid4 in its canonical text form (a Celery task id)."""
+    if not isinstance(text, str):
+        return False
+    try:
+        parsed = uuid.UUID(text)
+    except ValueError:
+        return False
+    return parsed.version == 4 and parsed.variant == uuid.RFC_4122 and str(parsed) == text
 
 
 def states(db: psycopg.Connection) -> dict[int, str]:

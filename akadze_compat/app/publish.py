@@ -2,8 +2,9 @@
 
 A Celery call becomes one job of the same task name, with args ``{"args": [...],
 "kwargs": {...}}`` and the Celery-only data (headers, ids of the parent and root task, eta,
-expires, limits) in ``meta["celery"]``. The task id is the job id, unless the caller chose
-one (``task_id=``): that one is kept in ``meta["task_id"]``.
+expires, limits) in ``meta["celery"]``. The task id is a uuid4 string made here, as Celery
+makes it, or the one the caller chose (``task_id=``), kept in ``meta["task_id"]`` (the core's
+external id, spliced into the meta encoded once: ``TaskCall.enqueue_with_task_id``).
 
 Transactional enqueue: ``apply_async(connection=psycopg_conn)``, or any call inside
 ``with akadze_compat.transaction(conn):``, inserts the job in that connection's transaction.
@@ -251,15 +252,17 @@ def send_plain(task: Task, kept: _Plain, args: Any, kwargs: Any) -> AsyncResult 
         task.check_arguments(args, kwargs)
     if conf["task_always_eager"]:
         return None
+    task_id = uuid()
     try:
         # Tuples encode as the lists Celery sends; nothing here keeps or changes them.
-        job_id = int(kept.call.enqueue(args=args if args is not None else (),
-                                       kwargs=kwargs if kwargs is not None else {}))
+        job_id = int(kept.call.enqueue_with_task_id(
+            task_id, args=args if args is not None else (),
+            kwargs=kwargs if kwargs is not None else {}))
     except InvalidArgs as exc:
         raise EncodeError(str(exc)) from exc
     except ConnectionLost as exc:
         raise PublishConnectionLost(str(exc)) from exc.__cause__
-    result = AsyncResult(str(job_id), app=app, task_name=str(task.name), job_id=job_id)
+    result = AsyncResult(task_id, app=app, task_name=str(task.name), job_id=job_id)
     result.ignored = bool(task.option("ignore_result", "task_ignore_result"))
     return result
 
@@ -438,6 +441,7 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
         raise TypeError("task args must be a list or tuple")
     if type(kwargs) is not dict and not isinstance(kwargs, Mapping):  # dict: skip the ABC
         raise TypeError("task keyword arguments must be a mapping")
+    task_id = uuid() if task_id is None else str(task_id)
     routed = settings_router(conf).route(
         {key: value for key, value in options.items() if key in ROUTE_KEYS},
         route_name or name, args, kwargs, task_type)
@@ -480,8 +484,6 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
         root_id=root_id, parent_id=parent_id, eta=eta_text, expires=expires_text,
         ignore_result=ignore_result, time_limit=time_limit, soft_time_limit=soft_time_limit,
         shadow=shadow, link=link, link_error=link_error)}
-    if task_id is not None:
-        meta["task_id"] = str(task_id)
     core = app.core
     core_task = core.tasks.get(name) or CoreTask(core, name, _not_here, queue=routed["queue"])
     priority = routed.get("priority")
@@ -501,17 +503,16 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
     if session is not None:
         call = call.using(session=session)
     try:
-        job_id = int(call.enqueue(args=list(args), kwargs=dict(kwargs)))
+        job_id = int(call.enqueue_with_task_id(task_id, args=list(args), kwargs=dict(kwargs)))
     except InvalidArgs as exc:
         raise EncodeError(str(exc)) from exc
     except ConnectionLost as exc:
         raise PublishConnectionLost(str(exc)) from exc.__cause__
-    result_id = str(task_id) if task_id is not None else str(job_id)
     if message_headers is not None and body is not None:
-        message_headers["id"] = result_id
+        message_headers["id"] = task_id
         signals.after_task_publish.send(sender=name, body=body, headers=message_headers,
                                         exchange="", routing_key=routed["queue"])
-    result = AsyncResult(result_id, app=app, task_name=name, job_id=job_id)
+    result = AsyncResult(task_id, app=app, task_name=name, job_id=job_id)
     if ignore_result is None and task_type is not None:
         ignore_result = task_type.option("ignore_result", "task_ignore_result")
     result.ignored = bool(ignore_result)

@@ -133,7 +133,9 @@ def job_result(job: Job | None, state: str) -> Any:
 
 
 def lookup_job(core: CoreApp, task_id: str) -> Job | None:
-    """The job of a Celery task id: a job id, or a ``task_id=`` the caller chose."""
+    """The job of a Celery task id. A job is known by one id: its ``meta["task_id"]`` (the
+    uuid4 every send gives it, or a ``task_id=`` the caller chose), else, for a job without
+    one (sent before task ids were uuids, or enqueued through akadze_core), its job id."""
     if task_id.isdigit():
         job = core.get_job(int(task_id))
         if job is not None and job.meta.get("task_id") in (None, task_id):

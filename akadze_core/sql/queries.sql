@@ -587,12 +587,18 @@ RETURNING id;
 
 -- name: job_find_by_task_id
 -- The newest job carrying an external id (integrations such as the Celery facade set it).
+-- Through jobs_meta_task_id_idx: its predicate (meta ? 'task_id') must be in the query, and
+-- the matches are found before they are ordered (MATERIALIZED), or the planner, which has
+-- no statistics for a partial expression index, walks the primary key backwards through
+-- the whole table for an id that matches nothing (125 ms at 400,000 jobs, 0.1 ms this way).
 SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
        errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
        created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
        upstream_results
-FROM akadze.jobs WHERE meta->>'task_id' = %(task_id)s
-ORDER BY id DESC LIMIT 1;
+FROM akadze.jobs WHERE id = (
+    WITH matches AS MATERIALIZED (
+        SELECT id FROM akadze.jobs WHERE meta ? 'task_id' AND meta->>'task_id' = %(task_id)s)
+    SELECT max(id) FROM matches);
 
 -- name: job_purge
 -- Delete queued jobs (all queues when %(queues)s is NULL), and waiting ones (later steps of

@@ -208,8 +208,8 @@ API_NOTES: dict[str, tuple[str, str]] = {
                                      "`force=True`"),
     "Celery:control": (D, "`revoke()` and `purge()` only; `inspect()` raises "
                           "NotImplementedError (use `akadze-compat inspect`)"),
-    "Celery:send_task": (D, "the task id is the job id unless `task_id=` is given; for a task "
-                            "the sender does not know, the worker's max_retries decides"),
+    "Celery:send_task": (D, "for a task the sender does not know, the worker's max_retries "
+                            "decides"),
     "Celery:annotations": (M, "task_annotations are not applied"),
     "Celery:backend": (M, "no result backend object: AsyncResult reads the job"),
     "Celery:backend_cls": (M, "no result backend object: AsyncResult reads the job"),
@@ -239,8 +239,8 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "Task:update_state": (D, "only for the task running here (other ids: a warning); does "
                              "nothing in eager mode"),
     "Task:max_retries": (S, "None retries forever"),
-    "Task:request": (D, "`id` is the job id unless `task_id=` was given; `hostname` is the "
-                        "worker's `-n`"),
+    "Task:request": (D, "`hostname` is the worker's `-n`; `id` is the task id, the job id for "
+                        "a job sent without one (see celery.md, Task ids)"),
     "Task:map": (M, _NO_CANVAS), "Task:starmap": (M, _NO_CANVAS),
     "Task:chunks": (M, _NO_CANVAS),
     "Task:replace": (M, "not supported: enqueue the replacement yourself"),
@@ -263,7 +263,8 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "AsyncResult:info": (D, "as `result`"),
     "AsyncResult:state": (S, "unknown id: PENDING; a retry waiting: RETRY; STARTED only with "
                              "track_started"),
-    "AsyncResult:id": (S, "the job id (digits) unless `task_id=` was given"),
+    "AsyncResult:id": (S, "a uuid4 string, or the `task_id=` given; `job_id` (not in Celery) "
+                          "is the akadze job's id"),
     "AsyncResult:forget": (D, "deletes nothing: the job goes when its retention ends "
                               "(result_expires)"),
     "AsyncResult:revoke": (D, "a waiting task never runs; a running one is not interrupted "

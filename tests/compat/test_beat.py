@@ -28,7 +28,7 @@ from akadze_compat.exceptions import ImproperlyConfigured
 from akadze_compat.schedules import BaseSchedule, crontab, schedstate, schedule
 from akadze_core import Cron, Worker
 from tests.compat.signal_recorder import Recorder
-from tests.helpers import run_worker_until
+from tests.helpers import is_uuid4, run_worker_until
 
 UTC = timezone.utc
 #: Declaring schedules never connects: these apps point nowhere on purpose.
@@ -50,9 +50,9 @@ def make(apps: list[Celery], broker: str = NOWHERE, **config: Any) -> Celery:
     return app
 
 
-def jobs_of(db: psycopg.Connection, name: str) -> list[tuple[int, str, str]]:
-    """(id, state, tick) of the jobs a schedule enqueued."""
-    return db.execute("SELECT id, state, meta->>'tick' FROM akadze.jobs "
+def jobs_of(db: psycopg.Connection, name: str) -> list[tuple[str, str, str]]:
+    """(task id, state, tick) of the jobs a schedule enqueued."""
+    return db.execute("SELECT meta->>'task_id', state, meta->>'tick' FROM akadze.jobs "
                       "WHERE meta->>'schedule' = %s ORDER BY id", (name,)).fetchall()
 
 
@@ -269,7 +269,7 @@ async def test_link_signatures_are_stored_with_the_job(
 
     result = add.s(1).apply_async(link=add.s(10), link_error=[add.si(0)], countdown=60)
     meta = db.execute("SELECT meta->'celery' FROM akadze.jobs WHERE id = %s",
-                      (int(result.id),)).fetchone()[0]
+                      (result.job_id,)).fetchone()[0]
     assert meta["link"] == [{"task": "proj.add", "args": [10], "kwargs": {}, "options": {},
                              "subtask_type": None, "immutable": False}]
     assert meta["link_error"][0]["immutable"] is True
@@ -290,7 +290,8 @@ async def test_a_periodic_run_goes_through_the_celery_entry(
     def add(self: Task, x: int, y: int = 0) -> int:
         if not x:
             raise AssertionError("an expired run must not start")
-        seen.append({"headers": self.request.headers, "queue": self.request.delivery_info,
+        seen.append({"id": self.request.id, "headers": self.request.headers,
+                     "queue": self.request.delivery_info,
                      "expires": self.request.expires, "retries": self.request.retries})
         return x + y
 
@@ -305,8 +306,9 @@ async def test_a_periodic_run_goes_through_the_celery_entry(
         assert await run_worker_until(worker, done, 15) == 0
     finally:
         recorder.close()
-    job_id, state, tick = jobs_of(db, "every second")[0]
-    result = app.AsyncResult(str(job_id))
+    task_id, state, tick = jobs_of(db, "every second")[0]
+    assert is_uuid4(task_id) and seen[0]["id"] == task_id  # each run its own uuid4 id
+    result = app.AsyncResult(task_id)
     assert (state, result.state, result.result) == ("succeeded", states.SUCCESS, 5)
     assert (result.name, result.args, result.kwargs) == ("proj.beat", [2], {"y": 3})
     assert seen[0]["headers"] == {"celery_beat_task": True} and seen[0]["retries"] == 0
@@ -315,7 +317,7 @@ async def test_a_periodic_run_goes_through_the_celery_entry(
         datetime.fromisoformat(tick) + timedelta(seconds=30)
     assert recorder.names()[:3] == ["task_prerun", "task_success", "task_postrun"]
     assert recorder.calls[1][1]["result"] == 5
-    expired = app.AsyncResult(str(jobs_of(db, "past deadline")[0][0]))
+    expired = app.AsyncResult(jobs_of(db, "past deadline")[0][0])
     assert expired.state == states.REVOKED
 
 
@@ -350,6 +352,8 @@ async def test_several_workers_enqueue_each_tick_once(
                                  for worker in workers))
     assert ran == [0, 0, 0]
     ticks = [tick for _, _, tick in jobs_of(db, "heartbeat")]
+    task_ids = [task_id for task_id, _, _ in jobs_of(db, "heartbeat")]
+    assert all(map(is_uuid4, task_ids)) and len(set(task_ids)) == len(task_ids)
     assert len(ticks) == len(set(ticks))  # exactly one job per tick, whoever enqueued it
     assert len(runs) >= 2
 

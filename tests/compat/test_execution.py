@@ -13,6 +13,7 @@ import pytest
 
 import akadze_compat
 from akadze_compat import Celery, Task, states
+from akadze_compat.app.publish import PLAIN_CALL
 from akadze_compat.exceptions import (
     Ignore,
     MaxRetriesExceededError,
@@ -24,7 +25,7 @@ from akadze_compat.exceptions import (
 )
 from tests.compat.conftest import work
 from tests.compat.signal_recorder import Recorder
-from tests.helpers import job
+from tests.helpers import is_uuid4, job
 
 
 class PaymentDeclined(Exception):
@@ -42,7 +43,7 @@ async def test_delay_runs_and_result_reads_success(celery: Celery,
         return x + y
 
     result = add.delay(2, 3)
-    assert result.id.isdigit()
+    assert is_uuid4(result.id)
     assert result.state == states.PENDING and not result.ready() and result.exists()
     await work(celery, finished(result))
     assert result.get(timeout=5) == 5
@@ -52,7 +53,79 @@ async def test_delay_runs_and_result_reads_success(celery: Celery,
     assert result.date_done is not None
     fresh = celery.AsyncResult(result.id)
     assert (fresh.state, fresh.result) == (states.SUCCESS, 5)
-    assert job(db, int(result.id))["args"] == {"args": [2, 3], "kwargs": {}}
+    assert job(db, result.job_id)["args"] == {"args": [2, 3], "kwargs": {}}
+
+
+async def test_every_send_gets_a_uuid4_task_id_used_everywhere(
+        celery: Celery, db: psycopg.Connection) -> None:
+    seen: list[tuple[str, str | None, int]] = []
+
+    @celery.task(bind=True, name="ids.flaky", max_retries=3, default_retry_delay=0)
+    def flaky(self: Task, times: int) -> str:
+        seen.append((self.request.id, self.request.correlation_id, self.request.retries))
+        if self.request.retries < times:
+            raise self.retry()
+        return self.request.id
+
+    plain, again = flaky.delay(2), flaky.delay(0)  # the kept plain call, twice
+    assert flaky.__dict__.get(PLAIN_CALL) is not None
+    # A publish receiver: the full path, whose message carries the id.
+    recorder = Recorder("before_task_publish", "task_prerun", "task_retry", "task_postrun")
+    full = flaky.apply_async((0,), countdown=0.01)
+    sent = celery.send_task("ids.flaky", (0,))
+    chosen = flaky.apply_async((0,), task_id="my-own-id")
+    results = (plain, again, full, sent)
+    assert all(is_uuid4(result.id) for result in results)
+    assert len({result.id for result in results}) == len(results)
+    assert chosen.id == "my-own-id"
+    for result in (*results, chosen):  # kept in the job's meta, found by it
+        assert job(db, result.job_id)["meta"]["task_id"] == result.id
+        assert celery.AsyncResult(result.id).job_id == result.job_id
+    assert [call["headers"]["id"] for name, call in recorder.calls
+            if name == "before_task_publish"] == [full.id, sent.id, "my-own-id"]
+    await work(celery, finished(*results, chosen))
+    # self.request.id is the task id, on every attempt: retries keep it.
+    assert [entry for entry in seen if entry[0] == plain.id] == [
+        (plain.id, plain.id, retries) for retries in range(3)]
+    assert {entry[0] for entry in seen} == {result.id for result in (*results, chosen)}
+    assert all(celery.AsyncResult(r.id).get(timeout=5) == r.id for r in (*results, chosen))
+    assert job(db, plain.job_id)["attempt"] == 3
+    recorder.close()
+    for signal in ("task_prerun", "task_postrun"):
+        assert [call["task_id"] for name, call in recorder.calls
+                if name == signal].count(plain.id) == 3
+    assert [call["request"].id for name, call in recorder.calls if name == "task_retry"] == \
+        [plain.id, plain.id]
+    # Revoke by the id, through the result and through control.
+    late = flaky.apply_async((0,), countdown=3600)
+    celery.control.revoke(late.id)
+    assert celery.AsyncResult(late.id).state == states.REVOKED
+    # A job's integer id is not its task id once it has one.
+    assert not celery.AsyncResult(str(plain.job_id)).exists()
+
+
+async def test_jobs_without_a_task_id_resolve_by_their_job_id(
+        celery: Celery, db: psycopg.Connection) -> None:
+    """Jobs sent before task ids were uuids (and jobs enqueued through akadze_core) have no
+    meta["task_id"]: their task id is their job id, as it was."""
+
+    @celery.task(bind=True, name="ids.old")
+    def old(self: Task) -> str:
+        return self.request.id
+
+    sent = old.delay()
+    db.execute("UPDATE akadze.jobs SET meta = meta - 'task_id' WHERE id = %s", (sent.job_id,))
+    db.commit()
+    legacy = celery.AsyncResult(str(sent.job_id))
+    assert legacy.exists() and legacy.name == "ids.old" and legacy.job_id == sent.job_id
+    assert not celery.AsyncResult(sent.id).exists()
+    await work(celery, legacy.ready)
+    assert legacy.get(timeout=5) == str(sent.job_id)  # self.request.id is the job id
+    late = old.apply_async(countdown=3600)
+    db.execute("UPDATE akadze.jobs SET meta = meta - 'task_id' WHERE id = %s", (late.job_id,))
+    db.commit()
+    celery.control.revoke(str(late.job_id))
+    assert celery.AsyncResult(str(late.job_id)).state == states.REVOKED
 
 
 async def test_unknown_id_is_pending(celery: Celery) -> None:
@@ -159,7 +232,7 @@ async def test_autoretry_for_with_backoff(celery: Celery, db: psycopg.Connection
     await work(celery, finished(result))
     assert calls == [0, 1, 2]
     assert result.state == states.FAILURE and isinstance(result.result, ConnectionError)
-    errors = job(db, int(result.id))["errors"]
+    errors = job(db, result.job_id)["errors"]
     assert [entry["type"] for entry in errors] == ["ConnectionError"] * 3
 
 
@@ -334,7 +407,7 @@ async def test_send_task_by_name_and_routes(celery: Celery, db: psycopg.Connecti
     routed = fetch.delay("a")
     sent = celery.send_task("feeds.fetch", args=["b"])
     explicit = celery.send_task("feeds.fetch", args=["c"], queue="special")
-    assert [job(db, int(r.id))["queue"] for r in (routed, sent, explicit)] == [
+    assert [job(db, r.job_id)["queue"] for r in (routed, sent, explicit)] == [
         "feeds", "feeds", "special"]
     await work(celery, finished(routed, sent), queues=("feeds",))
     assert (routed.get(), sent.get()) == ("a", "b")
@@ -453,7 +526,7 @@ async def test_delay_on_commit_joins_the_django_transaction(
         monkeypatch.setitem(sys.modules, "django", types.ModuleType("django"))
         monkeypatch.setitem(sys.modules, "django.db", django_db)
         result = noop.delay_on_commit()
-        assert result.id.isdigit() and not celery.AsyncResult(result.id).exists()
+        assert is_uuid4(result.id) and not celery.AsyncResult(result.id).exists()
         connection.commit()
     await work(celery, finished(result))
     assert result.get() == "ok"
@@ -522,7 +595,7 @@ async def test_retry_beyond_the_max_retries_the_job_was_sent_with(
     # As in Celery: the call's max_retries decides, whatever the job was sent with.
     assert runs == [0, 1, 2, 3, 4, 5]
     assert isinstance(result.result, MaxRetriesExceededError) and result.retries == 5
-    assert job(db, int(result.id))["max_attempts"] == 6
+    assert job(db, result.job_id)["max_attempts"] == 6
     assert other.get() == "done after 3"
 
 
@@ -566,7 +639,7 @@ async def test_hard_limit_backstop_when_the_body_is_stuck_in_c_code(
     await work(celery, finished(result))
     recorder.close()
     assert result.state == states.FAILURE and isinstance(result.result, TimeLimitExceeded)
-    errors = job(db, int(result.id))["errors"]
+    errors = job(db, result.job_id)["errors"]
     assert [entry["type"] for entry in errors] == ["JobTimeout", "TimeLimitExceeded"]
     assert recorder.names()[:1] == ["task_failure"]
 
@@ -584,7 +657,7 @@ async def test_scheduling_options(celery: Celery, db: psycopg.Connection) -> Non
                                 exchange="ignored", routing_key="ignored", retry=True,
                                 retry_policy={"max_retries": 1}, compression="zlib",
                                 serializer="json", producer=object())
-    rows = [job(db, int(result.id)) for result in (eta, naive, counted)]
+    rows = [job(db, result.job_id) for result in (eta, naive, counted)]
     assert abs(rows[0]["scheduled_at"] - (now + timedelta(hours=1))) < timedelta(seconds=5)
     assert abs(rows[1]["scheduled_at"] - (now + timedelta(hours=2))) < timedelta(seconds=5)
     assert abs(rows[2]["scheduled_at"] - (now + timedelta(minutes=10))) < timedelta(seconds=5)
@@ -631,7 +704,7 @@ async def test_lost_workers_count_against_max_retries(celery: Celery, database_u
     db.execute("""UPDATE akadze.jobs SET attempt = 2, errors = jsonb_build_array(
                       jsonb_build_object('type', 'WorkerLost', 'attempt', 1),
                       jsonb_build_object('type', 'WorkerLost', 'attempt', 2))
-                  WHERE id = %s""", (int(result.id),))
+                  WHERE id = %s""", (result.job_id,))
     result = celery.AsyncResult(result.id)
     await work(celery, finished(result))
     assert runs == []

@@ -106,9 +106,15 @@ def test_log_levels_table() -> None:
 
 
 def test_uuid() -> None:
-    value = utils.uuid()
-    assert str(uuid_module.UUID(value)) == value
-    assert uuid_module.UUID(value).version == 4
+    values = [utils.uuid() for _ in range(2000)]
+    for value in values:  # what str(uuid.uuid4()) gives: version 4, RFC 4122 variant
+        parsed = uuid_module.UUID(value)
+        assert (str(parsed), parsed.version, parsed.variant) == (
+            value, 4, uuid_module.RFC_4122)
+    assert len(set(values)) == len(values)
+    # Every random digit shows up in every random position (none is stuck).
+    for position in (0, 15, 19, 35):
+        assert len({value[position] for value in values}) == (4 if position == 19 else 16)
     assert utils.gen_unique_id is utils.uuid
 
 

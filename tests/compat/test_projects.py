@@ -28,7 +28,7 @@ from akadze_compat.exceptions import TimeoutError as CeleryTimeoutError
 from akadze_compat.result import AsyncResult
 from tests.compat.cli_harness import DJANGO_PROJECT, PROJECTS, CompatWorker, wait_until
 from tests.compat.conftest import SpawnCompat
-from tests.helpers import children_of, job
+from tests.helpers import children_of, job, job_of_task
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +87,7 @@ def test_shared_task_delay_and_get(plain: Any, db: psycopg.Connection,
     result = add.delay(2, 3)
     assert result.get(timeout=20) == 5
     assert result.state == states.SUCCESS
-    assert job(db, int(result.id))["queue"] == "celery"
+    assert job(db, result.job_id)["queue"] == "celery"
     plain_worker.wait_log("plainproj-signal task_success", timeout=5)
 
 
@@ -104,7 +104,7 @@ def test_retries_then_success(plain: Any, db: psycopg.Connection) -> None:
     task_id = api.checkout("o-1", fail_times=2)
     assert api.wait_for(task_id) == {"order": "o-1", "retries": 2, "queue": "hipri",
                                      "hostname": f"celery@{HOST}"}
-    row = job(db, int(task_id))
+    row = job_of_task(db, task_id)
     assert row["queue"] == "hipri" and row["attempt"] == 3
     assert [error["type"] for error in row["errors"]] == ["PaymentGatewayTimeout"] * 2
 
@@ -120,7 +120,7 @@ def test_autoretry_gives_up_with_the_original_exception(plain: Any,
     result = AsyncResult(task_id)
     assert result.state == states.FAILURE and isinstance(result.result, LedgerUnavailable)
     assert "LedgerUnavailable" in (result.traceback or "")
-    assert job(db, int(task_id))["attempt"] == 3  # max_retries=2
+    assert job_of_task(db, task_id)["attempt"] == 3  # max_retries=2
 
 
 def test_progress_state_is_visible_while_running(plain: Any, tmp_path: Path,
@@ -136,7 +136,7 @@ def test_progress_state_is_visible_while_running(plain: Any, tmp_path: Path,
     release.touch()
     assert result.get(timeout=20) == {"report": "r-7", "pages": 2}
     assert result.state == states.SUCCESS
-    assert job(db, int(task_id))["queue"] == "lopri"  # routed by the glob
+    assert job_of_task(db, task_id)["queue"] == "lopri"  # routed by the glob
 
 
 def test_countdown_and_eta_are_respected(plain: Any, db: psycopg.Connection) -> None:
@@ -147,10 +147,10 @@ def test_countdown_and_eta_are_respected(plain: Any, db: psycopg.Connection) -> 
     time.sleep(0.8)
     for result in (later, at):
         assert result.state == states.PENDING
-        assert job(db, int(result.id))["started_at"] is None
+        assert job(db, result.job_id)["started_at"] is None
     for result in (later, at):
         assert result.get(timeout=20)["message"] in ("in 1.5s", "at +1.5s")
-        row = job(db, int(result.id))
+        row = job(db, result.job_id)
         assert row["started_at"] - row["created_at"] >= timedelta(seconds=1.4)
     with pytest.raises(CeleryTimeoutError):
         api.remind_later("never waited for", 60).get(timeout=0.2)
@@ -159,7 +159,7 @@ def test_countdown_and_eta_are_respected(plain: Any, db: psycopg.Connection) -> 
 def test_explicit_queue_beats_the_routes(plain: Any, db: psycopg.Connection) -> None:
     from plainproj.billing.tasks import add, charge
 
-    assert job(db, int(add.apply_async((1, 1), queue="lopri").id))["queue"] == "lopri"
+    assert job(db, add.apply_async((1, 1), queue="lopri").job_id)["queue"] == "lopri"
     result = charge.apply_async(("o-2",), queue="celery")
     assert result.get(timeout=20)["queue"] == "celery"
 
@@ -175,7 +175,7 @@ def test_transactional_enqueue_commits_and_rolls_back(plain: Any, module_databas
         with akadze_compat.transaction(connection):
             kept = add.delay(2, 2)
     assert db.execute("SELECT count(*) FROM akadze.jobs WHERE id = %s",
-                      (int(lost.id),)).fetchone() == (0,)
+                      (lost.job_id,)).fetchone() == (0,)
     assert kept.get(timeout=20) == 4
 
 
@@ -197,7 +197,7 @@ def test_sigterm_lets_the_running_task_finish_then_exits_0(
                           "-Q", "slowq", "-l", "INFO")
     worker.wait_ready()
     result = nap.apply_async((1.5,), queue="slowq")
-    wait_until(lambda: job(db, int(result.id))["state"] == "running", timeout=20)
+    wait_until(lambda: job(db, result.job_id)["state"] == "running", timeout=20)
     worker.terminate(signal.SIGTERM)
     assert worker.wait_exit() == 0, worker.log()
     assert result.get(timeout=5) == "slept 1.5"
@@ -281,7 +281,7 @@ def test_prefork_prefetches_but_a_claimed_task_waits_for_a_free_process(
     # Claimed ahead (up to 4 per process), they all run in the free process meanwhile.
     assert "slots 8" in worker.log()
     pids = {result.get(timeout=10)["pid"] for result in quick}
-    assert job(db, int(slow.id))["state"] == "running"
+    assert job(db, slow.job_id)["state"] == "running"
     assert len(pids) == 1 and slow.get(timeout=10)["pid"] not in pids
 
 
@@ -332,7 +332,7 @@ def test_prefork_short_tasks_sent_behind_one_that_ends_its_process_run_elsewhere
             akadze_compat.transaction(connection):  # claimed together, in this order
         ending = flaky.apply_async((mode,), queue=queue)
         behind = [flaky.apply_async(queue=queue) for _ in range(2)]
-    ids = [int(result.id) for result in (ending, *behind)]
+    ids = [result.job_id for result in (ending, *behind)]
     wait_until(lambda: all(job(db, job_id)["state"] in ("succeeded", "failed")
                            for job_id in ids), timeout=30)
     assert f"job {ids[1]} sent to process" in worker.log()  # it waited in the pipe
@@ -361,7 +361,7 @@ def test_threads_pool_holds_the_prefetch_window_and_runs_c_bodies_at_once(
     assert max(_running(db, "threadq") for _ in range(20)) == 3
     assert [result.get(timeout=20) for result in results] == ["slept 0.5"] * 5
     # One body at a time: each outcome lands about a body's time after the one before.
-    ended = sorted(job(db, int(result.id))["finished_at"] for result in results)
+    ended = sorted(job(db, result.job_id)["finished_at"] for result in results)
     assert all(later - earlier > timedelta(seconds=0.4)
                for earlier, later in itertools.pairwise(ended)), ended
 
@@ -382,7 +382,7 @@ def test_warm_shutdown_hands_back_the_tasks_claimed_ahead(
     worker.terminate(signal.SIGTERM)
     assert worker.wait_exit() == 0, worker.log()
     # The running task finished; the two claimed ahead went back unspent, never started.
-    rows = sorted((job(db, int(r.id)) for r in results), key=lambda row: row["state"])
+    rows = sorted((job(db, r.job_id) for r in results), key=lambda row: row["state"])
     assert [row["state"] for row in rows] == ["queued", "queued", "succeeded"]
     for row in rows[:2]:
         assert (row["attempt"], row["run_count"], row["errors"]) == (0, 1, []), row
@@ -409,19 +409,19 @@ def test_a_task_claimed_ahead_is_revoked_without_running_when_revoked_or_expired
     wait_until(lambda: _running(db, queue) == 1, timeout=20)
     second = mark.apply_async((str(marker),), queue=queue,
                               expires=1.0 if how == "expires" else None)
-    wait_until(lambda: job(db, int(second.id))["state"] != "queued", timeout=20)
-    assert job(db, int(second.id))["state"] == "running"  # claimed ahead, waiting
+    wait_until(lambda: job(db, second.job_id)["state"] != "queued", timeout=20)
+    assert job(db, second.job_id)["state"] == "running"  # claimed ahead, waiting
     if how == "revoke":
         second.revoke()
     else:
         wait_until(lambda: db.execute("SELECT expires_at <= now() FROM akadze.jobs "
-                                      "WHERE id = %s", (int(second.id),)).fetchone()[0],
+                                      "WHERE id = %s", (second.job_id,)).fetchone()[0],
                    timeout=10)
     time.sleep(0.3)  # the worker hears of it while the first task still runs
     release.touch()
     assert first.get(timeout=20) == {"report": 1, "pages": 2}
-    wait_until(lambda: job(db, int(second.id))["state"] != "running", timeout=20)
-    row = job(db, int(second.id))
+    wait_until(lambda: job(db, second.job_id)["state"] != "running", timeout=20)
+    row = job(db, second.job_id)
     assert not marker.exists(), "the task claimed ahead must not run"
     assert (row["state"], row["attempt"], row["errors"], row["result"]) == (
         "cancelled", 0, [], None), row
@@ -450,7 +450,7 @@ def test_django_project_runs_with_celery_namespace_settings(django_app: CompatWo
 
     receipt = send_receipt.delay(7, "ann@example.com")
     assert receipt.get(timeout=20) == "receipt for order 7 sent to ann@example.com"
-    assert job(db, int(receipt.id))["queue"] == "django"  # CELERY_TASK_DEFAULT_QUEUE
+    assert job(db, receipt.job_id)["queue"] == "django"  # CELERY_TASK_DEFAULT_QUEUE
     order = process_order.delay(8).get(timeout=20)
     assert order["queue"] == "orders" and order["time_zone"] == "Europe/Paris"
     log = django_app.log()

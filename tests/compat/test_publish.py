@@ -21,7 +21,7 @@ from akadze_compat.app.config import Settings
 from akadze_compat.app.task import ArgumentCheck
 from akadze_compat.exceptions import QueueNotFound
 from tests.compat.signal_recorder import Recorder
-from tests.helpers import job
+from tests.helpers import is_uuid4, job
 
 # --- argument checks ---------------------------------------------------------------------
 
@@ -202,14 +202,14 @@ def test_routes_follow_changes_made_through_conf_after_first_use(
     del celery.conf["task_routes"]  # else the change made on the app beats the source
     celery.config_from_object({"task_routes": {"feeds.fetch": "from-source"}}, force=True)
     sourced = fetch.delay()
-    rows = [job(db, int(result.id)) for result in (first, routed, fallback, sourced)]
+    rows = [job(db, result.job_id) for result in (first, routed, fallback, sourced)]
     assert [row["queue"] for row in rows] == ["celery", "feeds", "fallback", "from-source"]
     assert rows[1]["priority"] == 4
     celery.conf.update(task_routes={}, task_create_missing_queues=False,
                        task_queues=["known"])
     with pytest.raises(QueueNotFound):
         fetch.delay()
-    assert job(db, int(fetch.apply_async(queue="known").id))["queue"] == "known"
+    assert job(db, fetch.apply_async(queue="known").job_id)["queue"] == "known"
 
 
 def test_a_named_router_is_imported_once_per_task_routes_value(celery: Celery) -> None:
@@ -236,7 +236,7 @@ def test_publish_signals_and_custom_headers(celery: Celery, db: psycopg.Connecti
     def tagged(x: int) -> None: ...
 
     quiet = tagged.apply_async((1,), headers={"tenant": "acme", "task": "overridden"})
-    meta = job(db, int(quiet.id))["meta"]["celery"]
+    meta = job(db, quiet.job_id)["meta"]["celery"]
     assert meta["headers"] == {"tenant": "acme"}  # Celery's own header names are not kept
 
     def add_header(headers: dict[str, Any], **kwargs: Any) -> None:
@@ -247,7 +247,7 @@ def test_publish_signals_and_custom_headers(celery: Celery, db: psycopg.Connecti
         traced = tagged.apply_async((2,), headers={"tenant": "acme"})
     finally:
         akadze_compat.signals.before_task_publish.disconnect(add_header)
-    assert job(db, int(traced.id))["meta"]["celery"]["headers"] == {
+    assert job(db, traced.job_id)["meta"]["celery"]["headers"] == {
         "tenant": "acme", "trace": "t-1"}
 
     recorder = Recorder("after_task_publish")
@@ -274,7 +274,10 @@ class _Forwarding(Celery):
 def _same_job(db: psycopg.Connection, first: Any, second: Any) -> bool:
     """Whether two jobs are alike but for their ids and for times computed a moment apart
     (a countdown or a relative expiry)."""
-    rows = [job(db, int(result.id)) for result in (first, second)]
+    rows = [job(db, result.job_id) for result in (first, second)]
+    # Each call has its own task id, kept in its job's meta.
+    assert [row["meta"].pop("task_id") for row in rows] == [first.id, second.id]
+    assert first.id != second.id
     moments: list[list[Any]] = []
     for row in rows:
         meta = row["meta"]["celery"]
@@ -378,7 +381,10 @@ def test_plain_calls_follow_changes_to_the_task_and_the_settings(
     def plain(x: int) -> None: ...
 
     def row() -> dict[str, Any]:
-        return job(db, int(plain.delay(1).id))
+        result = plain.delay(1)
+        found = job(db, result.job_id)
+        assert found["meta"].pop("task_id") == result.id and is_uuid4(result.id)
+        return found
 
     first, again = row(), row()
     assert (first["queue"], first["priority"], first["max_attempts"]) == ("celery", 0, 3)
@@ -411,7 +417,7 @@ def test_plain_calls_and_a_router_function_see_each_call(celery: Celery,
     @celery.task(name="proj.sharded")
     def sharded(n: int) -> None: ...
 
-    assert [job(db, int(sharded.delay(n).id))["queue"] for n in range(4)] == [
+    assert [job(db, sharded.delay(n).job_id)["queue"] for n in range(4)] == [
         "shard-0", "shard-1", "shard-0", "shard-1"]
 
 
@@ -504,7 +510,7 @@ def test_kept_plain_calls_go_through_an_overridden_apply_async_and_shadow_name(
     for _ in range(3):
         counted.delay()
     assert len(sent) == 3
-    shadows = [job(db, int(shadowed.delay(n).id))["meta"]["celery"].get("shadow")
+    shadows = [job(db, shadowed.delay(n).job_id)["meta"]["celery"].get("shadow")
                for n in (0, 0, 1, 0)]
     assert shadows == [None, None, "shadow-1", None]
     mocked.delay()  # kept: the mock on the instance must still be what delay() calls

@@ -2,9 +2,9 @@
 
 The tasks of ``tests/workers/worker_app.py`` (sleep, sleep_sync, quick: each records its start
 in ``runs``) plus the ones the fault scenarios need: a poison pill that SIGKILLs its own
-process, results and errors that cannot be stored as they are, a soak task, and a task that
-fails on its first attempt. Same exit protocol as worker_app: the worker's exit code, or
-``akadze: error: <message>`` and 1.
+process, results and errors that cannot be stored as they are, a soak task, a task that
+fails on its first attempt, and the workflow tasks of ``workflow_tasks.py``. Same exit
+protocol as worker_app: the worker's exit code, or ``akadze: error: <message>`` and 1.
 
 ``AKADZE_FAKE_CLOCK_OFFSET=<seconds>`` skews this process's wall clock (``fake_clock``) before
 akadze is imported; the worker then logs ``fake clock offset ...`` once at start.
@@ -34,6 +34,7 @@ import psycopg_pool  # noqa: E402
 from akadze_core import App, ConfigurationError, Worker, WorkerError, current  # noqa: E402
 from akadze_core.processes import ProcessPool, is_child, serve  # noqa: E402
 from akadze_core.serialization import strict_dumps  # noqa: E402
+from tests.faults.workflow_tasks import register_workflow_tasks  # noqa: E402
 from tests.workers.worker_app import _record_start, build_app  # noqa: E402
 
 #: A result of the ``raw_result`` task: the app's dumps writes this text as is, and it is not
@@ -67,6 +68,7 @@ def build_fault_app(url: str) -> App:
     """worker_app's App plus the fault tasks."""
     app = build_app(url)
     app.json_dumps = _dumps
+    register_workflow_tasks(app)
 
     @app.task("suicide", max_attempts=3)
     async def suicide() -> None:

@@ -313,6 +313,45 @@ async def test_bulk_with_a_custom_dumps_and_a_small_size_limit(
         await app.aclose()
 
 
+async def test_enqueue_with_task_id_splices_the_id_into_the_kept_meta(
+    app: App, db: psycopg.Connection
+) -> None:
+    send = make_tasks(app)
+    first = send.enqueue_with_task_id("id-1", to="a")
+    assert (job(db, first)["meta"], job(db, first)["args"]) == ({"task_id": "id-1"}, {"to": "a"})
+    assert app.find_job("id-1").id == first  # type: ignore[union-attr]
+    call = send.configure(meta={"celery": {"x": [1, "é"]}, "task_id": "replaced"})
+    ids = [call.enqueue_with_task_id(f"id-{n}", n=n) for n in range(2, 5)]
+    encoded = call._meta_text
+    assert [job(db, i)["meta"] for i in ids] == [
+        {"celery": {"x": [1, "é"]}, "task_id": f"id-{n}"} for n in range(2, 5)]
+    assert call._meta_text is encoded  # the meta is encoded once, each id spliced in
+    assert job(db, call.enqueue(n=0))["meta"]["task_id"] == "replaced"  # plain enqueue: as is
+    # Any text a task id may be, as JSON: quotes, backslashes, non-ASCII.
+    odd = 'a"b\\c\u00e9\u2028' + HOSTILE
+    assert job(db, send.enqueue_with_task_id(odd))["meta"] == {"task_id": odd}
+    for bad, message in (("nul\x00", "NUL"), ("\ud800", "surrogate"), (7, "must be a str")):
+        with pytest.raises(InvalidArgs, match=message):
+            send.enqueue_with_task_id(bad)  # type: ignore[arg-type]
+    assert job_count(db) == 6
+
+
+async def test_enqueue_with_task_id_with_a_custom_dumps_and_a_small_size_limit(
+    database_url: str, db: psycopg.Connection
+) -> None:
+    app = App(database_url, max_args_bytes=60,
+              json_dumps=lambda value: json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    try:
+        call = make_tasks(app).configure(meta={"k": "é"})
+        job_id = call.enqueue_with_task_id("t" * 20)
+        assert job(db, job_id)["meta"] == {"k": "é", "task_id": "t" * 20}
+        with pytest.raises(InvalidArgs, match="over the limit of 60 bytes"):
+            call.enqueue_with_task_id("t" * 40)
+        assert job_count(db) == 1
+    finally:
+        await app.aclose()
+
+
 async def test_one_notify_per_queue_for_a_bulk_insert_of_many_chunks(
     app: App, database_url: str
 ) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from akadze_core import App, Fail, Worker, current
+from akadze_core import App, Fail, Worker, current, database
 from tests.helpers import job, run_worker_until
 
 
@@ -34,6 +34,34 @@ async def test_get_and_find_job(app: App, db: psycopg.Connection) -> None:
     plan = db.execute("EXPLAIN SELECT id FROM akadze.jobs WHERE meta->>'task_id' = 'x'"
                       " AND meta ? 'task_id'").fetchall()
     assert "jobs_meta_task_id_idx" in " ".join(row[0] for row in plan)
+
+
+def test_find_job_goes_through_the_task_id_index_on_a_large_table(
+        app: App, db: psycopg.Connection) -> None:
+    """Without statistics for the partial index, ``ORDER BY id DESC LIMIT 1`` tempts the
+    planner into walking the primary key through every row for an id that matches none."""
+    db.execute("INSERT INTO akadze.jobs (task, queue, args, meta) SELECT 't', 'q', '{}',"
+               " jsonb_build_object('task_id', gen_random_uuid()::text)"
+               " FROM generate_series(1, 20000)")
+    db.execute("INSERT INTO akadze.jobs (task, queue, args) SELECT 't', 'q', '{}'"
+               " FROM generate_series(1, 20000)")
+    db.execute("ANALYZE akadze.jobs")
+    db.commit()
+    text = database.query("job_find_by_task_id")
+    custom = " ".join(row[0] for row in db.execute("EXPLAIN " + text, {"task_id": "nope"}))
+    # psycopg prepares a statement run five times; its generic plan must use the index too.
+    db.execute("SET plan_cache_mode = force_generic_plan")
+    db.execute("PREPARE find_by_task_id(text) AS " + text.replace("%(task_id)s", "$1"))
+    generic = " ".join(row[0] for row in db.execute("EXPLAIN EXECUTE find_by_task_id('nope')"))
+    db.execute("DEALLOCATE find_by_task_id")
+    db.execute("RESET plan_cache_mode")
+    assert "jobs_meta_task_id_idx" in custom and "jobs_meta_task_id_idx" in generic, \
+        (custom, generic)
+    newest = db.execute("SELECT meta->>'task_id', id FROM akadze.jobs WHERE meta ? 'task_id'"
+                        " ORDER BY id DESC LIMIT 1").fetchone()
+    assert newest is not None
+    assert app.find_job(newest[0]).id == newest[1]  # type: ignore[union-attr]
+    assert app.find_job("nope") is None
 
 
 async def test_wait_for_job_wakes_on_notify_not_polling(app: App) -> None:

@@ -250,3 +250,21 @@ async def test_a_fan_out_added_at_once_is_a_plain_insert(app: App, db: psycopg.C
     await run_until(app, finished(db, body.id, *ids))
     assert job(db, body.id)["result"] == 3
     assert [job(db, i)["result"] for i in ids] == list(range(50))
+
+
+async def test_an_upstream_named_twice_is_waited_on_once_and_passed_twice(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
+    """``after=[a, a]``: the job waits for ``a`` once (it is released when ``a`` succeeds)
+    and receives its result twice, for a node of the workflow and for a job enqueued
+    before alike."""
+    before = tasks["add"].enqueue(x=4)
+    flow = app.workflow()
+    head = flow.add(tasks["add"], x=3)
+    twice = flow.add(tasks["total"], after=[head, head], result_arg="values")
+    outside = flow.add(tasks["total"], after=[before, before, head], result_arg="values")
+    flow.enqueue()
+    assert job(db, twice.id)["waiting_for"] == 1
+    assert job(db, outside.id)["waiting_for"] == 2
+    await run_until(app, finished(db, twice.id, outside.id))
+    assert job(db, twice.id)["result"] == 6
+    assert job(db, outside.id)["result"] == 11

@@ -6,6 +6,7 @@ An App with an unreachable URL is fine here: nothing connects until a job is enq
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -42,6 +43,19 @@ def test_add_schedule_with_a_task_object_takes_its_defaults(app: App) -> None:
     assert request.expires_at is None and request.scheduled_at is None and request.delay == 0
     assert json.loads(request.meta) == {"schedule": "reports.nightly",
                                         "tick": "2024-05-10T03:00:00+00:00"}
+
+
+def test_task_ids_give_every_job_its_own_uuid4(app: App) -> None:
+    plain = app.add_schedule("plain", "report.build", trigger=Every(60), meta={"a": 1})
+    tagged = app.add_schedule("tagged", "report.build", trigger=Every(60), meta={"a": 1},
+                              task_ids=True)
+    assert "task_id" not in json.loads(plain.request(app, NOW).meta)
+    ids = [json.loads(tagged.request(app, NOW).meta)["task_id"] for _ in range(3)]
+    assert all(uuid.UUID(task_id).version == 4 for task_id in ids) and len(set(ids)) == 3
+    assert {key: value for key, value in json.loads(tagged.request(app, NOW).meta).items()
+            if key != "task_id"} == json.loads(plain.request(app, NOW).meta) | {
+                "schedule": "tagged"}
+    assert tagged != plain and tagged.task_ids and not plain.task_ids
 
 
 def test_explicit_options_win_and_expiry_counts_from_the_tick(app: App) -> None:

@@ -46,6 +46,37 @@ DECLARE
     ended bigint[];
     touched integer := 0;
 BEGIN
+    -- Successes and failures together (one flush of a busy worker): lock everything this
+    -- call may change first, in one statement and in id order -- the successes'
+    -- dependents and what waits downstream of the failures. Locked by the two steps below
+    -- one after the other, two flushes could deadlock: each holding a dependent of its
+    -- success that the other's failure dooms.
+    IF EXISTS (SELECT 1 FROM akadze.jobs AS j WHERE j.id = ANY(finished)
+               AND j.state = 'succeeded' AND j.dependents IS NOT NULL)
+       AND EXISTS (SELECT 1 FROM akadze.jobs AS j WHERE j.id = ANY(finished)
+                   AND j.state IN ('failed', 'cancelled') AND j.dependents IS NOT NULL) THEN
+        PERFORM 1 FROM akadze.jobs AS w
+        WHERE w.id IN (
+            WITH RECURSIVE doomed(id) AS (
+                SELECT d.id
+                FROM akadze.jobs AS j CROSS JOIN LATERAL unnest(j.dependents) AS d(id)
+                WHERE j.id = ANY(finished) AND j.state IN ('failed', 'cancelled')
+                UNION
+                SELECT d.id
+                FROM doomed JOIN akadze.jobs AS x ON x.id = doomed.id
+                CROSS JOIN LATERAL unnest(x.dependents) AS d(id)
+                WHERE x.state = 'waiting'
+            )
+            SELECT id FROM doomed
+            UNION
+            SELECT d.id
+            FROM akadze.jobs AS j CROSS JOIN LATERAL unnest(j.dependents) AS d(id)
+            WHERE j.id = ANY(finished) AND j.state = 'succeeded')
+          AND w.state = 'waiting'
+        ORDER BY w.id
+        FOR UPDATE OF w;
+    END IF;
+
     -- Successes count down their dependents, once per dependent and statement, in id
     -- order (two settles locking the same dependents cannot deadlock).
     WITH counted AS (
