@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from . import beat, signals
+from .app.builtins import BUILTIN_TASKS
 from .app.config import ObjectView
 from .app.defaults import DEFAULTS, NAMESPACES
 from .app.publish import ROUTE_KEYS, exec_options
@@ -264,10 +265,15 @@ def _is_async(task: Task) -> bool:
     return inspect.iscoroutinefunction(getattr(task, "__wrapped__", None) or task.run)
 
 
+def _project_tasks(app: Any) -> dict[str, Any]:
+    """The app's tasks but the built-in ones every app has (``celery.map``...)."""
+    return {name: task for name, task in app.tasks.items() if name not in BUILTIN_TASKS}
+
+
 def _tasks(app: Any) -> tuple[list[TaskInfo], list[Finding]]:
     infos: list[TaskInfo] = []
     by_option: dict[tuple[str, Support], list[str]] = {}
-    for name, task in sorted(app.tasks.items()):
+    for name, task in sorted(_project_tasks(app).items()):
         options = explicit_options(task, app.conf)
         is_async = _is_async(task)
         infos.append(TaskInfo(name, _queue(app, task),
@@ -327,7 +333,7 @@ def _roots(app: Any, spec: str | None) -> set[str]:
     """Top-level packages of the project: the app's, the task modules', the receivers'."""
     names = {spec.partition(":")[0]} if spec else set()
     names.update(app.loader.task_modules)
-    names.update(str(getattr(task, "__module__", "")) for task in app.tasks.values())
+    names.update(str(getattr(task, "__module__", "")) for task in _project_tasks(app).values())
     if isinstance(app.config_source, str):
         names.add(app.config_source.partition(":")[0])
     for value in vars(signals).values():
@@ -378,7 +384,7 @@ def _app_refs(app: Any) -> set[tuple[str, str]]:
 
 def _api_findings(app: Any, files: Iterable[tuple[Path, str]], unparsed: list[str]) \
         -> list[Finding]:
-    task_names = {type(task).__name__ for task in app.tasks.values()}
+    task_names = {type(task).__name__ for task in _project_tasks(app).values()}
     refs, attributes = _app_refs(app), set(dir(app))
     grouped: dict[tuple[str, str], dict[str, list[int]]] = {}
     base = Path.cwd()

@@ -1,22 +1,34 @@
-"""Task results: ``AsyncResult`` reads the job row, ``EagerResult`` holds an eager run's.
+"""Task results: ``AsyncResult`` reads the job row, ``EagerResult`` holds an eager run's,
+``ResultSet`` and ``GroupResult`` hold several (a group's).
 
 There is no separate result backend: a task's state, return value and errors are its job's
 columns. The Celery state is derived from the job (``job_state``); the exception of a failed
 task is rebuilt from the job's last error entry by type and module only, never unpickled.
-``get()`` blocks on Postgres LISTEN/NOTIFY until the job finishes, it does not poll.
+``get()`` blocks on Postgres LISTEN/NOTIFY until the job finishes, it does not poll; a
+group's ``get()`` reads its members in one query and waits on one LISTEN connection.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
+import contextvars
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import _state, states
-from .backends.base import FINISHED, job_result, job_state, lookup_job
-from .exceptions import TaskRevokedError, TimeoutError
+from .backends import groups as from_saved
+from .backends.base import (
+    FINISHED,
+    job_result,
+    job_state,
+    lookup_job,
+    never_ran,
+    upstream_exception,
+)
+from .exceptions import ImproperlyConfigured, IncompleteStream, TaskRevokedError, TimeoutError
 from .serialization import revive
 
 if TYPE_CHECKING:
@@ -24,16 +36,65 @@ if TYPE_CHECKING:
 
     from .app.base import Celery
 
-__all__ = ["AsyncResult", "EagerResult"]
+__all__ = ["AsyncResult", "EagerResult", "GroupResult", "ResultBase", "ResultSet",
+           "allow_join_result", "assert_will_not_block", "denied_join_result",
+           "result_from_tuple"]
+
+E_WOULDBLOCK = """\
+Never call result.get() within a task!
+See https://docs.celeryq.dev/en/latest/userguide/tasks.html\
+#avoid-launching-synchronous-subtasks
+"""
+
+#: None: decided by whether a worker runs a task here; True/False: forced by the blocks.
+_join_blocks: contextvars.ContextVar[bool | None] = contextvars.ContextVar(
+    "akadze_compat_join_blocks", default=None)
+
+
+def task_join_will_block() -> bool:
+    """Whether waiting for a result here is refused (inside a worker's task, unless
+    ``allow_join_result()``)."""
+    forced = _join_blocks.get()
+    if forced is not None:
+        return forced
+    return _state.get_current_worker_request() is not None
 
 
 def assert_will_not_block() -> None:
     """Refuse to wait for a result inside a running task (a deadlock risk, as in Celery)."""
-    if _state.get_current_worker_request() is not None:
-        raise RuntimeError("Never call result.get() within a task!")
+    if task_join_will_block():
+        raise RuntimeError(E_WOULDBLOCK)
 
 
-class AsyncResult:
+@contextlib.contextmanager
+def allow_join_result() -> Iterator[None]:
+    """Allow ``result.get()`` inside a task (Celery's escape hatch; the task then holds a
+    worker slot while it waits)."""
+    token = _join_blocks.set(False)
+    try:
+        yield
+    finally:
+        _join_blocks.reset(token)
+
+
+@contextlib.contextmanager
+def denied_join_result() -> Iterator[None]:
+    """Refuse ``result.get()`` in this block, even outside a task."""
+    token = _join_blocks.set(True)
+    try:
+        yield
+    finally:
+        _join_blocks.reset(token)
+
+
+class ResultBase:
+    """Base class of results."""
+
+    #: The result of the step before this one (a chain's), or None.
+    parent: Any = None
+
+
+class AsyncResult(ResultBase):
     """The result of a task call, read from its job (Celery's ``AsyncResult``)."""
 
     def __init__(self, id: str, backend: Any = None, task_name: str | None = None,
@@ -51,6 +112,19 @@ class AsyncResult:
         self.ignored = False
 
     # --- reading the job ---------------------------------------------------------------------
+
+    def _task_id_of(self, job_id: int) -> str:
+        """The Celery task id of another job (a chord's failed member)."""
+        job = self.app.core.get_job(job_id)
+        if job is None:
+            return str(job_id)
+        return str(job.meta.get("task_id") or job.id)
+
+    def _remember(self, job: Job) -> None:
+        """Keep a job read elsewhere (a group's read of all its members)."""
+        self._job_id = job.id
+        if job.state in FINISHED:
+            self._cache = job
 
     def _job(self) -> Job | None:
         if self._cache is not None:
@@ -85,7 +159,7 @@ class AsyncResult:
     def result(self) -> Any:
         """The return value; on FAILURE the exception; for a custom state its metadata."""
         job, state = self._meta()
-        return job_result(job, state)
+        return job_result(job, state, self._task_id_of)
 
     info = result
 
@@ -126,6 +200,12 @@ class AsyncResult:
         if self._job_id is None:
             self._job()
         return self._job_id
+
+    @job_id.setter
+    def job_id(self, value: int | None) -> None:
+        # Set by a canvas send once its workflow is inserted (the ids come back in order).
+        self._job_id = value
+        self._cache = None
 
     @property
     def name(self) -> str | None:
@@ -171,9 +251,47 @@ class AsyncResult:
         return job.finished_at if job and job.state in FINISHED else None
 
     @property
-    def children(self) -> None:
-        """Not tracked."""
-        return None
+    def children(self) -> list[AsyncResult] | None:
+        """The results of the canvas steps that wait for this task (the next step of its
+        chain, its chord body, its ``link`` callbacks), once it finished; None before,
+        as Celery (which knows them only when the task's result is stored)."""
+        job = self._job()
+        if job is None or job.state not in FINISHED:
+            return None
+        dependents = list(job.dependents or ())
+        if not dependents:
+            return []
+        found = self.app.core.get_jobs(dependents)
+        children = []
+        for job_id in dependents:
+            child = found.get(job_id)
+            if child is None:
+                continue
+            result = AsyncResult(str(child.meta.get("task_id") or child.id), app=self.app,
+                                 task_name=child.task, job_id=child.id)
+            result._remember(child)
+            children.append(result)
+        return children
+
+    def iterdeps(self, intermediate: bool = False) -> Iterator[tuple[AsyncResult | None,
+                                                                      AsyncResult]]:
+        """``(parent, child)`` for this result and, depth first, its children's; raises
+        ``IncompleteStream`` for a child not ready unless ``intermediate``."""
+        stack: list[tuple[AsyncResult | None, AsyncResult]] = [(None, self)]
+        while stack:
+            parent, node = stack.pop()
+            yield parent, node
+            if node.ready():
+                stack.extend((node, child) for child in reversed(node.children or []))
+            elif not intermediate:
+                raise IncompleteStream()
+
+    def collect(self, intermediate: bool = False, **kwargs: Any) -> Iterator[tuple[
+            AsyncResult, Any]]:
+        """``(result, value)`` for this result and its children, depth first, each
+        waited for (Celery's ``collect``)."""
+        for _, node in self.iterdeps(intermediate=intermediate):
+            yield node, node.get(**kwargs)
 
     # --- waiting ------------------------------------------------------------------------------
 
@@ -216,9 +334,15 @@ class AsyncResult:
     def maybe_throw(self, propagate: bool = True, callback: Callable[[str, Any], Any] | None =
                     None) -> Any:
         """Raise the task's exception if it failed (with ``propagate``); else return the
-        result."""
+        result. A chain step that never ran because a step before it failed (or was
+        revoked) raises that step's exception: Celery's ``get()`` raises it through the
+        result's parents, or waits forever when it has none."""
         job, state = self._meta()
-        value = job_result(job, state)
+        if job is not None and never_ran(job):
+            if propagate:
+                raise upstream_exception(job.errors[-1], self._task_id_of)
+            return None
+        value = job_result(job, state, self._task_id_of)
         if state in states.PROPAGATE_STATES and propagate:
             raise value if isinstance(value, BaseException) else Exception(value)
         if callback is not None:
@@ -366,3 +490,306 @@ class EagerResult(AsyncResult):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.id, self._result, self._state, self._traceback, self._name))
+
+
+def _job_results(results: list[Any]) -> list[AsyncResult]:
+    """The members read from the database (not eager ones), nested sets included."""
+    found: list[AsyncResult] = []
+    for result in results:
+        if isinstance(result, ResultSet):
+            found.extend(_job_results(result.results))
+        elif isinstance(result, AsyncResult) and not isinstance(result, EagerResult):
+            found.append(result)
+    return found
+
+
+class ResultSet(ResultBase):
+    """Several results, in order (``ResultSet([r1, r2])``); ``get()`` waits for all of
+    them and returns their values in that order."""
+
+    def __init__(self, results: list[Any] | None, app: Celery | None = None,
+                 ready_barrier: Any = None, **kwargs: Any) -> None:
+        self._app = app
+        self.results: list[Any] = list(results) if results is not None else []
+
+    @property
+    def app(self) -> Celery:
+        """The app of the results (the first one's), else the current app."""
+        if self._app is None:
+            first = next((result for result in self.results
+                          if getattr(result, "app", None) is not None), None)
+            self._app = first.app if first is not None else _state.get_current_app()
+        return self._app
+
+    @app.setter
+    def app(self, app: Celery) -> None:
+        self._app = app
+
+    # --- the members -------------------------------------------------------------------------
+
+    def add(self, result: Any) -> None:
+        """Add ``result`` unless it is a member already."""
+        if result not in self.results:
+            self.results.append(result)
+
+    def remove(self, result: Any) -> None:
+        """Remove ``result`` (an id or a result); ``KeyError`` if it is not a member."""
+        if isinstance(result, str):
+            result = self.app.AsyncResult(result)
+        try:
+            self.results.remove(result)
+        except ValueError:
+            raise KeyError(result) from None
+
+    def discard(self, result: Any) -> None:
+        """Remove ``result`` if it is a member."""
+        with contextlib.suppress(KeyError):
+            self.remove(result)
+
+    def update(self, results: Any) -> None:
+        """Add the results that are not members yet."""
+        self.results.extend(result for result in results if result not in self.results)
+
+    def clear(self) -> None:
+        """Remove every member."""
+        self.results[:] = []
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.results)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.results[index]
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ResultSet):
+            return other.results == self.results
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as Celery's
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: [{', '.join(str(r.id) for r in self.results)}]>"
+
+    # --- state: one query for every member ----------------------------------------------
+
+    def _refresh(self) -> None:
+        """Read every unfinished member's job in one query (their states then come from
+        what was read, not from a query each)."""
+        pending = [result for result in _job_results(self.results)
+                   if result._cache is None]
+        if not pending:
+            return
+        known = [result for result in pending if result._job_id is not None]
+        if known:
+            jobs = self.app.core.get_jobs(int(result._job_id)  # type: ignore[arg-type]
+                                          for result in known)
+            for result in known:
+                job = jobs.get(result._job_id)  # type: ignore[arg-type]
+                if job is not None:
+                    result._remember(job)
+
+    def successful(self) -> bool:
+        """Whether every task succeeded."""
+        self._refresh()
+        return all(result.successful() for result in self.results)
+
+    def failed(self) -> bool:
+        """Whether any task failed."""
+        self._refresh()
+        return any(result.failed() for result in self.results)
+
+    def waiting(self) -> bool:
+        """Whether any task is not finished yet."""
+        self._refresh()
+        return any(not result.ready() for result in self.results)
+
+    def ready(self) -> bool:
+        """Whether every task finished (succeeded, failed or revoked)."""
+        self._refresh()
+        return all(result.ready() for result in self.results)
+
+    def completed_count(self) -> int:
+        """How many tasks succeeded."""
+        self._refresh()
+        return sum(int(result.successful()) for result in self.results)
+
+    def maybe_throw(self, callback: Any = None, propagate: bool = True) -> None:
+        """Raise the first failed task's exception (in order)."""
+        self._refresh()
+        for result in self.results:
+            result.maybe_throw(callback=callback, propagate=propagate)
+
+    maybe_reraise = maybe_throw
+
+    def forget(self) -> None:
+        """Forget every result (drop what is cached)."""
+        for result in self.results:
+            result.forget()
+
+    def revoke(self, connection: Any = None, terminate: bool = False, signal: Any = None,
+               wait: bool = False, timeout: float | None = None) -> None:
+        """Revoke every task: queued or waiting ones never run (nor what waits on them)."""
+        self.app.control.revoke([result.id for result in self.results],
+                                connection=connection, timeout=timeout,
+                                terminate=terminate, signal=signal, reply=wait)
+
+    # --- waiting ------------------------------------------------------------------------------
+
+    @property
+    def supports_native_join(self) -> bool:
+        """Always True: ``join`` and ``join_native`` wait the same way."""
+        return True
+
+    def get(self, timeout: float | None = None, propagate: bool = True,
+            interval: float = 0.5, callback: Callable[[str, Any], Any] | None = None,
+            no_ack: bool = True, on_message: Any = None, disable_sync_subtasks: bool = True,
+            on_interval: Any = None) -> Any:
+        """``join``: the values in order."""
+        return self.join(timeout=timeout, propagate=propagate, interval=interval,
+                         callback=callback, no_ack=no_ack, on_message=on_message,
+                         disable_sync_subtasks=disable_sync_subtasks,
+                         on_interval=on_interval)
+
+    def join(self, timeout: float | None = None, propagate: bool = True,
+             interval: float = 0.5, callback: Callable[[str, Any], Any] | None = None,
+             no_ack: bool = True, on_message: Any = None, disable_sync_subtasks: bool = True,
+             on_interval: Any = None) -> Any:
+        """Wait for the tasks and return their values in order (a failed one raises its
+        exception with ``propagate``, else its place holds the exception; with
+        ``callback`` it is called ``(task_id, value)`` per task and the list is empty).
+
+        In order, as Celery: the first failure (in order) is raised once it and the tasks
+        before it finished. Waiting is one LISTEN connection woken by the jobs' NOTIFY, one
+        query reading every unfinished member per wake-up; ``TimeoutError`` after
+        ``timeout`` seconds.
+        """
+        if disable_sync_subtasks:
+            assert_will_not_block()
+        if on_message is not None:
+            raise ImproperlyConfigured("Backend does not support on_message callback")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        values: list[Any] = []
+        for result in self.results:
+            if isinstance(result, AsyncResult) and not isinstance(result, EagerResult) \
+                    and result._cache is None:
+                self._wait_from(result, deadline, propagate)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            value = result.get(timeout=left, propagate=propagate, interval=interval,
+                               disable_sync_subtasks=False)
+            if callback is not None:
+                callback(result.id, value)
+            else:
+                values.append(value)
+        return values
+
+    join_native = join
+
+    def _wait_from(self, first: AsyncResult, deadline: float | None, propagate: bool) -> None:
+        """Wait until ``first`` finished: with ``propagate`` for it alone (a failure in
+        order is raised as soon as Celery would); else for every unfinished member at once
+        (its value is read after all of them anyway)."""
+        self._refresh()
+        if first._cache is not None:
+            return
+        members = [first] if propagate else [
+            result for result in _job_results(self.results) if result._cache is None]
+        if any(result._job_id is None for result in members):
+            return  # not inserted yet (a task_id= being committed): get() looks it up
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            jobs = self.app.core.wait_for_jobs(
+                [result._job_id for result in members], left)  # type: ignore[misc]
+        except builtins.TimeoutError:
+            raise TimeoutError("join operation timed out") from None
+        for result in members:
+            job = jobs.get(result._job_id)  # type: ignore[arg-type]
+            if job is not None:
+                result._remember(job)
+        self._refresh()
+
+    def iterate(self, timeout: float | None = None, propagate: bool = True,
+                interval: float = 0.5) -> Iterator[Any]:
+        """Each value in order, as it is ready."""
+        yield from self.join(timeout=timeout, propagate=propagate, interval=interval)
+
+
+class GroupResult(ResultSet):
+    """The results of a group: a ``ResultSet`` with the group's id (and ``parent``, the
+    step before the group in a chain)."""
+
+    def __init__(self, id: str | None = None, results: list[Any] | None = None,
+                 parent: Any = None, **kwargs: Any) -> None:
+        self.id = id
+        self.parent = parent
+        super().__init__(results, **kwargs)
+
+    @property
+    def children(self) -> list[Any]:
+        """The members' results."""
+        return self.results
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        """``((id, parent), [member tuples])``, Celery's serialized form."""
+        return ((self.id, self.parent and self.parent.as_tuple()),
+                [result.as_tuple() for result in self.results])
+
+    def save(self, backend: Any = None) -> GroupResult:
+        """Store the group (its id and members' ids) for ``GroupResult.restore(id)``."""
+        from_saved.save(self.app, str(self.id), self.as_tuple())
+        return self
+
+    def delete(self, backend: Any = None) -> None:
+        """Remove what ``save`` stored."""
+        from_saved.delete(self.app, str(self.id))
+
+    @classmethod
+    def restore(cls, id: str, backend: Any = None, app: Celery | None = None
+                ) -> GroupResult | None:
+        """The group saved under ``id`` (None if it was not saved)."""
+        app = app or _state.get_current_app()
+        saved = from_saved.load(app, str(id))
+        if saved is None:
+            return None
+        restored = result_from_tuple(saved, app)
+        return restored if isinstance(restored, GroupResult) else None
+
+    def __bool__(self) -> bool:
+        return bool(self.id or self.results)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, GroupResult):
+            return other.id == self.id and other.results == self.results \
+                and other.parent == self.parent
+        if isinstance(other, str):
+            return other == self.id
+        return NotImplemented
+
+    def __hash__(self) -> int:  # type: ignore[override]  # a group hashes by its id
+        return hash(self.id)
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__}: {self.id} "
+                f"[{', '.join(str(r.id) for r in self.results)}]>")
+
+    def __str__(self) -> str:
+        return str(self.id)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.id, self.results, self.parent))
+
+
+def result_from_tuple(value: Any, app: Celery | None = None) -> Any:
+    """A result from its ``as_tuple()`` form (a ``GroupResult`` for a group's)."""
+    if isinstance(value, ResultBase):
+        return value
+    app = app or _state.get_current_app()
+    head, nodes = value
+    task_id, parent = head if isinstance(head, (list, tuple)) else (head, None)
+    parent_result = result_from_tuple(parent, app) if parent else None
+    if nodes is not None:
+        return GroupResult(task_id, [result_from_tuple(node, app) for node in nodes],
+                           parent=parent_result, app=app)
+    return AsyncResult(task_id, app=app, parent=parent_result)

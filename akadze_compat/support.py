@@ -63,7 +63,8 @@ _NO_BROKER = ("there is no broker connection to tune: the queue is the Postgres 
 _IN_URL = "put it in broker_url, the Postgres URL (user, password, host, port, sslmode...)"
 _NO_EVENTS = ("there is no event stream (celery events, Flower): task states are rows in the "
               "database; use `akadze-compat inspect`")
-_NO_CHORDS = "there are no chords (canvas is not supported)"
+_NO_CHORDS = ("chords are not polled: the database releases the body in the transaction that "
+              "stores the last member's result (or fails it with ChordError)")
 _PREFETCH = ("every pool, as in Celery: the worker holds up to multiplier x processes (or "
              "threads) tasks claimed ahead, plus one running per process (with "
              "task_acks_late, running tasks count in the multiplier); they count as "
@@ -151,7 +152,8 @@ _BY_SETTING: dict[str, Support] = {
     "task_acks_on_failure_or_timeout": _i(_FINAL_FAILURE),
     "task_acks_on_failure": _i(_FINAL_FAILURE),
     "task_acks_on_timeout": _i(_FINAL_FAILURE),
-    "task_allow_error_cb_on_chord_header": _i(_NO_CHORDS),
+    "task_allow_error_cb_on_chord_header": _h("a chord's link_error goes to the header's "
+                                              "tasks too (immutable), as in Celery"),
     "task_always_eager": _h("tasks run in the caller, results never stored"),
     "task_annotations": _i("annotations are not applied: set those attributes on the tasks "
                            "(@app.task(...)) or on a base class instead"),
@@ -348,10 +350,14 @@ SIGNAL_SUPPORT: dict[str, Support] = {
 
 # --- APIs --------------------------------------------------------------------------------
 
-_CANVAS = ("canvas is not supported (only single signatures: task.s(), link= is stored but "
-           "not run): call the next task from the body, or enqueue it in the body's "
-           "transaction")
-_RESULT_ONLY_JOBS = "there are no result graphs: keep the AsyncResults and get() each"
+_CANVAS = ("runs as in Celery, but sent as one workflow: every task of the canvas is a job "
+           "from the start, released by the database when the jobs it waits on succeed; a "
+           "chain step after a failure stays PENDING and its get() raises that failure "
+           "(migration_guide/celery.md, Canvas)")
+_RESULT_ONLY_JOBS = ("then() and build_graph() are not provided (collect() and children "
+                     "are: children are the canvas jobs waiting on the task)")
+_GROUP_RESULTS = ("reads every member in one query and waits on LISTEN/NOTIFY; save() "
+                  "stores the group in the akadze.saved_groups table")
 
 #: What the doctor's source scan (``doctor_scan``) looks for: the keys are Celery's names, or
 #: a short description of a call shape; the status is ``missing`` or ``different``.
@@ -360,24 +366,26 @@ API_PATTERNS: dict[str, Support] = {
                                       "instead (migration_guide/celery.md, first step)"),
     "unavailable name": Support(MISSING, "does not exist in akadze_compat: this import or "
                                          "attribute fails after the rename"),
-    "celery.group": Support(MISSING, f"group: {_CANVAS}"),
-    "celery.chain": Support(MISSING, f"chain: {_CANVAS}"),
-    "celery.chord": Support(MISSING, f"chord: {_CANVAS}"),
-    "celery.chunks": Support(MISSING, f"chunks: {_CANVAS}"),
-    "celery.xmap": Support(MISSING, f"xmap: {_CANVAS}"),
-    "celery.xstarmap": Support(MISSING, f"xstarmap: {_CANVAS}"),
-    "signature | signature": Support(MISSING, f"chaining with |: {_CANVAS}"),
-    "Task.map / Task.starmap / Task.chunks": Support(MISSING, _CANVAS),
+    "celery.group": Support(DIFFERENT, f"group: {_CANVAS}"),
+    "celery.chain": Support(DIFFERENT, f"chain: {_CANVAS}"),
+    "celery.chord": Support(DIFFERENT, f"chord: {_CANVAS}"),
+    "celery.chunks": Support(DIFFERENT, f"chunks: {_CANVAS}"),
+    "celery.xmap": Support(DIFFERENT, f"xmap: {_CANVAS}"),
+    "celery.xstarmap": Support(DIFFERENT, f"xstarmap: {_CANVAS}"),
+    "signature | signature": Support(DIFFERENT, f"chaining with |: {_CANVAS}"),
+    "Task.map / Task.starmap / Task.chunks": Support(DIFFERENT, _CANVAS),
     "Task.replace": Support(MISSING, "self.replace() is not supported: enqueue the new task "
                                      "and return"),
-    "Task.add_to_chord": Support(MISSING, f"add_to_chord: {_CANVAS}"),
+    "Task.add_to_chord": Support(MISSING, "add_to_chord is not supported: a chord's header "
+                                          "is fixed when it is sent"),
     "Task.send_event": Support(MISSING, "there is no event stream: record progress with "
                                         "self.update_state()"),
-    "link / link_error": Support(MISSING, "callbacks are stored with the job and never run: "
-                                          "call the next task at the end of the body (or in "
-                                          "on_success/on_failure)"),
-    "celery.result.GroupResult": Support(MISSING, _RESULT_ONLY_JOBS),
-    "celery.result.ResultSet": Support(MISSING, _RESULT_ONLY_JOBS),
+    "link / link_error": Support(DIFFERENT, "run as in Celery, by the database: a callback "
+                                            "is a job waiting for the task, an errback is "
+                                            "inserted when it fails (called (request, exc, "
+                                            "traceback), or (task_id) for one argument)"),
+    "celery.result.GroupResult": Support(DIFFERENT, _GROUP_RESULTS),
+    "celery.result.ResultSet": Support(DIFFERENT, _GROUP_RESULTS),
     "AsyncResult.then / collect / build_graph": Support(MISSING, _RESULT_ONLY_JOBS),
     "AsyncResult.forget": Support(DIFFERENT, "deletes nothing: the job is removed by "
                                              "result_expires"),
@@ -399,7 +407,10 @@ API_PATTERNS: dict[str, Support] = {
     "request.delivery_info": Support(DIFFERENT, "built from the job: exchange and routing_key "
                                                 "as sent, queue, priority (lower runs first), "
                                                 "redelivered after a lost worker"),
-    "request.chain / chord / group": Support(DIFFERENT, "always None: there is no canvas"),
+    "request.chain / chord / group": Support(DIFFERENT, "group and group_index are set for a "
+                                                        "group's members; chain and chord "
+                                                        "are always None (the database "
+                                                        "holds what follows)"),
     "celery.contrib": Support(MISSING, "this celery.contrib module is not provided (rdb, "
                                        "migrate, sphinx...; abortable and django.task are): "
                                        "debug and move tasks with the database at hand"),

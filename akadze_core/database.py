@@ -262,6 +262,14 @@ async def fetch_all_async(
         return await cursor.fetchall()
 
 
+def run_statement_sync(connection: psycopg.Connection, statement: str, /,
+                       **params: Any) -> list[dict[str, Any]]:
+    """Sync twin of ``run_statement``."""
+    with connection.cursor(row_factory=dict_row) as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description is not None else []
+
+
 async def run_statement(connection: psycopg.AsyncConnection, statement: str, /,
                         **params: Any) -> list[dict[str, Any]]:
     """Run one statement of an integration's own SQL file (``queries.load_queries``), under

@@ -21,9 +21,9 @@ from .. import _state, beat, django_beat, serialization, signals
 from ..canvas import Signature, signature
 from ..exceptions import ImproperlyConfigured
 from ..loaders import Loader, django_app_names
-from ..result import AsyncResult
+from ..result import AsyncResult, GroupResult
 from ..worker.entry import core_timeout, make_entry
-from . import publish
+from . import builtins, publish  # noqa: F401  # builtins: celery.map/starmap on every app
 from . import routes as routing
 from .config import Settings, database_url, import_object, load_source, retention
 from .control import Control
@@ -409,6 +409,15 @@ class Celery:
                            parent=parent)
 
     @property
+    def GroupResult(self) -> type[GroupResult]:
+        """``GroupResult`` bound to this app: ``app.GroupResult(id, results)``,
+        ``app.GroupResult.restore(id)``."""
+        bound = self.__dict__.get("_group_result")
+        if bound is None:
+            bound = self.__dict__["_group_result"] = _bound_group_result(self)
+        return bound
+
+    @property
     def current_task(self) -> _Task | None:
         """The task being run here (by a worker or eagerly), or None."""
         return _state.get_current_task()
@@ -417,6 +426,22 @@ class Celery:
     def current_worker_task(self) -> _Task | None:
         """The task a worker is running here, or None."""
         return _state.get_current_worker_task()
+
+
+def _bound_group_result(owner: Celery) -> type[GroupResult]:
+    class BoundGroupResult(GroupResult):
+        def __init__(self, id: str | None = None, results: list[Any] | None = None,
+                     parent: Any = None, **kwargs: Any) -> None:
+            kwargs.setdefault("app", owner)
+            super().__init__(id, results, parent, **kwargs)
+
+        @classmethod
+        def restore(cls, id: str, backend: Any = None, app: Celery | None = None
+                    ) -> GroupResult | None:
+            return GroupResult.restore(id, backend, app=app or owner)
+
+    BoundGroupResult.__name__ = BoundGroupResult.__qualname__ = "GroupResult"
+    return BoundGroupResult
 
 
 def _default_app() -> Celery:

@@ -11,11 +11,15 @@ import asyncio
 import inspect
 import socket
 import threading
+from traceback import format_exception
 from typing import TYPE_CHECKING, Any
 
 from .. import _state, states
+from ..canvas.signatures import listed, maybe_signature
+from ..exceptions import Retry
 from ..result import EagerResult
 from ..utils import uuid
+from ..worker.canvas import new_style_errback
 from .context import Context
 from .trace import RetryCall, call_body, trace
 
@@ -71,7 +75,8 @@ def apply_eagerly(task: Task, args: Any, kwargs: Any, *, task_id: str | None, re
             callbacks=link if link is None or isinstance(link, list) else [link],
             errbacks=link_error if link_error is None or isinstance(link_error, list)
             else [link_error],
-            headers=headers,
+            headers=headers, group=options.get("group_id"),
+            group_index=options.get("group_index"),
             timelimit=None if hard is None and soft is None else [hard, soft],
             ignore_result=bool(ignore_result),
             delivery_info={"is_eager": True, "exchange": options.get("exchange"),
@@ -82,7 +87,12 @@ def apply_eagerly(task: Task, args: Any, kwargs: Any, *, task_id: str | None, re
             value = call_body(task, args, kwargs)
             return _run_coroutine(value) if inspect.iscoroutine(value) else value
 
-        result = trace(task, request, args, kwargs, body, eager=True, propagate=throw)
+        try:
+            result = trace(task, request, args, kwargs, body, eager=True, propagate=throw)
+        except Exception as exc:  # propagated (throw): the errbacks run first, as in Celery
+            if link_error and not isinstance(exc, Retry):
+                call_errbacks(app, request, exc, "".join(format_exception(exc)), link_error)
+            raise
         sig = getattr(result.exception, "sig", None)
         if result.state == states.RETRY and isinstance(sig, RetryCall):
             retries += 1
@@ -90,5 +100,30 @@ def apply_eagerly(task: Task, args: Any, kwargs: Any, *, task_id: str | None, re
                 args, kwargs = tuple(sig.args), dict(sig.kwargs or {})
             continue
         traceback = result.einfo.traceback if result.einfo else None
+        if result.state == states.SUCCESS and link:
+            call_callbacks(app, link, result.retval)
+        elif result.state == states.FAILURE and link_error and result.exception is not None:
+            call_errbacks(app, request, result.exception, traceback, link_error)
         return EagerResult(task_id, result.retval, result.state, traceback=traceback,
                            name=task.name)
+
+
+def call_callbacks(app: Any, link: Any, retval: Any) -> None:
+    """A task's ``link`` callbacks, given its result (sent: eagerly when
+    ``task_always_eager``, as Celery's tracer sends them)."""
+    for callback in listed(link):
+        maybe_signature(callback, app=app).apply_async((retval,))
+
+
+def call_errbacks(app: Any, request: Context, exc: BaseException, traceback: str | None,
+                  link_error: Any) -> None:
+    """A failed eager run's errbacks, Celery's way: a new-style one (a function of more
+    than one argument) called ``(request, exc, traceback)`` here; an old-style one run
+    eagerly with the task id."""
+    for errback in listed(link_error):
+        sig = maybe_signature(errback, app=app)
+        task = sig.known_type
+        if task is not None and new_style_errback(task):
+            sig(request, exc, traceback)
+        else:
+            sig.apply((request.id,), parent_id=request.id, root_id=request.root_id)

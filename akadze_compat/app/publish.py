@@ -12,45 +12,50 @@ Transactional enqueue: ``apply_async(connection=psycopg_conn)``, or any call ins
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
-import logging
 import operator
-import os
-import socket
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
-from datetime import datetime, timedelta, timezone
+from collections.abc import Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psycopg
-from kombu.exceptions import EncodeError, OperationalError
+from kombu.exceptions import EncodeError
 
 from akadze_core import ConnectionLost, InvalidArgs
-from akadze_core import Task as CoreTask
 
 from .. import _state, serialization, signals
 from ..exceptions import AlwaysEagerIgnored, ImproperlyConfigured
 from ..result import AsyncResult
 from ..utils import uuid
 from ..utils.objects import overrides_default
-from .routes import settings_router, settings_router_state
+from . import flow
+from .amqp import (
+    FOREVER,
+    ROUTE_KEYS,
+    STANDARD_HEADERS,
+    PublishConnectionLost,
+    current_session,
+    enclosing_session,
+    max_attempts_for,
+    message_meta,
+    prepare,
+    to_datetime,
+    transaction,
+)
+from .routes import settings_router_state
 
 if TYPE_CHECKING:
     from .base import Celery
     from .config import Settings
     from .task import Task
 
-__all__ = ["EXEC_OPTIONS", "PLAIN_CALL", "PublishConnectionLost", "apply_async",
-           "apply_on_commit", "current_session", "exec_options", "max_attempts_for",
-           "message_meta", "send_plain", "send_task", "transaction"]
+__all__ = ["EXEC_OPTIONS", "FOREVER", "PLAIN_CALL", "ROUTE_KEYS", "STANDARD_HEADERS",
+           "PublishConnectionLost", "apply_async", "apply_on_commit", "current_session",
+           "exec_options", "max_attempts_for", "message_meta", "send_plain", "send_task",
+           "to_datetime", "transaction"]
 
-logger = logging.getLogger("akadze_compat.publish")
-
-#: Core attempts for "retry forever" (max_retries=None): the largest int4.
-FOREVER = 2**31 - 1
 #: Options that may be set on a task and apply to each call (Celery's exec options).
 EXEC_OPTIONS = ("queue", "routing_key", "exchange", "priority", "expires", "serializer",
                 "delivery_mode", "compression", "time_limit", "soft_time_limit")
@@ -62,60 +67,6 @@ def exec_options(task: Task) -> dict[str, Any]:
     """The task's own execution options (``Task._get_exec_options``, which a subclass may
     override as in Celery; the senders call that)."""
     return {name: getattr(task, name, None) for name in EXEC_OPTIONS}
-
-class PublishConnectionLost(ConnectionLost, OperationalError):
-    """``ConnectionLost`` from ``delay``/``apply_async``/``send_task``: the connection broke
-    after the insert was sent, so the task may or may not have been sent (not retried).
-
-    Also kombu's ``OperationalError``, what Celery raises when publishing to a broker it
-    cannot reach, so ``except kombu.exceptions.OperationalError`` keeps catching it.
-    """
-
-
-_session: contextvars.ContextVar[psycopg.Connection | None] = contextvars.ContextVar(
-    "akadze_compat_session", default=None)
-
-
-@contextlib.contextmanager
-def transaction(connection: psycopg.Connection) -> Iterator[psycopg.Connection]:
-    """Enqueue in ``connection``'s transaction: ``with transaction(conn): task.delay(...)``.
-
-    The block runs in ``connection.transaction()`` (a savepoint when a transaction is
-    already open), so the jobs commit or roll back with the writes made in it.
-    """
-    if not isinstance(connection, psycopg.Connection):
-        raise TypeError("transaction() needs a sync psycopg connection "
-                        f"(got {type(connection).__name__})")
-    token = _session.set(connection)
-    try:
-        with connection.transaction():
-            yield connection
-    finally:
-        _session.reset(token)
-
-
-def current_session(connection: Any = None) -> psycopg.Connection | None:
-    """The psycopg connection to enqueue on: ``connection`` if it is one, else the one of
-    the enclosing ``transaction()`` block, else None (autocommit)."""
-    if isinstance(connection, psycopg.AsyncConnection):
-        raise TypeError("apply_async(connection=...) needs a sync psycopg connection: "
-                        "apply_async cannot await an async one")
-    if isinstance(connection, psycopg.Connection):
-        return connection
-    # Anything else (a kombu Connection from Celery code) has no meaning here.
-    return _session.get()
-
-
-def max_attempts_for(task: Task | None) -> int:
-    """Core attempts for a task: Celery's ``max_retries + 1`` (forever for None).
-
-    A task this process does not know (``send_task`` by name) gets forever: the worker's
-    copy of the task decides with its own ``max_retries``.
-    """
-    if task is None or task.max_retries is None:
-        return FOREVER
-    return min(FOREVER, int(task.max_retries) + 1)
-
 
 def apply_async(task: Task, args: Any = None, kwargs: Any = None, *, task_id: str | None = None,
                 link: Any = None, link_error: Any = None, shadow: str | None = None,
@@ -227,7 +178,7 @@ def _plain_now(args: Any, kwargs: Any) -> bool:
     if signals.before_task_publish.receivers or signals.after_task_publish.receivers:
         return False
     # A transaction() block, or ids and priority inherited from a parent task.
-    return _session.get() is None and _state.get_current_worker_request() is None
+    return enclosing_session() is None and _state.get_current_worker_request() is None
 
 
 def _keepable(task: Task, conf: Settings) -> bool:
@@ -360,35 +311,6 @@ def _check_settings_serializers(conf: Settings, previous: Any) -> bool:
     return True
 
 
-def to_datetime(value: datetime | str, app: Celery) -> datetime:
-    """An aware datetime from a datetime or ISO string (naive means the app's timezone)."""
-    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=app.timezone)
-    return moment
-
-
-def _expires_at(expires: Any, app: Celery) -> datetime | None:
-    if expires is None:
-        return None
-    if isinstance(expires, (int, float)):
-        return datetime.now(timezone.utc) + timedelta(seconds=max(0.0, float(expires)))
-    if isinstance(expires, timedelta):
-        return datetime.now(timezone.utc) + expires
-    return to_datetime(expires, app)
-
-
-def _json_or_none(value: Any, what: str) -> Any:
-    if value is None or (not value and type(value) in (dict, list)):
-        return value  # trivially JSON: no need to encode it to find out
-    try:
-        serialization.dumps(value)
-    except (TypeError, ValueError):
-        logger.warning("%s is not JSON and is not stored with the job: %r", what, value)
-        return None
-    return value
-
-
 def send_task(app: Celery, name: str, args: Any = None, kwargs: Any = None, *,
               countdown: float | None = None, eta: datetime | str | None = None,
               task_id: str | None = None, connection: Any = None, expires: Any = None,
@@ -423,151 +345,43 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
           task_id: str | None, link: Any, link_error: Any, shadow: str | None,
           task_type: Task | None, plain_key: tuple[Any, ...] | None = None) -> AsyncResult:
     """Enqueue one call; ``options`` (consumed) holds every option of ``send_task`` but the
-    keyword-only ones here, the serializer checked already. The message headers and body that
-    Celery's publish signals receive are only built when ``before_task_publish`` or
-    ``after_task_publish`` has a receiver; the router is built once per configuration
-    (``routing.settings_router``). With ``plain_key`` (a plain call, see ``PLAIN_CALL``) the
-    configured core call is kept on ``task_type`` for the next plain calls."""
-    conf = app.conf
-    pop = options.pop
-    time_limit, soft_time_limit = pop("time_limit", None), pop("soft_time_limit", None)
-    expires, ignore_result = pop("expires", None), pop("ignore_result", None)
-    countdown, eta, connection = pop("countdown", None), pop("eta", None), pop("connection", None)
-    root_id, parent_id = pop("root_id", None), pop("parent_id", None)
-    route_name, headers = pop("route_name", None), pop("headers", None)
-    args = [] if args is None else args
-    kwargs = {} if kwargs is None else kwargs
-    if not isinstance(args, (list, tuple)):
-        raise TypeError("task args must be a list or tuple")
-    if type(kwargs) is not dict and not isinstance(kwargs, Mapping):  # dict: skip the ABC
-        raise TypeError("task keyword arguments must be a mapping")
+    keyword-only ones here, the serializer checked already. The row is built by
+    ``amqp.prepare`` (as a canvas builds each of its rows); the task id is a uuid4 made here,
+    as Celery makes it, unless the caller chose one. With ``link``/``link_error`` the call
+    is sent as a workflow: its callbacks wait for it and its errbacks are inserted if it
+    fails (``flow.send_linked``). With ``plain_key`` (a plain call, see ``PLAIN_CALL``) the
+    configured core call is kept on ``task_type`` for the next plain calls: its meta holds
+    no task id (``enqueue_with_task_id`` adds each call's)."""
     task_id = uuid() if task_id is None else str(task_id)
-    routed = settings_router(conf).route(
-        {key: value for key, value in options.items() if key in ROUTE_KEYS},
-        route_name or name, args, kwargs, task_type)
-    parent = _state.get_current_worker_request()
-    if parent is not None:
-        root_id = root_id or parent.root_id or parent.id
-        parent_id = parent_id or parent.id
-        if conf["task_inherit_parent_priority"] and routed.get("priority") is None:
-            routed["priority"] = (parent.delivery_info or {}).get("priority")
-    at = to_datetime(eta, app) if eta is not None and not countdown else None
-    eta_text = (at.isoformat() if at else (datetime.now(timezone.utc) + timedelta(
-        seconds=float(countdown))).isoformat() if countdown else None)
-    expires_at = _expires_at(expires, app)
-    expires_text = expires_at.isoformat() if expires_at else None
-    message_headers: dict[str, Any] | None = None
-    body: tuple[list[Any], dict[str, Any], dict[str, Any]] | None = None
-    if headers is not None and type(headers) is not dict:
-        headers = {**headers}  # what the full headers' {..., **headers} accepts, or its error
-    if signals.before_task_publish.receivers or signals.after_task_publish.receivers:
-        message_headers = {
-            "lang": "py", "task": name, "id": task_id, "shadow": shadow, "eta": eta_text,
-            "expires": expires_text, "group": None, "group_index": None, "retries": 0,
-            "timelimit": [time_limit, soft_time_limit], "root_id": root_id,
-            "parent_id": parent_id, "argsrepr": repr(args)[:1024],
-            "kwargsrepr": repr(kwargs)[:1024], "origin": f"gen{os.getpid()}@{socket.gethostname()}",
-            "ignore_result": ignore_result, "replaced_task_nesting": 0,
-            "stamped_headers": None, "stamps": {}, **(headers or {}),
-        }
-        body = (list(args), dict(kwargs), {"callbacks": link, "errbacks": link_error,
-                                           "chain": None, "chord": None})
-        signals.before_task_publish.send(
-            sender=name, body=body, exchange="", routing_key=routed["queue"], declare=[],
-            headers=message_headers, properties={"correlation_id": task_id, "reply_to": ""},
-            retry_policy=None)
-    # Without receivers the custom headers are the caller's: the same ones message_meta
-    # would keep of the full headers (the standard ones are dropped either way); with
-    # receivers, what they changed in the headers is kept, as in Celery.
-    meta: dict[str, Any] = {"celery": message_meta(
-        routed, headers=headers if message_headers is None else message_headers,
-        root_id=root_id, parent_id=parent_id, eta=eta_text, expires=expires_text,
-        ignore_result=ignore_result, time_limit=time_limit, soft_time_limit=soft_time_limit,
-        shadow=shadow, link=link, link_error=link_error)}
-    core = app.core
-    core_task = core.tasks.get(name) or CoreTask(core, name, _not_here, queue=routed["queue"])
-    priority = routed.get("priority")
-    call = core_task.configure(
-        queue=routed["queue"], priority=None if priority is None else int(priority),
-        delay=float(countdown) if countdown else None, at=at, expires_at=expires_at,
-        max_attempts=max_attempts_for(task_type), meta=meta)
-    session = current_session(connection)
+    linked = link is not None or link_error is not None
+    message = prepare(app, name, args, kwargs, options, task_id=task_id, link=link,
+                      link_error=link_error, shadow=shadow, task_type=task_type,
+                      id_in_meta=linked)
+    if linked:
+        return flow.send_linked(message, task_id, link, link_error, task_type)
+    call = message.call
+    session = message.session
     if plain_key is not None and task_type is not None and session is None \
-            and parent is None and message_headers is None:
+            and message.parent is None and message.headers is None:
         # Checked again here: a receiver connected by another thread since _plain_key ran
         # may have added headers to this call's meta.
         typing = task_type.typing if task_type.typing is not None else app.strict_typing
         task_type.__dict__[PLAIN_CALL] = _Plain(
-            plain_key, call, (app, conf), typed=bool(typing),
+            plain_key, call, (app, app.conf), typed=bool(typing),
             direct=not overrides_default(task_type, "apply_async"))
     if session is not None:
         call = call.using(session=session)
     try:
-        job_id = int(call.enqueue_with_task_id(task_id, args=list(args), kwargs=dict(kwargs)))
+        job_id = int(call.enqueue_with_task_id(task_id, args=list(message.args),
+                                               kwargs=dict(message.kwargs)))
     except InvalidArgs as exc:
         raise EncodeError(str(exc)) from exc
     except ConnectionLost as exc:
         raise PublishConnectionLost(str(exc)) from exc.__cause__
-    if message_headers is not None and body is not None:
-        message_headers["id"] = task_id
-        signals.after_task_publish.send(sender=name, body=body, headers=message_headers,
-                                        exchange="", routing_key=routed["queue"])
+    message.published(task_id)
     result = AsyncResult(task_id, app=app, task_name=name, job_id=job_id)
+    ignore_result = message.ignore_result
     if ignore_result is None and task_type is not None:
         ignore_result = task_type.option("ignore_result", "task_ignore_result")
     result.ignored = bool(ignore_result)
     return result
-
-
-def message_meta(routed: Mapping[str, Any], *, headers: Mapping[str, Any] | None,
-                 root_id: str | None = None, parent_id: str | None = None,
-                 eta: str | None = None, expires: str | None = None,
-                 ignore_result: bool | None = None, time_limit: float | None = None,
-                 soft_time_limit: float | None = None, shadow: str | None = None,
-                 link: Any = None, link_error: Any = None) -> dict[str, Any]:
-    """The job's ``meta["celery"]``: what ``entry.build_request`` rebuilds ``self.request``
-    from. ``routed`` is the router's answer; of ``headers`` only the custom ones are kept
-    (Celery's own are rebuilt from the job). Shared by ``send_task`` and periodic tasks, so
-    both kinds of job run the same way."""
-    custom = {key: value for key, value in (headers or {}).items()
-              if key not in STANDARD_HEADERS}
-    meta = {
-        "headers": _json_or_none(custom, "headers") or None, "root_id": root_id,
-        "parent_id": parent_id, "eta": eta, "expires": expires,
-        "ignore_result": ignore_result, "time_limit": time_limit,
-        "soft_time_limit": soft_time_limit, "shadow": shadow,
-        "link": _json_or_none(_listed(link), "link"),
-        "link_error": _json_or_none(_listed(link_error), "link_error"),
-        "routing_key": routed.get("routing_key"), "exchange": _name(routed.get("exchange")),
-        "priority": routed.get("priority"),
-    }
-    # Only what was given: readers take a missing key as None (no headers: {}), and every
-    # byte is in each job's row and WAL (a plain delay()'s meta went from 264 bytes to ~40).
-    return {key: value for key, value in meta.items() if value is not None}
-
-
-def _listed(value: Any) -> Any:
-    # Celery keeps callbacks as a list (request.callbacks), one signature or several.
-    if value is None or isinstance(value, list):
-        return value
-    if isinstance(value, tuple):
-        return list(value)
-    return [value]
-
-
-def _name(value: Any) -> Any:
-    return value if value is None or isinstance(value, str) else getattr(value, "name", None)
-
-
-def _not_here(**kwargs: Any) -> None:
-    raise RuntimeError("this task is only enqueued from here, never run")
-
-
-#: Options the router sees (and may override).
-ROUTE_KEYS = frozenset({"queue", "routing_key", "exchange", "priority", "exchange_type"})
-#: Celery's own message headers; the others are the caller's custom headers.
-STANDARD_HEADERS = frozenset({
-    "lang", "task", "id", "shadow", "eta", "expires", "group", "group_index", "retries",
-    "timelimit", "root_id", "parent_id", "argsrepr", "kwargsrepr", "origin", "ignore_result",
-    "replaced_task_nesting", "stamped_headers", "stamps",
-})

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _state
 from ..backends.base import update_state
-from ..canvas import signature
+from ..canvas import chunks, signature, xmap, xstarmap
 from ..exceptions import MaxRetriesExceededError, Retry
 from ..utils.objects import default, overrides_default
 from . import eager, publish
@@ -389,6 +389,19 @@ class Task:
     def si(self, *args: Any, **kwargs: Any) -> Signature:
         """An immutable signature (``add.si(2, 2)``)."""
         return self.signature(args, kwargs, immutable=True)
+
+    def chunks(self, it: Any, n: int) -> chunks:
+        """The items of ``it`` in parts of ``n`` (tuples of arguments), each part one task
+        calling this one for each item: ``add.chunks(zip(xs, ys), 10)()``."""
+        return chunks(self.s(), it, n, app=self.app)
+
+    def map(self, it: Any) -> xmap:
+        """One task calling this one for each item of ``it`` (one argument each)."""
+        return xmap(self.s(), it, app=self.app)
+
+    def starmap(self, it: Any) -> xstarmap:
+        """One task calling this one for each item of ``it`` (a tuple of arguments)."""
+        return xstarmap(self.s(), it, app=self.app)
 
     @default
     def shadow_name(self, args: Any, kwargs: Any, options: Any) -> str | None:

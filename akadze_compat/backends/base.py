@@ -12,12 +12,13 @@ import logging
 import re
 import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from akadze_core import current
 
 from .. import _state, exceptions, states
-from ..exceptions import TaskRevokedError
+from ..exceptions import ChordError, TaskRevokedError
 from ..serialization import revive
 from ..utils.unsupported import not_provided
 
@@ -27,8 +28,12 @@ if TYPE_CHECKING:
 
     from ..app.task import Task
 
-__all__ = ["FINISHED", "celery_meta", "exception_from_entry", "job_result", "job_state",
-           "lookup_job", "update_state"]
+__all__ = ["FINISHED", "TaskIdOf", "celery_meta", "exception_from_entry", "failure_exception",
+           "job_result", "job_state", "lookup_job", "never_ran", "update_state",
+           "upstream_exception"]
+
+#: Gives the Celery task id of a job id (to name a chord's failed member).
+TaskIdOf = Callable[[int], str]
 
 #: The name the worker's update_state warnings have always been logged under.
 logger = logging.getLogger("akadze_compat.entry")
@@ -55,7 +60,10 @@ def job_state(job: Job | None, track_started: bool = False) -> str:
     if job is None:
         return states.PENDING
     if job.state in FINISHED:
-        return FINISHED[job.state]
+        # A chain step whose upstream failed never ran: Celery leaves it PENDING.
+        return states.PENDING if never_ran(job) else FINISHED[job.state]
+    if job.state == "waiting":
+        return states.PENDING
     if job.state == "queued":
         return states.PENDING if job.attempt == 0 else states.RETRY
     custom = celery_meta(job).get("state")
@@ -113,8 +121,44 @@ def exception_from_entry(entry: dict[str, Any]) -> Exception:
     return exc
 
 
-def job_result(job: Job | None, state: str) -> Any:
-    """The Celery ``result`` for a job in ``state``: value, exception or custom metadata."""
+def _upstream_failed(entry: dict[str, Any] | None) -> bool:
+    """Whether an error entry is the engine's: an upstream of a workflow job failed."""
+    return isinstance(entry, dict) and entry.get("type") == "UpstreamFailed" \
+        and "upstream" in entry and not entry.get("module")
+
+
+def never_ran(job: Job) -> bool:
+    """Whether the job was cancelled because a job it waited on failed or was cancelled
+    (a chain step after a failure): it never ran."""
+    return job.state == "cancelled" and bool(job.errors) and _upstream_failed(job.errors[-1])
+
+
+def upstream_exception(entry: dict[str, Any], task_id_of: TaskIdOf | None = None) \
+        -> Exception:
+    """The exception of the job an ``UpstreamFailed`` entry names: its own (rebuilt), or
+    ``TaskRevokedError`` when it was cancelled."""
+    if entry.get("upstream_state") == "cancelled":
+        return TaskRevokedError("revoked")
+    inner = entry.get("upstream_error")
+    if not isinstance(inner, dict):
+        return Exception(str(entry.get("message") or "upstream failed"))
+    return failure_exception(inner, task_id_of)
+
+
+def failure_exception(entry: dict[str, Any], task_id_of: TaskIdOf | None = None) -> Exception:
+    """The exception of a failure entry: the task's (rebuilt), or for a chord body that
+    failed because a header member did, Celery's ``ChordError('Dependency <member id>
+    raised <its exception>')``."""
+    if not _upstream_failed(entry):
+        return exception_from_entry(entry)
+    culprit = entry["upstream"]
+    culprit_id = task_id_of(int(culprit)) if task_id_of is not None else str(culprit)
+    return ChordError(f"Dependency {culprit_id} raised {upstream_exception(entry, task_id_of)!r}")
+
+
+def job_result(job: Job | None, state: str, task_id_of: TaskIdOf | None = None) -> Any:
+    """The Celery ``result`` for a job in ``state``: value, exception or custom metadata.
+    ``task_id_of`` names a failed chord member by its task id (else by its job id)."""
     if job is None:
         return None
     if state == states.SUCCESS:
@@ -125,7 +169,7 @@ def job_result(job: Job | None, state: str) -> Any:
         entry = job.errors[-1] if job.errors else None
         if entry is None or (state == states.RETRY and entry.get("type") == "Retry"):
             return None
-        return exception_from_entry(entry)
+        return failure_exception(entry, task_id_of)
     meta = celery_meta(job)
     if meta.get("state") and state == meta["state"]:
         return revive(meta.get("result"))

@@ -153,7 +153,9 @@ def _banner(app: Any, settings: WorkerSettings, core: Any) -> None:
     ]
     if settings.loglevel <= logging.INFO:
         lines.append("  tasks:")
-        lines.extend(f"    . {name}" for name in sorted(app.tasks))
+        # Celery's banner leaves its built-ins (celery.map...) out above DEBUG.
+        lines.extend(f"    . {name}" for name in sorted(app.tasks)
+                     if settings.loglevel <= logging.DEBUG or not name.startswith("celery."))
     click.echo("\n".join(lines))
 
 

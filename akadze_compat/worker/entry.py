@@ -35,6 +35,7 @@ from akadze_core import Retry as CoreRetry
 
 from .. import signals, states
 from ..app.context import Context
+from ..app.flow import ERRBACK
 from ..app.publish import FOREVER
 from ..app.trace import ExceptionInfo, RetryCall, TraceResult, call_body, trace, trace_async
 from ..backends.base import celery_meta
@@ -45,6 +46,7 @@ from ..exceptions import (
     WorkerLostError,
 )
 from ..serialization import revive
+from .canvas import errback_call, is_new_style_errback, step_args
 from .timelimits import AsyncLimits, ThreadLimits, limits_for
 
 if TYPE_CHECKING:
@@ -133,6 +135,8 @@ def build_request(task: Task, job: Job, meta: dict[str, Any], args: list[Any],
         "timelimit": (hard, soft) if hard is not None or soft is not None else None,
         "origin": None, "_akadze_meta": meta, "time_limit": hard, "soft_time_limit": soft,
     }
+    if "group_id" in meta:  # a group's member (a canvas node): Celery's request.group
+        fields["group"], fields["group_index"] = meta["group_id"], meta.get("group_index")
     return Context.from_attributes({**custom_headers, **fields} if custom_headers else fields)
 
 
@@ -165,11 +169,45 @@ def _prepare(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[st
     if isinstance(override, dict):
         args, kwargs = override.get("args"), override.get("kwargs")
     args, kwargs = list(args or []), dict(kwargs or {})
+    if not isinstance(override, dict):
+        args = step_args(task, job, meta, args)
     request = build_request(task, job, meta, args, kwargs)
     hard = meta.get("time_limit") or task.option("time_limit", "task_time_limit")
     soft = meta.get("soft_time_limit") or task.option("soft_time_limit", "task_soft_time_limit")
     limits = limits_for(soft, hard, SoftTimeLimitExceeded, TimeLimitExceeded)
     return _Run(task, context, request, args, kwargs, meta, limits)
+
+
+def _new_style_errback(app: Celery, run: _Run) -> Any:
+    """Call a new-style errback as Celery does, ``errback(request, exc, traceback)`` (a
+    plain call, not a traced task run): ``request`` rebuilt from the failed job's row,
+    ``exc`` from its last error entry (never unpickled). Its return value is dropped."""
+    failed = app.core.get_job(run.context.job.upstreams[0]) if run.context.job.upstreams \
+        else None
+    call = errback_call(app, run.context.job, failed)
+    if failed is not None:
+        failed_task = app.registry.get(failed.task) or run.task
+        failed_meta = _revived_meta(failed)
+        failed_args = revive(failed.args.get("args")) if isinstance(failed.args, dict) else []
+        failed_kwargs = revive(failed.args.get("kwargs")) if isinstance(failed.args, dict) \
+            else {}
+        failed_args = list(failed_args or ())
+        if failed.started_at is not None:  # it ran: with its upstreams' results first
+            failed_args = step_args(failed_task, failed, failed_meta, failed_args)
+        request = build_request(failed_task, failed, failed_meta, failed_args,
+                                dict(failed_kwargs or {}))
+        request.errbacks = failed_meta.get("link_error")
+    else:
+        request = run.request
+    if run.meta.get(ERRBACK, {}).get("immutable"):
+        called = run.task(*run.args, **run.kwargs)
+    else:
+        called = run.task(request, call.exception, call.traceback, *run.args, **run.kwargs)
+    if inspect.isawaitable(called):
+        async def drop() -> None:
+            await called
+        return drop()
+    return None
 
 
 def _stale_state_patch(run: _Run) -> dict[str, Any] | None:
@@ -349,6 +387,8 @@ def _outcome(run: _Run, result: TraceResult) -> Any:
 def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[str, Any]) \
         -> Any:
     run = _prepare(app, name, args, kwargs, unexpected)
+    if is_new_style_errback(run.task, run.meta):
+        return _new_style_errback(app, run)
     context = run.context
     patch = _stale_state_patch(run)
     if patch is not None:
@@ -380,6 +420,9 @@ def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[s
 async def _run_async(app: Celery, name: str, args: Any, kwargs: Any,
                      unexpected: dict[str, Any]) -> Any:
     run = _prepare(app, name, args, kwargs, unexpected)
+    if is_new_style_errback(run.task, run.meta):
+        called = _new_style_errback(app, run)
+        return await called if inspect.isawaitable(called) else called
     context = run.context
     patch = _stale_state_patch(run)
     if patch is not None:

@@ -87,9 +87,10 @@ print(json.dumps({"version": celery.__version__, "settings": settings, "modules"
 
 S, D, IGN, M = "supported", "different", "ignored", "missing"
 
-_NO_CANVAS = ("defined, but making one raises NotImplementedError: canvas workflows are not "
-              "supported. Call the next task from the body, or enqueue it inside "
-              "`current().complete_tx()` (akadze_core) when it must follow the commit")
+_CANVAS = ("Celery's composition and results; sent as one workflow (one INSERT): every task "
+           "is a job at once, released by the database in the transaction that stores what "
+           "it waits on; a chain step after a failure stays PENDING and its `get()` raises "
+           "that failure ([celery.md](celery.md#canvas))")
 _NEVER_RAISED = "defined with Celery's hierarchy, for `except` clauses; akadze never raises it"
 _NO_BROKER = "there is no broker connection: the queue is the Postgres database"
 _CLI = "use the `akadze-compat` command"
@@ -100,16 +101,14 @@ API_NOTES: dict[str, tuple[str, str]] = {
     # --- celery
     "celery:Celery": (D, "`broker_url` must be a Postgres URL (none: `$AKADZE_DATABASE_URL`, "
                          "else the embedded Postgres); `result_backend` is ignored"),
-    "celery:Signature": (M, "not exported at the top level: `from akadze_compat.canvas import "
-                            "Signature`"),
+    "celery:Signature": (S, "a dict, as Celery's; rebuilt from JSON by `subtask_type`"),
     "celery:bugreport": (M, ""),
-    "celery:chain": (M, _NO_CANVAS), "celery:chord": (M, _NO_CANVAS),
-    "celery:chunks": (M, _NO_CANVAS), "celery:group": (M, _NO_CANVAS),
-    "celery:xmap": (M, _NO_CANVAS), "celery:xstarmap": (M, _NO_CANVAS),
+    "celery:chain": (D, _CANVAS), "celery:chord": (D, _CANVAS),
+    "celery:chunks": (D, _CANVAS), "celery:group": (D, _CANVAS),
+    "celery:xmap": (D, _CANVAS), "celery:xstarmap": (D, _CANVAS),
     "celery:current_app": (D, "one current app per process (Celery: per thread)"),
-    "celery:signature": (D, "single-task signatures (`delay`, `apply_async`, `apply`, "
-                            "`clone`, `set`); `link=`/`link_error=` are stored with the job but "
-                            "never called; `|` raises NotImplementedError"),
+    "celery:signature": (S, "options merged, partial args, `freeze`, `link`/`link_error` "
+                            "(run by the database: see `Task.apply_async`), `|` as Celery's"),
     "celery:subtask": (D, "alias of `signature`"),
     "celery:maybe_signature": (S, ""),
     "celery:local": (M, "`celery.local` (Proxy, PromiseProxy) is not provided"),
@@ -169,13 +168,15 @@ API_NOTES: dict[str, tuple[str, str]] = {
     # --- celery.result
     "celery.result:AsyncResult": (D, "reads the task's job row; see its members below"),
     "celery.result:EagerResult": (S, ""),
-    "celery.result:GroupResult": (M, "no groups"),
-    "celery.result:ResultSet": (M, "no groups"),
-    "celery.result:ResultBase": (M, ""),
-    "celery.result:result_from_tuple": (M, ""),
-    "celery.result:allow_join_result": (M, "`get()` inside a task raises RuntimeError; pass "
-                                           "`disable_sync_subtasks=False` to that call"),
-    "celery.result:denied_join_result": (M, ""),
+    "celery.result:GroupResult": (D, "members read in one query, waited for on "
+                                     "LISTEN/NOTIFY; `save()` stores the group in the "
+                                     "`akadze.saved_groups` table"),
+    "celery.result:ResultSet": (D, "members read in one query, waited for on LISTEN/NOTIFY"),
+    "celery.result:ResultBase": (S, ""),
+    "celery.result:result_from_tuple": (S, ""),
+    "celery.result:allow_join_result": (S, "`get()` inside a task raises RuntimeError "
+                                           "outside this block"),
+    "celery.result:denied_join_result": (S, ""),
     "celery.result:assert_will_not_block": (S, ""),
     # --- celery.schedules
     "celery.schedules:crontab": (D, "Celery's parsing, matching, `remaining_estimate()` and "
@@ -218,7 +219,8 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "Celery:WorkController": (M, _CLI),
     "Celery:Beat": (M, "beat runs inside every worker"),
     "Celery:Pickler": (M, "no pickle"),
-    "Celery:GroupResult": (M, "no groups"), "Celery:ResultSet": (M, "no groups"),
+    "Celery:GroupResult": (S, "bound to the app (`app.GroupResult.restore(id)`)"),
+    "Celery:ResultSet": (M, "use `akadze_compat.result.ResultSet`"),
     "Celery:user_options": (M, "custom command-line options are not supported"),
     "Celery:setup_security": (M, "message signing is not supported"),
     **{f"Celery:{name}": (M, _NO_BROKER) for name in (
@@ -232,8 +234,10 @@ API_NOTES: dict[str, tuple[str, str]] = {
     # --- Task
     "Task:apply_async": (D, "countdown, eta, expires, queue, priority, task_id, headers, "
                             "time_limit, soft_time_limit, ignore_result, `connection=` (a "
-                            "psycopg connection whose transaction the job joins); link/"
-                            "link_error are stored, never called; kombu options are ignored"),
+                            "psycopg connection whose transaction the job joins), link "
+                            "(a job waiting for this one) and link_error (inserted when it "
+                            "fails, called as Celery calls errbacks); kombu options are "
+                            "ignored"),
     "Task:retry": (D, "same task id; `throw=False` schedules no retry; `queue=`/`priority=` "
                       "are ignored; `args=`/`kwargs=` work"),
     "Task:update_state": (D, "only for the task running here (other ids: a warning); does "
@@ -241,10 +245,11 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "Task:max_retries": (S, "None retries forever"),
     "Task:request": (D, "`hostname` is the worker's `-n`; `id` is the task id, the job id for "
                         "a job sent without one (see celery.md, Task ids)"),
-    "Task:map": (M, _NO_CANVAS), "Task:starmap": (M, _NO_CANVAS),
-    "Task:chunks": (M, _NO_CANVAS),
+    "Task:map": (S, "one `celery.map` task, as Celery's"),
+    "Task:starmap": (S, "one `celery.starmap` task, as Celery's"),
+    "Task:chunks": (S, "a group of `celery.starmap` tasks, as Celery's"),
     "Task:replace": (M, "not supported: enqueue the replacement yourself"),
-    "Task:add_to_chord": (M, "no chords"),
+    "Task:add_to_chord": (M, "a chord's header is fixed when it is sent"),
     "Task:send_event": (M, "no event stream"),
     "Task:OperationalError": (M, ""),
     "Task:acks_on_failure": (M, "a failed task ends FAILURE; it is never put back"),
@@ -257,7 +262,10 @@ API_NOTES: dict[str, tuple[str, str]] = {
     # --- AsyncResult
     "AsyncResult:get": (D, "wakes on LISTEN/NOTIFY, no polling; a failure comes back as its "
                            "exception type with its message only (never unpickled); inside a "
-                           "task it raises RuntimeError unless `disable_sync_subtasks=False`"),
+                           "task it raises RuntimeError unless `disable_sync_subtasks=False` "
+                           "or `allow_join_result()`; a chain step that never ran raises the "
+                           "failure that stopped the chain (Celery waits, or raises it "
+                           "through `parent`)"),
     "AsyncResult:result": (D, "on FAILURE the exception rebuilt from type and message; dicts "
                               "come back with keys in jsonb's order"),
     "AsyncResult:info": (D, "as `result`"),
@@ -269,15 +277,18 @@ API_NOTES: dict[str, tuple[str, str]] = {
                               "(result_expires)"),
     "AsyncResult:revoke": (D, "a waiting task never runs; a running one is not interrupted "
                               "(`terminate=True` is not supported)"),
-    "AsyncResult:children": (D, "always None (not tracked)"),
+    "AsyncResult:children": (D, "the canvas jobs waiting on this task (next chain step, "
+                                "chord body, `link` callbacks), once it finished; tasks "
+                                "sent from its body are not tracked"),
+    "AsyncResult:collect": (S, "over `children`"), "AsyncResult:iterdeps": (S, ""),
     "AsyncResult:worker": (D, "always None (not recorded)"),
     "AsyncResult:backend": (D, "always None: there is no result backend"),
     "AsyncResult:TimeoutError": (M, "import it from `akadze_compat.exceptions`"),
     "AsyncResult:then": (M, "no promises"), "AsyncResult:throw": (M, "no promises"),
     "AsyncResult:revoke_by_stamped_headers": (M, "no stamping"),
     "AsyncResult:supports_native_join": (M, ""),
-    **{f"AsyncResult:{name}": (M, "no canvas, so no result graph") for name in (
-        "build_graph", "collect", "get_leaf", "graph", "iterdeps")},
+    **{f"AsyncResult:{name}": (M, "no result graph objects: use `children`/`collect()`")
+       for name in ("build_graph", "get_leaf", "graph")},
 }
 
 #: Where each Celery module lives in akadze_compat.
@@ -518,7 +529,8 @@ def api_page(celery: dict[str, Any], problems: list[str]) -> str:
         "[django.md](django.md)). What they leave out (custom beat schedulers, result "
         "backends, remote control commands, the worker's `Request`, bootsteps) fails at the "
         "import with an ImportError naming the section of [celery.md](celery.md) that says "
-        "what to do instead. `akadze_compat.canvas` and `akadze_compat.utils` (`uuid`) exist. "
+        "what to do instead. `akadze_compat.canvas` (Celery's canvas) and `akadze_compat.utils` "
+        "(`uuid`) exist. "
         "kombu stays as it is (`kombu.Queue` in `task_queues` is read by name).",
     ]
     return "\n".join(head + sections) + "\n"

@@ -45,6 +45,8 @@ METAS: list[dict[str, Any]] = [
      "link_error": [], "retry_args": {"args": [TYPED, [TYPED]], "kwargs": {}},
      "soft_time_limit": 5, "expires": "2026-01-02T03:04:05+00:00"},
     {"state": "PROGRESS", "result": {"done": TYPED, "rows": [{"n": 1}, []]}},
+    # A group member sent by a canvas (its group id and index, what it is passed).
+    {"group_id": "g-1", "group_index": 3, "pass": "one"},
     TYPED,
 ]
 
@@ -99,6 +101,8 @@ def reference_request(task: Task, job: Job, meta: dict[str, Any], args: list[Any
         callbacks=meta.get("link"), errbacks=meta.get("link_error"), utc=True,
         timelimit=(hard, soft) if hard is not None or soft is not None else None,
         origin=None, _akadze_meta=meta)
+    if "group_id" in meta:  # a canvas group member
+        request.group, request.group_index = meta["group_id"], meta.get("group_index")
     if request.ignore_result is None:
         request.ignore_result = bool(task.option("ignore_result", "task_ignore_result"))
     return request

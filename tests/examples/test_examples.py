@@ -51,9 +51,9 @@ def check_celery_project_output(stdout: str) -> None:
     assert "sync_crm: 'customer 42 synced after 2 retries'" in stdout
     assert ("always_down: get() raised VendorDown: the vendor is gone for good "
             "(state FAILURE)") in stdout
-    assert re.search(r"committed task \d+: exists=True", stdout)
-    assert re.search(r"rolled-back task \d+: exists=False", stdout)
-    assert re.search(r"AsyncResult\('\d+'\): state=SUCCESS result=5 "
+    assert re.search(r"committed task [0-9a-f-]{36}: exists=True", stdout)
+    assert re.search(r"rolled-back task [0-9a-f-]{36}: exists=False", stdout)
+    assert re.search(r"AsyncResult\('[0-9a-f-]{36}'\): state=SUCCESS result=5 "
                      r"name=examples.celery_project.tasks.add args=\[2, 3\]", stdout)
     assert "AsyncResult('no-such-task').state = PENDING" in stdout
     assert "first heartbeat: 'heartbeat from beat' (tick " in stdout

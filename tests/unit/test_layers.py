@@ -21,12 +21,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Settings and what is read from them.
     ("settings", ("app.defaults", "app.config", "app.routes", "app.context", "loaders")),
     # The client side: sending tasks, reading results, revoking.
-    ("client", ("backends", "backends.*", "result", "canvas", "app.publish", "app.control")),
+    ("client", ("backends", "backends.*", "result", "canvas", "canvas.*", "app.amqp",
+                "app.flow", "app.publish", "app.control")),
     # Running one task call: the tracer, eager runs, the worker's entry and time limits.
-    ("run", ("app.trace", "app.eager", "app.autoretry", "worker", "worker.entry",
-             "worker.timelimits")),
+    ("run", ("app.trace", "app.eager", "app.autoretry", "worker", "worker.canvas",
+             "worker.entry", "worker.timelimits")),
     # The app and its tasks, which compose everything below.
-    ("app", ("app", "app.task", "app.registry", "app.base", "beat", "django_beat",
+    ("app", ("app", "app.task", "app.registry", "app.base", "app.builtins", "beat",
+             "django_beat",
              "contrib.abortable",
              "contrib.django", "contrib.django.*")),
     # Processes and tools: the command, the doctor, Celery's worker-side paths, the package.

@@ -1,0 +1,316 @@
+"""Building what one task call sends (Celery's ``celery.app.amqp``): here, the job row.
+
+Celery's ``amqp.as_task_v2`` builds a message's headers and body; here a call becomes a
+``JobRequest`` of the same task name, with args ``{"args": [...], "kwargs": {...}}`` and the
+Celery-only data (headers, parent and root ids, eta, expires, limits, callbacks) in
+``meta["celery"]``, and its id in ``meta["task_id"]`` when chosen. A single ``apply_async``
+inserts that row; a canvas adds one such row per task to a workflow (``app.flow``): both
+build it here, so a chain step is routed, limited and retried exactly as the same task sent
+alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import os
+import socket
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from kombu.exceptions import EncodeError, OperationalError
+
+from akadze_core import ConnectionLost, InvalidArgs
+from akadze_core import Task as CoreTask
+
+from .. import _state, serialization, signals
+from .routes import settings_router
+
+if TYPE_CHECKING:
+    from akadze_core import TaskCall
+    from akadze_core.database import JobRequest
+
+    from .base import Celery
+    from .context import Context
+    from .task import Task
+
+__all__ = ["FOREVER", "ROUTE_KEYS", "STANDARD_HEADERS", "Message", "PublishConnectionLost",
+           "current_session",
+           "enclosing_session", "max_attempts_for", "message_meta", "prepare", "to_datetime",
+           "transaction"]
+
+logger = logging.getLogger("akadze_compat.publish")
+
+#: Core attempts for "retry forever" (max_retries=None): the largest int4.
+FOREVER = 2**31 - 1
+#: Options the router sees (and may override).
+ROUTE_KEYS = frozenset({"queue", "routing_key", "exchange", "priority", "exchange_type"})
+#: Celery's own message headers; the others are the caller's custom headers.
+STANDARD_HEADERS = frozenset({
+    "lang", "task", "id", "shadow", "eta", "expires", "group", "group_index", "retries",
+    "timelimit", "root_id", "parent_id", "argsrepr", "kwargsrepr", "origin", "ignore_result",
+    "replaced_task_nesting", "stamped_headers", "stamps",
+})
+
+
+class PublishConnectionLost(ConnectionLost, OperationalError):
+    """``ConnectionLost`` from ``delay``/``apply_async``/``send_task``: the connection broke
+    after the insert was sent, so the task may or may not have been sent (not retried).
+
+    Also kombu's ``OperationalError``, what Celery raises when publishing to a broker it
+    cannot reach, so ``except kombu.exceptions.OperationalError`` keeps catching it.
+    """
+
+
+# --- the caller's transaction -------------------------------------------------------------
+
+_session: contextvars.ContextVar[psycopg.Connection | None] = contextvars.ContextVar(
+    "akadze_compat_session", default=None)
+
+
+@contextlib.contextmanager
+def transaction(connection: psycopg.Connection) -> Iterator[psycopg.Connection]:
+    """Enqueue in ``connection``'s transaction: ``with transaction(conn): task.delay(...)``.
+
+    The block runs in ``connection.transaction()`` (a savepoint when a transaction is
+    already open), so the jobs commit or roll back with the writes made in it.
+    """
+    if not isinstance(connection, psycopg.Connection):
+        raise TypeError("transaction() needs a sync psycopg connection "
+                        f"(got {type(connection).__name__})")
+    token = _session.set(connection)
+    try:
+        with connection.transaction():
+            yield connection
+    finally:
+        _session.reset(token)
+
+
+def enclosing_session() -> psycopg.Connection | None:
+    """The connection of the enclosing ``transaction()`` block, or None."""
+    return _session.get()
+
+
+def current_session(connection: Any = None) -> psycopg.Connection | None:
+    """The psycopg connection to enqueue on: ``connection`` if it is one, else the one of
+    the enclosing ``transaction()`` block, else None (autocommit)."""
+    if isinstance(connection, psycopg.AsyncConnection):
+        raise TypeError("apply_async(connection=...) needs a sync psycopg connection: "
+                        "apply_async cannot await an async one")
+    if isinstance(connection, psycopg.Connection):
+        return connection
+    # Anything else (a kombu Connection from Celery code) has no meaning here.
+    return _session.get()
+
+
+def max_attempts_for(task: Task | None) -> int:
+    """Core attempts for a task: Celery's ``max_retries + 1`` (forever for None).
+
+    A task this process does not know (``send_task`` by name) gets forever: the worker's
+    copy of the task decides with its own ``max_retries``.
+    """
+    if task is None or task.max_retries is None:
+        return FOREVER
+    return min(FOREVER, int(task.max_retries) + 1)
+
+
+# --- one call ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Message:
+    """One task call made ready to insert: its configured core call and arguments, and what
+    the publish signals and the returned result need afterwards."""
+
+    app: Celery
+    name: str
+    args: Any
+    kwargs: Any
+    call: TaskCall
+    routed: dict[str, Any]
+    session: psycopg.Connection | None
+    parent: Context | None
+    ignore_result: bool | None
+    #: The message headers and body the publish signals receive (None without receivers).
+    headers: dict[str, Any] | None
+    body: tuple[list[Any], dict[str, Any], dict[str, Any]] | None
+
+    def request(self) -> JobRequest:
+        """The row to insert (raises ``EncodeError`` for arguments that are not JSON)."""
+        try:
+            return self.call.request({"args": list(self.args), "kwargs": dict(self.kwargs)})
+        except InvalidArgs as exc:
+            raise EncodeError(str(exc)) from exc
+
+    def published(self, result_id: str) -> None:
+        """Send ``after_task_publish`` (when it has receivers) for the inserted row."""
+        if self.headers is not None and self.body is not None:
+            self.headers["id"] = result_id
+            signals.after_task_publish.send(sender=self.name, body=self.body,
+                                            headers=self.headers, exchange="",
+                                            routing_key=self.routed["queue"])
+
+
+def prepare(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any], *,
+            task_id: str | None, link: Any, link_error: Any, shadow: str | None,
+            task_type: Task | None, extra_meta: Mapping[str, Any] | None = None,
+            id_in_meta: bool = True) -> Message:
+    """Route one call and build its core call; ``options`` (consumed) holds every option of
+    ``send_task`` but the keyword-only ones here, the serializer checked already.
+
+    The message headers and body that Celery's publish signals receive are only built when
+    ``before_task_publish`` or ``after_task_publish`` has a receiver (which is then sent
+    ``before_task_publish``); the router is built once per configuration
+    (``routing.settings_router``). ``extra_meta`` goes into ``meta["celery"]`` as it is (a
+    canvas node's group id and index, an errback's marks). ``id_in_meta=False`` leaves the
+    task id out of the configured call's meta, for a call kept and reused by plain sends
+    (``TaskCall.enqueue_with_task_id`` adds each one's).
+    """
+    conf = app.conf
+    pop = options.pop
+    time_limit, soft_time_limit = pop("time_limit", None), pop("soft_time_limit", None)
+    expires, ignore_result = pop("expires", None), pop("ignore_result", None)
+    countdown, eta, connection = pop("countdown", None), pop("eta", None), pop("connection", None)
+    root_id, parent_id = pop("root_id", None), pop("parent_id", None)
+    route_name, headers = pop("route_name", None), pop("headers", None)
+    args = [] if args is None else args
+    kwargs = {} if kwargs is None else kwargs
+    if not isinstance(args, (list, tuple)):
+        raise TypeError("task args must be a list or tuple")
+    if type(kwargs) is not dict and not isinstance(kwargs, Mapping):  # dict: skip the ABC
+        raise TypeError("task keyword arguments must be a mapping")
+    routed = settings_router(conf).route(
+        {key: value for key, value in options.items() if key in ROUTE_KEYS},
+        route_name or name, args, kwargs, task_type)
+    parent = _state.get_current_worker_request()
+    if parent is not None:
+        root_id = root_id or parent.root_id or parent.id
+        parent_id = parent_id or parent.id
+        if conf["task_inherit_parent_priority"] and routed.get("priority") is None:
+            routed["priority"] = (parent.delivery_info or {}).get("priority")
+    at = to_datetime(eta, app) if eta is not None and not countdown else None
+    eta_text = (at.isoformat() if at else (datetime.now(timezone.utc) + timedelta(
+        seconds=float(countdown))).isoformat() if countdown else None)
+    expires_at = _expires_at(expires, app)
+    expires_text = expires_at.isoformat() if expires_at else None
+    message_headers: dict[str, Any] | None = None
+    body: tuple[list[Any], dict[str, Any], dict[str, Any]] | None = None
+    if headers is not None and type(headers) is not dict:
+        headers = {**headers}  # what the full headers' {..., **headers} accepts, or its error
+    extra = extra_meta or {}
+    if signals.before_task_publish.receivers or signals.after_task_publish.receivers:
+        message_headers = {
+            "lang": "py", "task": name, "id": task_id, "shadow": shadow, "eta": eta_text,
+            "expires": expires_text, "group": extra.get("group_id"),
+            "group_index": extra.get("group_index"), "retries": 0,
+            "timelimit": [time_limit, soft_time_limit], "root_id": root_id,
+            "parent_id": parent_id, "argsrepr": repr(args)[:1024],
+            "kwargsrepr": repr(kwargs)[:1024], "origin": f"gen{os.getpid()}@{socket.gethostname()}",
+            "ignore_result": ignore_result, "replaced_task_nesting": 0,
+            "stamped_headers": None, "stamps": {}, **(headers or {}),
+        }
+        body = (list(args), dict(kwargs), {"callbacks": link, "errbacks": link_error,
+                                           "chain": None, "chord": None})
+        signals.before_task_publish.send(
+            sender=name, body=body, exchange="", routing_key=routed["queue"], declare=[],
+            headers=message_headers, properties={"correlation_id": task_id, "reply_to": ""},
+            retry_policy=None)
+    # Without receivers the custom headers are the caller's: the same ones message_meta
+    # would keep of the full headers (the standard ones are dropped either way); with
+    # receivers, what they changed in the headers is kept, as in Celery.
+    celery_meta = message_meta(
+        routed, headers=headers if message_headers is None else message_headers,
+        root_id=root_id, parent_id=parent_id, eta=eta_text, expires=expires_text,
+        ignore_result=ignore_result, time_limit=time_limit, soft_time_limit=soft_time_limit,
+        shadow=shadow, link=link, link_error=link_error)
+    if extra:
+        celery_meta.update(extra)
+    meta: dict[str, Any] = {"celery": celery_meta}
+    if task_id is not None and id_in_meta:
+        meta["task_id"] = str(task_id)
+    core = app.core
+    core_task = core.tasks.get(name) or CoreTask(core, name, _not_here, queue=routed["queue"])
+    priority = routed.get("priority")
+    call = core_task.configure(
+        queue=routed["queue"], priority=None if priority is None else int(priority),
+        delay=float(countdown) if countdown else None, at=at, expires_at=expires_at,
+        max_attempts=max_attempts_for(task_type), meta=meta)
+    return Message(app, name, args, kwargs, call, routed, current_session(connection), parent,
+                   ignore_result, message_headers, body)
+
+
+def message_meta(routed: Mapping[str, Any], *, headers: Mapping[str, Any] | None,
+                 root_id: str | None = None, parent_id: str | None = None,
+                 eta: str | None = None, expires: str | None = None,
+                 ignore_result: bool | None = None, time_limit: float | None = None,
+                 soft_time_limit: float | None = None, shadow: str | None = None,
+                 link: Any = None, link_error: Any = None) -> dict[str, Any]:
+    """The job's ``meta["celery"]``: what ``entry.build_request`` rebuilds ``self.request``
+    from. ``routed`` is the router's answer; of ``headers`` only the custom ones are kept
+    (Celery's own are rebuilt from the job). Shared by ``send_task`` and periodic tasks, so
+    both kinds of job run the same way."""
+    custom = {key: value for key, value in (headers or {}).items()
+              if key not in STANDARD_HEADERS}
+    meta = {
+        "headers": _json_or_none(custom, "headers") or None, "root_id": root_id,
+        "parent_id": parent_id, "eta": eta, "expires": expires,
+        "ignore_result": ignore_result, "time_limit": time_limit,
+        "soft_time_limit": soft_time_limit, "shadow": shadow,
+        "link": _json_or_none(_listed(link), "link"),
+        "link_error": _json_or_none(_listed(link_error), "link_error"),
+        "routing_key": routed.get("routing_key"), "exchange": _name(routed.get("exchange")),
+        "priority": routed.get("priority"),
+    }
+    # Only what was given: readers take a missing key as None (no headers: {}), and every
+    # byte is in each job's row and WAL (a plain delay()'s meta went from 264 bytes to ~40).
+    return {key: value for key, value in meta.items() if value is not None}
+
+
+def to_datetime(value: datetime | str, app: Celery) -> datetime:
+    """An aware datetime from a datetime or ISO string (naive means the app's timezone)."""
+    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=app.timezone)
+    return moment
+
+
+def _expires_at(expires: Any, app: Celery) -> datetime | None:
+    if expires is None:
+        return None
+    if isinstance(expires, (int, float)):
+        return datetime.now(timezone.utc) + timedelta(seconds=max(0.0, float(expires)))
+    if isinstance(expires, timedelta):
+        return datetime.now(timezone.utc) + expires
+    return to_datetime(expires, app)
+
+
+def _json_or_none(value: Any, what: str) -> Any:
+    if value is None or (not value and type(value) in (dict, list)):
+        return value  # trivially JSON: no need to encode it to find out
+    try:
+        serialization.dumps(value)
+    except (TypeError, ValueError):
+        logger.warning("%s is not JSON and is not stored with the job: %r", what, value)
+        return None
+    return value
+
+
+def _listed(value: Any) -> Any:
+    # Celery keeps callbacks as a list (request.callbacks), one signature or several.
+    if value is None or isinstance(value, list):
+        return value
+    if isinstance(value, tuple):
+        return list(value)
+    return [value]
+
+
+def _name(value: Any) -> Any:
+    return value if value is None or isinstance(value, str) else getattr(value, "name", None)
+
+
+def _not_here(**kwargs: Any) -> None:
+    raise RuntimeError("this task is only enqueued from here, never run")

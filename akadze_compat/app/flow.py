@@ -1,0 +1,238 @@
+"""Sending a canvas: every task call in it becomes one node of one akadze_core ``Workflow``,
+inserted by one statement.
+
+Each node is the row a plain ``apply_async`` of that call would insert (``amqp.prepare``:
+routing, ``meta["celery"]``, attempts, the task id in ``meta["task_id"]``), plus how it
+waits: a chain step after the step before it, given its result (``pass_results="one"``, or
+``"list"`` after a group) unless immutable, cancelled if that step fails; a chord body after
+every header member with the list of their results, failed (``ChordError``) if one fails; a
+``link=`` callback after its task. A ``link_error=`` errback is an ``OnFailure`` row,
+inserted by the database when the job fails; the worker calls it Celery's way
+(``worker.entry``). Ids are chosen here, before the insert, as Celery freezes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Literal
+
+from kombu.exceptions import EncodeError
+
+from akadze_core import ConnectionLost, InvalidArgs, OnFailure
+
+from .. import serialization, signals
+from ..canvas.signatures import Signature, listed, maybe_signature
+from ..result import AsyncResult
+from ..utils import uuid
+from .amqp import Message, PublishConnectionLost, current_session, prepare
+from .routes import settings_router_state
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from akadze_core import Node
+    from akadze_core.database import JobRequest
+
+    from .base import Celery
+    from .task import Task
+
+__all__ = ["ERRBACK", "PASS", "Builder", "send_canvas", "send_linked"]
+
+#: ``meta["celery"]`` key marking an errback job: ``{"immutable": bool}``.
+ERRBACK = "errback"
+#: Option values a reused row may be keyed on.
+_PLAIN = (str, int, float, bool)
+#: ``meta["celery"]`` key of a node given its upstreams' results: ``"one"`` or ``"list"``.
+PASS = "pass"
+#: Options that only shape the canvas (or Celery's messages), never a node's row.
+_CANVAS_OPTIONS = ("link", "link_error", "group_id", "group_index", "chord", "chain",
+                   "reply_to", "add_to_parent", "producer", "publisher", "router",
+                   "result_cls", "retries", "subtask_type", "stamped_headers", "stamps")
+
+
+def _node_options(sig: Signature, task_type: Task | None) -> dict[str, Any]:
+    """The options ``Task.apply_async`` would send this call with: the task's own
+    execution options under the signature's."""
+    options = {key: value for key, value in sig.options.items()
+               if value is not None and key not in _CANVAS_OPTIONS}
+    options.pop("task_id", None)
+    serializer = options.pop("serializer", None)
+    if serializer is not None and serializer != "json":
+        serialization.check_serializer(serializer, "serializer")
+    if task_type is not None:
+        defaults = {key: value for key, value in task_type._get_exec_options().items()
+                    if value is not None and key != "serializer"}
+        options = {**defaults, **options}
+        options.setdefault("ignore_result", task_type.ignore_result)
+    return options
+
+
+def _passing(after: list[Any], many: bool, immutable: bool) -> Literal["one", "list"] | None:
+    """What a node takes from its upstreams: the one result, the list, or nothing."""
+    if not after or immutable:
+        return None
+    return "list" if many else "one"
+
+
+class Builder:
+    """One workflow being built from a canvas (the ``FlowBuilder`` the signatures'
+    ``to_flow`` add their calls to)."""
+
+    def __init__(self, app: Celery, session: psycopg.Connection | None = None, *,
+                 reuse: bool = True) -> None:
+        self.app = app
+        self.workflow = app.core.workflow()
+        self.session = session
+        self._sent: list[tuple[Node, AsyncResult, Message]] = []
+        # Rows of calls alike (a group's members), built once and copied per node: see
+        # _reused. ``reuse=False`` builds every row in full (what the copies must equal).
+        self._reuse = reuse
+        self._templates: dict[tuple[Any, ...], tuple[Message, JobRequest, dict[str, Any]]] = {}
+
+    def add_task(self, sig: Signature, *, after: list[Any], many: bool,
+                 failure: str) -> tuple[Node, AsyncResult]:
+        """Add one task call (a cloned single signature with its task id); its ``link``
+        callbacks are added after it, its ``link_error`` errbacks to its row."""
+        app = self.app
+        task_type = sig.known_type
+        task_id = str(sig.id or uuid())
+        extra = {key: sig.options[key] for key in ("group_id", "group_index")
+                 if sig.options.get(key) is not None}
+        passing = _passing(after, many, bool(sig.immutable))
+        if passing is not None:
+            # The worker reads it here: a claimed job carries its upstream results but
+            # not its flow, and a passed None looks like nothing passed.
+            extra[PASS] = passing
+        links = listed(sig.options.get("link"))
+        errbacks = listed(sig.options.get("link_error"))
+        options = _node_options(sig, task_type)
+        reused = None
+        if self._reuse and not links and not errbacks and not sig.options.get("shadow"):
+            reused = self._reused(sig, task_type, task_id, options, extra)
+        if reused is not None:
+            message, request = reused
+        else:
+            message = prepare(app, sig.name, list(sig.args), dict(sig.kwargs), options,
+                              task_id=task_id, link=links or None,
+                              link_error=errbacks or None, shadow=sig.options.get("shadow"),
+                              task_type=task_type, extra_meta=extra)
+            request = message.request()
+        return self.add_message(message, task_id, task_type, links, errbacks, after=after,
+                                many=many, failure=failure, immutable=bool(sig.immutable),
+                                request=request)
+
+    def _reused(self, sig: Signature, task_type: Task | None, task_id: str,
+                options: dict[str, Any], extra: dict[str, Any]
+                ) -> tuple[Message, JobRequest] | None:
+        """The row of ``sig`` copied from the row of a call alike already built here (same
+        task, options and group), with its own args, task id and group index: a group of
+        10,000 members is routed and configured once, not 10,000 times. None when the row
+        may depend on more than that (publish signal receivers, a router function, options
+        that are not plain values): then it is built in full."""
+        if signals.before_task_publish.receivers or signals.after_task_publish.receivers:
+            return None
+        if not all(value is None or type(value) in _PLAIN for value in options.values()):
+            return None
+        conf = self.app.conf
+        if not settings_router_state(conf)[1]:
+            return None
+        shared = {key: value for key, value in extra.items() if key != "group_index"}
+        key = (sig.name, id(task_type), tuple(sorted(options.items())),
+               tuple(sorted(shared.items())))
+        template = self._templates.get(key)
+        if template is None:
+            message = prepare(self.app, sig.name, [], {}, dict(options), task_id=task_id,
+                              link=None, link_error=None, shadow=None, task_type=task_type,
+                              extra_meta=shared)
+            meta = dict(message.call.options.meta)
+            template = self._templates[key] = (message, message.request(), meta)
+        message, base, meta = template
+        celery_meta = meta["celery"]
+        if "group_index" in extra:
+            celery_meta = {**celery_meta, "group_index": extra["group_index"]}
+        try:
+            args = message.call.encode_args({"args": list(sig.args), "kwargs": dict(sig.kwargs)})
+        except InvalidArgs as exc:
+            raise EncodeError(str(exc)) from exc
+        node_meta = {**meta, "celery": celery_meta, "task_id": task_id}
+        request = dataclasses.replace(base, args=args,
+                                      meta=self.app.core.json_dumps(node_meta))
+        return message, request
+
+    def add_message(self, message: Message, task_id: str, task_type: Task | None,
+                    links: list[Any], errbacks: list[Any], *, after: list[Any], many: bool,
+                    failure: str, immutable: bool = False,
+                    request: JobRequest | None = None) -> tuple[Node, AsyncResult]:
+        """Add a call prepared already (``amqp.prepare``; ``request``: its row, when built
+        already), with its callbacks and errbacks."""
+        if self.session is None:
+            self.session = message.session
+        passing = _passing(after, many, immutable)
+        node = self.workflow.add_request(
+            request or message.request(), after=list(after) or None, pass_results=passing,
+            on_upstream_failure="fail" if failure == "fail" else "cancel",
+            on_failure=[self._errback(errback, task_id) for errback in errbacks])
+        result = AsyncResult(task_id, app=self.app, task_name=message.name)
+        ignore_result = message.ignore_result
+        if ignore_result is None and task_type is not None:
+            ignore_result = task_type.option("ignore_result", "task_ignore_result")
+        result.ignored = bool(ignore_result)
+        self._sent.append((node, result, message))
+        for callback in links:
+            maybe_signature(callback, app=self.app).clone().to_flow(
+                self, after=[node], many=False, failure="cancel")
+        return node, result
+
+    def _errback(self, errback: Any, failed_id: str) -> OnFailure:
+        """The row of an errback, inserted when the job of ``failed_id`` fails."""
+        sig = maybe_signature(errback, app=self.app)
+        if not isinstance(sig, Signature) or sig.subtask_type:
+            raise TypeError(f"link_error takes task signatures, not {sig!r}: call a "
+                            "canvas from a single errback task")
+        task_type = sig.known_type
+        options = _node_options(sig, task_type)
+        options.setdefault("parent_id", failed_id)
+        message = prepare(self.app, sig.name, list(sig.args), dict(sig.kwargs), options,
+                          task_id=str(sig.id or uuid()), link=None, link_error=None,
+                          shadow=sig.options.get("shadow"), task_type=task_type,
+                          extra_meta={ERRBACK: {"immutable": bool(sig.immutable)}})
+        return OnFailure.from_request(message.request(), pass_error=True)
+
+    def enqueue(self) -> None:
+        """Insert every node in one statement; the results learn their job ids."""
+        workflow = self.workflow
+        if self.session is not None:
+            workflow = workflow.using(session=self.session)
+        try:
+            workflow.enqueue()
+        except InvalidArgs as exc:
+            raise EncodeError(str(exc)) from exc
+        except ConnectionLost as exc:
+            raise PublishConnectionLost(str(exc)) from exc.__cause__
+        for node, result, message in self._sent:
+            result.job_id = node.id
+            message.published(result.id)
+
+
+def send_canvas(app: Celery, sig: Signature, args: Any, kwargs: Any,
+                options: dict[str, Any]) -> Any:
+    """Send a canvas (one workflow, one statement); returns its result, as Celery's
+    ``apply_async`` of that canvas does."""
+    options = dict(options)
+    builder = Builder(app, current_session(options.pop("connection", None)))
+    planned = sig.to_flow(builder, args, kwargs, after=[], many=False, failure="cancel",
+                          options=options)
+    builder.enqueue()
+    return planned.result
+
+
+def send_linked(message: Message, task_id: str, link: Any, link_error: Any,
+                task_type: Task | None) -> AsyncResult:
+    """Send one call with ``link=``/``link_error=`` (``apply_async``'s): a workflow of the
+    call, its callbacks after it and its errbacks on its row."""
+    builder = Builder(message.app)
+    _, result = builder.add_message(message, task_id, task_type, listed(link),
+                                    listed(link_error), after=[], many=False,
+                                    failure="cancel")
+    builder.enqueue()
+    return result

@@ -1,0 +1,15 @@
+"""Celery's canvas (``celery.canvas``): signatures, and the primitives composed of them.
+
+``Signature`` (``canvas.signatures``) is one task call kept as data; ``chain``, ``group``
+and ``chord`` (``canvas.primitives``), ``chunks``, ``xmap`` and ``xstarmap``
+(``canvas.maps``) compose them as Celery does. Sending a canvas inserts all its task calls
+at once, as one akadze_core workflow: the database releases each step when the jobs it
+waits on succeed, in the transaction that writes their outcome (``app.flow``).
+"""
+
+from .maps import chunks, xmap, xstarmap
+from .primitives import chain, chord, group
+from .signatures import Signature, maybe_signature, reprcall, signature, subtask
+
+__all__ = ["Signature", "chain", "chord", "chunks", "group", "maybe_signature", "reprcall",
+           "signature", "subtask", "xmap", "xstarmap"]

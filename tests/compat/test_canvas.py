@@ -1,0 +1,456 @@
+"""Celery's canvas on a real Postgres: chains, groups, chords, callbacks and errbacks sent as
+one workflow each and run by a real akadze_core worker (in-process).
+
+What Celery 5.7 does is the reference (its source, and its interpreter for the shapes of
+signatures and results); each test says the Celery behaviour it checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from akadze_compat import Celery, Task, chain, chord, group, signature, states
+from akadze_compat.canvas import Signature, chunks, xmap, xstarmap
+from akadze_compat.exceptions import ChordError, TaskRevokedError
+from akadze_compat.result import AsyncResult, GroupResult, ResultSet, allow_join_result
+from tests.compat.conftest import work
+
+
+class Boom(Exception):
+    """A task's own exception: errbacks and chord errors must name this type."""
+
+
+def ready(*results: Any) -> Callable[[], bool]:
+    return lambda: all(result.ready() for result in results)
+
+
+def jobs(db: psycopg.Connection) -> list[tuple[Any, ...]]:
+    return db.execute("SELECT task, state, meta->>'task_id' FROM akadze.jobs ORDER BY id"
+                      ).fetchall()
+
+
+def tasks(app: Celery) -> dict[str, Any]:
+    """add, mul, tsum, fail and a recorder of errback calls, on ``app``."""
+    seen: list[Any] = []
+
+    @app.task(name="t.add")
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    @app.task(name="t.mul")
+    def mul(x: int, y: int) -> int:
+        return x * y
+
+    @app.task(name="t.tsum")
+    def tsum(values: list[int]) -> int:
+        return sum(values)
+
+    @app.task(name="t.fail")
+    def fail(*args: Any) -> None:
+        raise Boom("boom")
+
+    @app.task(name="t.on_error")
+    def on_error(request: Any, exc: BaseException, traceback: Any) -> None:
+        seen.append(("new", request.id, type(exc), str(exc), request.args))
+
+    @app.task(name="t.on_error_old")
+    def on_error_old(task_id: str) -> None:
+        seen.append(("old", task_id))
+
+    @app.task(name="t.record")
+    def record(*args: Any) -> None:
+        seen.append(("record", *args))
+
+    return {"add": add, "mul": mul, "tsum": tsum, "fail": fail, "on_error": on_error,
+            "on_error_old": on_error_old, "record": record, "seen": seen}
+
+
+# --- chains ---------------------------------------------------------------------------------
+
+
+async def test_a_chain_is_one_insert_and_passes_each_result_on(
+        celery: Celery, db: psycopg.Connection) -> None:
+    t = tasks(celery)
+    result = (t["add"].s(2, 2) | t["add"].s(4) | t["mul"].s(10))()
+    # Every step is inserted at once, with the id Celery would have frozen; the steps
+    # after the first wait for the one before.
+    rows = jobs(db)
+    assert [(task, state) for task, state, _ in rows] == [
+        ("t.add", "queued"), ("t.add", "waiting"), ("t.mul", "waiting")]
+    assert [task_id for _, _, task_id in rows] == [
+        result.parent.parent.id, result.parent.id, result.id]
+    assert result.state == states.PENDING
+    await work(celery, ready(result))
+    assert result.get(timeout=5) == 80  # ((2 + 2) + 4) * 10
+    assert (result.parent.get(timeout=5), result.parent.parent.get(timeout=5)) == (8, 4)
+    assert result.parent.parent.children == [result.parent]
+
+
+async def test_an_immutable_step_ignores_the_previous_result(celery: Celery) -> None:
+    t = tasks(celery)
+    result = chain(t["add"].s(1, 1), t["add"].si(10, 10), t["add"].s(1)).apply_async()
+    await work(celery, ready(result))
+    assert result.get(timeout=5) == 21
+
+
+async def test_partial_args_go_to_the_first_step(celery: Celery) -> None:
+    t = tasks(celery)
+    result = chain(t["add"].s(1), t["mul"].s(3))(4)
+    await work(celery, ready(result))
+    assert result.get(timeout=5) == 15
+
+
+async def test_a_failed_step_stops_the_chain_and_calls_its_errbacks(
+        celery: Celery, db: psycopg.Connection) -> None:
+    t = tasks(celery)
+    canvas = t["add"].s(1, 1) | t["fail"].s() | t["add"].s(100)
+    canvas.link_error(t["on_error"].s())
+    canvas.link_error(t["on_error_old"].s())
+    result = canvas.apply_async()
+    failed = result.parent
+    await work(celery, lambda: len(t["seen"]) == 2)
+    assert failed.state == states.FAILURE and isinstance(failed.result, Boom)
+    # Celery never sends the step after a failure: it stays PENDING, and get() raises
+    # the failure (Celery through the parents; here at once, from the step's own row).
+    assert result.state == states.PENDING and not result.ready()
+    with pytest.raises(Boom, match="boom"):
+        result.get(timeout=5)
+    assert sorted(t["seen"], key=str) == sorted([
+        ("new", failed.id, Boom, "boom", [2]), ("old", failed.id)], key=str)
+
+
+# --- groups ---------------------------------------------------------------------------------
+
+
+async def test_a_group_returns_a_group_result_in_order(celery: Celery) -> None:
+    t = tasks(celery)
+    result = group(t["add"].s(i, i) for i in range(5))()
+    assert isinstance(result, GroupResult) and len(result) == 5
+    assert [member.id for member in result] == [r.id for r in result.results]
+    assert not result.ready() and result.waiting() and result.completed_count() == 0
+    await work(celery, result.ready)
+    assert result.get(timeout=5) == [0, 2, 4, 6, 8]
+    assert result.join(timeout=5) == [0, 2, 4, 6, 8]
+    assert (result.successful(), result.failed(), result.completed_count()) == (True, False, 5)
+    assert result.children == result.results
+
+
+async def test_a_group_with_a_failure_raises_it_in_order(celery: Celery) -> None:
+    t = tasks(celery)
+    result = group(t["add"].s(1, 1), t["fail"].s(), t["add"].s(2, 2)).apply_async()
+    await work(celery, result.ready)
+    assert result.failed() and not result.successful() and result.completed_count() == 2
+    with pytest.raises(Boom):
+        result.get(timeout=5)
+    values = result.get(timeout=5, propagate=False)
+    assert values[0] == 2 and isinstance(values[1], Boom) and values[2] == 4
+
+
+async def test_a_group_of_chains(celery: Celery) -> None:
+    t = tasks(celery)
+    result = group(t["add"].s(i, i) | t["mul"].s(10) for i in range(3))()
+    await work(celery, result.ready)
+    assert result.get(timeout=5) == [0, 20, 40]
+
+
+async def test_a_chain_fans_out_to_a_group(celery: Celery) -> None:
+    t = tasks(celery)
+    result = (t["add"].s(1, 1) | group(t["mul"].s(10), t["mul"].s(100)))()
+    assert isinstance(result, GroupResult)
+    await work(celery, result.ready)
+    assert result.get(timeout=5) == [20, 200]
+
+
+async def test_revoking_a_group_revokes_its_members(celery: Celery) -> None:
+    t = tasks(celery)
+    result = group(t["add"].s(1, 1), t["add"].s(2, 2)).apply_async(countdown=60)
+    result.revoke()
+    assert [member.state for member in result] == [states.REVOKED, states.REVOKED]
+    with pytest.raises(TaskRevokedError):
+        result.get(timeout=5)
+
+
+async def test_revoking_a_chains_head_stops_the_rest(celery: Celery,
+                                                     db: psycopg.Connection) -> None:
+    t = tasks(celery)
+    result = (t["add"].s(1, 1) | t["add"].s(1) | t["add"].s(1)).apply_async(countdown=60)
+    head = result.parent.parent
+    head.revoke()
+    assert head.state == states.REVOKED
+    assert [state for _, state, _ in jobs(db)] == ["cancelled", "cancelled", "cancelled"]
+    assert result.state == states.PENDING  # never sent, as in Celery
+    with pytest.raises(TaskRevokedError):
+        result.get(timeout=5)
+
+
+# --- chords ---------------------------------------------------------------------------------
+
+
+async def test_a_chord_calls_its_body_with_the_list(celery: Celery) -> None:
+    t = tasks(celery)
+    result = chord([t["add"].s(i, i) for i in range(4)], t["tsum"].s())()
+    assert isinstance(result.parent, GroupResult) and len(result.parent) == 4
+    await work(celery, ready(result))
+    assert result.get(timeout=5) == 12
+    assert result.parent.get(timeout=5) == [0, 2, 4, 6]
+
+
+async def test_chord_header_then_body_and_group_or_task(celery: Celery) -> None:
+    t = tasks(celery)
+    first = chord(t["add"].s(i, 1) for i in range(3))(t["tsum"].s())
+    second = (group(t["add"].s(i, 2) for i in range(3)) | t["tsum"].s()).delay()
+    third = (t["add"].s(1, 1) | group(t["add"].s(1), t["add"].s(2)) | t["tsum"].s())()
+    await work(celery, ready(first, second, third))
+    assert (first.get(timeout=5), second.get(timeout=5), third.get(timeout=5)) == (6, 9, 7)
+
+
+async def test_a_chord_of_chords(celery: Celery) -> None:
+    t = tasks(celery)
+    inner = [chord([t["add"].s(i, i), t["add"].s(i, 1)], t["tsum"].s()) for i in range(3)]
+    result = chord(inner, t["tsum"].s())()
+    await work(celery, ready(result))
+    # inner i: (i + i) + (i + 1); the outer body sums the inner bodies: 1 + 4 + 7.
+    assert result.get(timeout=5) == 12
+
+
+async def test_a_failed_member_fails_the_body_with_a_chord_error(
+        celery: Celery, db: psycopg.Connection) -> None:
+    t = tasks(celery)
+    body = t["tsum"].s()
+    body.link_error(t["on_error"].s())
+    result = chord([t["add"].s(1, 1), t["fail"].s()], body)()
+    member = result.parent.results[1]
+    await work(celery, lambda: bool(t["seen"]))
+    assert result.state == states.FAILURE and result.ready()
+    # Celery's wording: 'Dependency <member id> raised <member exception repr>'.
+    expected = f"Dependency {member.id} raised Boom('boom')"
+    assert isinstance(result.result, ChordError) and str(result.result) == expected
+    with pytest.raises(ChordError, match="Dependency"):
+        result.get(timeout=5)
+    # The body's errback is called with the body's request and the ChordError.
+    assert t["seen"] == [("new", result.id, ChordError, expected, [])]
+    assert db.execute("SELECT count(*) FROM akadze.jobs WHERE task = 't.tsum' "
+                      "AND started_at IS NOT NULL").fetchone() == (0,)
+
+
+# --- link, chunks, map ---------------------------------------------------------------------
+
+
+async def test_link_runs_the_callback_with_the_result(celery: Celery) -> None:
+    t = tasks(celery)
+    callback = t["record"].s("after")
+    result = t["add"].apply_async((2, 3), link=callback, link_error=t["on_error_old"].s())
+    await work(celery, lambda: bool(t["seen"]))
+    assert result.get(timeout=5) == 5
+    assert t["seen"] == [("record", 5, "after")]
+    assert [child.name for child in result.children or []] == ["t.record"]
+
+
+async def test_link_error_on_a_single_task_and_on_error(celery: Celery) -> None:
+    t = tasks(celery)
+    result = t["fail"].s(7).on_error(t["on_error"].s()).delay()
+    await work(celery, lambda: bool(t["seen"]))
+    assert t["seen"] == [("new", result.id, Boom, "boom", [7])]
+
+
+async def test_chunks_map_and_starmap(celery: Celery) -> None:
+    t = tasks(celery)
+    chunked = t["add"].chunks([(i, i) for i in range(5)], 2)()
+    mapped = t["tsum"].map([[1, 2], [3, 4]]).apply_async()
+    starred = t["add"].starmap([(1, 2), (3, 4)]).delay()
+    await work(celery, ready(chunked, mapped, starred))
+    assert chunked.get(timeout=5) == [[0, 2], [4, 6], [8]]
+    assert (mapped.get(timeout=5), starred.get(timeout=5)) == ([3, 7], [3, 7])
+
+
+# --- results ---------------------------------------------------------------------------------
+
+
+async def test_a_group_result_is_saved_and_restored(celery: Celery) -> None:
+    t = tasks(celery)
+    result = group(t["add"].s(1, 1), t["add"].s(2, 2))()
+    result.save()
+    await work(celery, result.ready)
+    restored = celery.GroupResult.restore(result.id)
+    assert isinstance(restored, GroupResult) and restored == result
+    assert restored.get(timeout=5) == [2, 4]
+    restored.delete()
+    assert GroupResult.restore(result.id, app=celery) is None
+    assert ResultSet(list(result.results)).get(timeout=5) == [2, 4]
+
+
+async def test_get_inside_a_task_is_refused_unless_allowed(celery: Celery) -> None:
+    t = tasks(celery)
+    outcome: dict[str, Any] = {}
+    other = t["add"].delay(1, 1)
+
+    @celery.task(name="t.waits")
+    def waits() -> None:
+        try:
+            other.get(timeout=1)
+        except RuntimeError as exc:
+            outcome["refused"] = str(exc)
+        with allow_join_result():
+            outcome["allowed"] = other.get(timeout=10)
+
+    result = waits.delay()
+    await work(celery, ready(result))
+    assert outcome["refused"].startswith("Never call result.get() within a task!")
+    assert outcome["allowed"] == 2
+
+
+async def test_a_canvas_in_a_rolled_back_transaction_inserts_nothing(
+        celery: Celery, db: psycopg.Connection, database_url: str) -> None:
+    t = tasks(celery)
+    with psycopg.connect(database_url) as connection:
+        (t["add"].s(1, 1) | t["add"].s(2)).apply_async(connection=connection)
+        connection.rollback()
+    assert jobs(db) == []
+
+
+# --- signatures as data ----------------------------------------------------------------------
+
+
+async def test_a_canvas_round_trips_through_json_and_runs(celery: Celery) -> None:
+    t = tasks(celery)
+    canvas = t["add"].s(1, 1) | group(t["add"].s(1), t["add"].s(2)) | t["tsum"].s()
+    rebuilt = signature(json.loads(json.dumps(canvas)), app=celery)
+    assert type(rebuilt) is type(canvas)
+    assert json.loads(json.dumps(rebuilt)) == json.loads(json.dumps(canvas))
+    assert [type(step).__name__ for step in rebuilt.tasks] == ["Signature", "_chord"]
+    result = rebuilt.apply_async()
+    await work(celery, ready(result))
+    assert result.get(timeout=5) == 7
+
+
+def test_subtask_types_rebuild_their_classes(celery: Celery) -> None:
+    t = tasks(celery)
+    for canvas in (t["add"].s(1) | t["add"].s(2), group(t["add"].s(1, 1)),
+                   chord([t["add"].s(1, 1)], t["tsum"].s())):
+        rebuilt = Signature.from_dict(json.loads(json.dumps(canvas)), app=celery)
+        assert type(rebuilt) is type(canvas)
+        assert json.loads(json.dumps(rebuilt)) == json.loads(json.dumps(canvas))
+    for made in (chunks(t["add"].s(), [(1, 1)], 1), xmap(t["add"].s(), [1]),
+                 xstarmap(t["add"].s(), [(1, 1)])):
+        data = {**json.loads(json.dumps(made)), "subtask_type": type(made).__name__}
+        assert type(Signature.from_dict(data, app=celery)) is type(made)
+
+
+def test_freeze_gives_the_ids_sending_uses(celery: Celery) -> None:
+    t = tasks(celery)
+    sig = t["add"].s(1, 1)
+    frozen = sig.freeze()
+    assert isinstance(frozen, AsyncResult) and sig.id == frozen.id == sig.freeze().id
+    canvas = t["add"].s(1, 1) | t["add"].s(2)
+    last = canvas.freeze()
+    assert last.id == canvas.tasks[-1].id and last.parent.id == canvas.tasks[0].id
+
+
+def test_a_task_used_as_a_base_class_keeps_s_and_si(celery: Celery) -> None:
+    class Base(Task):
+        pass
+
+    @celery.task(base=Base, name="t.based")
+    def based(x: int) -> int:
+        return x
+
+    assert based.s(1).args == (1,) and based.si(1).immutable
+
+
+# --- ids, options, retries ------------------------------------------------------------------
+
+
+async def test_task_id_names_the_tail_and_options_go_to_the_first_step(
+        celery: Celery, db: psycopg.Connection) -> None:
+    t = tasks(celery)
+    result = (t["add"].s(1, 1) | t["add"].s(2)).apply_async(task_id="the-end", queue="first")
+    assert result.id == "the-end"
+    # Celery applies a chain's options to its first task; the next ones are sent with their
+    # own (here the default queue).
+    assert db.execute("SELECT queue FROM akadze.jobs ORDER BY id").fetchall() == [
+        ("first",), ("celery",)]
+    grouped = group(t["add"].s(1, 1), t["add"].s(2, 2)).apply_async(task_id="g-1")
+    assert grouped.id == "g-1"
+    body = chord([t["add"].s(1, 1)], t["tsum"].s()).apply_async(task_id="body-1")
+    assert body.id == "body-1"
+    await work(celery, ready(body, grouped), queues=("first", "celery"))
+    assert celery.AsyncResult("the-end").get(timeout=5) == 4
+    rows = db.execute("SELECT args, meta->'celery'->'group_index' FROM akadze.jobs "
+                      "WHERE meta->'celery'->>'group_id' = 'g-1' ORDER BY id").fetchall()
+    assert rows == [({"args": [1, 1], "kwargs": {}}, 0), ({"args": [2, 2], "kwargs": {}}, 1)]
+
+
+async def test_a_retried_step_passes_its_final_result_once(celery: Celery) -> None:
+    t = tasks(celery)
+    attempts: list[list[Any]] = []
+
+    @celery.task(bind=True, name="t.flaky", default_retry_delay=0)
+    def flaky(self: Task, value: int) -> int:
+        attempts.append(list(self.request.args))
+        if len(attempts) < 2:
+            raise self.retry()
+        return value * 10
+
+    result = (t["add"].s(1, 2) | flaky.s() | t["add"].s(1))()
+    await work(celery, ready(result))
+    assert result.get(timeout=5) == 31
+    assert attempts == [[3], [3]]  # the previous result first, at every attempt
+
+
+async def test_a_chord_body_chain_and_its_errback(celery: Celery) -> None:
+    t = tasks(celery)
+    ok = chord([t["add"].s(1, 1), t["add"].s(2, 2)], t["tsum"].s() | t["mul"].s(10))()
+    assert ok.parent.parent is not None  # body chain -> tsum -> header
+    await work(celery, ready(ok))
+    assert ok.get(timeout=5) == 60
+    assert isinstance(ok.parent.parent, GroupResult)
+
+
+async def test_members_see_their_group_and_a_revoked_member_fails_the_body(
+        celery: Celery) -> None:
+    t = tasks(celery)
+    seen: list[Any] = []
+
+    @celery.task(bind=True, name="t.where")
+    def where(self: Task) -> int:
+        seen.append((self.request.group, self.request.group_index))
+        return 1
+
+    grouped = group(where.s(), where.s())()
+    late = t["add"].s(1, 1).set(countdown=60)
+    body = chord([t["add"].s(1, 1), late], t["tsum"].s())()
+    body.parent.results[1].revoke()
+    await work(celery, ready(grouped, body))
+    assert sorted(seen) == [(grouped.id, 0), (grouped.id, 1)]
+    assert body.state == states.FAILURE
+    assert str(body.result) == (f"Dependency {body.parent.results[1].id} raised "
+                                "TaskRevokedError('revoked')")
+
+
+def test_reused_rows_equal_rows_built_in_full(celery: Celery) -> None:
+    """A group's members share one routed, configured row copied per member: each copy
+    must be the row built for that member alone."""
+    from akadze_compat.app.flow import Builder
+
+    t = tasks(celery)
+    celery.conf.task_routes = {"t.add": {"queue": "adds", "priority": 3}}
+    canvas = group(t["add"].s(i, i) for i in range(3)).set(task_id="g-1")
+    canvas.freeze()
+    rows = []
+    for reuse in (True, False):
+        builder = Builder(celery, reuse=reuse)
+        canvas.clone().to_flow(builder, after=[], many=False, failure="cancel")
+        rows.append([(node.request, json.loads(node.request.meta))
+                     for node in builder.workflow.nodes])
+    reused, full = rows
+    assert len(reused) == 3 and reused[0][0].queue == "adds" and reused[0][0].priority == 3
+    assert [meta["celery"]["group_index"] for _, meta in reused] == [0, 1, 2]
+    for (copy, copy_meta), (built, built_meta) in zip(reused, full, strict=True):
+        assert copy_meta == built_meta
+        assert copy == dataclasses.replace(built, meta=copy.meta)
