@@ -123,7 +123,8 @@ def call_errbacks(app: Any, request: Context, exc: BaseException, traceback: str
     for errback in listed(link_error):
         sig = maybe_signature(errback, app=app)
         task = sig.known_type
-        if task is not None and new_style_errback(task):
+        if task is not None and new_style_errback(task, sig.args, sig.kwargs,
+                                                  immutable=bool(sig.immutable)):
             sig(request, exc, traceback)
         else:
             sig.apply((request.id,), parent_id=request.id, root_id=request.root_id)

@@ -88,6 +88,8 @@ class Builder:
         # _reused. ``reuse=False`` builds every row in full (what the copies must equal).
         self._reuse = reuse
         self._templates: dict[tuple[Any, ...], tuple[Message, JobRequest, dict[str, Any]]] = {}
+        # id(node) -> (its task id, its root id): what a node after it is sent with
+        self._ids: dict[int, tuple[str, str]] = {}
 
     def add_task(self, sig: Signature, *, after: list[Any], many: bool,
                  failure: str) -> tuple[Node, AsyncResult]:
@@ -106,6 +108,12 @@ class Builder:
         links = listed(sig.options.get("link"))
         errbacks = listed(sig.options.get("link_error"))
         options = _node_options(sig, task_type)
+        upstream = self._ids.get(id(after[-1])) if after else None
+        if upstream is not None:
+            # Celery sends a step once the one before it ended, from its worker: the step's
+            # parent is that task, its root that task's root (a chord body: the header
+            # member that ended last, here the last one)
+            options["parent_id"], options["root_id"] = upstream
         reused = None
         if self._reuse and not links and not errbacks and not sig.options.get("shadow"):
             reused = self._reused(sig, task_type, task_id, options, extra)
@@ -168,10 +176,12 @@ class Builder:
         if self.session is None:
             self.session = message.session
         passing = _passing(after, many, immutable)
+        root_id = _root_id(message, task_id)
         node = self.workflow.add_request(
             request or message.request(), after=list(after) or None, pass_results=passing,
             on_upstream_failure="fail" if failure == "fail" else "cancel",
-            on_failure=[self._errback(errback, task_id) for errback in errbacks])
+            on_failure=[self._errback(errback, task_id, root_id) for errback in errbacks])
+        self._ids[id(node)] = (task_id, root_id)
         result = AsyncResult(task_id, app=self.app, task_name=message.name)
         ignore_result = message.ignore_result
         if ignore_result is None and task_type is not None:
@@ -183,15 +193,16 @@ class Builder:
                 self, after=[node], many=False, failure="cancel")
         return node, result
 
-    def _errback(self, errback: Any, failed_id: str) -> OnFailure:
-        """The row of an errback, inserted when the job of ``failed_id`` fails."""
+    def _errback(self, errback: Any, failed_id: str, failed_root_id: str) -> OnFailure:
+        """The row of an errback, inserted when the job of ``failed_id`` fails: sent by
+        that task, as Celery's worker sends an old-style errback (its parent and root)."""
         sig = maybe_signature(errback, app=self.app)
         if not isinstance(sig, Signature) or sig.subtask_type:
             raise TypeError(f"link_error takes task signatures, not {sig!r}: call a "
                             "canvas from a single errback task")
         task_type = sig.known_type
         options = _node_options(sig, task_type)
-        options.setdefault("parent_id", failed_id)
+        options["parent_id"], options["root_id"] = failed_id, failed_root_id
         message = prepare(self.app, sig.name, list(sig.args), dict(sig.kwargs), options,
                           task_id=str(sig.id or uuid()), link=None, link_error=None,
                           shadow=sig.options.get("shadow"), task_type=task_type,
@@ -212,6 +223,12 @@ class Builder:
         for node, result, message in self._sent:
             result.job_id = node.id
             message.published(result.id)
+
+
+def _root_id(message: Message, task_id: str) -> str:
+    """The root id the task of ``message`` runs with: as sent, or its own id."""
+    celery_meta = message.call.options.meta.get("celery") or {}
+    return str(celery_meta.get("root_id") or task_id)
 
 
 def send_canvas(app: Celery, sig: Signature, args: Any, kwargs: Any,

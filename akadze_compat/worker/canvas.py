@@ -12,6 +12,7 @@ task's id, as Celery's ``_call_task_errbacks`` does.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,30 +31,50 @@ __all__ = ["ErrbackCall", "errback_call", "is_new_style_errback", "new_style_err
            "step_args"]
 
 
-def new_style_errback(task: Task) -> bool:
+def new_style_errback(task: Task, args: Any = (), kwargs: dict[str, Any] | None = None,
+                      immutable: bool = False) -> bool:
     """Whether ``task`` is a new-style errback: Celery's test, a decorated function (not
-    ``bind=True``, not a class's ``run``) taking more than one positional argument."""
+    ``bind=True``, not a class's ``run``) taking more than one positional argument.
+
+    A mutable signature's stored ``args`` and ``kwargs`` take their parameters first, as in
+    Celery 5.7: only the parameters the failure could still fill are counted, so that
+    ``on_error(task_id, path=None)`` sent as ``.s(path=...)`` is old style. If they do not
+    fit the function, the function alone decides."""
     body = getattr(task, "_orig_run", None) or task.run
     if inspect.ismethod(body):
         return False
+    if not immutable and (args or kwargs):
+        try:
+            return _more_than_one_positional(functools.partial(body, *args, **(kwargs or {})))
+        except (TypeError, ValueError):
+            pass
     try:
-        spec = inspect.getfullargspec(body)
+        return _more_than_one_positional(body)
     except TypeError:
         return False
+
+
+def _more_than_one_positional(fun: Any) -> bool:
+    spec = inspect.getfullargspec(fun)
     return spec.varargs is not None or len(spec.args) > 1
 
 
-def is_new_style_errback(task: Task, meta: dict[str, Any]) -> bool:
-    """Whether this run is an errback job to call ``(request, exc, traceback)``."""
-    return isinstance(meta.get(ERRBACK), dict) and new_style_errback(task)
+def is_new_style_errback(task: Task, meta: dict[str, Any], args: Any = (),
+                         kwargs: dict[str, Any] | None = None) -> bool:
+    """Whether this run is an errback job to call ``(request, exc, traceback)``; ``args``
+    and ``kwargs``: the errback signature's own, as stored on its row."""
+    errback = meta.get(ERRBACK)
+    return isinstance(errback, dict) and new_style_errback(
+        task, args, kwargs, immutable=bool(errback.get("immutable")))
 
 
-def step_args(task: Task, job: Job, meta: dict[str, Any], args: list[Any]) -> list[Any]:
+def step_args(task: Task, job: Job, meta: dict[str, Any], args: list[Any],
+              kwargs: dict[str, Any] | None = None) -> list[Any]:
     """The args a canvas step runs with: the upstream results first (a chain step, a
     chord body), or the failed task's id (an old-style errback)."""
     errback = meta.get(ERRBACK)
     if isinstance(errback, dict):
-        if errback.get("immutable") or new_style_errback(task):
+        if errback.get("immutable") or is_new_style_errback(task, meta, args, kwargs):
             return args
         return [failed_task_id(job), *args]
     if meta.get(PASS):

@@ -104,6 +104,9 @@ class _Run:
     kwargs: dict[str, Any]
     meta: dict[str, Any]
     limits: dict[float, type[BaseException]]
+    #: a new-style errback job, to call ``(request, exc, traceback)`` (decided on its row's
+    #: own args, before ``step_args``)
+    new_style_errback: bool = False
 
 
 def build_request(task: Task, job: Job, meta: dict[str, Any], args: list[Any],
@@ -165,17 +168,19 @@ def _prepare(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[st
     context = current()
     job = context.job
     meta = _revived_meta(job)
+    # decided on the row's own args (an errback signature's), not on a retry's
+    new_style = is_new_style_errback(task, meta, list(args or []), dict(kwargs or {}))
     override = meta.get("retry_args")
     if isinstance(override, dict):
         args, kwargs = override.get("args"), override.get("kwargs")
     args, kwargs = list(args or []), dict(kwargs or {})
     if not isinstance(override, dict):
-        args = step_args(task, job, meta, args)
+        args = step_args(task, job, meta, args, kwargs)
     request = build_request(task, job, meta, args, kwargs)
     hard = meta.get("time_limit") or task.option("time_limit", "task_time_limit")
     soft = meta.get("soft_time_limit") or task.option("soft_time_limit", "task_soft_time_limit")
     limits = limits_for(soft, hard, SoftTimeLimitExceeded, TimeLimitExceeded)
-    return _Run(task, context, request, args, kwargs, meta, limits)
+    return _Run(task, context, request, args, kwargs, meta, limits, new_style)
 
 
 def _new_style_errback(app: Celery, run: _Run) -> Any:
@@ -193,7 +198,8 @@ def _new_style_errback(app: Celery, run: _Run) -> Any:
             else {}
         failed_args = list(failed_args or ())
         if failed.started_at is not None:  # it ran: with its upstreams' results first
-            failed_args = step_args(failed_task, failed, failed_meta, failed_args)
+            failed_args = step_args(failed_task, failed, failed_meta, failed_args,
+                                    dict(failed_kwargs or {}))
         request = build_request(failed_task, failed, failed_meta, failed_args,
                                 dict(failed_kwargs or {}))
         request.errbacks = failed_meta.get("link_error")
@@ -387,7 +393,7 @@ def _outcome(run: _Run, result: TraceResult) -> Any:
 def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[str, Any]) \
         -> Any:
     run = _prepare(app, name, args, kwargs, unexpected)
-    if is_new_style_errback(run.task, run.meta):
+    if run.new_style_errback:
         return _new_style_errback(app, run)
     context = run.context
     patch = _stale_state_patch(run)
@@ -420,7 +426,7 @@ def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[s
 async def _run_async(app: Celery, name: str, args: Any, kwargs: Any,
                      unexpected: dict[str, Any]) -> Any:
     run = _prepare(app, name, args, kwargs, unexpected)
-    if is_new_style_errback(run.task, run.meta):
+    if run.new_style_errback:
         called = _new_style_errback(app, run)
         return await called if inspect.isawaitable(called) else called
     context = run.context

@@ -161,6 +161,43 @@ def test_eager_callbacks_and_errbacks(t: dict[str, Any]) -> None:
     assert seen == [("new", failed.id, "Boom('boom')", "str", (1,)), ("old", failed.id)]
 
 
+def test_errback_style_counts_what_the_signature_leaves(app: Celery) -> None:
+    """Celery 5.7's rule: a mutable signature's own args and kwargs take their parameters
+    first; only more than one parameter left makes an errback new style."""
+    from akadze_compat.worker.canvas import new_style_errback
+
+    @app.task(name="p.old_with_path")
+    def old_with_path(task_id: str, path: str | None = None) -> None:
+        pass
+
+    @app.task(name="p.pair")
+    def pair(a: Any, b: Any) -> None:
+        pass
+
+    def style(sig: Signature) -> str:
+        new = new_style_errback(sig.known_type, sig.args, sig.kwargs,
+                                immutable=bool(sig.immutable))
+        return "new" if new else "old"
+
+    assert style(old_with_path.s()) == "new"  # two parameters, as Celery counts them
+    assert style(old_with_path.s(path="x")) == "old"
+    assert style(old_with_path.s(nope=1)) == "new"  # does not fit: the function decides
+    assert style(pair.s(1)) == "old"
+    assert style(pair.si(1)) == "new"  # immutable: nothing is taken
+    seen: list[Any] = []
+
+    @app.task(name="p.record_old")
+    def record_old(task_id: str, into: Any = None) -> None:
+        seen.append(("old", task_id, into))
+
+    @app.task(name="p.boom")
+    def boom() -> None:
+        raise Boom("boom")
+
+    failed = boom.apply_async(link_error=record_old.s(into="x"))
+    assert seen == [("old", failed.id, "x")]
+
+
 def test_an_eager_chain_raises_at_the_step_after_a_failure(t: dict[str, Any]) -> None:
     seen = t["seen"]
     with pytest.raises(Boom):
