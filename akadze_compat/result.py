@@ -22,6 +22,7 @@ from . import _state, states
 from .backends import groups as from_saved
 from .backends.base import (
     FINISHED,
+    failure_traceback,
     job_result,
     job_state,
     lookup_job,
@@ -167,9 +168,9 @@ class AsyncResult(ResultBase):
     def traceback(self) -> str | None:
         """The traceback text of the last failure, if any."""
         job, state = self._meta()
-        if job is None or not job.errors or state not in (states.FAILURE, states.RETRY):
+        if job is None or state not in (states.FAILURE, states.RETRY):
             return None
-        return job.errors[-1].get("traceback")
+        return failure_traceback(job)
 
     def ready(self) -> bool:
         """Whether the task finished (SUCCESS, FAILURE or REVOKED)."""
@@ -304,13 +305,21 @@ class AsyncResult(ResultBase):
             ) -> Any:
         """Wait until the task finishes and return its result (or raise its exception).
 
-        Raises ``akadze_compat.exceptions.TimeoutError`` after ``timeout`` seconds. Returns
-        None at once for a call made with ``ignore_result``.
+        With ``propagate`` and ``follow_parents``, as Celery, the parents (the steps before
+        this one: a chain's, a chord's header) are checked first, from the root down, before
+        and after waiting: a failed one raises its own exception (so a chord whose header
+        member failed raises that member's exception, not the body's ``ChordError``). A
+        result made from an id alone has no parents. Raises
+        ``akadze_compat.exceptions.TimeoutError`` after ``timeout`` seconds. Returns None at
+        once for a call made with ``ignore_result``.
         """
         if self.ignored:
             return None
         if disable_sync_subtasks:
             assert_will_not_block()
+        follow = follow_parents and propagate and self.parent is not None
+        if follow:
+            self._maybe_reraise_parent_error()
         deadline = None if timeout is None else time.monotonic() + timeout
         job = self._job()
         while job is None:
@@ -327,21 +336,35 @@ class AsyncResult(ResultBase):
             except builtins.TimeoutError:  # the core's; ours shadows the name
                 raise TimeoutError("The operation timed out.") from None
             self._cache = job
+        if follow:
+            # Celery's last on_interval check, once the result arrived.
+            self._maybe_reraise_parent_error()
+        if propagate and never_ran(job) and self.state == states.PENDING:
+            # A step that never ran because a step before it was revoked: Celery leaves it
+            # PENDING and its get() raises through the parents above, or waits forever when
+            # there are none; here it raises the revoke at once.
+            raise upstream_exception(job.errors[-1], self._task_id_of)
         return self.maybe_throw(propagate=propagate, callback=callback)
 
     wait = get
 
+    def _parents(self) -> Iterator[Any]:
+        node = self.parent
+        while node is not None:
+            yield node
+            node = node.parent
+
+    def _maybe_reraise_parent_error(self) -> None:
+        """Raise the first failure among the parents, from the root down (Celery's)."""
+        for node in reversed(list(self._parents())):
+            node.maybe_throw()
+
     def maybe_throw(self, propagate: bool = True, callback: Callable[[str, Any], Any] | None =
                     None) -> Any:
         """Raise the task's exception if it failed (with ``propagate``); else return the
-        result. A chain step that never ran because a step before it failed (or was
-        revoked) raises that step's exception: Celery's ``get()`` raises it through the
-        result's parents, or waits forever when it has none."""
+        result. A chain step that never ran because a step before it failed reads FAILURE
+        with that step's exception, as in Celery (whose ``_fail_chain`` stores it there)."""
         job, state = self._meta()
-        if job is not None and never_ran(job):
-            if propagate:
-                raise upstream_exception(job.errors[-1], self._task_id_of)
-            return None
         value = job_result(job, state, self._task_id_of)
         if state in states.PROPAGATE_STATES and propagate:
             raise value if isinstance(value, BaseException) else Exception(value)

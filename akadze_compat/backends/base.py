@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from ..app.task import Task
 
 __all__ = ["FINISHED", "TaskIdOf", "celery_meta", "exception_from_entry", "failure_exception",
-           "job_result", "job_state", "lookup_job", "never_ran", "update_state",
-           "upstream_exception"]
+           "failure_traceback", "job_result", "job_state", "lookup_job", "never_ran",
+           "root_failure", "update_state", "upstream_exception"]
 
 #: Gives the Celery task id of a job id (to name a chord's failed member).
 TaskIdOf = Callable[[int], str]
@@ -60,8 +60,13 @@ def job_state(job: Job | None, track_started: bool = False) -> str:
     if job is None:
         return states.PENDING
     if job.state in FINISHED:
-        # A chain step whose upstream failed never ran: Celery leaves it PENDING.
-        return states.PENDING if never_ran(job) else FINISHED[job.state]
+        if never_ran(job):
+            # A chain step that never ran: Celery's _fail_chain stores the failure that
+            # stopped the chain in every later step (FAILURE); a revoke stores nothing in
+            # them (PENDING).
+            return states.FAILURE if root_failure(job.errors[-1]) is not None \
+                else states.PENDING
+        return FINISHED[job.state]
     if job.state == "waiting":
         return states.PENDING
     if job.state == "queued":
@@ -133,16 +138,47 @@ def never_ran(job: Job) -> bool:
     return job.state == "cancelled" and bool(job.errors) and _upstream_failed(job.errors[-1])
 
 
+def root_failure(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """For the ``UpstreamFailed`` entry of a job that never ran: the failure entry of the job
+    that stopped it (followed through upstreams that never ran either), or None when that
+    job was revoked (cancelled) rather than failed."""
+    seen = 0
+    while _upstream_failed(entry) and seen < 100:
+        seen += 1
+        inner = entry.get("upstream_error")
+        if entry.get("upstream_state") == "cancelled":
+            if not isinstance(inner, dict) or not _upstream_failed(inner):
+                return None  # revoked, or cancelled through akadze_core
+            entry = inner
+            continue
+        return inner if isinstance(inner, dict) else {"type": "Exception",
+                                                      "message": entry.get("message")}
+    return None
+
+
+def failure_traceback(job: Job) -> str | None:
+    """The traceback of a job's failure: its last error entry's, or for a chain step that
+    never ran the traceback of the failure that stopped it (Celery stores that in every
+    later step)."""
+    if not job.errors:
+        return None
+    entry = job.errors[-1]
+    if never_ran(job):
+        root = root_failure(entry)
+        return root.get("traceback") if root is not None else None
+    traceback = entry.get("traceback")
+    return traceback if isinstance(traceback, str) else None
+
+
 def upstream_exception(entry: dict[str, Any], task_id_of: TaskIdOf | None = None) \
         -> Exception:
-    """The exception of the job an ``UpstreamFailed`` entry names: its own (rebuilt), or
-    ``TaskRevokedError`` when it was cancelled."""
-    if entry.get("upstream_state") == "cancelled":
+    """The exception of the job an ``UpstreamFailed`` entry names (followed through
+    upstreams that never ran either): its own (rebuilt), or ``TaskRevokedError`` when it was
+    revoked."""
+    root = root_failure(entry)
+    if root is None:
         return TaskRevokedError("revoked")
-    inner = entry.get("upstream_error")
-    if not isinstance(inner, dict):
-        return Exception(str(entry.get("message") or "upstream failed"))
-    return failure_exception(inner, task_id_of)
+    return failure_exception(root, task_id_of)
 
 
 def failure_exception(entry: dict[str, Any], task_id_of: TaskIdOf | None = None) -> Exception:
@@ -165,6 +201,8 @@ def job_result(job: Job | None, state: str, task_id_of: TaskIdOf | None = None) 
         return revive(job.result)
     if state == states.REVOKED:
         return TaskRevokedError("revoked")
+    if state == states.FAILURE and never_ran(job):
+        return upstream_exception(job.errors[-1], task_id_of)
     if state in (states.FAILURE, states.RETRY):
         entry = job.errors[-1] if job.errors else None
         if entry is None or (state == states.RETRY and entry.get("type") == "Retry"):

@@ -89,8 +89,9 @@ S, D, IGN, M = "supported", "different", "ignored", "missing"
 
 _CANVAS = ("Celery's composition and results; sent as one workflow (one INSERT): every task "
            "is a job at once, released by the database in the transaction that stores what "
-           "it waits on; a chain step after a failure stays PENDING and its `get()` raises "
-           "that failure ([celery.md](celery.md#canvas))")
+           "it waits on; a chain step after a failure never runs and reads FAILURE with that "
+           "failure, and `get()` checks the parents first, as Celery "
+           "([celery.md](celery.md#canvas))")
 _NEVER_RAISED = "defined with Celery's hierarchy, for `except` clauses; akadze never raises it"
 _NO_BROKER = "there is no broker connection: the queue is the Postgres database"
 _CLI = "use the `akadze-compat` command"
@@ -159,10 +160,12 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "celery.exceptions:AlwaysEagerIgnored": (S, "warned by `send_task` in eager mode"),
     "celery.exceptions:DuplicateTaskNameWarning": (S, ""),
     "celery.exceptions:reraise": (S, ""),
+    "celery.exceptions:ChordError": (S, "the result of a chord body whose header member "
+                                        "failed or was revoked, as Celery's"),
     **{f"celery.exceptions:{name}": (S, _NEVER_RAISED) for name in (
         "AlreadyRegistered", "BackendError", "BackendGetMetaError", "BackendStoreError",
         "CDeprecationWarning", "CPendingDeprecationWarning", "CeleryCommandException",
-        "CeleryError", "CeleryWarning", "ChordError", "DuplicateNodenameWarning",
+        "CeleryError", "CeleryWarning", "DuplicateNodenameWarning",
         "FixupWarning", "IncompleteStream", "InvalidTaskError", "NotConfigured",
         "SecurityError", "SecurityWarning", "TaskError", "TaskPredicate")},
     # --- celery.result
@@ -263,9 +266,9 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "AsyncResult:get": (D, "wakes on LISTEN/NOTIFY, no polling; a failure comes back as its "
                            "exception type with its message only (never unpickled); inside a "
                            "task it raises RuntimeError unless `disable_sync_subtasks=False` "
-                           "or `allow_join_result()`; a chain step that never ran raises the "
-                           "failure that stopped the chain (Celery waits, or raises it "
-                           "through `parent`)"),
+                           "or `allow_join_result()`; the parents are checked first, as "
+                           "Celery's (`follow_parents`); a chain step after a revoked one "
+                           "raises `TaskRevokedError` even without parents (Celery waits)"),
     "AsyncResult:result": (D, "on FAILURE the exception rebuilt from type and message; dicts "
                               "come back with keys in jsonb's order"),
     "AsyncResult:info": (D, "as `result`"),

@@ -116,11 +116,16 @@ async def test_a_failed_step_stops_the_chain_and_calls_its_errbacks(
     failed = result.parent
     await work(celery, lambda: len(t["seen"]) == 2)
     assert failed.state == states.FAILURE and isinstance(failed.result, Boom)
-    # Celery never sends the step after a failure: it stays PENDING, and get() raises
-    # the failure (Celery through the parents; here at once, from the step's own row).
-    assert result.state == states.PENDING and not result.ready()
+    # Celery never sends the step after a failure, but stores the failure in it
+    # (_fail_chain): FAILURE with the failed step's exception and traceback.
+    assert result.state == states.FAILURE and result.ready() and result.failed()
+    assert isinstance(result.result, Boom) and str(result.result) == "boom"
+    assert result.traceback == failed.traceback and "Boom" in (result.traceback or "")
     with pytest.raises(Boom, match="boom"):
         result.get(timeout=5)
+    # Without parents (rebuilt from its id) its own row says the same.
+    with pytest.raises(Boom, match="boom"):
+        celery.AsyncResult(result.id).get(timeout=5)
     assert sorted(t["seen"], key=str) == sorted([
         ("new", failed.id, Boom, "boom", [2]), ("old", failed.id)], key=str)
 
@@ -231,8 +236,14 @@ async def test_a_failed_member_fails_the_body_with_a_chord_error(
     # Celery's wording: 'Dependency <member id> raised <member exception repr>'.
     expected = f"Dependency {member.id} raised Boom('boom')"
     assert isinstance(result.result, ChordError) and str(result.result) == expected
-    with pytest.raises(ChordError, match="Dependency"):
+    # get() checks the parents first, as Celery's: the header's failed member raises its
+    # own exception; a result rebuilt from the body's id alone has no parents.
+    with pytest.raises(Boom, match="boom"):
         result.get(timeout=5)
+    with pytest.raises(ChordError, match="Dependency"):
+        result.get(timeout=5, follow_parents=False)
+    with pytest.raises(ChordError, match="Dependency"):
+        celery.AsyncResult(result.id).get(timeout=5)
     # The body's errback is called with the body's request and the ChordError.
     assert t["seen"] == [("new", result.id, ChordError, expected, [])]
     assert db.execute("SELECT count(*) FROM akadze.jobs WHERE task = 't.tsum' "

@@ -8,8 +8,13 @@ from typing import Any
 import pytest
 
 from akadze_compat import states
-from akadze_compat.backends.base import exception_from_entry, job_result, job_state
-from akadze_compat.exceptions import MaxRetriesExceededError, TaskRevokedError
+from akadze_compat.backends.base import (
+    exception_from_entry,
+    failure_traceback,
+    job_result,
+    job_state,
+)
+from akadze_compat.exceptions import ChordError, MaxRetriesExceededError, TaskRevokedError
 from akadze_compat.result import EagerResult
 from akadze_core import Job
 
@@ -93,6 +98,42 @@ def test_job_result() -> None:
     progress = make_job("running", meta={"celery": {"state": "PROGRESS",
                                                     "result": {"done": 3}}})
     assert job_result(progress, "PROGRESS") == {"done": 3}
+
+
+def upstream_failed(upstream: int, state: str, error: dict[str, Any] | None) -> dict[str, Any]:
+    return {"type": "UpstreamFailed", "message": f"upstream job {upstream} {state}",
+            "traceback": None, "upstream": upstream, "upstream_state": state,
+            "upstream_error": error}
+
+
+def test_a_step_after_a_failure_reads_the_failure() -> None:
+    # Celery's _fail_chain stores the failure in every later step of the chain.
+    never = make_job("cancelled", 0, errors=[
+        upstream_failed(7, "failed", entry("PaymentDeclined", __name__, "card"))])
+    assert job_state(never) == states.FAILURE
+    exc = job_result(never, states.FAILURE)
+    assert type(exc) is PaymentDeclined and str(exc) == "card"
+    assert failure_traceback(never) == "tb"
+    # Through a step cancelled before it (and a chord body that failed): the root's.
+    body = upstream_failed(3, "failed", entry("KeyError", "builtins"))
+    after_body = make_job("cancelled", 0, errors=[upstream_failed(
+        8, "cancelled", upstream_failed(8, "failed", body))])
+    assert job_state(after_body) == states.FAILURE
+    assert isinstance(job_result(after_body, states.FAILURE, lambda i: f"task-{i}"),
+                      ChordError)
+
+
+def test_a_step_after_a_revoke_stays_pending() -> None:
+    # A revoke stores nothing in the later steps: Celery leaves them PENDING.
+    for revoked_error in (None, entry("Revoked", None, "revoked")):
+        never = make_job("cancelled", 0, errors=[upstream_failed(7, "cancelled",
+                                                                  revoked_error)])
+        assert job_state(never) == states.PENDING
+        assert job_result(never, states.PENDING) is None
+        assert failure_traceback(never) is None
+    nested = make_job("cancelled", 0, errors=[upstream_failed(
+        8, "cancelled", upstream_failed(7, "cancelled", None))])
+    assert job_state(nested) == states.PENDING
 
 
 def test_eager_result() -> None:
