@@ -580,21 +580,8 @@ class App:
     def wait_for_job(self, job_id: int, timeout: float | None = None) -> Job:
         """Block until the job is succeeded, failed or cancelled (woken by NOTIFY, not by
         polling); raises TimeoutError after ``timeout`` seconds."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        # It LISTENs, so on AKADZE_LISTEN_URL when one is set (a transaction pooler keeps no
-        # LISTEN: through one, only its 5 s re-check would see the job finish).
-        url = listen_url(self.database_url)
-        connection = psycopg.connect(url, **self.connection_kwargs)
-        while True:
-            with connection:
-                try:
-                    return lookup.wait_for_job(connection, job_id, _left(timeout, deadline))
-                except psycopg.OperationalError:
-                    if not connection.closed:
-                        raise
-            # Lost (a restart, failover, terminated backend): waiting only reads, so it
-            # goes on, on a new connection, for what is left of the timeout.
-            connection = self._connect_checked(url, RECONNECT_WINDOW)
+        return self._listening(
+            lambda connection, left: lookup.wait_for_job(connection, job_id, left), timeout)
 
     def get_jobs(self, job_ids: Iterable[int]) -> dict[int, Job]:
         """The jobs with these ids, by id (missing ones are absent), in one query."""
@@ -606,16 +593,27 @@ class App:
         """Block until every one of the jobs is finished (one LISTEN for all, woken by
         NOTIFY); returns them by id; TimeoutError after ``timeout`` seconds."""
         ids = list(job_ids)
+        return self._listening(
+            lambda connection, left: lookup.wait_for_jobs(connection, ids, left), timeout)
+
+    def _listening(self, wait: Callable[[psycopg.Connection, float | None], T],
+                   timeout: float | None) -> T:
+        """``wait(connection, seconds left)`` on a LISTEN connection of its own, on a new
+        one when it is lost, within ``timeout`` overall."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        # It LISTENs, so on AKADZE_LISTEN_URL when one is set (a transaction pooler keeps no
+        # LISTEN: through one, only its 5 s re-check would see the job finish).
         url = listen_url(self.database_url)
         connection = psycopg.connect(url, **self.connection_kwargs)
         while True:
             with connection:
                 try:
-                    return lookup.wait_for_jobs(connection, ids, _left(timeout, deadline))
+                    return wait(connection, _left(timeout, deadline))
                 except psycopg.OperationalError:
                     if not connection.closed:
                         raise
+            # Lost (a restart, failover, terminated backend): waiting only reads, so it
+            # goes on, on a new connection, for what is left of the timeout.
             connection = self._connect_checked(url, RECONNECT_WINDOW)
 
     async def wait_for_job_async(self, job_id: int, timeout: float | None = None) -> Job:

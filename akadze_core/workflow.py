@@ -17,8 +17,9 @@ retried, rescued or fenced-off run cannot release it twice.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -281,27 +282,18 @@ class Workflow:
         session = self._session
         if isinstance(session, psycopg.AsyncConnection):
             return self._async_on(session, params)
-        try:
+        with self._translated():
             if session is not None:
                 ids = database.insert_graph(session, params)
             else:
                 ids = self.app.run_pooled(
-                    lambda connection: database.insert_graph(connection, params),
-                    "the workflow may or may not have been enqueued (all of it or none)")
-        except SCHEMA_ERRORS as exc:
-            raise schema_missing(command=self.app.migrate_command) from exc
-        except psycopg.Error as exc:
-            raise _refused(exc) from None
+                    lambda connection: database.insert_graph(connection, params), UNSURE)
         return self._assign(ids)
 
     async def _async_on(self, session: psycopg.AsyncConnection,
                         params: dict[str, list[Any]]) -> list[int]:
-        try:
+        with self._translated():
             ids = await database.insert_graph_async(session, params)
-        except SCHEMA_ERRORS as exc:
-            raise schema_missing(command=self.app.migrate_command) from exc
-        except psycopg.Error as exc:
-            raise _refused(exc) from None
         return self._assign(ids)
 
     async def enqueue_async(self) -> list[int]:
@@ -313,15 +305,25 @@ class Workflow:
         if self._session is not None:
             raise TypeError("enqueue_async needs an async session; use enqueue()")
         params = self.params()
-        try:
+        with self._translated():
             ids = await self.app.run_pooled_async(
-                lambda connection: database.insert_graph_async(connection, params),
-                "the workflow may or may not have been enqueued (all of it or none)")
+                lambda connection: database.insert_graph_async(connection, params), UNSURE)
+        return self._assign(list(ids))
+
+    @contextlib.contextmanager
+    def _translated(self) -> Iterator[None]:
+        """The insert's errors as callers see them: ``SchemaMissing`` for a missing schema,
+        ``UpstreamFailed`` for a refused workflow, any other as it is."""
+        try:
+            yield
         except SCHEMA_ERRORS as exc:
             raise schema_missing(command=self.app.migrate_command) from exc
         except psycopg.Error as exc:
             raise _refused(exc) from None
-        return self._assign(list(ids))
+
+
+#: What a connection lost after sending the insert leaves unknown (``ConnectionLost``).
+UNSURE = "the workflow may or may not have been enqueued (all of it or none)"
 
 
 def _literal(numbers: list[int] | None) -> str | None:
