@@ -19,11 +19,11 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
-from psycopg.rows import dict_row
 
 from akadze_core import App, Cron, Every, Scheduler, Worker
 from akadze_core.cli import cli
 from tests.integration.outcome_helpers import FAST, running, wait_until
+from tests.integration.schedule_helpers import check, db_now, jobs, rewind, schedule_row
 from tests.integration.schedules_app import app as cli_schedules_app
 
 HOUR = timedelta(hours=1)
@@ -32,36 +32,6 @@ CLI_APP = "tests.integration.schedules_app:app"
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-async def check(app: App, url: str) -> float:
-    """One scheduler check, as a worker's round runs it, on its own connection."""
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection:
-        return await Scheduler(app).enqueue_due(connection)
-
-
-def db_now(db: psycopg.Connection) -> datetime:
-    row = db.execute("SELECT now()").fetchone()
-    assert row is not None
-    return row[0]
-
-
-def schedule_row(db: psycopg.Connection, name: str) -> dict[str, Any] | None:
-    with db.cursor(row_factory=dict_row) as cursor:
-        return cursor.execute("SELECT * FROM akadze.schedules WHERE name = %s",
-                              (name,)).fetchone()
-
-
-def rewind(db: psycopg.Connection, name: str, by: timedelta) -> None:
-    """Move the schedule's last tick back, as if no worker had run for ``by``."""
-    cursor = db.execute("UPDATE akadze.schedules SET last_tick = last_tick - %s WHERE name = %s",
-                        (by, name))
-    assert cursor.rowcount == 1
-
-
-def jobs(db: psycopg.Connection) -> list[dict[str, Any]]:
-    with db.cursor(row_factory=dict_row) as cursor:
-        return cursor.execute("SELECT * FROM akadze.jobs ORDER BY id").fetchall()
-
 
 @pytest.fixture
 async def apps(database_url: str) -> AsyncIterator[list[App]]:
@@ -213,22 +183,28 @@ async def test_hostile_names_are_stored_literally(
 
 # --- exactly once under contention ---------------------------------------------------------------
 
-async def test_concurrent_checks_for_the_same_tick_insert_one_job(
-    app: App, db: psycopg.Connection, database_url: str
-) -> None:
-    app.add_schedule("race", "t", trigger=Every(HOUR))
-    await check(app, database_url)
-    connections = [await psycopg.AsyncConnection.connect(database_url, autocommit=True)
+async def race_rounds(app: App, db: psycopg.Connection, url: str, name: str) -> None:
+    """Five rounds of twelve connections checking at once after the schedule is rewound an
+    hour: each round must add exactly one job."""
+    connections = [await psycopg.AsyncConnection.connect(url, autocommit=True)
                    for _ in range(12)]
     try:
         for round_number in range(1, 6):
-            rewind(db, "race", HOUR)
+            rewind(db, name, HOUR)
             await asyncio.gather(*(Scheduler(app).enqueue_due(connection)
                                    for connection in connections))
             assert len(jobs(db)) == round_number
     finally:
         for connection in connections:
             await connection.close()
+
+
+async def test_concurrent_checks_for_the_same_tick_insert_one_job(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    app.add_schedule("race", "t", trigger=Every(HOUR))
+    await check(app, database_url)
+    await race_rounds(app, db, database_url, "race")
     ticks = {job["meta"]["tick"] for job in jobs(db)}
     assert len(ticks) == 1  # the same tick, re-armed by each rewind
 
@@ -257,17 +233,7 @@ async def test_concurrent_checks_of_a_last_run_trigger_insert_one_job_per_run(
     app.add_schedule("due", "t", trigger=HourAfterTheLastRun())
     await check(app, database_url)
     assert jobs(db) == []  # a new schedule starts from now, as Celery beat's entries do
-    connections = [await psycopg.AsyncConnection.connect(database_url, autocommit=True)
-                   for _ in range(12)]
-    try:
-        for round_number in range(1, 6):
-            rewind(db, "due", HOUR)
-            await asyncio.gather(*(Scheduler(app).enqueue_due(connection)
-                                   for connection in connections))
-            assert len(jobs(db)) == round_number
-    finally:
-        for connection in connections:
-            await connection.close()
+    await race_rounds(app, db, database_url, "due")
     row = schedule_row(db, "due")
     assert row is not None
     assert row["last_tick"].isoformat() == jobs(db)[-1]["meta"]["tick"]
