@@ -63,16 +63,7 @@ def wait_for_job(connection: psycopg.Connection, job_id: int, timeout: float | N
                  poll_interval: float = 5.0) -> Job:
     """Block until the job is succeeded, failed or cancelled; raise TimeoutError after
     ``timeout`` seconds. ``connection`` must be in autocommit mode and is left listening."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    database.listen(connection, [DONE_CHANNEL])
-    while True:
-        job = get_job(connection, job_id)
-        if job is not None and job.state in FINISHED_STATES:
-            return job
-        wait = _next_wait(job_id, timeout, deadline, poll_interval)
-        for notify in connection.notifies(timeout=wait):
-            if _mentions(notify.payload, job_id):
-                break
+    return wait_for_jobs(connection, [job_id], timeout, poll_interval)[job_id]
 
 
 async def wait_for_job_async(connection: psycopg.AsyncConnection, job_id: int,
