@@ -21,6 +21,7 @@ import psycopg
 
 from . import database
 from .dsn import listen_url
+from .jobs import Job
 
 if TYPE_CHECKING:
     from .app import App
@@ -138,3 +139,22 @@ async def requeue(connection: psycopg.AsyncConnection, job_id: int) -> bool:
 def requeue_sync(connection: psycopg.Connection, job_id: int) -> bool:
     """Sync twin of ``requeue``."""
     return database.requeue_job(connection, job_id)
+
+
+def scheduled_jobs(app: App, worker_id: int | None, queues: Iterable[str],
+                   limit: int = 1000) -> list[Job]:
+    """The jobs of ``queues`` waiting for their eta that the worker ``worker_id`` reports
+    (``inspect().scheduled()``): each job under one live worker only, the lowest id among
+    those consuming its queue, so the replies of a fleet add up to every such job once."""
+    rows = app.run_pooled(lambda connection: database.fetch_all(
+        connection, "control_scheduled", worker_id=worker_id, queues=list(queues),
+        limit=limit))
+    return [Job.from_row(row) for row in rows]
+
+
+def revoked_task_ids(app: App, window: float, limit: int) -> list[str]:
+    """Task ids (``meta["task_id"]``, else the job id) revoked within the last ``window``
+    seconds (cancelled or expired, or running with a cancel requested), newest first."""
+    rows = app.run_pooled(lambda connection: database.fetch_all(
+        connection, "control_revoked", window=window, limit=limit))
+    return [str(row["task_id"]) for row in rows]

@@ -9,6 +9,7 @@ prune, schedules) that every worker runs, so the fleet needs no separate supervi
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import inspect
 import logging
@@ -181,6 +182,9 @@ class Worker:
         #: "Received unregistered task" line here). The job fails with NotRegistered either way.
         self.on_unregistered: Callable[[int, str], None] | None = None
         self._scheduler = Scheduler(app) if schedules else None
+        #: Runs started (claimed) since the worker started, by task name (Celery's stats
+        #: "total").
+        self.accepted: collections.Counter[str] = collections.Counter()
         #: Remote control (``control.broadcast``): the commands this worker answers are
         #: ``control.commands``; integrations add theirs there.
         self.control = ControlPanel(self)
@@ -885,6 +889,7 @@ class Worker:
 
     def _start_run(self, row: dict[str, Any]) -> None:
         queue = row["queue"]
+        self.accepted[row["task"]] += 1
         self._busy[queue] += 1
         future = asyncio.create_task(self._run_job(row), name=f"job-{row['id']}")
         run = self._running[row["id"]] = _Run(row["id"], row["run_count"], queue, row["task"],
