@@ -102,8 +102,9 @@ def main() -> None:
         log.close()
     replies["worker exited after shutdown"] = worker.returncode is not None
     # The task id is a key there: one name for it, so both sides' shapes compare.
-    replies["inspect.query_task"] = {node: {"<task id>": item for item in found.values()}
-                                     for node, found in replies["inspect.query_task"].items()}
+    replies["inspect.query_task"] = {
+        node: dict.fromkeys(["<task id>"] if found else [], next(iter(found.values()), None))
+        for node, found in replies["inspect.query_task"].items()}
     out.write_text(json.dumps({"replies": replies,
                                "shapes": {key: shape(value) for key, value in replies.items()}},
                               default=str, indent=1), "utf-8")
