@@ -266,7 +266,7 @@ async def fetch_all_async(
         return await cursor.fetchall()
 
 
-async def execute_async(connection: psycopg.AsyncConnection, name: str, /,
+async def execute_query(connection: psycopg.AsyncConnection, name: str, /,
                         **params: Any) -> int:
     """Run a named statement that returns no rows; how many rows it changed."""
     async with connection.cursor() as cursor:

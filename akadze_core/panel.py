@@ -148,7 +148,7 @@ class ControlPanel:
             connection, "control_pending", worker_id=self.worker.worker_id))
 
     async def _answer(self, guard: Guard, row: dict[str, Any]) -> None:
-        value = await self.execute(row["command"], row["arguments"] or {})
+        value = await self.run_command(row["command"], row["arguments"] or {})
         text = None if not row["reply"] or value is NO_REPLY else encode_reply(value)
 
         async def write(connection: psycopg.AsyncConnection) -> None:
@@ -161,7 +161,7 @@ class ControlPanel:
         for call in after:
             call()
 
-    async def execute(self, command: str, arguments: dict[str, Any]) -> Any:
+    async def run_command(self, command: str, arguments: dict[str, Any]) -> Any:
         """Run ``command`` here (no database involved): its reply, or ``{"error": ...}``."""
         handler = self.commands.get(command)
         if handler is None:
@@ -179,4 +179,4 @@ class ControlPanel:
 
     async def prune(self, connection: psycopg.AsyncConnection) -> None:
         """Delete the expired requests and their replies (the worker's prune round)."""
-        await database.execute_async(connection, "control_prune")
+        await database.execute_query(connection, "control_prune")

@@ -18,7 +18,7 @@ async def test_prune_deletes_expired_requests_and_their_replies(database_url: st
         for request_id in (1, 2, 3):  # 3: its request is gone already
             await database.fetch_one_async(db, "control_reply", request_id=request_id,
                                            worker_id=1, worker_name="w", reply='"pong"')
-        assert await database.execute_async(db, "control_prune") == 2
+        assert await database.execute_query(db, "control_prune") == 2
         cursor = await db.execute("SELECT id FROM akadze.control_requests")
         assert await cursor.fetchall() == [(2,)]
         cursor = await db.execute("SELECT request_id FROM akadze.control_replies")
