@@ -30,7 +30,9 @@ _MODULE_PATTERNS = ("celery.contrib", "celery.bootsteps")
 #: Keys of API_PATTERNS that describe a call shape, not a Celery name.
 _NOT_NAMES = frozenset({"import celery", "unavailable name"})
 _RESULT_GRAPH = frozenset({"then", "collect", "build_graph", "iterdeps", "get_leaf"})
-_CONTROL_HAS = frozenset({"revoke", "purge"})
+#: What app.control has, as Celery's (inspect and rate_limit are reported as different).
+_CONTROL_HAS = frozenset({"revoke", "purge", "broadcast", "ping", "shutdown", "pool_grow",
+                          "pool_shrink", "add_consumer", "cancel_consumer", "time_limit"})
 _SIGNATURE_CALLS = frozenset({"s", "si", "signature", "subtask"})
 #: Calls that take Celery's execution options (serializer=, priority=, link=...).
 _OPTION_CALLS = frozenset({"apply_async", "send_task", "signature", "subtask", "set",
@@ -260,7 +262,8 @@ class _Scanner(ast.NodeVisitor):
         value = node.value
         if isinstance(value, ast.Attribute) and value.attr == "control" and \
                 node.attr not in _CONTROL_HAS:
-            pattern = "app.control.inspect" if node.attr == "inspect" else "app.control.*"
+            pattern = "app.control.inspect" if node.attr == "inspect" \
+                else "app.control.rate_limit" if node.attr == "rate_limit" else "app.control.*"
             self.add(pattern, node, f"control.{node.attr}")
         elif isinstance(node.ctx, ast.Load) and self._is_app(value) and \
                 node.attr not in self.app_attributes and not node.attr.startswith("_"):

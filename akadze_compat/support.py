@@ -87,8 +87,8 @@ _LOW_FIRST = "lower numbers run first (RabbitMQ runs higher ones first; Redis, a
 _BY_NAMESPACE: dict[str, Support] = {
     "beat": _i("beat runs inside every worker, with its state in the database"),
     "broker": _i(_NO_BROKER),
-    "control": _i("there are no broadcast queues: `akadze-compat inspect` and revoke read and "
-                  "write the database"),
+    "control": _i("there are no broadcast queues to tune: remote control goes through the "
+                  "database (a request row and NOTIFY; the live workers write their replies)"),
     "event": _i(_NO_EVENTS),
     "result": _i(_RESULTS_IN_POSTGRES),
     "security": _i("message signing (the auth serializer) is not supported: restrict who can "
@@ -102,6 +102,8 @@ _BY_NAMESPACE.update({name: _i(f"a result backend setting: {_RESULTS_IN_POSTGRES
                       for name in _BACKEND_NAMESPACES})
 
 _BY_SETTING: dict[str, Support] = {
+    "control_queue_ttl": _h("how long a remote-control request waits for its workers to "
+                            "take it up"),
     # --- no namespace
     "accept_content": _d("only JSON: any other content type is refused when the app starts"),
     "result_accept_content": _i("results are always JSON"),
@@ -203,8 +205,8 @@ _BY_SETTING: dict[str, Support] = {
     "worker_redirect_stdouts_level": _i("print() output goes to the worker's stdout/stderr "
                                         "as is"),
     "worker_send_task_events": _i(_NO_EVENTS),
-    "worker_enable_remote_control": _i("no remote control: `akadze-compat inspect` reads the "
-                                       "database"),
+    "worker_enable_remote_control": _i("every worker answers remote control (it goes "
+                                       "through the database, not a broker queue)"),
     "worker_state_db": _i("revokes live in the database"),
     "worker_deduplicate_successful_tasks": _i(f"{_AT_LEAST_ONCE}; make such tasks idempotent"),
     "worker_soft_shutdown_timeout": _i("at a stop signal running tasks get 10 s to finish, "
@@ -392,10 +394,18 @@ API_PATTERNS: dict[str, Support] = {
     "revoke(terminate=True)": Support(DIFFERENT, "a running task is not interrupted: it ends "
                                                  "REVOKED if it then raises, SUCCESS if it "
                                                  "returns"),
-    "app.control.inspect": Support(MISSING, "raises NotImplementedError: use `akadze-compat "
-                                            "inspect` (it reads the database)"),
-    "app.control.*": Support(MISSING, "app.control has only revoke and purge (no broadcast, "
-                                      "rate_limit, add_consumer, shutdown, pool_grow...)"),
+    "app.control.inspect": Support(DIFFERENT, "the live workers answer through the database, "
+                                              "with Celery's replies; scheduled lists each "
+                                              "eta task once, under one worker consuming its "
+                                              "queue; revoked lists the last three hours' "
+                                              "revokes from the database"),
+    "app.control.rate_limit": Support(DIFFERENT, _NO_RATE_LIMITS + " (the command stores the "
+                                                 "rate on the task and says so)"),
+    "app.control.*": Support(MISSING, "app.control has revoke, purge, inspect, broadcast, "
+                                      "ping, shutdown, pool_grow/pool_shrink (threads pool), "
+                                      "add_consumer/cancel_consumer, time_limit and "
+                                      "rate_limit; not autoscale, events, election, "
+                                      "pool_restart or revoke_by_stamped_headers"),
     "app.*": Support(MISSING, "the app has no such attribute here (no broker, result backend, "
                               "amqp, events, pool or bootsteps objects)"),
     "serializer=": Support(MISSING, "only JSON: pickle, yaml and msgpack are refused when the "

@@ -1,10 +1,114 @@
-"""Operations on existing jobs: cancel and requeue, in the caller's transaction."""
+"""Operations on existing jobs (cancel and requeue, in the caller's transaction), and remote
+control of the live workers (``broadcast``).
+
+A broadcast is one row of ``akadze.control_requests`` naming its target workers (the live
+ones, on the database clock, that ``destination``/``select`` keep), announced by NOTIFY at
+commit; each target runs the command in its loop (``akadze_core.panel``) and writes its
+reply row, announced back the same way. A worker that missed the NOTIFY finds the request at
+its next heartbeat (polling as the fallback); a dead worker never answers. The sender
+collects replies until ``timeout`` or until every target answered.
+"""
 
 from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from . import database
+from .dsn import listen_url
+from .jobs import Job
+
+if TYPE_CHECKING:
+    from .app import App
+
+#: Seconds a request waits for its targets to take it up (Celery's control_queue_ttl).
+DEFAULT_TTL = 300.0
+#: While waiting for replies the sender also re-reads them this often (a lost NOTIFY).
+_REPLY_POLL = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class ControlReply:
+    """One worker's answer to a broadcast: its id and name, and what its command returned."""
+
+    worker_id: int
+    worker: str
+    reply: Any
+
+
+def _targets(app: App, destination: Iterable[str] | None,
+             select: Callable[[str], bool] | None) -> list[int]:
+    wanted = None if destination is None else set(destination)
+    return [int(row["id"]) for row in app.list_workers(live=True)
+            if (wanted is None or row["name"] in wanted)
+            and (select is None or select(row["name"]))]
+
+
+def broadcast(app: App, command: str, arguments: Mapping[str, Any] | None = None, *,
+              destination: Iterable[str] | None = None,
+              select: Callable[[str], bool] | None = None, reply: bool = False,
+              timeout: float = 1.0, limit: int | None = None,
+              callback: Callable[[ControlReply], Any] | None = None,
+              ttl: float = DEFAULT_TTL) -> list[ControlReply]:
+    """Send ``command`` with ``arguments`` (JSON) to the live workers named in
+    ``destination`` (all when None) whose name ``select`` accepts; returns their replies.
+
+    With ``reply=False`` it returns ``[]`` at once (the workers still run the command,
+    within ``ttl`` seconds). With ``reply=True`` it waits up to ``timeout`` seconds, or until
+    every target answered, or until ``limit`` replies came, calling ``callback`` on each as
+    it arrives. A worker that handled the command without a reply (``shutdown``) counts as
+    having answered but adds nothing to the list.
+    """
+    targets = _targets(app, destination, select)
+    if not targets:
+        return []
+    params = {"command": command, "arguments": json.dumps(dict(arguments or {}), default=str),
+              "targets": targets, "reply": reply, "ttl": max(ttl, timeout)}
+    if not reply:
+        app.run_pooled(lambda connection: database.fetch_one(connection, "control_send",
+                                                             **params))
+        return []
+    deadline = time.monotonic() + timeout
+    kwargs = {**app.connection_kwargs, "autocommit": True}
+    with psycopg.connect(listen_url(app.database_url), **kwargs) as connection:
+        database.listen(connection, [database.CONTROL_REPLY_CHANNEL])
+        sent = database.fetch_one(connection, "control_send", **params)
+        assert sent is not None
+        return _collect(connection, int(sent["id"]), len(targets), deadline, limit, callback)
+
+
+def _collect(connection: psycopg.Connection, request_id: int, expected: int,
+             deadline: float, limit: int | None,
+             callback: Callable[[ControlReply], Any] | None) -> list[ControlReply]:
+    """The replies to ``request_id`` as they come, until the deadline, ``expected``
+    answers or ``limit`` replies."""
+    answered: set[int] = set()
+    replies: list[ControlReply] = []
+    while True:
+        for row in database.fetch_all(connection, "control_replies", request_id=request_id):
+            worker_id = int(row["worker_id"])
+            if worker_id in answered:
+                continue
+            answered.add(worker_id)
+            if row["reply"] is None:
+                continue
+            one = ControlReply(worker_id, row["worker_name"], row["reply"])
+            replies.append(one)
+            if callback is not None:
+                callback(one)
+            if limit is not None and len(replies) >= limit:
+                return replies
+        left = deadline - time.monotonic()
+        if len(answered) >= expected or left <= 0:
+            return replies
+        for notify in connection.notifies(timeout=min(left, _REPLY_POLL)):
+            if notify.payload == str(request_id):
+                break
 
 
 async def request_cancel(connection: psycopg.AsyncConnection, job_id: int) -> bool:
@@ -35,3 +139,22 @@ async def requeue(connection: psycopg.AsyncConnection, job_id: int) -> bool:
 def requeue_sync(connection: psycopg.Connection, job_id: int) -> bool:
     """Sync twin of ``requeue``."""
     return database.requeue_job(connection, job_id)
+
+
+def scheduled_jobs(app: App, worker_id: int | None, queues: Iterable[str],
+                   limit: int = 1000) -> list[Job]:
+    """The jobs of ``queues`` waiting for their eta that the worker ``worker_id`` reports
+    (``inspect().scheduled()``): each job under one live worker only, the lowest id among
+    those consuming its queue, so the replies of a fleet add up to every such job once."""
+    rows = app.run_pooled(lambda connection: database.fetch_all(
+        connection, "control_scheduled", worker_id=worker_id, queues=list(queues),
+        limit=limit))
+    return [Job.from_row(row) for row in rows]
+
+
+def revoked_task_ids(app: App, window: float, limit: int) -> list[str]:
+    """Task ids (``meta["task_id"]``, else the job id) revoked within the last ``window``
+    seconds (cancelled or expired, or running with a cancel requested), newest first."""
+    rows = app.run_pooled(lambda connection: database.fetch_all(
+        connection, "control_revoked", window=window, limit=limit))
+    return [str(row["task_id"]) for row in rows]

@@ -25,6 +25,10 @@ NOTIFY_CHANNEL = "akadze_jobs"
 CANCEL_CHANNEL = "akadze_cancel"
 #: Every change of a runtime schedule notifies its name (empty: unknown, compare them all).
 SCHEDULES_CHANNEL = "akadze_schedules"
+#: A remote-control request was sent; the payload lists its target worker ids (control_send).
+CONTROL_CHANNEL = "akadze_control"
+#: A worker answered a remote-control request; the payload is the request id.
+CONTROL_REPLY_CHANNEL = "akadze_control_reply"
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +264,14 @@ async def fetch_all_async(
     async with connection.cursor(row_factory=dict_row) as cursor:
         await _execute_async(cursor, query(name), params)
         return await cursor.fetchall()
+
+
+async def execute_query(connection: psycopg.AsyncConnection, name: str, /,
+                        **params: Any) -> int:
+    """Run a named statement that returns no rows; how many rows it changed."""
+    async with connection.cursor() as cursor:
+        await _execute_async(cursor, query(name), params)
+        return cursor.rowcount
 
 
 def run_statement_sync(connection: psycopg.Connection, statement: str, /,

@@ -19,9 +19,23 @@ class BodyGate:
         if slots < 1:
             raise ValueError("a body gate needs at least one slot")
         self._free = slots
+        self._slots = slots
         # Waiting runs by job id, in arrival order; a result of True hands over a slot.
         self._waiters: collections.OrderedDict[int, asyncio.Future[bool]] = (
             collections.OrderedDict())
+
+    def resize(self, slots: int) -> None:
+        """Hold ``slots`` bodies from now on: more hand slots to waiting runs at once; fewer
+        are taken back as bodies end (``_free`` below zero is that debt)."""
+        if slots < 1:
+            raise ValueError("a body gate needs at least one slot")
+        self._free += slots - self._slots
+        self._slots = slots
+        while self._free > 0 and self._waiters:
+            _, waiter = self._waiters.popitem(last=False)
+            if not waiter.done():
+                self._free -= 1
+                waiter.set_result(True)
 
     def waiting(self, job_id: int) -> bool:
         """Whether the run of ``job_id`` waits for a slot (claimed, its body not started)."""
@@ -54,7 +68,11 @@ class BodyGate:
         return True
 
     def release(self) -> None:
-        """A body ended: its slot goes to the first waiting run, else back to the pool."""
+        """A body ended: its slot goes to the first waiting run, else back to the pool (or
+        pays off a shrink)."""
+        if self._free < 0:
+            self._free += 1
+            return
         while self._waiters:
             _, waiter = self._waiters.popitem(last=False)
             if not waiter.done():

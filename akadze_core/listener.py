@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from . import database
-from .database import CANCEL_CHANNEL, NOTIFY_CHANNEL, SCHEDULES_CHANNEL
+from .database import CANCEL_CHANNEL, CONTROL_CHANNEL, NOTIFY_CHANNEL, SCHEDULES_CHANNEL
 
 logger = logging.getLogger("akadze.worker")
 
@@ -25,17 +25,22 @@ async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], No
                           backoff: Callable[[int], float],
                           cancelled: Callable[[int], None] | None = None, *,
                           connect_kwargs: Mapping[str, Any] | None = None,
-                          schedules_changed: Callable[[str], None] | None = None) -> None:
+                          schedules_changed: Callable[[str], None] | None = None,
+                          control: Callable[[str], None] | None = None) -> None:
     """Call ``wake()`` whenever a job becomes due on one of ``queues``, ``cancelled(id)``
     when a cancel of a running job is requested, and ``schedules_changed(name)`` when a
     runtime schedule changed (with ``""`` each time LISTEN starts: what changed while no one
     listened is unknown); runs until cancelled, reconnecting after ``backoff(failures)``
     seconds when the connection is lost. ``connect_kwargs``: psycopg's connection keywords
-    (the app's keepalives, which end a LISTEN on a partitioned network)."""
+    (the app's keepalives, which end a LISTEN on a partitioned network). ``control(payload)``
+    hears every remote-control request. A ``set`` of queues is watched as it changes (a
+    worker adding and removing queues at runtime)."""
     kwargs = {"connect_timeout": 5, **(connect_kwargs or {}), "autocommit": True}
-    watched = set(queues)
-    channels = ([NOTIFY_CHANNEL] if watched else []) + ([CANCEL_CHANNEL] if cancelled else []) \
-        + ([SCHEDULES_CHANNEL] if schedules_changed else [])
+    watched = queues if isinstance(queues, set) else set(queues)
+    # The jobs channel even while no queue is watched: one may be added later.
+    channels = [NOTIFY_CHANNEL] + ([CANCEL_CHANNEL] if cancelled else []) \
+        + ([SCHEDULES_CHANNEL] if schedules_changed else []) \
+        + ([CONTROL_CHANNEL] if control else [])
     failures = 0
     while True:
         try:
@@ -48,6 +53,9 @@ async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], No
                     if notify.channel == CANCEL_CHANNEL:
                         if cancelled is not None and notify.payload.isdigit():
                             cancelled(int(notify.payload))
+                    elif notify.channel == CONTROL_CHANNEL:
+                        if control is not None:
+                            control(notify.payload)
                     elif notify.channel == SCHEDULES_CHANNEL:
                         if schedules_changed is not None:
                             schedules_changed(notify.payload)

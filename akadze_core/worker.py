@@ -9,6 +9,7 @@ prune, schedules) that every worker runs, so the fleet needs no separate supervi
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import inspect
 import logging
@@ -41,6 +42,7 @@ from .outcomes import (
     error_entry,
     raised,
 )
+from .panel import ControlPanel
 from .processes import ProcessPool, ProcessPoolError
 from .retry import default_backoff
 from .run_log import Run as _Run
@@ -180,6 +182,14 @@ class Worker:
         #: "Received unregistered task" line here). The job fails with NotRegistered either way.
         self.on_unregistered: Callable[[int, str], None] | None = None
         self._scheduler = Scheduler(app) if schedules else None
+        #: Runs started (claimed) since the worker started, by task name (Celery's stats
+        #: "total").
+        self.accepted: collections.Counter[str] = collections.Counter()
+        #: Remote control (``control.broadcast``): the commands this worker answers are
+        #: ``control.commands``; integrations add theirs there.
+        self.control = ControlPanel(self)
+        # The queues the listener wakes us for: changed in place by add_queue/remove_queue.
+        self._watched = set(self.queues)
         self.worker_id: int | None = None
         self._running: dict[int, _Run] = {}
         # The concurrency gate, where the runs claimed ahead wait (claimed, not started).
@@ -219,6 +229,64 @@ class Worker:
             logger.info("stopping: no new claims; waiting up to %gs for %d running jobs",
                         self.shutdown_timeout, len(self._running))
             self._stop.set()
+        self._wake.set()
+
+    async def add_queue(self, queue: str, slots: int | None = None) -> bool:
+        """Start claiming from ``queue`` too (``slots`` runs at once; default: as many as the
+        busiest of the others); False when it already did. The workers table says so at once
+        (``list_workers``), and an enqueue on it wakes this worker."""
+        if queue in self.queues:
+            return False
+        self.slots[queue] = slots if slots is not None else max(self.slots.values(), default=1)
+        self._busy.setdefault(queue, 0)
+        self._fair_cursor.setdefault(queue, None)
+        # A new list, not an append: a claim round iterating the old one is not disturbed.
+        self.queues = [*self.queues, queue]
+        self._watched.add(queue)
+        await self._store_queues()
+        self._wake.set()
+        logger.info("now consuming from queue %s", queue)
+        return True
+
+    async def remove_queue(self, queue: str) -> bool:
+        """Stop claiming from ``queue``; its runs under way finish. False when it did not
+        claim from it."""
+        if queue not in self.queues:
+            return False
+        self.queues = [name for name in self.queues if name != queue]
+        self._watched.discard(queue)
+        await self._store_queues()
+        logger.info("no longer consuming from queue %s", queue)
+        return True
+
+    async def _store_queues(self) -> None:
+        async def store(connection: psycopg.AsyncConnection) -> None:
+            await database.fetch_one_async(connection, "worker_set_queues", id=self.worker_id,
+                                           queues=self.queues)
+
+        await self._guard(store, "queues")
+
+    def running(self) -> dict[int, bool]:
+        """The jobs this worker holds, by id: True for those whose body runs, False for
+        those claimed ahead and waiting for a body slot or a process."""
+        return {job_id: not self._waiting(job_id) for job_id in self._running}
+
+    def resize(self, concurrency: int | None = None, *, slots: int | None = None,
+               max_running: int | None = None) -> None:
+        """Change, while running, how many bodies run at once (``concurrency``: the threads
+        of the body gate; not a process pool's processes), the slots of every queue and the
+        cap on runs. More start the runs claimed ahead at once; fewer take effect as runs
+        end (none is interrupted)."""
+        if concurrency is not None:
+            if self._bodies is None or concurrency < 1:
+                raise ValueError("only a worker with a concurrency limit (threads) can be "
+                                 "resized, to at least 1")
+            self._bodies.resize(concurrency)
+            self.concurrency = concurrency
+        if slots is not None:
+            self.slots = dict.fromkeys(self.slots, max(1, slots))
+        if max_running is not None:
+            self.max_running = max(1, max_running)
         self._wake.set()
 
     def run_sync(self, install_signal_handlers: bool = True) -> int:
@@ -299,10 +367,11 @@ class Worker:
                                     deadline=self._lease_left)
         self._completer_task = asyncio.create_task(self._completer.run(), name="completer")
         self._listener_task = asyncio.create_task(
-            listen_for_jobs(listen_url(url), self.queues, self._wake.set, self._backoff,
+            listen_for_jobs(listen_url(url), self._watched, self._wake.set, self._backoff,
                             self._cancelled, connect_kwargs=self._connect_kwargs(),
                             schedules_changed=self._schedules_changed
-                            if self._scheduler is not None else None),
+                            if self._scheduler is not None else None,
+                            control=self.control.heard),
             name="listener")
         self._health.set()
         self._last_heartbeat_ok = time.monotonic()
@@ -476,7 +545,9 @@ class Worker:
         return services
 
     async def _loop(self) -> None:
-        tasks = [asyncio.create_task(self._heartbeats(), name="heartbeat")]
+        tasks = [asyncio.create_task(self._heartbeats(), name="heartbeat"),
+                 asyncio.create_task(self.control.run(self._guard, self._health, self._stop),
+                                     name="control")]
         tasks += [asyncio.create_task(service.run(self._guard, self._health, self._stop),
                                       name=name) for name, service in self._services.items()]
         for task in tasks:
@@ -652,6 +723,8 @@ class Worker:
 
     async def _beat(self, connection: psycopg.AsyncConnection) -> None:
         row = await database.fetch_one_async(connection, "worker_heartbeat", id=self.worker_id)
+        if row is not None and row.get("control_pending"):
+            self.control.poke()  # a remote-control request whose NOTIFY was missed
         if row is None:
             # Another worker judged us dead and rescued our jobs. Our runs still in flight
             # will have their outcomes rejected by fencing; we go on under a new identity.
@@ -687,6 +760,7 @@ class Worker:
                            "the queue without spending an attempt", row["id"])
 
     async def _prune(self, connection: psycopg.AsyncConnection) -> None:
+        await self.control.prune(connection)
         for _ in range(10):  # bounded, so a huge backlog of old rows cannot stall the round
             pruned = await database.prune_jobs(
                 connection, finished_retention=self.app.succeeded_retention,
@@ -815,6 +889,7 @@ class Worker:
 
     def _start_run(self, row: dict[str, Any]) -> None:
         queue = row["queue"]
+        self.accepted[row["task"]] += 1
         self._busy[queue] += 1
         future = asyncio.create_task(self._run_job(row), name=f"job-{row['id']}")
         run = self._running[row["id"]] = _Run(row["id"], row["run_count"], queue, row["task"],

@@ -1,9 +1,7 @@
-"""``akadze-compat`` commands other than ``worker``: Celery's, answered from the database.
+"""``akadze-compat`` commands other than ``worker``: Celery's.
 
-Celery asks its workers over the broker; here the database already knows: the ``workers``
-table (heartbeats) says who is online, and the jobs say what runs and what waits. So
-``inspect`` and ``status`` answer even for a worker that is busy, and ``scheduled`` lists
-every waiting future task, whichever worker will run it.
+``inspect``, ``control`` and ``status`` are ``app.control`` as Celery's are: the live
+workers (heartbeats in the database) answer, through the database, within ``--timeout``.
 """
 
 from __future__ import annotations
@@ -17,12 +15,13 @@ from typing import Any
 
 import click
 
-from akadze_core import Job, run_schedules
+from akadze_core import run_schedules
 
 from .. import states
 from ..beat import warn_unhonoured_scheduler
 from ..django_beat import names_database_scheduler
 from ..exceptions import TimeoutError as CeleryTimeout
+from ..worker.control import Panel
 from .base import CliError, cli_state, split_names, warn
 from .logs import setup_command_logging
 
@@ -30,8 +29,7 @@ __all__ = ["COMMANDS"]
 
 #: Celery's EX_UNAVAILABLE: no worker answered.
 EX_UNAVAILABLE = 69
-#: At most this many rows are listed by ``inspect active``/``scheduled``.
-LIST_LIMIT = 1000
+
 
 def _state(ctx: click.Context) -> Any:
     return cli_state(ctx)
@@ -54,129 +52,43 @@ def _dumps(value: Any) -> str:
 
 # --- reading the database -------------------------------------------------------------------
 
-def live_nodes(core: Any) -> dict[str, list[dict[str, Any]]]:
-    """Node name -> its live worker rows (one per process), judged on the database clock."""
-    nodes: dict[str, list[dict[str, Any]]] = {}
-    for row in core.list_workers(live=True):
-        nodes.setdefault(row["name"], []).append(row)
-    return nodes
-
-
 def job_counts(core: Any) -> dict[str, dict[str, int]]:
     """Queue -> state -> number of jobs."""
     return dict(core.job_counts())
 
 
-def _task_id(job: Job) -> str:
-    return str(job.meta.get("task_id") or job.id)
+# --- inspect / control / status: app.control, as Celery's commands ---------------------------
 
-
-def _request(job: Job, worker: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A job as Celery's request info (what ``inspect active`` lists)."""
-    args = job.args if isinstance(job.args, dict) else {}
-    meta = job.meta.get("celery")
-    sent: dict[str, Any] = meta if isinstance(meta, dict) else {}
-    return {
-        "id": _task_id(job), "name": job.task, "args": args.get("args", []),
-        "kwargs": args.get("kwargs", {}), "type": job.task,
-        "hostname": worker["name"] if worker else None,
-        "time_start": job.started_at.timestamp() if job.started_at else None,
-        "acknowledged": job.state == "running",
-        "delivery_info": {"exchange": sent.get("exchange") or "",
-                          "routing_key": sent.get("routing_key") or job.queue,
-                          "priority": job.priority, "redelivered": job.run_count > 1},
-        "worker_pid": worker["pid"] if worker else None,
-    }
-
-
-# --- inspect / status -------------------------------------------------------------------------
-
-def _inspect_ping(app: Any) -> dict[str, Any]:
-    return {name: {"ok": "pong"} for name in live_nodes(app.core)}
-
-
-def _inspect_reserved(app: Any) -> dict[str, Any]:
-    # The database does not tell a worker's prefetched tasks from the running ones:
-    # both are claimed (they are listed by active).
-    return {name: [] for name in live_nodes(app.core)}
-
-
-def _inspect_active_queues(app: Any) -> dict[str, Any]:
-    return {name: [{"name": queue, "exchange": {"name": queue, "type": "direct"},
-                    "routing_key": queue}
-                   for queue in sorted({q for row in rows for q in row["queues"]})]
-            for name, rows in live_nodes(app.core).items()}
-
-
-def _inspect_active(app: Any) -> dict[str, Any]:
-    core = app.core
-    workers = {row["id"]: row for row in core.list_workers()}
-    replies: dict[str, Any] = {name: [] for name in live_nodes(core)}
-    for job in reversed(core.list_jobs(state="running", limit=LIST_LIMIT)):
-        worker = workers.get(job.worker_id)
-        name = worker["name"] if worker else f"worker-{job.worker_id}"
-        replies.setdefault(name, []).append(_request(job, worker))
-    return replies
-
-
-def _inspect_scheduled(app: Any) -> dict[str, Any]:
-    replies: dict[str, Any] = {}
-    for job in app.core.list_scheduled(LIST_LIMIT):
-        replies.setdefault(job.queue, []).append({
-            "eta": job.scheduled_at.isoformat(), "priority": job.priority,
-            "request": _request(job)})
-    return replies
-
-
-def _inspect_registered(app: Any) -> dict[str, Any]:
-    app.prepare_worker()
-    return {app.main or "default": sorted(app.tasks)}
-
-
-def _inspect_stats(app: Any) -> dict[str, Any]:
-    core = app.core
-    workers: dict[str, Any] = {}
-    for name, rows in live_nodes(core).items():
-        workers[name] = {
-            "hostname": rows[0]["hostname"], "pid": [row["pid"] for row in rows],
-            "processes": len(rows), "queues": sorted({q for row in rows for q in row["queues"]}),
-            "started_at": min(row["started_at"] for row in rows).isoformat(),
-            "heartbeat_at": max(row["heartbeat_at"] for row in rows).isoformat(),
-        }
-    return {"workers": workers, "jobs": job_counts(core)}
-
-
-INSPECT = {"active": _inspect_active, "active_queues": _inspect_active_queues,
-           "ping": _inspect_ping, "registered": _inspect_registered,
-           "reserved": _inspect_reserved, "scheduled": _inspect_scheduled,
-           "stats": _inspect_stats}
-#: Replies keyed by worker node (the others are keyed by queue, app or section).
-_BY_NODE = ("active", "active_queues", "ping", "reserved")
-
-
-def _say(replies: dict[str, Any], quiet: bool, nodes: bool) -> None:
-    """Celery's chat format: ``->  key: OK`` then the reply, indented."""
-    if not replies:
-        click.echo("- empty -")
-    for key, reply in replies.items():
-        click.echo(f"->  {key}: OK")
-        if isinstance(reply, list):
-            body = "\n".join(f"* {item}" for item in reply) or "- empty -"
-        elif isinstance(reply, dict) and set(reply) != {"ok"}:
-            body = json.dumps(reply, indent=4, sort_keys=True, default=str)
-        else:
-            body = ""
+def _say(replies: dict[str, Any]) -> None:
+    """Celery's chat format: ``->  node: OK`` (or ``ERROR``), then the reply, indented."""
+    for node, reply in replies.items():
+        status, body = _pretty(reply)
+        click.echo(f"->  {node}: {status}")
         if body:
             click.echo("\n".join(f"    {line}" for line in body.splitlines()))
-    if nodes and not quiet:
-        click.echo(f"\n{_plural(len(replies), 'node')} online.")
+
+
+def _pretty(reply: Any) -> tuple[str, str]:
+    """Celery's ``pretty``: a list as ``* item`` lines, ``{"ok"|"error": x}`` as x, other
+    dicts as JSON."""
+    if isinstance(reply, list):
+        return "OK", "\n".join(f"* {item}" for item in reply) or "- empty -"
+    if isinstance(reply, dict):
+        if "ok" in reply:
+            return "OK", "\n".join(f"    {line}" for line in _pretty(reply["ok"])[1].splitlines())
+        if "error" in reply:
+            return "ERROR", "\n".join(f"    {line}"
+                                       for line in _pretty(reply["error"])[1].splitlines())
+        return "OK", json.dumps(reply, indent=4, sort_keys=True, default=str)
+    return "OK", reply if isinstance(reply, str) else repr(reply)
 
 
 _REMOTE = [
-    click.option("-t", "--timeout", type=float, default=1.0, help="Accepted (no waiting: the "
-                                                                  "database answers)."),
-    click.option("-d", "--destination", multiple=True, help="Only these nodes."),
-    click.option("-j", "--json", "as_json", is_flag=True, help="Print JSON."),
+    click.option("-t", "--timeout", type=float, default=1.0,
+                 help="Timeout in seconds waiting for reply."),
+    click.option("-d", "--destination", multiple=True,
+                 help="Comma separated list of destination node names."),
+    click.option("-j", "--json", "as_json", is_flag=True, help="Use json as output format."),
 ]
 
 
@@ -186,11 +98,53 @@ def _remote_options(command: Any) -> Any:
     return command
 
 
-def _only(replies: dict[str, Any], destination: tuple[str, ...], by_node: bool) -> dict:
-    wanted = split_names(destination)
-    if not wanted or not by_node:
-        return replies
-    return {node: reply for node, reply in replies.items() if node in wanted}
+def _commands_of(kind: str) -> dict[str, Any]:
+    return dict(sorted((name, info) for name, info in Panel.meta.items()
+                       if info.type == kind and info.visible))
+
+
+def _arguments(ctx: click.Context, kind: str, command: str, args: list[str]) -> dict[str, Any]:
+    """Celery's parsing of a command's arguments: ``meta.args`` in order, the rest to
+    ``meta.variadic``."""
+    choices = _commands_of(kind)
+    if command not in choices:
+        raise click.UsageError(f"Command {command} not recognized. Available {kind} "
+                               f"commands: {', '.join(choices)}", ctx)
+    meta = choices[command]
+    arguments: dict[str, Any] = {}
+    rest = list(args)
+    for name, convert in meta.args or ():
+        if not rest:
+            break
+        value = rest.pop(0)
+        arguments[name] = convert(value) if convert is not None else value
+    if rest and not meta.variadic:
+        raise click.UsageError(f"Command {command!r} takes arguments: {meta.signature}", ctx)
+    if meta.variadic:
+        arguments[meta.variadic] = rest
+    return arguments
+
+
+def _control_app(ctx: click.Context) -> Any:
+    """The app, its modules imported (a project's own commands register when they are)."""
+    app = _existing(_state(ctx).load_app(required=False))
+    app.loader.import_default_modules()
+    app.finalize()
+    return app
+
+
+def _no_replies() -> CliError:
+    return CliError("No nodes replied within time constraint", exit_code=EX_UNAVAILABLE)
+
+
+def _finish(ctx: click.Context, replies: Any, as_json: bool) -> None:
+    if not replies:
+        raise _no_replies()
+    if as_json:
+        click.echo(_dumps(replies))
+        return
+    if not _state(ctx).quiet:
+        click.echo(f"\n{_plural(len(replies), 'node')} online.")
 
 
 @click.command("inspect", context_settings={"ignore_unknown_options": True,
@@ -200,34 +154,34 @@ def _only(replies: dict[str, Any], destination: tuple[str, ...], by_node: bool) 
 @click.pass_context
 def inspect_command(ctx: click.Context, command: str, timeout: float,
                     destination: tuple[str, ...], as_json: bool) -> None:
-    """Inspect the workers and queues: active, active_queues, ping, registered, reserved,
-    scheduled or stats.
+    """Inspect the workers by sending them the COMMAND inspect command (active, scheduled,
+    reserved, registered, stats, active_queues, revoked, conf, query_task, ping, and the
+    project's own); the live workers answer through the database."""
+    app = _control_app(ctx)
+    arguments = _arguments(ctx, "inspect", command, list(ctx.args))
+    inspect = app.control.inspect(timeout=timeout, destination=split_names(destination) or None,
+                                  callback=None if as_json else _say)
+    _finish(ctx, inspect._request(command, **arguments), as_json)
 
-    active, active_queues, ping and reserved (always empty: claimed tasks are active) reply
-    per worker node; scheduled lists the waiting future tasks per queue; registered lists
-    the app's task names; stats gives the live workers and the jobs per queue and state.
-    """
-    if command not in INSPECT:
-        raise click.UsageError(f"Command {command} not recognized. Available inspect "
-                               f"commands: {', '.join(sorted(INSPECT))}", ctx)
-    state = _state(ctx)
-    by_node = command in _BY_NODE
-    app = state.load_app(required=command == "registered")
-    if command != "registered":  # the app's own task names: no database needed
-        _existing(app)
-    replies = _only(INSPECT[command](app), destination, by_node)
-    if by_node and not replies:
-        raise CliError("No nodes replied: no worker heartbeat in the database",
-                       exit_code=EX_UNAVAILABLE)
+
+@click.command("control", context_settings={"ignore_unknown_options": True,
+                                            "allow_extra_args": True})
+@click.argument("command", metavar="COMMAND")
+@_remote_options
+@click.pass_context
+def control_command(ctx: click.Context, command: str, timeout: float,
+                    destination: tuple[str, ...], as_json: bool) -> None:
+    """Send the COMMAND control command to the workers (add_consumer, cancel_consumer,
+    pool_grow, pool_shrink, rate_limit, time_limit, shutdown, and the project's own)."""
+    app = _control_app(ctx)
+    arguments = _arguments(ctx, "control", command, list(ctx.args))
+    replies = app.control.broadcast(command, arguments=arguments, timeout=timeout,
+                                    destination=split_names(destination) or None,
+                                    callback=None if as_json else _say, reply=True)
+    if not replies:
+        raise _no_replies()
     if as_json:
         click.echo(_dumps(replies))
-    elif command == "stats":
-        _say(replies["workers"], True, False)
-        _say({"jobs": replies["jobs"]}, True, False)
-        if not state.quiet:
-            click.echo(f"\n{_plural(len(replies['workers']), 'node')} online.")
-    else:
-        _say(replies, state.quiet, by_node)
 
 
 @click.command("status")
@@ -235,20 +189,17 @@ def inspect_command(ctx: click.Context, command: str, timeout: float,
 @click.pass_context
 def status_command(ctx: click.Context, timeout: float, destination: tuple[str, ...],
                    as_json: bool) -> None:
-    """Show the worker nodes online (live heartbeats in the database)."""
-    state = _state(ctx)
-    replies = _only(_inspect_ping(_existing(state.load_app(required=False))), destination,
-                    True)
-    if not replies:
-        raise CliError("No nodes replied: no worker heartbeat in the database",
-                       exit_code=EX_UNAVAILABLE)
-    if as_json:
-        click.echo(_dumps(replies))
-    else:
-        for node in replies:
+    """Show the worker nodes online (those that answer a ping)."""
+    app = _existing(_state(ctx).load_app(required=False))
+
+    def say(reply: dict[str, Any]) -> None:
+        for node in reply:
             click.echo(f"->  {node}: OK")
-    if not state.quiet:
-        click.echo(f"\n{_plural(len(replies), 'node')} online.")
+
+    replies = app.control.inspect(timeout=timeout,
+                                  destination=split_names(destination) or None,
+                                  callback=None if as_json else say).ping()
+    _finish(ctx, replies, as_json)
 
 
 # --- purge -----------------------------------------------------------------------------------
@@ -417,6 +368,6 @@ def beat_command(ctx: click.Context, loglevel: str, scheduler: str | None) -> No
     asyncio.run(main())
 
 
-COMMANDS: tuple[click.Command, ...] = (beat_command, call_command, inspect_command,
-                                       migrate_command, purge_command, result_command,
-                                       status_command)
+COMMANDS: tuple[click.Command, ...] = (beat_command, call_command, control_command,
+                                       inspect_command, migrate_command, purge_command,
+                                       result_command, status_command)

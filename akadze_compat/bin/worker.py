@@ -35,7 +35,7 @@ from akadze_core.processes import ProcessPool, serve
 from akadze_core.worker_config import DEFAULTS
 
 from .. import beat, signals
-from ..worker import entry
+from ..worker import control, entry
 from ..worker.pool import ChildInfo, child_info
 from .base import CliError, cli_state, exit_now, host_format, report, secrets
 from .logs import setup_worker_logging
@@ -230,6 +230,8 @@ def _run_single(app: Any, settings: WorkerSettings, instance: WorkController,
         worker = _worker(core, settings, slots, [ready], _process_pool(settings, invocation))
     else:  # threads: at most ``bodies`` run at once, the rest of the window waits for one
         worker = _worker(core, settings, slots, [ready], concurrency=bodies)
+    # app.control / inspect: Celery's commands and the project's own (control_command).
+    control.install(worker, app, settings.hostname, instance)
 
     def on_signal(signum: int) -> None:
         cold = signum == signal.SIGQUIT or bool(received)

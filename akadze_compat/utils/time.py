@@ -75,3 +75,17 @@ _SCHEDULER_HELPERS: dict[str, Any] = {
                  "weekday", "humanize_seconds", "add_seconds_to_datetime",
                  "subtract_datetimes", "ffwd", "utcoffset", "adjust_timestamp")}
 __getattr__ = not_provided(__name__, _SCHEDULER_HELPERS)
+
+
+_RATE_MODIFIERS = {"s": lambda n: n, "m": lambda n: n / 60.0, "h": lambda n: n / 3600.0}
+
+
+def rate(value: Any) -> float:
+    """Celery's rate: ``"10/m"`` is tasks per second (a bad number raises ValueError, a bad
+    unit KeyError, as Celery's does)."""
+    if not value:
+        return 0
+    if isinstance(value, str):
+        number, _, unit = value.partition("/")
+        return _RATE_MODIFIERS[unit or "s"](float(number)) or 0
+    return float(value) or 0

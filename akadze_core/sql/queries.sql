@@ -574,7 +574,19 @@ RETURNING id;
 -- name: worker_heartbeat
 -- One row per worker, one UPDATE per interval. No row means another worker judged this one
 -- dead and rescued its jobs: the caller must not resurrect it.
-UPDATE akadze.workers SET heartbeat_at = now() WHERE id = %(id)s RETURNING id;
+-- control_pending: a remote-control request waits for this worker (the polling fallback
+-- of the akadze_control NOTIFY, at no extra statement).
+UPDATE akadze.workers SET heartbeat_at = now() WHERE id = %(id)s
+RETURNING id, EXISTS (
+    SELECT 1 FROM akadze.control_requests AS r
+    WHERE workers.id = ANY (r.targets) AND r.expires_at > now()
+      AND NOT EXISTS (SELECT 1 FROM akadze.control_replies AS p
+                      WHERE p.request_id = r.id AND p.worker_id = workers.id)
+) AS control_pending;
+
+-- name: worker_set_queues
+-- The queues a worker consumes changed at runtime (add_consumer / cancel_consumer).
+UPDATE akadze.workers SET queues = %(queues)s WHERE id = %(id)s RETURNING id;
 
 -- name: worker_unregister
 DELETE FROM akadze.workers WHERE id = %(id)s;
@@ -813,3 +825,78 @@ FROM inserted GROUP BY queue;
 -- client. It cannot sit inside the statement itself: a relation's lock is taken while the
 -- statement is parsed, before any set_config in it runs.
 SELECT set_config('lock_timeout', %(timeout)s, true);
+
+-- name: control_send
+-- A remote-control request to the workers %(targets)s, announced to them at commit: the
+-- payload lists the targets (empty when too long for a payload: every worker looks).
+WITH request AS (
+    INSERT INTO akadze.control_requests (command, arguments, targets, reply, expires_at)
+    VALUES (%(command)s, %(arguments)s::jsonb, %(targets)s::bigint[], %(reply)s,
+            now() + %(ttl)s::float8 * interval '1 second')
+    RETURNING id, targets
+)
+SELECT id, pg_notify('akadze_control', CASE WHEN cardinality(targets) <= 400
+                                            THEN array_to_string(targets, ',')
+                                            ELSE '' END) IS NULL AS notified
+FROM request;
+
+-- name: control_pending
+-- The requests addressed to this worker that it has not answered yet, oldest first.
+SELECT r.id, r.command, r.arguments, r.reply FROM akadze.control_requests AS r
+WHERE %(worker_id)s = ANY (r.targets) AND r.expires_at > now()
+  AND NOT EXISTS (SELECT 1 FROM akadze.control_replies AS p
+                  WHERE p.request_id = r.id AND p.worker_id = %(worker_id)s)
+ORDER BY r.id;
+
+-- name: control_reply
+-- A worker's answer (NULL: handled without a reply), announced to the sender at commit.
+WITH answer AS (
+    INSERT INTO akadze.control_replies (request_id, worker_id, worker_name, reply)
+    VALUES (%(request_id)s, %(worker_id)s, %(worker_name)s, %(reply)s::jsonb)
+    ON CONFLICT DO NOTHING
+    RETURNING request_id
+)
+SELECT request_id, pg_notify('akadze_control_reply', request_id::text) IS NULL AS notified
+FROM answer;
+
+-- name: control_replies
+-- The answers to one request so far, in the order they came.
+SELECT worker_id, worker_name, reply FROM akadze.control_replies
+WHERE request_id = %(request_id)s ORDER BY created_at, worker_id;
+
+-- name: control_prune
+-- Expired requests, and the replies whose request is gone.
+WITH requests AS (
+    DELETE FROM akadze.control_requests WHERE expires_at < now() RETURNING id
+)
+DELETE FROM akadze.control_replies AS p
+WHERE p.request_id IN (SELECT id FROM requests)
+   OR NOT EXISTS (SELECT 1 FROM akadze.control_requests AS r WHERE r.id = p.request_id);
+
+-- name: control_scheduled
+-- The jobs of %(queues)s waiting for their eta (countdowns, retries in backoff) that this
+-- worker lists in inspect().scheduled(): each under one worker only, the live one with the
+-- lowest id among those consuming its queue, so the fleet's replies add up to the truth.
+SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
+       errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
+       created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
+       upstream_results
+FROM akadze.jobs AS j
+WHERE j.state = 'queued' AND j.scheduled_at > now() AND j.queue = ANY (%(queues)s::text[])
+  AND NOT EXISTS (SELECT 1 FROM akadze.workers AS w
+                  WHERE w.id < %(worker_id)s AND j.queue = ANY (w.queues)
+                    AND w.heartbeat_at > now() - w.heartbeat_ttl)
+ORDER BY j.scheduled_at, j.id
+LIMIT %(limit)s;
+
+-- name: control_revoked
+-- Task ids revoked within the last %(window)s seconds (cancelled or expired, or running
+-- with a cancel requested), newest first: what Celery's workers keep in their revoked set.
+SELECT coalesce(meta->>'task_id', id::text) AS task_id FROM (
+    SELECT id, meta, finished_at AS revoked_at FROM akadze.jobs
+    WHERE state = 'cancelled' AND finished_at > now() - %(window)s::float8 * interval '1 second'
+    UNION ALL
+    SELECT id, meta, now() FROM akadze.jobs WHERE state = 'running' AND cancel_requested
+) AS revoked
+ORDER BY revoked_at DESC
+LIMIT %(limit)s;

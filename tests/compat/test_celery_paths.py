@@ -25,7 +25,7 @@ WORKING = [
     ("akadze_compat.app.task", ("Task", "Context")),
     ("akadze_compat._state", ("current_app", "get_current_task", "get_current_worker_task",
                               "connect_on_app_finalize", "set_default_app")),
-    ("akadze_compat.app.control", ("Control",)),
+    ("akadze_compat.app.control", ("Control", "Inspect", "flatten_reply")),
     ("akadze_compat.app.registry", ("TaskRegistry",)),
     ("akadze_compat.app.routes", ("MapRoute", "Router")),
     ("akadze_compat.app.trace", ("ExceptionInfo",)),
@@ -37,7 +37,7 @@ WORKING = [
     ("akadze_compat.contrib.django.task", ("DjangoTask",)),
     ("akadze_compat.beat", ()),
     ("akadze_compat.backends.base", ()),
-    ("akadze_compat.worker.control", ()),
+    ("akadze_compat.worker.control", ("Panel", "control_command", "inspect_command")),
     ("akadze_compat.worker.request", ()),
     ("akadze_compat.bootsteps", ()),
 ]
@@ -48,13 +48,10 @@ REFUSED = [
     ("akadze_compat.app.trace", "build_tracer"), ("akadze_compat.app.trace", "trace_task"),
     ("akadze_compat.backends.base", "BaseBackend"),
     ("akadze_compat.backends.base", "KeyValueStoreBackend"),
-    ("akadze_compat.worker.control", "control_command"),
-    ("akadze_compat.worker.control", "inspect_command"),
     ("akadze_compat.worker.request", "Request"),
     ("akadze_compat.bootsteps", "StartStopStep"),
     ("akadze_compat.utils.threads", "bgThread"),
     ("akadze_compat.utils.time", "humanize_seconds"),
-    ("akadze_compat.app.control", "Inspect"),
 ]
 GUIDE_TEXT = (Path(akadze_compat.__file__).parent.parent / GUIDE).read_text("utf-8")
 

@@ -99,9 +99,9 @@ def test_app_option_after_the_command_is_explained(module_database_url: str) -> 
 @pytest.mark.parametrize("spec", ["plainproj", "plainproj.celery", "plainproj.celery:app",
                                   "plainproj.celery.app", "plainproj:celery_app"])
 def test_app_spellings_find_the_app(spec: str) -> None:
-    done = run("-A", spec, "inspect", "registered", "--json")
+    done = run("-A", spec, "doctor", "--json")
     assert done.returncode == 0, done.stderr
-    names = json.loads(done.stdout)["plainproj"]
+    names = [task["name"] for task in json.loads(done.stdout)["tasks"]]
     assert {"plainproj.billing.tasks.add", "plainproj.reports.tasks.remind",
             "plainproj.celery.debug_task"} <= set(names)
 
@@ -114,7 +114,7 @@ def test_app_spellings_find_the_app(spec: str) -> None:
     ("plainproj.api:wait_for", "'plainproj.api:wait_for' is not a Celery app"),
 ])
 def test_bad_app_is_one_line(spec: str, message: str) -> None:
-    done = run("-A", spec, "inspect", "registered")
+    done = run("-A", spec, "doctor")
     assert done.returncode == 1
     lines = error_lines(done.stderr)
     assert len(lines) == 1 and lines[0].startswith("akadze-compat: error: "), done.stderr
@@ -376,8 +376,8 @@ def test_status_lists_the_node(url: str) -> None:
 
 def test_inspect_ping_with_destination(url: str) -> None:
     assert cli(url, "inspect", "ping", "-d", NODE)[0] == 0
-    code, _, err = cli(url, "inspect", "ping", "-d", "nobody@nowhere")
-    assert code == 69 and "No nodes replied" in err
+    code, _, err = cli(url, "inspect", "ping", "-d", "nobody@nowhere", "-t", "0.3")
+    assert code == 69 and "No nodes replied within time constraint" in err
     code, out, _ = cli(url, "inspect", "active_queues", "--json")
     assert [queue["name"] for queue in json.loads(out)[NODE]] == ["cli", "clislow"]
     code, out, _ = cli(url, "inspect", "reserved", "--json")
@@ -385,7 +385,7 @@ def test_inspect_ping_with_destination(url: str) -> None:
 
 
 def test_inspect_active_shows_the_running_task(url: str) -> None:
-    task_id = call(url, "plainproj.reports.tasks.nap", "-a", "[3]", "--queue", "clislow")
+    task_id = call(url, "plainproj.reports.tasks.nap", "-a", "[8]", "--queue", "clislow")
 
     def active() -> list[dict]:
         code, out, _ = cli(url, "inspect", "active", "--json")
@@ -395,7 +395,7 @@ def test_inspect_active_shows_the_running_task(url: str) -> None:
     assert isinstance(running, list)
     entry = next(item for item in running if item["id"] == task_id)
     assert entry["name"] == "plainproj.reports.tasks.nap"
-    assert entry["args"] == [3] and entry["hostname"] == NODE
+    assert entry["args"] == [8] and entry["hostname"] == NODE
     assert entry["delivery_info"]["routing_key"] == "clislow"
     code, out, _ = cli(url, "inspect", "active")
     assert code == 0
@@ -407,19 +407,29 @@ def test_inspect_scheduled_and_stats(url: str) -> None:
                    "120", "--queue", "cli")
     code, out, _ = cli(url, "inspect", "scheduled", "--json")
     assert code == 0
-    entry = next(item for item in json.loads(out)["cli"] if item["request"]["id"] == task_id)
+    entry = next(item for item in json.loads(out)[NODE] if item["request"]["id"] == task_id)
     assert entry["request"]["args"] == ["hello"] and entry["eta"]
     code, out, _ = cli(url, "inspect", "stats", "--json")
-    stats = json.loads(out)
-    assert stats["workers"][NODE]["queues"] == ["cli", "clislow"]
-    assert stats["jobs"]["cli"]["queued"] >= 1
+    stats = json.loads(out)[NODE]
+    assert stats["pool"]["max-concurrency"] == 2 and stats["pid"] == cli_worker_pid(url)
     assert cli(url, "purge", "-f", "-Q", "cli")[0] == 0
 
 
+def cli_worker_pid(url: str) -> int:
+    """The pid the CLI test worker registered under."""
+    with psycopg.connect(url) as connection:
+        row = connection.execute("SELECT pid FROM akadze.workers WHERE name = %s",
+                                 (NODE,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def test_inspect_unknown_command_is_a_usage_error(url: str) -> None:
-    code, _, err = cli(url, "inspect", "conf")
+    code, _, err = cli(url, "inspect", "bogus")
     assert code == 2
-    assert "Command conf not recognized" in err and len(error_lines(err)) == 1
+    assert "Command bogus not recognized" in err and len(error_lines(err)) == 1
+    code, _, err = cli(url, "control", "ping")  # ping is an inspect command
+    assert code == 2 and "Available control commands: add_consumer" in err
 
 
 def test_purge_asks_then_deletes_waiting_tasks(url: str, module_database_url: str) -> None:

@@ -702,8 +702,8 @@ async def test_hostile_task_and_queue_names_are_stored_literally(
     assert job(db, third)["state"] == "queued"
     tables = db.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'akadze' "
                         "ORDER BY tablename").fetchall()
-    assert [row[0] for row in tables] == ["jobs", "migrations", "saved_groups", "schedules",
-                                         "workers"]
+    assert [row[0] for row in tables] == ["control_replies", "control_requests", "jobs",
+                                         "migrations", "saved_groups", "schedules", "workers"]
 
 
 # --- NOTIFY ----------------------------------------------------------------------------------

@@ -46,3 +46,23 @@ async def test_a_waiter_cancelled_after_being_handed_a_slot_passes_it_on() -> No
     assert await asyncio.wait_for(second, 1) is True
     with pytest.raises(ValueError):
         BodyGate(0)
+
+
+async def test_resize_hands_new_slots_to_waiters_and_takes_slots_back_as_bodies_end() -> None:
+    gate = BodyGate(1)
+    assert await gate.enter(1)
+    waiters = [asyncio.create_task(gate.enter(job_id)) for job_id in (2, 3, 4)]
+    await asyncio.sleep(0)
+    gate.resize(3)  # two more: the first two waiting runs start at once
+    await asyncio.sleep(0)
+    assert [waiter.done() for waiter in waiters] == [True, True, False]
+    gate.resize(1)  # three bodies hold slots; the next two that end pay the shrink back
+    gate.release()
+    gate.release()
+    await asyncio.sleep(0)
+    assert not waiters[2].done()
+    gate.release()  # now one slot is free again: the last waiter gets it
+    await asyncio.sleep(0)
+    assert waiters[2].done() and await waiters[2]
+    with pytest.raises(ValueError):
+        gate.resize(0)

@@ -38,8 +38,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 
 #: ``obj._x`` accesses that are Celery's own protocols, not another module's internals:
 #: ``Task._get_exec_options`` is the hook Celery's senders call (a subclass may override it),
-#: ``_get_current_object`` is how Celery's signals unwrap a Proxy.
-ALLOWED_PRIVATE = frozenset({"_get_exec_options", "_get_current_object"})
+#: ``_get_current_object`` is how Celery's signals unwrap a Proxy, ``Inspect._request`` is
+#: how Celery's ``inspect`` command (and projects) ask for a custom inspect command.
+ALLOWED_PRIVATE = frozenset({"_get_exec_options", "_get_current_object", "_request"})
 
 PREFIX = package_structure.PACKAGE + "."
 

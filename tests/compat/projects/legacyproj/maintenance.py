@@ -15,4 +15,4 @@ def restore_batch(group_id):
 
 
 def stop_everything():
-    app.control.broadcast("shutdown")
+    app.control.autoscale(10, 3)
