@@ -193,7 +193,7 @@ def test_prefork_terminate_with_sigusr1_raises_the_soft_limit_in_the_body(
         tmp_path: Path) -> None:
     # As in Celery, where SIGUSR1 is the soft time limit's signal: the body sees
     # SoftTimeLimitExceeded, its process survives, and what it returns stands.
-    worker, queue = worker_for(spawn_compat, module_database_url, "prefork")
+    _, queue = worker_for(spawn_compat, module_database_url, "prefork")
     path = tmp_path / "pid"
     result = limits.sleeper.apply_async((str(path),), queue=queue)
     pid = body_pid(path)
