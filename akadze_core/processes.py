@@ -411,8 +411,14 @@ class ProcessPool:
     def _soft_time_out(self, child: _Child, run: _Run) -> None:
         child.soft_timer = None
         if child.sent and child.sent[0] is run:
+            self.soft_limit_reached(run.row, run.soft)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child.process.pid, self.soft_signal)
+
+    def soft_limit_reached(self, row: Mapping[str, Any], soft: float | None) -> None:
+        """Called as the child running ``row`` is sent ``soft_signal`` (a log line)."""
+        logger.info("job %s reached its soft limit of %gs: sending %s to its process",
+                    row["id"], soft or 0.0, _signal_name(self.soft_signal))
 
     def _is_short(self, run: _Run) -> bool:
         return self._short_streak.get(run.row["task"], 0) >= SHORT_RUNS

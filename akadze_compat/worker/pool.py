@@ -77,15 +77,20 @@ def install_child_limits() -> None:
     install_child_handler(SoftTimeLimitExceeded, CeleryProcessPool.soft_signal)
 
 
-def _meta_of(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The Celery part of a claimed row's meta (its JSON text, as the claim returns it)."""
+def _row_meta(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A claimed row's meta (its JSON text, as the claim returns it)."""
     meta = row.get("meta")
     if isinstance(meta, str):
         try:
             meta = json.loads(meta)
         except ValueError:
             return {}
-    celery = meta.get("celery") if isinstance(meta, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def _meta_of(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The Celery part of a claimed row's meta."""
+    celery = _row_meta(row).get("celery")
     return celery if isinstance(celery, dict) else {}
 
 
@@ -122,6 +127,11 @@ class CeleryProcessPool(ProcessPool):
         if soft is not None and is_async_task(task):
             soft = None
         return soft, hard
+
+    def soft_limit_reached(self, row: Mapping[str, Any], soft: float | None) -> None:
+        """Celery's warning, as its worker logs it when the soft limit passes."""
+        logger.warning("Soft time limit (%ss) exceeded for %s[%s]", soft, row["task"],
+                       _row_meta(row).get("task_id") or row["id"])
 
     def lost_outcome(self, app: CoreApp, row: Mapping[str, Any], exc: Exception) -> Outcome:
         """Past the hard limit: FAILURE with ``TimeLimitExceeded`` at once, its failure

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from akadze_compat import _state, states
-from akadze_compat.exceptions import TimeLimitExceeded
+from akadze_compat.exceptions import TaskRevokedError, TimeLimitExceeded
 from tests.compat.cli_harness import PROJECTS, CompatWorker, wait_until
 from tests.compat.conftest import SpawnCompat
 from tests.helpers import children_of, job
@@ -91,6 +91,8 @@ def test_prefork_soft_limit_interrupts_time_sleep(limits: Any, module_database_u
     assert 0.9 < value["after"] < 5, value  # not the 30 s sleep
     assert value["pid"] in children_of(worker.pid)  # the same child: it was not replaced
     assert result.state == states.SUCCESS
+    name = "limitsproj.soft_sleeper" if where == "task" else "limitsproj.sleeper"
+    assert f"Soft time limit (1.0s) exceeded for {name}[{result.id}]" in worker.log()
 
 
 def test_prefork_soft_limit_interrupts_a_blocking_socket_read(
@@ -177,6 +179,8 @@ def test_prefork_terminate_signals_the_child_and_revokes_unspent(
         limits.app.control.revoke(result.id, terminate=True, signal=signal_arg)
     wait_until(lambda: result.state == states.REVOKED, timeout=20)
     assert time.monotonic() - asked < 10
+    assert isinstance(result.result, TaskRevokedError)
+    assert result.result.args == ("terminated",)  # Celery's reason for a terminate
     row = job(db, result.job_id)
     assert (row["state"], row["attempt"], row["cancel_signal"]) == ("cancelled", 0, signum)
     assert died in row["errors"][-1]["message"]
