@@ -148,6 +148,10 @@ class _Child:
     run_since: float = 0.0  # when the running one (the first sent) started
     timed_out: float | None = None  # the timeout that ended it
     terminated: int | None = None  # the signal sent to end the running one (terminate)
+    # The signal sent for a run that answered anyway: it finished just before the signal
+    # landed (or survived it). If the process then dies of that signal, the run it was on
+    # (sent behind, started a moment ago) was not the one meant, and runs again elsewhere.
+    stray_signal: int | None = None
     retiring: bool = False
 
     @property
@@ -441,7 +445,8 @@ class ProcessPool:
             if not child.sent:
                 continue  # the answer of a run cancelled while this process is ended
             self._stop_timers(child)
-            child.terminated = None  # it survived the signal, if one was sent
+            # Signalled, it answered: it survived the signal, or beat it (see stray_signal).
+            child.stray_signal, child.terminated = child.terminated, None
             run = child.sent.popleft()
             took, outcome = decode_answer(line)
             task = run.row["task"]
@@ -480,6 +485,15 @@ class ProcessPool:
                 self._died_idle(child)
             return
         self._short_in_row = 0  # a run that ends its process is no short one
+        if (child.terminated is None and child.timed_out is None
+                and child.stray_signal is not None and code == -child.stray_signal):
+            # Killed by the signal meant for the job before: the running one goes back in
+            # line with those behind it, unspent (it had started an instant before).
+            logger.info("worker process %s %s, the signal meant for the job before job %s: "
+                        "replacing it; the job runs again", child.process.pid,
+                        _describe_exit(code), child.sent[0].row["id"])
+            self._lost(child)
+            return
         running = child.sent.popleft()
         if child.terminated is not None and child.timed_out is None:
             logger.info("worker process %s %s after a terminate request for job %s: "

@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from akadze_core import App
+from akadze_core import App, request_cancel_sync
 from tests.helpers import children_of, job
 from tests.workers.support import PROJECT_ROOT, WorkerProcess, wait_until
 
@@ -149,3 +149,38 @@ def test_a_bad_signal_is_refused(database_url: str) -> None:
     done = cli(database_url, "jobs", "cancel", "1", "--terminate", "--signal", "SIGNOPE")
     assert done.returncode == 2
     assert "unknown signal name 'SIGNOPE'" in done.stderr
+
+
+@pytest.mark.parametrize("pause", [1.0, 0.0])
+def test_a_job_sent_behind_a_running_one_is_terminated_as_it_starts(
+        app: App, db: psycopg.Connection, start, pause: float) -> None:
+    # Short runs let the pool send jobs into a busy process's pipe (DEPTH): a terminate
+    # request for one of those reaches its process as it starts, as Celery terminates a
+    # task at its acceptance; the job behind it was never started and runs elsewhere.
+    worker = start("--processes", "1", "--slots", "4", "--log-level", "debug")
+    for _ in range(6):  # one at a time: whoami becomes a short task
+        warm = app.tasks["whoami"].enqueue()
+        wait_until(lambda warm=warm: ended(db, warm), what="a warm-up job", timeout=30)
+    with psycopg.connect(db.info.dsn) as connection:
+        head = app.tasks["whoami"].configure(priority=-1).using(session=connection).enqueue(
+            pause=2.0)
+        # Still classed short (its task's last runs were): with a pause the signal lands
+        # in its sleep; without, it may end before the signal lands.
+        doomed = app.tasks["whoami"].using(session=connection).enqueue(pause=pause)
+        after = app.tasks["whoami"].using(session=connection).enqueue()
+    wait_until(lambda: job(db, after)["state"] == "running", what="the claim", timeout=30)
+    worker.wait_log(f"job {doomed} sent to process")  # into the pipe, behind the head
+    assert request_cancel_sync(db, doomed, terminate=True) is True
+    wait_until(lambda: all(ended(db, job_id) for job_id in (head, doomed, after)),
+               what="the three jobs to end", timeout=30)
+    assert job(db, head)["state"] == "succeeded"
+    row = job(db, doomed)
+    if pause or row["state"] != "succeeded":
+        assert (row["state"], row["attempt"], [e["type"] for e in row["errors"]]) == (
+            "cancelled", 0, ["Terminated"]), row
+    # Either way the job behind it is not the signal's victim: it runs once, unspent.
+    row = job(db, after)
+    assert (row["state"], row["run_count"], row["attempt"], row["errors"]) == (
+        "succeeded", 1, 1, []), row
+    if pause:
+        assert row["result"][0] != job(db, head)["result"][0]  # the replacement ran it
