@@ -41,10 +41,12 @@ from akadze_core.processes import (
 )
 
 from .. import signals, states
-from ..app.trace import ExceptionInfo, _handler
+from ..app.trace import ExceptionInfo
 from ..backends.base import celery_meta
 from ..exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from ..serialization import revive
+from ..utils.objects import is_default
+from .entry import build_request, is_async_task
 from .timelimits import install_child_handler
 
 if TYPE_CHECKING:
@@ -118,8 +120,6 @@ class CeleryProcessPool(ProcessPool):
         task = self.app.registry.get(row["task"])
         if task is None:
             return super().limits(app, row)
-        from .entry import is_async_task
-
         meta = _meta_of(row)
         hard = _seconds(meta.get("time_limit") or task.option("time_limit", "task_time_limit"))
         soft = _seconds(meta.get("soft_time_limit")
@@ -164,8 +164,6 @@ class CeleryProcessPool(ProcessPool):
             -> tuple[Task, Context, list[Any], dict[str, Any]] | None:
         """The task, request, args and kwargs of the run of ``row`` (None: not a Celery
         task's, or its args cannot be read), rebuilt here as the child built them."""
-        from .entry import build_request
-
         task = self.app.registry.get(row["task"])
         if task is None:
             return None
@@ -200,8 +198,8 @@ def _failure_hooks(task: Task, request: Context, args: list[Any], kwargs: dict[s
     task_id = str(request.id)
     # As Celery's Request.on_timeout: called in the worker process, with no request pushed.
     _safely("on_failure", lambda: task.on_failure(exc, task_id, args, kwargs, einfo))
-    after_return = _handler(task, "after_return")
-    if after_return is not None:
+    after_return = task.after_return
+    if not is_default(getattr(after_return, "__func__", None)):  # Celery: task_has_custom
         _safely("after_return", lambda: after_return(states.FAILURE, exc, task_id, args,
                                                      kwargs, None))
     _safely("task_failure", lambda: signals.task_failure.send(
