@@ -119,6 +119,23 @@ def test_threads_soft_limit_waits_for_the_blocking_call(
     assert result.state == states.FAILURE or value["after"] >= 2.9, value
 
 
+def test_prefork_async_body_gets_the_soft_limit_at_its_await_and_is_killed_at_the_hard(
+        limits: Any, module_database_url: str, spawn_compat: SpawnCompat,
+        tmp_path: Path) -> None:
+    worker, queue = worker_for(spawn_compat, module_database_url, "prefork")
+    value = limits.async_sleeper.apply_async((str(tmp_path / "a"),), queue=queue).get(
+        timeout=20)
+    assert value["soft"] is True and 0.9 < value["after"] < 3, value
+    path = tmp_path / "b"
+    stuck = limits.async_sleeper.apply_async((str(path),), {"swallow": True}, queue=queue)
+    pid = body_pid(path)
+    with pytest.raises(TimeLimitExceeded):
+        stuck.get(timeout=20)
+    wait_until(lambda: gone(pid), timeout=15)
+    assert limits.whoami.apply_async(queue=queue).get(timeout=30)["pid"] \
+        in children_of(worker.pid)
+
+
 # --- hard limit ----------------------------------------------------------------------------
 
 def test_prefork_hard_limit_kills_the_child_fails_at_once_and_the_next_task_runs(

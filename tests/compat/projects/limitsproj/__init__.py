@@ -4,6 +4,7 @@ Its signal receivers print one line each (``limitsproj-signal ...``) with the pr
 so a test can tell the worker process from its pool children.
 """
 
+import asyncio
 import os
 import socket
 import time
@@ -55,6 +56,21 @@ def soft_reader(path, port):
         except SoftTimeLimitExceeded:
             return {"soft": True, "after": time.monotonic() - started}
     return {"soft": False, "data": data.decode()}
+
+
+@app.task(soft_time_limit=1, time_limit=3)
+async def async_sleeper(path, seconds=30, swallow=False):
+    """An ``async def`` body: the soft limit comes at its await; one that swallows it goes
+    on until the hard limit kills its process."""
+    _mark(path)
+    started = time.monotonic()
+    try:
+        await asyncio.sleep(seconds)
+    except SoftTimeLimitExceeded:
+        if swallow:
+            await asyncio.sleep(seconds)
+        return {"soft": True, "after": time.monotonic() - started}
+    return {"soft": False}
 
 
 class Hooked(app.Task):
