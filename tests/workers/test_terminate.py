@@ -184,3 +184,24 @@ def test_a_job_sent_behind_a_running_one_is_terminated_as_it_starts(
         "succeeded", 1, 1, []), row
     if pause:
         assert row["result"][0] != job(db, head)["result"][0]  # the replacement ran it
+
+
+def test_a_missed_terminate_notification_is_found_by_the_heartbeat(
+        app: App, db: psycopg.Connection, start, tmp_path: Path) -> None:
+    # The request written without its NOTIFY (as if the LISTEN connection was down when it
+    # came): the worker's heartbeat check finds it.
+    start("--processes", "1", "--heartbeat-interval", "0.5")
+    mark = tmp_path / "pid"
+    job_id = app.tasks["stuck"].enqueue(path=str(mark))
+    pid = body_pid(mark)
+    db.execute("UPDATE akadze.jobs SET cancel_requested = true, cancel_signal = 15 "
+               "WHERE id = %s", (job_id,))
+    wait_until(lambda: ended(db, job_id), what="the job to end", timeout=20)
+    row = job(db, job_id)
+    assert (row["state"], row["attempt"], row["errors"][-1]["type"]) == (
+        "cancelled", 0, "Terminated"), row
+    wait_until(lambda: gone(pid), what="the child to be gone")
+
+
+def gone(pid: int) -> bool:
+    return not os.path.exists(f"/proc/{pid}")
