@@ -384,7 +384,9 @@ class AsyncResult(ResultBase):
 
     def revoke(self, connection: Any = None, terminate: bool = False, signal: Any = None,
                wait: bool = False, timeout: float | None = None) -> None:
-        """Cancel the task: a queued task never runs; a running one is not interrupted."""
+        """Cancel the task: a queued task never runs; a running one is not interrupted
+        unless ``terminate=True`` (prefork: its process gets ``signal``, see
+        ``Control.revoke``)."""
         self.app.control.revoke(self.id, connection=connection, terminate=terminate,
                                 signal=signal, reply=wait, timeout=timeout)
 

@@ -77,10 +77,13 @@ _AT_LEAST_ONCE = ("delivery is always at least once: the job of a lost worker ru
 _FINAL_FAILURE = "a failed or timed-out task ends FAILURE; it is never put back in the queue"
 _NO_RATE_LIMITS = ("rate limits are accepted and not enforced: limit concurrency with a "
                    "dedicated queue and worker -c instead")
-_TIME_LIMITS = ("raised inside the body (async def: at its await; plain def: at the next "
-                "Python bytecode, so a thread blocked in C code sees it only when the call "
-                "returns, and a stuck thread cannot be killed; the attempt ends at the limit "
-                "plus max(2 s, 5%))")
+_TIME_LIMITS = ("raised inside the body; prefork as Celery's: the soft limit is SIGUSR1 to "
+                "the child, which interrupts a blocking call (time.sleep, a socket read), "
+                "and at the hard limit the child is killed and replaced, the task FAILURE "
+                "with TimeLimitExceeded; threads and solo: async def at its await, plain def "
+                "at the next Python bytecode, so a thread blocked in C code sees it only "
+                "when the call returns, and a stuck thread cannot be killed (the attempt "
+                "ends at the limit plus max(2 s, 5%))")
 _LOW_FIRST = "lower numbers run first (RabbitMQ runs higher ones first; Redis, as here, lower)"
 
 #: Status of every setting of a namespace, unless ``_BY_SETTING`` says otherwise.
@@ -314,8 +317,10 @@ SIGNAL_SUPPORT: dict[str, Support] = {
     "after_task_publish": _d("not sent for periodic runs (the scheduler inserts them in SQL)"),
     "task_prerun": _h(), "task_postrun": _h(), "task_success": _h(), "task_retry": _h(),
     "task_failure": _h("on_failure runs before the state is written"),
-    "task_revoked": _d("sent only for a task revoked while it runs that then raises; a task "
-                       "revoked before it starts is cancelled without it"),
+    "task_revoked": _d("sent for a task revoked while it runs that then raises, and (prefork) "
+                       "with terminated=True and signum, in the worker process, for one "
+                       "whose process revoke(terminate=True) ended; a task revoked before "
+                       "it starts is cancelled without it"),
     "task_received": Support(MISSING, "never sent: a worker claims a job and runs it at once, "
                                       f"nothing is received ahead; {_USE_PRERUN}"),
     "task_internal_error": Support(MISSING, "never sent: internal errors end the job FAILED; "
@@ -391,9 +396,12 @@ API_PATTERNS: dict[str, Support] = {
     "AsyncResult.then / collect / build_graph": Support(MISSING, _RESULT_ONLY_JOBS),
     "AsyncResult.forget": Support(DIFFERENT, "deletes nothing: the job is removed by "
                                              "result_expires"),
-    "revoke(terminate=True)": Support(DIFFERENT, "a running task is not interrupted: it ends "
-                                                 "REVOKED if it then raises, SUCCESS if it "
-                                                 "returns"),
+    "revoke(terminate=True)": Support(DIFFERENT, "prefork: the child running the task gets "
+                                                 "the signal and is replaced, the task ends "
+                                                 "REVOKED without spending a retry; threads "
+                                                 "and solo cannot stop a body (nor can "
+                                                 "Celery's): it runs on, REVOKED if it then "
+                                                 "raises, SUCCESS if it returns"),
     "app.control.inspect": Support(DIFFERENT, "the live workers answer through the database, "
                                               "with Celery's replies; scheduled lists each "
                                               "eta task once, under one worker consuming its "

@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import json
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
@@ -31,7 +32,7 @@ from .cli_support import (
     exit_now,
     logging_to_stderr,
 )
-from .control import request_cancel_sync, requeue_sync
+from .control import request_cancel_sync, requeue_sync, signal_number
 from .dberrors import fatal_message
 from .dsn import ENV_VAR, LISTEN_VAR, prepare_threshold
 from .errors import AkadzeError
@@ -272,6 +273,13 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
             click.echo(f"    {line}")
 
 
+def _signal_label(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def _not_active(job_id: int, job: Job | None, verb: str) -> str:
     where = f"job {job_id} does not exist" if job is None else f"job {job_id} is {job.state}"
     return f"job is not active ({where}): only queued or running jobs can be {verb}"
@@ -279,19 +287,33 @@ def _not_active(job_id: int, job: Job | None, verb: str) -> str:
 
 @jobs_group.command("cancel")
 @click.argument("job_id", metavar="ID", type=int)
+@click.option("--terminate", is_flag=True,
+              help="Also end the process running the body (workers with a process pool).")
+@click.option("--signal", "signal_name", default="SIGTERM", show_default=True,
+              metavar="SIGNAL", help="The signal --terminate sends (a name or a number).")
 @click.pass_context
-def jobs_cancel(ctx: click.Context, job_id: int) -> None:
+def jobs_cancel(ctx: click.Context, job_id: int, terminate: bool, signal_name: str) -> None:
     """Cancel a queued job, or ask a running one to stop.
 
     A running body is not interrupted: if it returns a value the job succeeds; if it raises,
-    the job ends cancelled.
+    the job ends cancelled. With --terminate, a worker running it in a process pool sends
+    the signal to that process: if the process dies of it, the job ends cancelled (attempt
+    unspent) and the process is replaced. Workers running bodies in threads cannot stop
+    one: there --terminate is a plain cancel.
     """
+    try:
+        signum = signal_number(signal_name)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--signal") from None
     with _connection(ctx) as connection:
-        marked = request_cancel_sync(connection, job_id)
+        marked = request_cancel_sync(connection, job_id, terminate=terminate, signal=signum)
         job = _get_job(connection, job_id)
     if not marked:
         raise CliError(_not_active(job_id, job, "cancelled"))
-    if job is not None and job.state == "running":
+    if job is not None and job.state == "running" and terminate:
+        click.echo(f"job {job_id} is running: cancel requested, its worker sends "
+                   f"{_signal_label(signum)} to the process running it (process pools only)")
+    elif job is not None and job.state == "running":
         click.echo(f"job {job_id} is running: cancel requested (it ends cancelled unless "
                    "its body returns a value)")
     else:

@@ -144,10 +144,11 @@ def complete_job_in_tx(connection: psycopg.Connection, job_id: int, run_count: i
         "id": job_id, "run_count": run_count, "result": None}).fetchone() is not None
 
 
-def cancel_job(connection: psycopg.Connection, job_id: int) -> bool:
-    """Request cancellation of an active job (see ``control.request_cancel``); False when
-    it is not active."""
-    return connection.execute(query("job_request_cancel"), {"id": job_id}).fetchone() is not None
+def cancel_job(connection: psycopg.Connection, job_id: int, signal: int | None = None) -> bool:
+    """Request cancellation of an active job (see ``control.request_cancel``; ``signal``:
+    terminate a running body's process with it); False when it is not active."""
+    return connection.execute(query("job_request_cancel"),
+                              {"id": job_id, "signal": signal}).fetchone() is not None
 
 
 def requeue_job(connection: psycopg.Connection, job_id: int) -> bool:
@@ -316,9 +317,11 @@ async def complete_job_in_tx_async(connection: psycopg.AsyncConnection, job_id: 
     return await cursor.fetchone() is not None
 
 
-async def cancel_job_async(connection: psycopg.AsyncConnection, job_id: int) -> bool:
+async def cancel_job_async(connection: psycopg.AsyncConnection, job_id: int,
+                           signal: int | None = None) -> bool:
     """Async twin of ``cancel_job``."""
-    cursor = await connection.execute(query("job_request_cancel"), {"id": job_id})
+    cursor = await connection.execute(query("job_request_cancel"),
+                                      {"id": job_id, "signal": signal})
     return await cursor.fetchone() is not None
 
 
@@ -401,6 +404,17 @@ async def list_revoked(
         connection, "job_list_revoked",
         id=[job_id for job_id, _ in runs], run_count=[run_count for _, run_count in runs])
     return [int(row["id"]) for row in rows]
+
+
+async def list_terminating(
+    connection: psycopg.AsyncConnection, runs: Sequence[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """Of ``runs`` (job id, run count), the jobs still running under that run and asked to
+    be terminated: (job id, signal number) each."""
+    rows = await fetch_all_async(
+        connection, "job_list_terminating",
+        id=[job_id for job_id, _ in runs], run_count=[run_count for _, run_count in runs])
+    return [(int(row["id"]), int(row["cancel_signal"])) for row in rows]
 
 
 async def rescue_jobs(connection: psycopg.AsyncConnection) -> list[dict[str, Any]]:

@@ -26,15 +26,18 @@ async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], No
                           cancelled: Callable[[int], None] | None = None, *,
                           connect_kwargs: Mapping[str, Any] | None = None,
                           schedules_changed: Callable[[str], None] | None = None,
-                          control: Callable[[str], None] | None = None) -> None:
+                          control: Callable[[str], None] | None = None,
+                          terminate: Callable[[int, int], None] | None = None) -> None:
     """Call ``wake()`` whenever a job becomes due on one of ``queues``, ``cancelled(id)``
-    when a cancel of a running job is requested, and ``schedules_changed(name)`` when a
-    runtime schedule changed (with ``""`` each time LISTEN starts: what changed while no one
-    listened is unknown); runs until cancelled, reconnecting after ``backoff(failures)``
-    seconds when the connection is lost. ``connect_kwargs``: psycopg's connection keywords
-    (the app's keepalives, which end a LISTEN on a partitioned network). ``control(payload)``
-    hears every remote-control request. A ``set`` of queues is watched as it changes (a
-    worker adding and removing queues at runtime)."""
+    when a cancel of a running job is requested (``terminate(id, signal)`` instead when
+    it asks for the body's process to be ended and ``terminate`` is given), and
+    ``schedules_changed(name)`` when a runtime schedule changed (with ``""`` each time
+    LISTEN starts: what changed while no one listened is unknown); runs until cancelled,
+    reconnecting after ``backoff(failures)`` seconds when the connection is lost.
+    ``connect_kwargs``: psycopg's connection keywords (the app's keepalives, which end a
+    LISTEN on a partitioned network). ``control(payload)`` hears every remote-control
+    request. A ``set`` of queues is watched as it changes (a worker adding and removing
+    queues at runtime)."""
     kwargs = {"connect_timeout": 5, **(connect_kwargs or {}), "autocommit": True}
     watched = queues if isinstance(queues, set) else set(queues)
     # The jobs channel even while no queue is watched: one may be added later.
@@ -51,8 +54,13 @@ async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], No
                     schedules_changed("")
                 async for notify in connection.notifies():
                     if notify.channel == CANCEL_CHANNEL:
-                        if cancelled is not None and notify.payload.isdigit():
-                            cancelled(int(notify.payload))
+                        heard = _cancel_payload(notify.payload)
+                        if cancelled is not None and heard is not None:
+                            job_id, signum = heard
+                            if signum is not None and terminate is not None:
+                                terminate(job_id, signum)
+                            else:
+                                cancelled(job_id)
                     elif notify.channel == CONTROL_CHANNEL:
                         if control is not None:
                             control(notify.payload)
@@ -67,3 +75,11 @@ async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], No
             failures += 1
             logger.debug("LISTEN connection lost (%s); polling meanwhile", type(exc).__name__)
             await asyncio.sleep(backoff(failures))
+
+
+def _cancel_payload(payload: str) -> tuple[int, int | None] | None:
+    """``"<id>"`` (a cancel request) or ``"<id>:<signal>"`` (terminate); None otherwise."""
+    job_id, _, signum = payload.partition(":")
+    if not job_id.isdigit() or (signum and not signum.isdigit()):
+        return None
+    return int(job_id), int(signum) if signum else None

@@ -9,6 +9,16 @@ ever unpickled (``akadze_core.process_child``).
 
 - A body that outlives its task's timeout ends with its process: the parent kills the
   child (SIGKILL, like Celery's hard time limit) and the run ends with ``JobTimeout``.
+- A soft limit (``limits``: none for the core's own tasks, Celery's ``soft_time_limit``
+  for akadze_compat's) is a signal to the child (``soft_signal``, SIGUSR1 as in Celery's
+  billiard): the child's handler raises in the body's thread, which interrupts a blocking
+  call such as ``time.sleep`` or a socket read. A pool given soft limits must run children
+  that handle that signal (its default action ends the process).
+- ``terminate(job_id, signal)`` (a cancel request with ``terminate``): the child running
+  that job gets the signal. If it dies of it the run ends with ``Terminated`` (the job is
+  cancelled, its attempt unspent) and the child is replaced; if it survives (a handler),
+  the body goes on and its outcome decides. A job sent behind a running one gets the
+  signal as it starts; one waiting for a process is dropped and never starts.
 - A child that dies while running a body (OOM killer, segfault, ``os._exit``) ends that run
   with ``ProcessLost``, which spends the attempt like any exception; the job is retried.
 - A dead or retired child is replaced; replacements that keep dying young wait longer.
@@ -49,13 +59,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import AkadzeError, JobTimeout
-from .outcomes import UNSTARTED, Outcome, raised
+from .outcomes import CANCEL, UNSTARTED, Outcome, error_entry, raised
 
 # The child's side, re-exported: the commands that start children import them from here.
 from .process_child import CHILD_ENV, STOP, child_number, decode_answer, encode_row, is_child, serve
 
 __all__ = ["AHEAD", "AHEAD_BUDGET", "CHILD_ENV", "DEPTH", "SHORT", "NotStarted", "ProcessLost",
-           "ProcessPool", "ProcessPoolError", "child_number", "is_child", "serve"]
+           "ProcessPool", "ProcessPoolError", "Terminated", "child_number", "is_child",
+           "serve"]
 
 if TYPE_CHECKING:
     from .app import App
@@ -102,6 +113,14 @@ class NotStarted(Exception):
     """The job was dropped while it waited for a process: its body never started."""
 
 
+class Terminated(Exception):
+    """The process running the body was ended by the signal a terminate request sent."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.signum = signum
+
+
 @dataclass
 class _Run:
     """A job handed to the pool: waiting for a process, or sent to one."""
@@ -110,6 +129,8 @@ class _Run:
     worker_id: int | None
     timeout: float | None
     future: asyncio.Future[Outcome | None]
+    soft: float | None = None  # the soft limit: soft_signal is sent to the child then
+    terminate: int | None = None  # a terminate request's signal, heard before it started
 
 
 @dataclass
@@ -123,8 +144,14 @@ class _Child:
     # The runs sent to it, in order: the first is running, the others wait in its pipe.
     sent: collections.deque[_Run] = field(default_factory=collections.deque)
     timer: asyncio.TimerHandle | None = None
+    soft_timer: asyncio.TimerHandle | None = None
     run_since: float = 0.0  # when the running one (the first sent) started
     timed_out: float | None = None  # the timeout that ended it
+    terminated: int | None = None  # the signal sent to end the running one (terminate)
+    # The signal sent for a run that answered anyway: it finished just before the signal
+    # landed (or survived it). If the process then dies of that signal, the run it was on
+    # (sent behind, started a moment ago) was not the one meant, and runs again elsewhere.
+    stray_signal: int | None = None
     retiring: bool = False
 
     @property
@@ -137,7 +164,12 @@ class ProcessPool:
 
     The worker owns the pool: ``start`` before claiming, ``run`` per job, ``close`` after
     its runs have ended. ``argv`` must load the same app and call ``serve(app)``.
+    Subclasses decide a job's limits (``limits``) and the outcome of a run that ended with
+    its process (``lost_outcome``).
     """
+
+    #: Sent to a child when its body reaches its soft limit.
+    soft_signal: int = signal.SIGUSR1
 
     def __init__(self, processes: int, argv: Sequence[str], *,
                  env: Mapping[str, str] | None = None,
@@ -218,12 +250,53 @@ class ProcessPool:
         logger.info("%d processes ready to run bodies: pids %s", self.processes,
                     ", ".join(map(str, self.pids)))
 
+    def terminate(self, job_id: int, signum: int) -> bool:
+        """Send ``signum`` to the child running ``job_id`` (a terminate request); a job sent
+        behind a running one gets it as it starts, one waiting for a process is dropped
+        (its ``run`` raises ``NotStarted``). False when the pool does not hold the job."""
+        if self.drop(job_id):
+            return True
+        for child in list(self._children.values()):
+            for position, run in enumerate(child.sent):
+                if run.row["id"] != job_id:
+                    continue
+                run.terminate = signum
+                if position == 0:
+                    self._signal(child, signum)
+                return True
+        return False
+
+    def _signal(self, child: _Child, signum: int) -> None:
+        """Send a terminate request's signal to ``child``, which runs its first sent job."""
+        logger.info("job %s: terminate requested, sending %s to process %s",
+                    child.sent[0].row["id"], _signal_name(signum), child.process.pid)
+        child.terminated = signum
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.process.pid, signum)
+
+    def limits(self, app: App, row: Mapping[str, Any]) -> tuple[float | None, float | None]:
+        """(soft, hard) limits in seconds for the job of ``row`` (None: no limit): no soft
+        limit, the task's timeout as the hard one."""
+        task = app.tasks.get(row["task"])
+        return None, (task.timeout if task else None)
+
+    def lost_outcome(self, app: App, row: Mapping[str, Any], exc: Exception) -> Outcome:
+        """The outcome of a run that ended with its process: ``Terminated`` cancels the job
+        (the attempt is given back, as a cancel was requested); a timeout or a lost process
+        spends the attempt, like any exception."""
+        if isinstance(exc, Terminated):
+            return Outcome(row["id"], row["run_count"], CANCEL, error=error_entry(exc))
+        task = app.tasks.get(row["task"])
+        return raised(row["id"], row["run_count"], row["attempt"], exc,
+                      task.backoff if task else None)
+
     async def run(self, row: Mapping[str, Any], worker_id: int | None,
-                  timeout: float | None) -> Outcome | None:
+                  timeout: float | None, soft: float | None = None) -> Outcome | None:
         """Run the job of ``row`` in a child; returns its outcome (None: complete_tx wrote
-        it). Raises ``JobTimeout`` or ``ProcessLost``; on cancellation the child running it
-        is ended, since its body cannot be stopped any other way."""
-        run = _Run(row, worker_id, timeout, asyncio.get_running_loop().create_future())
+        it). ``soft``: the child gets ``soft_signal`` after that many seconds. Raises
+        ``JobTimeout``, ``ProcessLost`` or ``Terminated``; on cancellation the child running
+        it is ended, since its body cannot be stopped any other way."""
+        run = _Run(row, worker_id, timeout, asyncio.get_running_loop().create_future(), soft)
         self._pending.append(run)
         self._waiting.add(row["id"])
         self._dispatch()
@@ -244,17 +317,16 @@ class ProcessPool:
 
     async def execute(self, app: App, row: Mapping[str, Any],
                       worker_id: int | None) -> Outcome | None:
-        """``run`` with the task's timeout, a timeout or a lost process as the run's
-        outcome (both spend the attempt, like any exception); a job dropped before it
-        started ends ``unstarted`` (the database decides cancelled or queued)."""
-        task = app.tasks.get(row["task"])
+        """``run`` with the job's ``limits``; a run that ended with its process (timeout,
+        lost, terminated) ends as ``lost_outcome`` says; a job dropped before it started
+        ends ``unstarted`` (the database decides cancelled or queued)."""
+        soft, hard = self.limits(app, row)
         try:
-            return await self.run(row, worker_id, task.timeout if task else None)
+            return await self.run(row, worker_id, hard, soft)
         except NotStarted:
             return Outcome(row["id"], row["run_count"], UNSTARTED)
-        except (JobTimeout, ProcessLost) as exc:
-            return raised(row["id"], row["run_count"], row["attempt"], exc,
-                          task.backoff if task else None)
+        except (JobTimeout, ProcessLost, Terminated) as exc:
+            return self.lost_outcome(app, row, exc)
 
     async def close(self, timeout: float = 5.0) -> None:
         """Ask every child to exit (end of file on its pipe), kill those still there after
@@ -316,18 +388,41 @@ class ProcessPool:
         child.writer.write(encode_row(run.row, run.worker_id))
 
     def _started(self, child: _Child) -> None:
-        """The first job sent to ``child`` starts now: its timeout starts too."""
+        """The first job sent to ``child`` starts now: its limits start too."""
         child.run_since = time.monotonic()
-        timeout = child.sent[0].timeout
-        if timeout is not None:
-            child.timer = asyncio.get_running_loop().call_later(
-                timeout, self._time_out, child, timeout)
+        child.terminated = None
+        run = child.sent[0]
+        loop = asyncio.get_running_loop()
+        if run.timeout is not None:
+            child.timer = loop.call_later(run.timeout, self._time_out, child, run.timeout)
+        if run.soft is not None and (run.timeout is None or run.soft < run.timeout):
+            child.soft_timer = loop.call_later(run.soft, self._soft_time_out, child, run)
+        if run.terminate is not None:  # asked while it waited behind another job
+            self._signal(child, run.terminate)
+
+    def _stop_timers(self, child: _Child) -> None:
+        for timer in (child.timer, child.soft_timer):
+            if timer is not None:
+                timer.cancel()
+        child.timer = child.soft_timer = None
 
     def _time_out(self, child: _Child, timeout: float) -> None:
         child.timer = None
         child.timed_out = timeout
         with contextlib.suppress(ProcessLookupError):
             child.process.kill()  # its end of file reaches _read, which ends the run
+
+    def _soft_time_out(self, child: _Child, run: _Run) -> None:
+        child.soft_timer = None
+        if child.sent and child.sent[0] is run:
+            self.soft_limit_reached(run.row, run.soft)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.process.pid, self.soft_signal)
+
+    def soft_limit_reached(self, row: Mapping[str, Any], soft: float | None) -> None:
+        """Called as the child running ``row`` is sent ``soft_signal`` (a log line)."""
+        logger.info("job %s reached its soft limit of %gs: sending %s to its process",
+                    row["id"], soft or 0.0, _signal_name(self.soft_signal))
 
     def _is_short(self, run: _Run) -> bool:
         return self._short_streak.get(run.row["task"], 0) >= SHORT_RUNS
@@ -349,9 +444,9 @@ class ProcessPool:
                 return
             if not child.sent:
                 continue  # the answer of a run cancelled while this process is ended
-            if child.timer is not None:
-                child.timer.cancel()
-                child.timer = None
+            self._stop_timers(child)
+            # Signalled, it answered: it survived the signal, or beat it (see stray_signal).
+            child.stray_signal, child.terminated = child.terminated, None
             run = child.sent.popleft()
             took, outcome = decode_answer(line)
             task = run.row["task"]
@@ -383,18 +478,32 @@ class ProcessPool:
         """``child``'s pipe reached end of file: it exited (killed, crashed, timed out,
         retired). The job it was running ends; those waiting behind it go elsewhere."""
         child.retiring = True  # nothing more is sent to it while its exit code is read
-        if child.timer is not None:
-            child.timer.cancel()
-            child.timer = None
+        self._stop_timers(child)
         code = await self._exit_code(child)
         if not child.sent:
             if child.number in self._children and not self._closing:
                 self._died_idle(child)
             return
         self._short_in_row = 0  # a run that ends its process is no short one
+        if (child.terminated is None and child.timed_out is None
+                and child.stray_signal is not None and code == -child.stray_signal):
+            # Killed by the signal meant for the job before: the running one goes back in
+            # line with those behind it, unspent (it had started an instant before).
+            logger.info("worker process %s %s, the signal meant for the job before job %s: "
+                        "replacing it; the job runs again", child.process.pid,
+                        _describe_exit(code), child.sent[0].row["id"])
+            self._lost(child)
+            return
         running = child.sent.popleft()
-        if child.timed_out is not None:
-            error: Exception = JobTimeout(
+        if child.terminated is not None and child.timed_out is None:
+            logger.info("worker process %s %s after a terminate request for job %s: "
+                        "replacing it", child.process.pid, _describe_exit(code),
+                        running.row["id"])
+            error: Exception = Terminated(
+                child.terminated, f"terminated by request: the process running the job "
+                f"(pid {child.process.pid}) {_describe_exit(code)}")
+        elif child.timed_out is not None:
+            error = JobTimeout(
                 f"the task ran longer than its timeout of {child.timed_out:g}s; its "
                 f"process (pid {child.process.pid}) was ended")
         else:
@@ -412,6 +521,10 @@ class ProcessPool:
         behind = list(child.sent)
         child.sent.clear()
         for run in reversed(behind):
+            if run.terminate is not None:  # asked to terminate before it started: dropped
+                if not run.future.done():
+                    run.future.set_exception(NotStarted())
+                continue
             self._pending.appendleft(run)
             self._waiting.add(run.row["id"])
         if child.number in self._children:
@@ -515,6 +628,13 @@ class ProcessPool:
         while (code := child.process.poll()) is None:
             await asyncio.sleep(0.01)
         return code
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _describe_exit(code: int | None) -> str:

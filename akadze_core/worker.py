@@ -192,6 +192,8 @@ class Worker:
         self._watched = set(self.queues)
         self.worker_id: int | None = None
         self._running: dict[int, _Run] = {}
+        # Running jobs whose terminate request was acted on (signal sent, or warned about).
+        self._terminating: set[int] = set()
         # The concurrency gate, where the runs claimed ahead wait (claimed, not started).
         self._bodies = BodyGate(concurrency) if concurrency is not None else None
         self._busy = dict.fromkeys(self.queues, 0)
@@ -371,7 +373,7 @@ class Worker:
                             self._cancelled, connect_kwargs=self._connect_kwargs(),
                             schedules_changed=self._schedules_changed
                             if self._scheduler is not None else None,
-                            control=self.control.heard),
+                            control=self.control.heard, terminate=self._terminate),
             name="listener")
         self._health.set()
         self._last_heartbeat_ok = time.monotonic()
@@ -865,6 +867,23 @@ class Worker:
         if job_id in self._running:
             self._drop(job_id, "was cancelled")
 
+    def _terminate(self, job_id: int, signum: int) -> None:
+        """A cancel with terminate of running job ``job_id`` (NOTIFY, or the heartbeat's
+        check): a process pool sends ``signum`` to the process running its body. Bodies run
+        in this process (threads, the event loop) cannot be stopped: there it is a cancel
+        request like any other."""
+        if job_id not in self._running:
+            return
+        if self.process_pool is not None:
+            if job_id not in self._terminating:
+                self._terminating.add(job_id)
+                self.process_pool.terminate(job_id, signum)
+        elif not self._drop(job_id, "was cancelled") and job_id not in self._terminating:
+            self._terminating.add(job_id)
+            logger.warning("job %s: terminate requested, but this worker runs bodies in "
+                           "threads, which cannot be stopped: it runs on (it ends "
+                           "cancelled if it raises)", job_id)
+
     def _expired(self, job_id: int) -> None:
         run = self._running.get(job_id)
         if run is not None:
@@ -876,16 +895,26 @@ class Worker:
         meanwhile, in case a notification was lost with the LISTEN connection."""
         waiting = [(run.job_id, run.run_count) for run in self._running.values()
                    if self._waiting(run.job_id)]
-        if not waiting:
+        # A process pool's running bodies: terminate requests missed the same way.
+        started = [(run.job_id, run.run_count) for run in self._running.values()
+                   if self.process_pool is not None and not self._waiting(run.job_id)
+                   and run.job_id not in self._terminating]
+        if not waiting and not started:
             return
         found: list[int] = []
+        terminate: list[tuple[int, int]] = []
 
         async def check(connection: psycopg.AsyncConnection) -> None:
-            found.extend(await database.list_revoked(connection, waiting))
+            if waiting:
+                found.extend(await database.list_revoked(connection, waiting))
+            if started:
+                terminate.extend(await database.list_terminating(connection, started))
 
         if await self._guard(check, "cancel check"):
             for job_id in found:
                 self._drop(job_id, "was cancelled or expired")
+            for job_id, signum in terminate:
+                self._terminate(job_id, signum)
 
     def _start_run(self, row: dict[str, Any]) -> None:
         queue = row["queue"]
@@ -927,6 +956,7 @@ class Worker:
                               delay=default_backoff(row["attempt"]), error=error_entry(exc))
         finally:
             run = self._running.pop(row["id"], None)
+            self._terminating.discard(row["id"])
             if run is not None and run.timer is not None:
                 run.timer.cancel()
             self._busy[row["queue"]] -= 1

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from akadze_core import request_cancel_sync
-from akadze_core.control import ControlReply, broadcast
+from akadze_core.control import ControlReply, broadcast, signal_number
 
 from ..backends.base import lookup_job
 
@@ -158,14 +158,17 @@ class Control:
 
     def revoke(self, task_id: str | Iterable[str], destination: Any = None,
                terminate: bool = False, signal: Any = "SIGTERM", **kwargs: Any) -> None:
-        """Revoke tasks by id (or list of ids): a queued task never runs.
+        """Revoke tasks by id (or list of ids): a task that has not started never runs.
 
-        A running task is not interrupted (``terminate`` is not supported): if it returns it
-        succeeds, if it raises it ends REVOKED. Unknown ids are ignored, as in Celery.
+        A running task is not interrupted unless ``terminate=True``: then a prefork worker
+        sends ``signal`` (a name such as ``"SIGKILL"``/``"KILL"`` or a number, as Celery
+        takes it; SIGTERM by default) to the child process running it. A child that dies of
+        it is replaced, and the task ends REVOKED without spending an attempt
+        (``task_revoked`` is sent with ``terminated=True``). Threads and solo workers cannot
+        stop a running body: there, as without ``terminate``, a task that returns succeeds
+        and one that raises ends REVOKED. Unknown ids are ignored, as in Celery.
         """
-        if terminate:
-            logger.warning("revoke(terminate=True): running tasks are not interrupted; "
-                           "they end REVOKED if they raise, SUCCESS if they return")
+        signum = signal_number(signal or "SIGTERM") if terminate else None
         ids = [task_id] if isinstance(task_id, str) else list(task_id)
         core = self.app.core
         for one in ids:
@@ -174,7 +177,10 @@ class Control:
                 job_id = job.id
 
                 def cancel(connection: psycopg.Connection, job_id: int = job_id) -> bool:
-                    return request_cancel_sync(connection, job_id)
+                    if signum is None:
+                        return request_cancel_sync(connection, job_id)
+                    return request_cancel_sync(connection, job_id, terminate=True,
+                                               signal=signum)
 
                 core.run_pooled(cancel)
 

@@ -200,7 +200,10 @@ def job_result(job: Job | None, state: str, task_id_of: TaskIdOf | None = None) 
     if state == states.SUCCESS:
         return revive(job.result)
     if state == states.REVOKED:
-        return TaskRevokedError("revoked")
+        # Celery's reason: "terminated" for a revoke(terminate=True) that ended the process.
+        last = job.errors[-1] if job.errors else None
+        terminated = isinstance(last, dict) and last.get("type") == "Terminated"
+        return TaskRevokedError("terminated" if terminated else "revoked")
     if state == states.FAILURE and never_ran(job):
         return upstream_exception(job.errors[-1], task_id_of)
     if state in (states.FAILURE, states.RETRY):

@@ -36,7 +36,7 @@ from akadze_core.worker_config import DEFAULTS
 
 from .. import beat, signals
 from ..worker import control, entry
-from ..worker.pool import ChildInfo, child_info
+from ..worker.pool import CeleryProcessPool, ChildInfo, child_info, install_child_limits
 from .base import CliError, cli_state, exit_now, host_format, report, secrets
 from .logs import setup_worker_logging
 from .worker_options import (
@@ -227,7 +227,7 @@ def _run_single(app: Any, settings: WorkerSettings, instance: WorkController,
     slots = prefetch_slots(bodies, settings.prefetch_multiplier,
                            bool(app.conf.get("task_acks_late")))
     if settings.pool == "prefork":
-        worker = _worker(core, settings, slots, [ready], _process_pool(settings, invocation))
+        worker = _worker(core, settings, slots, [ready], _process_pool(app, settings, invocation))
     else:  # threads: at most ``bodies`` run at once, the rest of the window waits for one
         worker = _worker(core, settings, slots, [ready], concurrency=bodies)
     # app.control / inspect: Celery's commands and the project's own (control_command).
@@ -264,10 +264,12 @@ def prefetch_slots(bodies: int, prefetch_multiplier: int, acks_late: bool) -> in
 # --- prefork: this process claims, its children run the bodies ------------------------------
 
 
-def _process_pool(settings: WorkerSettings, invocation: list[str]) -> ProcessPool:
-    """Celery's ``-c`` processes, each re-running this command as a pool child."""
-    return ProcessPool(settings.concurrency, [sys.executable, "-m", "akadze_compat", *invocation],
-                       max_tasks_per_child=settings.max_tasks_per_child)
+def _process_pool(app: Any, settings: WorkerSettings, invocation: list[str]) -> ProcessPool:
+    """Celery's ``-c`` processes, each re-running this command as a pool child (with
+    Celery's time limits and terminate: ``CeleryProcessPool``)."""
+    return CeleryProcessPool(app, settings.concurrency,
+                             [sys.executable, "-m", "akadze_compat", *invocation],
+                             max_tasks_per_child=settings.max_tasks_per_child)
 
 
 def _run_child(app: Any, settings: WorkerSettings, instance: WorkController,
@@ -275,6 +277,7 @@ def _run_child(app: Any, settings: WorkerSettings, instance: WorkController,
     multiprocessing.current_process().name = f"ForkPoolWorker-{info.number}"
     core = _init(app, settings, instance, main_process=False)
     signals.worker_process_init.send(sender=settings.hostname)
+    install_child_limits()
     code = serve(core)
     with contextlib.suppress(Exception):
         signals.worker_process_shutdown.send(sender=settings.hostname, pid=os.getpid(),

@@ -47,7 +47,7 @@ from ..exceptions import (
 )
 from ..serialization import revive
 from .canvas import errback_call, is_new_style_errback, step_args
-from .timelimits import AsyncLimits, ThreadLimits, limits_for
+from .timelimits import AsyncLimits, async_limits, limits_for, sync_limits
 
 if TYPE_CHECKING:
     from akadze_core import Job, JobContext
@@ -406,9 +406,10 @@ def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[s
     _check_deadline(run)
 
     def body() -> Any:
-        if not run.limits:  # no timers to arm: skip the context manager
+        limits = sync_limits(run.limits)
+        if limits is None:  # no timers to arm: skip the context manager
             return call_body(run.task, run.args, run.kwargs)
-        with ThreadLimits(run.limits):
+        with limits:
             return call_body(run.task, run.args, run.kwargs)
 
     def revoked() -> bool | None:
@@ -444,7 +445,7 @@ async def _run_async(app: Celery, name: str, args: Any, kwargs: Any,
         called = call_body(run.task, run.args, run.kwargs)
         if not inspect.isawaitable(called):
             return called
-        return await AsyncLimits(run.limits).run(called)
+        return await AsyncLimits(async_limits(run.limits)).run(called)
 
     async def revoked() -> bool | None:
         local = _revoked_locally(run)

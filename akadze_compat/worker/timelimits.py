@@ -1,7 +1,16 @@
 """Soft and hard time limits, raised inside the running task body.
 
-Celery's prefork pool signals the child process; akadze runs tasks in threads and on the
-event loop, so the limits are delivered differently:
+In the prefork pool (``-P prefork``, a child process per body) the limits work as Celery's
+billiard delivers them: the worker process sends the child SIGUSR1 at the soft limit, and
+this module's handler (``install_child_handler``) raises ``SoftTimeLimitExceeded`` in the
+child's main thread, where plain bodies run: a blocking ``time.sleep`` or socket read is
+interrupted (PEP 475: the handler's exception ends the call). At the hard limit the worker
+kills the child (SIGKILL), replaces it, and fails the task with ``TimeLimitExceeded``
+(``akadze_compat.worker.pool``). ``async def`` bodies in a child get the soft limit at their
+current ``await`` (below), the hard limit by the kill.
+
+Elsewhere (``-P threads``/``solo``) tasks run in threads of the worker process and on its
+event loop, where a signal cannot target one body, so the limits are delivered differently:
 
 * ``async def`` bodies: at the limit the task is interrupted at its current ``await`` and
   ``SoftTimeLimitExceeded`` (or ``TimeLimitExceeded``) is raised there, so ``try/except``
@@ -18,12 +27,21 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import inspect
+import signal
 import threading
 from collections.abc import Awaitable, Coroutine, Generator
 from types import TracebackType
 from typing import Any
 
-__all__ = ["AsyncLimits", "ThreadLimits", "limits_for"]
+__all__ = ["AsyncLimits", "SignalLimits", "ThreadLimits", "async_limits", "install_child_handler",
+           "limits_for", "sync_limits"]
+
+#: Set in a prefork child once its SIGUSR1 handler is installed: the parent delivers the limits.
+_signal_delivered = False
+#: Whether a plain body runs in the child's main thread now (the handler raises only then:
+#: a signal that comes just after a body ended must not hit the child's own loop).
+_in_body = False
+_soft_exc: type[BaseException] = Exception
 
 
 def _set_async_exc(thread_id: int, exc_type: type[BaseException] | None) -> int:
@@ -152,3 +170,57 @@ def limits_for(soft: float | None, hard: float | None,
     return table
 
 
+
+
+def install_child_handler(soft_exc: type[BaseException],
+                          signum: int = signal.SIGUSR1) -> None:
+    """In a prefork child: ``signum`` raises ``soft_exc()`` in the main thread while a plain
+    body runs there (``SignalLimits``); ignored between bodies. Billiard's child does the
+    same (its soft timeout handler); a ``revoke(terminate=True, signal="SIGUSR1")`` lands
+    here too, as in Celery."""
+    global _signal_delivered, _soft_exc
+    _soft_exc = soft_exc
+
+    def soft_limit(received: int, frame: object) -> None:
+        if _in_body:
+            raise _soft_exc()
+
+    signal.signal(signum, soft_limit)
+    _signal_delivered = True
+
+
+class SignalLimits:
+    """Marks a plain body running in a prefork child's main thread: the parent sends the soft
+    limit as a signal (raised here by the handler) and kills the child at the hard one."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> SignalLimits:
+        global _in_body
+        _in_body = True
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        global _in_body
+        _in_body = False
+
+
+_SIGNAL_LIMITS = SignalLimits()
+
+
+def sync_limits(limits: dict[float, type[BaseException]]) -> SignalLimits | ThreadLimits | None:
+    """The context manager that delivers ``limits`` to a plain body run in this thread: the
+    signal handler's in a prefork child's main thread, else ``ThreadLimits`` (None: no
+    limits to deliver)."""
+    if _signal_delivered and threading.current_thread() is threading.main_thread():
+        return _SIGNAL_LIMITS
+    return ThreadLimits(limits) if limits else None
+
+
+def async_limits(limits: dict[float, type[BaseException]]) -> dict[float, type[BaseException]]:
+    """The limits an ``async def`` body gets at its awaits: in a prefork child only the soft
+    one (the parent kills the child at the hard limit), elsewhere all of them."""
+    if not _signal_delivered:
+        return limits
+    return {delay: exc for delay, exc in limits.items() if exc is _soft_exc}

@@ -470,13 +470,19 @@ WHERE (SELECT count(*) FROM settled) >= 0;
 -- worker at commit, which then drops it unstarted.
 -- A waiting job (a workflow's later step) is cancelled at once too, and what waits on it
 -- with it (akadze.settle).
+-- signal (terminate): a running job's cancel_signal, which its worker's process pool sends
+-- to the process running the body; the notification says "<id>:<signal>" (a plain cancel
+-- says "<id>"). A later plain cancel keeps an earlier terminate request.
 WITH marked AS (
     UPDATE akadze.jobs
     SET cancel_requested = true,
+        cancel_signal = CASE WHEN state = 'running'
+                             THEN coalesce(%(signal)s::smallint, cancel_signal)
+                             ELSE cancel_signal END,
         state = CASE WHEN state IN ('queued', 'waiting') THEN 'cancelled' ELSE state END,
         finished_at = CASE WHEN state IN ('queued', 'waiting') THEN now() ELSE finished_at END
     WHERE id = %(id)s AND state IN ('waiting', 'queued', 'running')
-    RETURNING id, state, dependents IS NOT NULL AS settles
+    RETURNING id, state, cancel_signal, dependents IS NOT NULL AS settles
 ),
 settled AS (
     SELECT akadze.settle(array_agg(id)) AS touched FROM marked
@@ -484,6 +490,8 @@ settled AS (
 )
 SELECT id, state,
        CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text)
+            WHEN cancel_signal IS NOT NULL
+                THEN pg_notify('akadze_cancel', id::text || ':' || cancel_signal::text)
             ELSE pg_notify('akadze_cancel', id::text) END AS notified
 FROM marked
 WHERE (SELECT count(*) FROM settled) >= 0;
@@ -498,10 +506,20 @@ JOIN unnest(%(id)s::bigint[], %(run_count)s::int[]) AS o(id, run_count)
   ON j.id = o.id AND j.run_count = o.run_count
 WHERE j.state = 'running' AND (j.cancel_requested OR j.expires_at <= now());
 
+-- name: job_list_terminating
+-- Of the runs a worker's process pool is running, those asked to be terminated (their
+-- cancel_signal): the check for terminate notifications it may have missed.
+SELECT j.id, j.cancel_signal
+FROM akadze.jobs AS j
+JOIN unnest(%(id)s::bigint[], %(run_count)s::int[]) AS o(id, run_count)
+  ON j.id = o.id AND j.run_count = o.run_count
+WHERE j.state = 'running' AND j.cancel_signal IS NOT NULL;
+
 -- name: job_requeue
 -- failed -> queued, keeping attempt, errors and args; one more attempt if none are left.
 UPDATE akadze.jobs
 SET state = 'queued', scheduled_at = now(), finished_at = NULL, cancel_requested = false,
+    cancel_signal = NULL,
     max_attempts = greatest(max_attempts, attempt + 1)
 WHERE id = %(id)s AND state = 'failed'
   -- A newer active job holding the same unique key wins: requeueing would duplicate it.

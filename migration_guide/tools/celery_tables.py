@@ -128,9 +128,13 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "celery.exceptions:Retry": (S, "raised by `self.retry()`; the task keeps its id"),
     "celery.exceptions:RetryTaskError": (S, "alias of Retry"),
     "celery.exceptions:MaxRetriesExceededError": (S, ""),
-    "celery.exceptions:TimeLimitExceeded": (D, "raised inside the body at the hard limit (the "
+    "celery.exceptions:TimeLimitExceeded": (D, "prefork: the task's FAILURE once its child "
+                                               "was killed at the hard limit, as Celery's; "
+                                               "threads/solo: raised inside the body (the "
                                                "process is not killed); see task_time_limit"),
-    "celery.exceptions:SoftTimeLimitExceeded": (D, "raised inside the body; a plain `def` "
+    "celery.exceptions:SoftTimeLimitExceeded": (D, "raised inside the body; prefork: by "
+                                                   "SIGUSR1, interrupting a blocking call, as "
+                                                   "Celery's; threads/solo: a plain `def` "
                                                    "blocked in C code sees it only when the "
                                                    "call returns"),
     "celery.exceptions:WorkerLostError": (D, "the task of a lost worker runs again (at least "
@@ -156,7 +160,8 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "celery.exceptions:WorkerTerminate": (D, "raised in a task it fails that task; the worker "
                                              "goes on"),
     "celery.exceptions:SystemTerminate": (D, "alias of WorkerTerminate"),
-    "celery.exceptions:Terminated": (S, f"{_NEVER_RAISED} (revoke does not terminate)"),
+    "celery.exceptions:Terminated": (S, f"{_NEVER_RAISED} (a terminated task's result is "
+                                        "TaskRevokedError('terminated'), as Celery's)"),
     "celery.exceptions:AlwaysEagerIgnored": (S, "warned by `send_task` in eager mode"),
     "celery.exceptions:DuplicateTaskNameWarning": (S, ""),
     "celery.exceptions:reraise": (S, ""),
@@ -278,8 +283,8 @@ API_NOTES: dict[str, tuple[str, str]] = {
                           "is the akadze job's id"),
     "AsyncResult:forget": (D, "deletes nothing: the job goes when its retention ends "
                               "(result_expires)"),
-    "AsyncResult:revoke": (D, "a waiting task never runs; a running one is not interrupted "
-                              "(`terminate=True` is not supported)"),
+    "AsyncResult:revoke": (D, "a waiting task never runs; `terminate=True` ends the prefork "
+                              "child running it (threads/solo: it runs on)"),
     "AsyncResult:children": (D, "the canvas jobs waiting on this task (next chain step, "
                                 "chord body, `link` callbacks), once it finished; tasks "
                                 "sent from its body are not tracked"),

@@ -314,7 +314,8 @@ def test_prefetch_multiplier_bounds_the_claimed_tasks(
     assert "(attempt 1, success)" not in log
 
 
-@pytest.mark.parametrize(("mode", "error"), [("die", "ProcessLost"), ("hang", "JobTimeout")])
+@pytest.mark.parametrize(("mode", "error"), [("die", "ProcessLost"),
+                                             ("hang", "TimeLimitExceeded")])
 def test_prefork_short_tasks_sent_behind_one_that_ends_its_process_run_elsewhere_unspent(
         projects: dict[str, Any], module_database_url: str, spawn_compat: SpawnCompat,
         db: psycopg.Connection, mode: str, error: str) -> None:

@@ -79,3 +79,33 @@ async def looks_itself_up() -> str:
     job = await app.get_job_async(current().id)
     assert job is not None
     return job.state
+
+
+@app.task("stuck")
+def stuck(path: str) -> None:
+    """Writes its pid to ``path``, then blocks for a minute: only a signal ends it early."""
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(str(os.getpid()))
+    time.sleep(60)
+
+
+@app.task("shrugs_off_sigterm")
+def shrugs_off_sigterm(path: str, then: str = "return") -> str:
+    """Survives SIGTERM: its handler makes the blocked sleep end, then the body returns a
+    value (``then="return"``) or raises (``then="raise"``)."""
+    def handler(signum: int, frame: object) -> None:
+        raise InterruptedError("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(str(os.getpid()))
+        try:
+            time.sleep(60)
+        except InterruptedError:
+            if then == "raise":
+                raise RuntimeError("stopped by SIGTERM") from None
+            return "finished anyway"
+        return "slept"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
