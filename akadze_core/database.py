@@ -491,3 +491,27 @@ async def enqueue_runtime_ticks(
     due = json.dumps([[tick[0], tick[1], tick[3]] for tick in ticks])
     rows = await fetch_all_async(connection, "schedule_runtime_enqueue", due=due)
     return sum(int(row["jobs"]) for row in rows)
+
+
+# --- metrics (akadze_core.metrics) ------------------------------------------------------------
+
+async def metrics_snapshot(
+    connection: psycopg.AsyncConnection, *, count_cap: int, priority_groups: int,
+    recent_window: float | None, recent_cap: int, bounds: Sequence[float],
+) -> dict[str, list[dict[str, Any]]]:
+    """The rows of the metrics queries, by query name: bounded counts per queue and state,
+    per-state estimates, per-queue oldest job age and live workers, worker totals and, with
+    ``recent_window`` (seconds), the jobs finished that recently (see queries.sql)."""
+    found = {
+        "metrics_job_counts": await fetch_all_async(
+            connection, "metrics_job_counts", cap=count_cap),
+        "metrics_state_estimates": await fetch_all_async(connection, "metrics_state_estimates"),
+        "metrics_queues": await fetch_all_async(connection, "metrics_queues",
+                                                groups=priority_groups),
+        "metrics_workers": await fetch_all_async(connection, "metrics_workers"),
+    }
+    if recent_window is not None:
+        found["metrics_recent"] = await fetch_all_async(
+            connection, "metrics_recent", window=recent_window, cap=recent_cap,
+            bounds=list(bounds))
+    return found
