@@ -913,9 +913,14 @@ WITH recent AS (
      WHERE state = 'cancelled' AND finished_at > now() - %(window)s * interval '1 second'
      ORDER BY finished_at DESC LIMIT %(cap)s)
 ), timed AS (
+    -- greatest() skips a NULL: a job that never started must stay NULL (no duration).
     SELECT queue, task, state,
-           greatest(extract(epoch FROM started_at - scheduled_at)::float8, 0) AS wait,
-           greatest(extract(epoch FROM finished_at - started_at)::float8, 0) AS run
+           CASE WHEN started_at IS NOT NULL
+                THEN greatest(extract(epoch FROM started_at - scheduled_at)::float8, 0) END
+               AS wait,
+           CASE WHEN started_at IS NOT NULL
+                THEN greatest(extract(epoch FROM finished_at - started_at)::float8, 0) END
+               AS run
     FROM recent
 ), bucketed AS (
     SELECT queue, task, state, wait, run,
