@@ -40,18 +40,19 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                               30.0, 60.0, 300.0, 900.0, 3600.0)
 #: The most index entries one scrape reads per state for ``akadze_jobs`` (a larger backlog
-#: reads as this many; ``akadze_jobs_count_limit`` exports it). 100,000 entries of a partial
-#: index cost Postgres about 10 ms.
+#: reads as this many; ``akadze_jobs_count_limit`` exports it). Index-only, 100,000 entries
+#: cost Postgres about 10 ms.
 COUNT_CAP = 100_000
 #: The most (queue, priority) pairs the oldest-job probe visits (one index probe each).
 PRIORITY_GROUPS = 1000
 #: The window (seconds) of the dashboard's recent histograms and finished counts.
 RECENT_WINDOW = 300.0
-#: The most jobs per final state the recent window reads (the newest ones).
-RECENT_CAP = 10_000
+#: The most jobs per final state the recent window reads (the newest ones): enough for a
+#: histogram, and 5,000 rows cost Postgres about 5 ms.
+RECENT_CAP = 5_000
 #: The states ``akadze_jobs`` reports per queue; each is exported, 0 included, for every
 #: queue seen, so that a drained queue reads 0 instead of vanishing.
-COUNTED_STATES = ("queued", "scheduled", "running", "failed", "cancelled")
+COUNTED_STATES = ("waiting", "queued", "scheduled", "running", "failed", "cancelled")
 
 # The GROUPING() bitmask of each grouping set of metrics_recent (queue, task, state,
 # wait_bucket, run_bucket: a bit is set for each column not grouped on).
@@ -115,9 +116,9 @@ async def render_metrics(app: App) -> tuple[bytes, str]:
 def database_families(rows: dict[str, list[dict[str, Any]]]) -> list[Metric]:
     """Counts, estimates, oldest ages and workers from ``database.metrics_snapshot``."""
     jobs = GaugeMetricFamily(
-        "akadze_jobs", "Jobs per queue and state: queued (due), scheduled (queued, not due "
-        "yet), running, failed, cancelled; exact up to akadze_jobs_count_limit per state",
-        labels=["queue", "state"])
+        "akadze_jobs", "Jobs per queue and state: waiting, queued (due), scheduled (queued, "
+        "not due yet), running, failed, cancelled; exact up to akadze_jobs_count_limit per "
+        "state", labels=["queue", "state"])
     queues = rows["metrics_queues"]
     counts: dict[tuple[str, str], int] = {(row["queue"], row["state"]): int(row["jobs"])
                                           for row in rows["metrics_job_counts"]}

@@ -815,16 +815,19 @@ FROM inserted GROUP BY queue;
 SELECT set_config('lock_timeout', %(timeout)s, true);
 
 -- name: metrics_job_counts
--- Prometheus (akadze_core.metrics): jobs per queue and state, for the states a partial index
--- covers, each read up to %(cap)s entries: queued (due) and scheduled (queued, not due yet)
--- from jobs_claim_idx (index-only), running from jobs_running_idx, failed and cancelled
--- from jobs_finished_idx. Never a scan of the table: a scrape costs the same behind a
--- million succeeded jobs; a state with more than %(cap)s jobs is reported as %(cap)s.
+-- Prometheus (akadze_core.metrics): jobs per queue and state, every state but succeeded,
+-- each read from a partial index up to %(cap)s entries: queued (due) and scheduled (queued,
+-- not due yet) from jobs_claim_idx, running from jobs_running_idx (bounded by the fleet's
+-- slots), waiting, failed and cancelled from jobs_state_queue_idx; all but running
+-- index-only. Never a scan of the table: a scrape costs the same behind a million
+-- succeeded jobs; a state with more than %(cap)s jobs is reported as %(cap)s.
 SELECT queue, state, count(*) AS jobs
 FROM ((SELECT queue, CASE WHEN scheduled_at <= now() THEN 'queued' ELSE 'scheduled' END AS state
        FROM akadze.jobs WHERE state = 'queued' LIMIT %(cap)s)
       UNION ALL
       (SELECT queue, 'running' FROM akadze.jobs WHERE state = 'running' LIMIT %(cap)s)
+      UNION ALL
+      (SELECT queue, 'waiting' FROM akadze.jobs WHERE state = 'waiting' LIMIT %(cap)s)
       UNION ALL
       (SELECT queue, 'failed' FROM akadze.jobs WHERE state = 'failed' LIMIT %(cap)s)
       UNION ALL
