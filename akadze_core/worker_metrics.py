@@ -51,6 +51,10 @@ _FINAL = {"succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled"
 _REQUEUED = {RETRY: "retried", SNOOZE: "snoozed"}
 #: Seconds a scrape may wait for a pooled connection and for the database's answer.
 DATABASE_TIMEOUT = 5.0
+#: The database's series are read at most this often (seconds) however often the worker is
+#: scraped: a fleet of workers scraped every second costs the database one read per worker
+#: and this interval, and they are gauges of the whole fleet that the dashboard serves too.
+DATABASE_INTERVAL = 5.0
 #: Seconds a client has to send its request line and headers.
 REQUEST_TIMEOUT = 5.0
 
@@ -91,6 +95,10 @@ class WorkerMetrics:
         self._runs: dict[tuple[str, str, str], Any] = {}
         self._waits: dict[str, Any] = {}
         self._run_times: dict[tuple[str, str], Any] = {}
+        # The last read of the database's series, and when (monotonic): see DATABASE_INTERVAL.
+        self._database_families: list[Metric] = []
+        self._database_read_at: float | None = None
+        self._database_lock = asyncio.Lock()
         self._server: asyncio.Server | None = None
 
     # --- what the worker reports ---------------------------------------------------------
@@ -140,9 +148,15 @@ class WorkerMetrics:
     # --- /metrics ---------------------------------------------------------------------------
 
     async def render(self) -> bytes:
-        """This worker's series, then the database's (no recent window)."""
-        families = await self._database()
-        return exposition(families, self.registry, PROCESS_COLLECTOR, PLATFORM_COLLECTOR)
+        """This worker's series, then the database's (no recent window), those read at most
+        every ``DATABASE_INTERVAL`` seconds."""
+        async with self._database_lock:  # concurrent scrapes share one read
+            read_at = self._database_read_at
+            if read_at is None or time.monotonic() - read_at >= DATABASE_INTERVAL:
+                self._database_families = await self._database()
+                self._database_read_at = time.monotonic() if self._database_families else None
+        return exposition(self._database_families, self.registry, PROCESS_COLLECTOR,
+                          PLATFORM_COLLECTOR)
 
     async def _database(self) -> list[Metric]:
         if not self._ready():

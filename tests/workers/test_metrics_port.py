@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from akadze_core import App
+from akadze_core.worker_metrics import DATABASE_INTERVAL
 from tests.workers import metrics_app
 from tests.workers.support import WorkerProcess, free_port, wait_until
 
@@ -77,11 +78,14 @@ def test_the_worker_serves_counts_latency_and_run_time_of_what_it_ran(
             "SELECT count(*) FROM akadze.jobs WHERE queue = 'work' "
             "AND state IN ('succeeded', 'failed')").fetchone()[0] == 12, what="12 jobs done")
 
-        def counted() -> bool:  # outcomes are written in batches: until the last one is
+        def counted() -> bool:
+            # Outcomes are written in batches (until the last one is counted), and the
+            # database's series are read at most every DATABASE_INTERVAL seconds.
             found = samples(scrape(port)[2])
             return value(found, "akadze_job_runs_total", queue="work", task="metrics.flaky",
-                         outcome="failed") == 2
-        wait_until(counted, what="the last outcome counted")
+                         outcome="failed") == 2 and value(
+                found, "akadze_jobs", queue="work", state="failed") == 5
+        wait_until(counted, timeout=DATABASE_INTERVAL + 20, what="the last outcome counted")
         status, content_type, text = scrape(port)
         assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
         found = samples(text)
