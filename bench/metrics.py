@@ -28,7 +28,7 @@ from pathlib import Path
 import psycopg
 
 from akadze_core import App
-from akadze_core.metrics import render_metrics
+from akadze_core.metrics import exposition, read_database, render_metrics
 
 from . import db, procs
 from .apps.core_app import NOOP
@@ -92,6 +92,8 @@ class MetricsResult:
     render_p99: float
     render_max: float
     body_bytes: int
+    render_cpu_client: float    # CPU of one render: the Python side (ms)
+    render_cpu_postgres: float  # ... and its Postgres backend's
     drain_jobs: int
     phases: list[Phase]
 
@@ -121,7 +123,7 @@ def metrics_workload(admin: str, base_name: str, *, jobs: int, failed: int, rend
     url = db.recreate(admin, name)
     try:
         _fill(url, jobs, failed)
-        times, size = asyncio.run(_renders(url, renders))
+        times, size, client_ms, server_ms = asyncio.run(_renders(url, renders))
         phases = []
         for number, (scraped, port) in enumerate(
                 [(False, True), (True, True), (False, False)] * 2):
@@ -131,7 +133,8 @@ def metrics_workload(admin: str, base_name: str, *, jobs: int, failed: int, rend
         db.drop(admin, name)
     return MetricsResult(jobs=jobs, failed=failed, renders=len(times),
                          render_p50=percentile(times, 0.5), render_p99=percentile(times, 0.99),
-                         render_max=max(times), body_bytes=size, drain_jobs=drain_jobs,
+                         render_max=max(times), body_bytes=size, render_cpu_client=client_ms,
+                         render_cpu_postgres=server_ms, drain_jobs=drain_jobs,
                          phases=phases)
 
 
@@ -142,7 +145,12 @@ def _fill(url: str, jobs: int, failed: int) -> None:
         connection.execute("VACUUM ANALYZE akadze.jobs")
 
 
-async def _renders(url: str, count: int) -> tuple[list[float], int]:
+async def _renders(url: str, count: int) -> tuple[list[float], int, float, float]:
+    """Wall times of ``render_metrics`` (ms), the body's size, then the CPU one render
+    costs this process and its Postgres backend (ms, means over ``count`` more renders
+    on one connection: ``read_database`` and ``exposition``, what ``render_metrics`` runs
+    on a pooled one). On a loaded host the wall time is mostly waiting for a core; the CPU
+    is what the render itself spends."""
     app = App(url)
     try:
         times, size = [], 0
@@ -153,7 +161,15 @@ async def _renders(url: str, count: int) -> tuple[list[float], int]:
             if number >= WARM_UP:
                 times.append(spent)
                 size = len(body)
-        return times, size
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection:
+            backend = connection.info.backend_pid
+            await read_database(app, connection)
+            client, server = time.process_time(), procs.cpu_seconds(backend) or 0.0
+            for _ in range(count):
+                exposition(await read_database(app, connection))
+            client_ms = (time.process_time() - client) * 1000 / count
+            server_ms = ((procs.cpu_seconds(backend) or 0.0) - server) * 1000 / count
+        return times, size, client_ms, server_ms
     finally:
         await app.aclose()
 

@@ -286,6 +286,12 @@ def _metrics_rows(results: dict[str, Any]) -> list[Row]:
             f"p99 {ms(value.render_p99)}, max {ms(value.render_max)}; "
             f"{value.body_bytes:,} bytes", target=f"< {target_ms:g} ms",
             verdict=verdict(value.render_p50 < target_ms)),
+        Row(f"metrics: CPU of one `render_metrics` (Python + its Postgres backend), {table}",
+            ms(value.render_cpu_client + value.render_cpu_postgres),
+            f"Python {ms(value.render_cpu_client)}, Postgres "
+            f"{ms(value.render_cpu_postgres)}: the server time on an idle core",
+            target=f"< {target_ms:g} ms",
+            verdict=verdict(value.render_cpu_client + value.render_cpu_postgres < target_ms)),
         Row(f"metrics: claims of one `akadze worker --slots 10 --metrics-port` draining "
             f"{value.drain_jobs:,} no-ops beside {table}, scraped (its /metrics and "
             "`render_metrics`, 1/s) vs not, in turns", rate(scraped),
