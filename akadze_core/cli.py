@@ -42,7 +42,7 @@ from .processes import ProcessPool, serve
 from .processes import is_child as is_pool_child
 from .triggers import Cron, Every, Trigger
 from .worker import Worker
-from .worker_config import DEFAULTS
+from .worker_config import DEFAULTS, WorkerConfig
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -640,6 +640,11 @@ def _import_failed(module_name: str, exc: BaseException) -> str:
 @click.option("--lock-timeout", type=_SECONDS, metavar="S",
               help="Seconds a statement waits for a lock (LOCK TABLE, a migration) before "
                    "it is retried.  [default: 2, less on a short --heartbeat-ttl]")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), metavar="N",
+              help="Serve Prometheus metrics on this port (http://ADDRESS:N/metrics; 0: any "
+                   "free port, logged).  [default: none]")
+@click.option("--metrics-address", metavar="HOST", default=DEFAULTS.metrics_address,
+              show_default=True, help="The address --metrics-port binds.")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
               default="INFO", show_default=True)
 @click.pass_context
@@ -663,6 +668,9 @@ def worker_command(ctx: click.Context, app_spec: str, queues: tuple[str, ...],
             exit_now(serve(app))
         names = [name.strip() for value in queues for name in value.split(",") if name.strip()]
         processes = settings.pop("processes")
+        # Settings of the config alone (Worker takes no keyword for them).
+        config = WorkerConfig(metrics_port=settings.pop("metrics_port"),
+                              metrics_address=settings.pop("metrics_address"))
         kwargs = {name: value for name, value in settings.items() if value is not None}
         if processes:
             if "slots" not in kwargs:
@@ -673,7 +681,7 @@ def worker_command(ctx: click.Context, app_spec: str, queues: tuple[str, ...],
             kwargs["process_pool"] = ProcessPool(
                 processes, [sys.executable, "-m", "akadze_core.cli", *sys.argv[1:]])
         try:
-            worker = Worker(app, queues=names or [app.default_queue], **kwargs)
+            worker = Worker(app, queues=names or [app.default_queue], config=config, **kwargs)
         except ValueError as exc:
             raise click.UsageError(str(exc), ctx) from None
         try:

@@ -517,3 +517,34 @@ async def enqueue_runtime_ticks(
     due = json.dumps([[tick[0], tick[1], tick[3]] for tick in ticks])
     rows = await fetch_all_async(connection, "schedule_runtime_enqueue", due=due)
     return sum(int(row["jobs"]) for row in rows)
+
+
+# --- metrics (akadze_core.metrics) ------------------------------------------------------------
+
+async def metrics_snapshot(
+    connection: psycopg.AsyncConnection, *, count_cap: int, priority_groups: int,
+    recent_window: float | None, recent_cap: int, bounds: Sequence[float],
+) -> dict[str, list[dict[str, Any]]]:
+    """The rows of the metrics queries, by query name: bounded counts per queue and state,
+    per-state estimates, per-queue oldest job age and live workers, worker totals and, with
+    ``recent_window`` (seconds), the jobs finished that recently (see queries.sql). Sent in
+    one pipeline: one round trip for all of them (on a loaded host each round trip is a
+    wait for the scheduler, twice)."""
+    statements: dict[str, dict[str, Any]] = {
+        "metrics_job_counts": {"cap": count_cap},
+        "metrics_state_estimates": {},
+        "metrics_queues": {"groups": priority_groups},
+        "metrics_workers": {},
+    }
+    if recent_window is not None:
+        statements["metrics_recent"] = {"window": recent_window, "cap": recent_cap,
+                                        "bounds": list(bounds)}
+    cursors = {name: connection.cursor(row_factory=dict_row) for name in statements}
+    try:
+        async with connection.pipeline():
+            for name, params in statements.items():
+                await cursors[name].execute(query(name), params)
+        return {name: await cursor.fetchall() for name, cursor in cursors.items()}
+    finally:
+        for cursor in cursors.values():
+            await cursor.close()

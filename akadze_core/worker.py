@@ -50,6 +50,7 @@ from .run_log import log_outcomes
 from .schedules import MIN_CHECK_INTERVAL, SCHEDULE_CHANGE_GRACE, Scheduler
 from .threads import ThreadRunner
 from .worker_config import Hook, Seconds, WorkerConfig, seconds
+from .worker_metrics import WorkerMetrics
 
 if TYPE_CHECKING:
     from .app import App
@@ -219,6 +220,12 @@ class Worker:
         # The steps whose last statement gave up on a lock: the worker says so once, when
         # the first one does, and once more when the last of them gets through.
         self._locked: set[str] = set()
+        #: This worker's Prometheus series and /metrics (``metrics_port``), else None.
+        self.metrics = WorkerMetrics(
+            self, busy=self._busy, connection=self._connection,
+            ready=lambda: hasattr(self, "_pool") and not self._pool.closed,
+            pending=lambda: self._completer.pending if hasattr(self, "_completer") else 0,
+        ) if config.metrics_port is not None else None
 
     # --- public control -------------------------------------------------------------------
 
@@ -310,6 +317,8 @@ class Worker:
         self._fatal: str | None = None
         total_slots = sum(self.slots.values())
         # Twice the slots: a sync body past its timeout keeps its thread until it returns.
+        if self.metrics is not None:  # a port already taken stops the worker before it starts
+            await self.metrics.serve(self.config.metrics_port or 0, self.config.metrics_address)
         self._threads = ThreadRunner(max_threads=total_slots * 2 + 4)
         started = await self._start(total_slots)
         try:
@@ -317,6 +326,8 @@ class Worker:
                 await self._loop()
         finally:
             await self._shutdown(started)
+            if self.metrics is not None:
+                await self.metrics.close()
         if self._fatal:
             raise WorkerError(self._fatal)
         return self._exit_code
@@ -919,6 +930,8 @@ class Worker:
     def _start_run(self, row: dict[str, Any]) -> None:
         queue = row["queue"]
         self.accepted[row["task"]] += 1
+        if self.metrics is not None:
+            self.metrics.claimed(row)
         self._busy[queue] += 1
         future = asyncio.create_task(self._run_job(row), name=f"job-{row['id']}")
         run = self._running[row["id"]] = _Run(row["id"], row["run_count"], queue, row["task"],
@@ -961,6 +974,8 @@ class Worker:
                 run.timer.cancel()
             self._busy[row["queue"]] -= 1
             self._wake.set()
+        if self.metrics is not None and run is not None:
+            self.metrics.ran(run, outcome)
         if outcome is not None:
             if run is not None:
                 self._finished[(run.job_id, run.run_count)] = run
@@ -976,6 +991,8 @@ class Worker:
             # The write released workflow jobs (committed already): claim now rather than
             # when the NOTIFY comes back.
             self._wake.set()
+        if self.metrics is not None:
+            self.metrics.written(batch, rows, self._finished)
         log_outcomes(batch, rows, self._finished, self.outcome_log_level, self.app.redact,
                      self.on_unregistered)
 

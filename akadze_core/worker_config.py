@@ -69,6 +69,11 @@ class WorkerConfig:
     #: The most connections this worker opens at once (its pool and its LISTEN connection);
     #: None: ``min(total slots, 16) + 7``. At least 3 (see ``MIN_CONNECTIONS``).
     max_connections: int | None = None
+    #: Serve this worker's Prometheus metrics on this TCP port (``/metrics``; 0: any free
+    #: port, logged); None: no metrics are counted or served.
+    metrics_port: int | None = None
+    #: The address the metrics port binds (127.0.0.1: this host only).
+    metrics_address: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         # Normalised here so every reader sees one type; frozen, hence object.__setattr__.
@@ -99,6 +104,8 @@ class WorkerConfig:
             raise ValueError(f"max_connections must be at least {MIN_CONNECTIONS} (the LISTEN "
                              "connection, and two pooled ones so that a heartbeat never "
                              "waits behind a claim or an outcome write)")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError("metrics_port must be a TCP port (0 to 65535)")
 
     def _lock_timeout_limit(self) -> float:
         # A heartbeat that waited a whole lock_timeout and failed, then succeeded one

@@ -30,6 +30,7 @@ from . import (
     core,
     db,
     enqueue,
+    metrics,
     pgbouncer,
     procs,
     schedules,
@@ -39,7 +40,7 @@ from .drain import DrainResult
 
 RESULTS = Path(__file__).resolve().parent / "results.md"
 WORKLOADS = ("enqueue", "bulk", "latency", "claim", "core", "pgbouncer", "memory", "sweep",
-             "compat", "celery", "canvas", "schedules")
+             "compat", "celery", "canvas", "schedules", "metrics")
 
 
 @dataclass(frozen=True)
@@ -64,18 +65,26 @@ class Sizes:
     canvas_chord: int      # the chord of Celery and of akadze-compat (the same size)
     schedules: int          # runtime schedules of the schedules workload
     schedule_seconds: int   # each of its two phases (spans minute boundaries)
+    metrics_jobs: int       # the metrics workload's table (issue 19)
+    metrics_failed: int     # ... of which failed
+    metrics_renders: int    # render_metrics calls timed
+    metrics_drain: int      # no-ops drained per phase, with and without scrapes
 
 
 QUICK = Sizes(drain_jobs=20_000, memory_jobs=20_000, sweep_jobs=5_000, compat_jobs=5_000,
               celery_jobs=5_000, single_enqueue=2_000, bulk_jobs=50_000, bulk_batch=5_000,
               latency_samples=100, claim_small=10_000, claim_large=200_000,
               claim_future=100_000, claims=200, canvas_members=5_000, canvas_steps=300,
-              canvas_chord=2_000, schedules=10_000, schedule_seconds=65)
+              canvas_chord=2_000, schedules=10_000, schedule_seconds=65,
+              metrics_jobs=1_000_000, metrics_failed=10_000, metrics_renders=50,
+              metrics_drain=10_000)
 FULL = Sizes(drain_jobs=200_000, memory_jobs=1_000_000, sweep_jobs=20_000, compat_jobs=50_000,
              celery_jobs=20_000, single_enqueue=10_000, bulk_jobs=200_000, bulk_batch=10_000,
              latency_samples=200, claim_small=10_000, claim_large=1_000_000,
              claim_future=100_000, claims=300, canvas_members=10_000, canvas_steps=1_000,
-             canvas_chord=10_000, schedules=10_000, schedule_seconds=125)
+             canvas_chord=10_000, schedules=10_000, schedule_seconds=125,
+             metrics_jobs=1_000_000, metrics_failed=10_000, metrics_renders=200,
+             metrics_drain=30_000)
 
 
 @dataclass
@@ -267,6 +276,13 @@ class Bench:
     def _schedules(self) -> None:
         self.results["schedules"] = schedules.schedules_workload(
             self.url, self.sizes.schedules, self.sizes.schedule_seconds, run_dir=self.run_dir)
+
+    def _metrics(self) -> None:
+        sizes = self.sizes
+        self.results["metrics"] = metrics.metrics_workload(
+            self.admin, self.options.database, jobs=sizes.metrics_jobs,
+            failed=sizes.metrics_failed, renders=sizes.metrics_renders,
+            drain_jobs=sizes.metrics_drain, run_dir=self.run_dir)
 
     def _celery(self) -> None:
         results: dict[str, Any] = {}

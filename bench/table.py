@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from . import celery_side
+from . import metrics as metrics_workload
 from .compat import pools
 from .drain import DrainResult
 from .report import Row, markdown, mib, ms, rate, times, verdict
@@ -33,6 +34,7 @@ def rows(results: dict[str, Any], sizes: Any, options: argparse.Namespace) -> li
     found += _memory_rows(results, options)
     found += _canvas_rows(results, options)
     found += _schedules_rows(results)
+    found += _metrics_rows(results)
     return found
 
 
@@ -263,6 +265,42 @@ def _schedules_rows(results: dict[str, Any]) -> list[Row]:
         Row(f"{label}: tick jobs enqueued, duplicates", f"{value.tick_jobs:,}, "
             f"{value.duplicate_ticks} duplicate", target="0 duplicates",
             verdict=verdict(value.duplicate_ticks == 0)),
+    ]
+
+
+def _metrics_rows(results: dict[str, Any]) -> list[Row]:
+    """Issue 19, item 2: render_metrics' server time, and claims with and without scrapes."""
+    value = results.get("metrics")
+    if value is None:
+        return []
+    if (reason := _failed(value)) is not None:
+        return [Row("metrics", reason)]
+    table = f"{value.jobs:,} jobs ({value.failed:,} failed)"
+    target_ms = metrics_workload.RENDER_TARGET_MS
+    ratio_target = metrics_workload.CLAIM_RATIO_TARGET
+    scraped, unscraped = value.rate(True), value.rate(False)
+    no_port = value.no_port_rate
+    return [
+        Row(f"metrics: `render_metrics` (the dashboard's /metrics) server time, {table}, "
+            f"median of {value.renders}", ms(value.render_p50),
+            f"p99 {ms(value.render_p99)}, max {ms(value.render_max)}; "
+            f"{value.body_bytes:,} bytes", target=f"< {target_ms:g} ms",
+            verdict=verdict(value.render_p50 < target_ms)),
+        Row(f"metrics: CPU of one `render_metrics` (Python + its Postgres backend), {table}",
+            ms(value.render_cpu_client + value.render_cpu_postgres),
+            f"Python {ms(value.render_cpu_client)}, Postgres "
+            f"{ms(value.render_cpu_postgres)}: the server time on an idle core",
+            target=f"< {target_ms:g} ms",
+            verdict=verdict(value.render_cpu_client + value.render_cpu_postgres < target_ms)),
+        Row(f"metrics: claims of one `akadze worker --slots 10 --metrics-port` draining "
+            f"{value.drain_jobs:,} no-ops beside {table}, scraped (its /metrics and "
+            "`render_metrics`, 1/s) vs not, in turns", rate(scraped),
+            f"not scraped: {rate(unscraped)}; worker scrape p50 "
+            f"{ms(value.worker_scrape_p50)}", ratio=times(value.ratio),
+            target=f"≥ {ratio_target:g}x", verdict=verdict(value.ratio >= ratio_target)),
+        Row("(info) metrics: the same drains without --metrics-port (nothing counted)",
+            rate(no_port), f"with the port, not scraped: {rate(unscraped)}",
+            ratio=times(unscraped / no_port if no_port else None)),
     ]
 
 

@@ -103,6 +103,11 @@ def worker_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="Seconds between this worker's heartbeats.  "
                           f"[default: {DEFAULTS.heartbeat_interval:g}]"),
         click.option("--autoscale", help="Not supported: MAX,MIN runs a fixed pool of MAX."),
+        click.option("--metrics-port", type=click.IntRange(0, 65535),
+                     help="Serve Prometheus metrics on this port (http://ADDRESS:N/metrics; "
+                          "0: any free port). Not a Celery option: akadze's own."),
+        click.option("--metrics-address", help="The address --metrics-port binds.  "
+                                               f"[default: {DEFAULTS.metrics_address}]"),
     ]
     for flags, is_flag, _why in IGNORED:
         declared.append(click.option(*flags, _dest(flags), is_flag=is_flag, default=None,
@@ -260,8 +265,19 @@ def settings_from_options(app: Any, options: dict[str, Any], child: Any, *,
         time_limit=options.get("time_limit"), soft_time_limit=options.get("soft_time_limit"),
         purge=bool(options.get("purge")), quiet=quiet,
         options={key: value for key, value in options.items() if value is not None},
-        notes=notes, worker_kwargs=_timings(options.get("heartbeat_interval")),
+        notes=notes, worker_kwargs={**_timings(options.get("heartbeat_interval")),
+                                    **_metrics(options)},
         scheduler=_scheduler(options))
+
+
+def _metrics(options: dict[str, Any]) -> dict[str, Any]:
+    """``--metrics-port`` and ``--metrics-address`` as the core WorkerConfig's settings."""
+    if options.get("metrics_port") is None:
+        if options.get("metrics_address"):
+            warn("--metrics-address is ignored without --metrics-port")
+        return {}
+    return {"metrics_port": options["metrics_port"],
+            "metrics_address": options.get("metrics_address") or DEFAULTS.metrics_address}
 
 
 def _scheduler(options: dict[str, Any]) -> str | None:

@@ -918,3 +918,126 @@ SELECT coalesce(meta->>'task_id', id::text) AS task_id FROM (
 ) AS revoked
 ORDER BY revoked_at DESC
 LIMIT %(limit)s;
+
+-- name: metrics_job_counts
+-- Prometheus (akadze_core.metrics): jobs per queue and state, every state but succeeded,
+-- each read from a partial index up to %(cap)s entries: queued (due) and scheduled (queued,
+-- not due yet) from jobs_claim_idx, running from jobs_running_idx (bounded by the fleet's
+-- slots), waiting, failed and cancelled from jobs_state_queue_idx; all but running
+-- index-only. Never a scan of the table: a scrape costs the same behind a million
+-- succeeded jobs; a state with more than %(cap)s jobs is reported as %(cap)s.
+SELECT queue, state, count(*) AS jobs
+FROM ((SELECT queue, CASE WHEN scheduled_at <= now() THEN 'queued' ELSE 'scheduled' END AS state
+       FROM akadze.jobs WHERE state = 'queued' LIMIT %(cap)s)
+      UNION ALL
+      (SELECT queue, 'running' FROM akadze.jobs WHERE state = 'running' LIMIT %(cap)s)
+      UNION ALL
+      (SELECT queue, 'waiting' FROM akadze.jobs WHERE state = 'waiting' LIMIT %(cap)s)
+      UNION ALL
+      (SELECT queue, 'failed' FROM akadze.jobs WHERE state = 'failed' LIMIT %(cap)s)
+      UNION ALL
+      (SELECT queue, 'cancelled' FROM akadze.jobs WHERE state = 'cancelled' LIMIT %(cap)s)
+     ) AS counted
+GROUP BY queue, state;
+
+-- name: metrics_state_estimates
+-- Jobs per state in the whole table, estimated from the planner's statistics: the rows of
+-- the last ANALYZE scaled to the table's current size (as the planner does), times each
+-- state's frequency in pg_stats. Costs no read of the table; readable by any role that may
+-- SELECT akadze.jobs. No rows before the first ANALYZE.
+WITH size AS (
+    SELECT CASE WHEN c.relpages > 0 AND c.reltuples >= 0
+                THEN c.reltuples / c.relpages
+                     * (pg_relation_size(c.oid) / current_setting('block_size')::float8)
+           END AS rows
+    FROM pg_class AS c WHERE c.oid = 'akadze.jobs'::regclass
+)
+SELECT f.state, round(size.rows * f.frequency)::bigint AS jobs
+FROM size, pg_stats AS s
+CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs)
+    AS f(state, frequency)
+WHERE s.schemaname = 'akadze' AND s.tablename = 'jobs' AND s.attname = 'state'
+  AND size.rows IS NOT NULL;
+
+-- name: metrics_queues
+-- Per queue: how long its oldest due job has waited since it was due (seconds, on the
+-- database clock; 0 when none waits), and how many live workers serve it. The queues are
+-- those with queued jobs and those of live workers. The queued side is a loose index scan
+-- of jobs_claim_idx (queue, priority, scheduled_at): one probe per (queue, priority) pair,
+-- whose first entry is its oldest job, at most %(groups)s pairs.
+WITH RECURSIVE pairs AS (
+    (SELECT queue, priority, 1 AS n FROM akadze.jobs
+     WHERE state = 'queued' ORDER BY queue, priority LIMIT 1)
+    UNION ALL
+    SELECT next.queue, next.priority, pairs.n + 1
+    FROM pairs CROSS JOIN LATERAL (
+        SELECT j.queue, j.priority FROM akadze.jobs AS j
+        WHERE j.state = 'queued' AND (j.queue, j.priority) > (pairs.queue, pairs.priority)
+        ORDER BY j.queue, j.priority LIMIT 1) AS next
+    WHERE pairs.n < %(groups)s
+), oldest AS (
+    SELECT pairs.queue, min(first.scheduled_at) AS due_since
+    FROM pairs LEFT JOIN LATERAL (
+        SELECT j.scheduled_at FROM akadze.jobs AS j
+        WHERE j.state = 'queued' AND j.queue = pairs.queue AND j.priority = pairs.priority
+          AND j.scheduled_at <= now()
+        ORDER BY j.scheduled_at LIMIT 1) AS first ON true
+    GROUP BY pairs.queue
+), served AS (
+    SELECT q.queue, count(*) AS workers
+    FROM akadze.workers AS w CROSS JOIN LATERAL unnest(w.queues) AS q(queue)
+    WHERE w.heartbeat_at > now() - w.heartbeat_ttl
+    GROUP BY q.queue
+)
+SELECT coalesce(oldest.queue, served.queue) AS queue,
+       coalesce(extract(epoch FROM now() - oldest.due_since)::float8, 0) AS oldest_age,
+       coalesce(served.workers, 0) AS workers
+FROM oldest FULL JOIN served ON served.queue = oldest.queue
+ORDER BY 1;
+
+-- name: metrics_workers
+-- Registered workers, and those whose heartbeat is within their own TTL (database clock).
+SELECT count(*) AS registered,
+       count(*) FILTER (WHERE heartbeat_at > now() - heartbeat_ttl) AS live
+FROM akadze.workers;
+
+-- name: metrics_recent
+-- The jobs finished in the last %(window)s seconds, the newest %(cap)s of each final state
+-- (jobs_finished_idx: state, finished_at), as three grouping sets: jobs per queue, task and
+-- state; the enqueue-to-start latency (started_at - scheduled_at: since the job was due)
+-- per queue and bucket; the run time (finished_at - started_at) per task and bucket.
+-- Bucket i counts the values in [bounds[i], bounds[i+1]) (width_bucket); 0 is below
+-- bounds[1]. Jobs that never started (cancelled first) have neither duration.
+WITH recent AS (
+    (SELECT queue, task, state, scheduled_at, started_at, finished_at FROM akadze.jobs
+     WHERE state = 'succeeded' AND finished_at > now() - %(window)s * interval '1 second'
+     ORDER BY finished_at DESC LIMIT %(cap)s)
+    UNION ALL
+    (SELECT queue, task, state, scheduled_at, started_at, finished_at FROM akadze.jobs
+     WHERE state = 'failed' AND finished_at > now() - %(window)s * interval '1 second'
+     ORDER BY finished_at DESC LIMIT %(cap)s)
+    UNION ALL
+    (SELECT queue, task, state, scheduled_at, started_at, finished_at FROM akadze.jobs
+     WHERE state = 'cancelled' AND finished_at > now() - %(window)s * interval '1 second'
+     ORDER BY finished_at DESC LIMIT %(cap)s)
+), timed AS (
+    -- greatest() skips a NULL: a job that never started must stay NULL (no duration).
+    SELECT queue, task, state,
+           CASE WHEN started_at IS NOT NULL
+                THEN greatest(extract(epoch FROM started_at - scheduled_at)::float8, 0) END
+               AS wait,
+           CASE WHEN started_at IS NOT NULL
+                THEN greatest(extract(epoch FROM finished_at - started_at)::float8, 0) END
+               AS run
+    FROM recent
+), bucketed AS (
+    SELECT queue, task, state, wait, run,
+           width_bucket(wait, %(bounds)s::float8[]) AS wait_bucket,
+           width_bucket(run, %(bounds)s::float8[]) AS run_bucket
+    FROM timed
+)
+SELECT queue, task, state, wait_bucket, run_bucket, count(*) AS jobs,
+       sum(wait) AS wait_sum, sum(run) AS run_sum,
+       GROUPING(queue, task, state, wait_bucket, run_bucket) AS grouping_id
+FROM bucketed
+GROUP BY GROUPING SETS ((queue, task, state), (queue, wait_bucket), (task, run_bucket));

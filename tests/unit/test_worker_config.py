@@ -80,3 +80,13 @@ def test_max_connections_sizes_the_pool_less_the_listen_connection() -> None:
     assert WorkerConfig(slots=100, max_connections=5).pool_size() == 4
     with pytest.raises(ValueError, match="max_connections must be at least 3"):
         WorkerConfig(max_connections=2)
+
+
+def test_metrics_are_off_unless_a_port_is_given_and_bind_this_host_by_default() -> None:
+    app = App("postgresql://nowhere.invalid/x")
+    assert Worker(app).metrics is None
+    worker = Worker(app, config=WorkerConfig(metrics_port=0))
+    assert worker.metrics is not None
+    assert worker.config.metrics_address == "127.0.0.1"
+    with pytest.raises(ValueError, match="metrics_port must be a TCP port"):
+        WorkerConfig(metrics_port=70000)
