@@ -28,6 +28,7 @@ from . import (
     claim,
     compat,
     core,
+    dashboard,
     db,
     enqueue,
     pgbouncer,
@@ -39,7 +40,7 @@ from .drain import DrainResult
 
 RESULTS = Path(__file__).resolve().parent / "results.md"
 WORKLOADS = ("enqueue", "bulk", "latency", "claim", "core", "pgbouncer", "memory", "sweep",
-             "compat", "celery", "canvas", "schedules")
+             "compat", "celery", "canvas", "schedules", "dashboard")
 
 
 @dataclass(frozen=True)
@@ -64,18 +65,21 @@ class Sizes:
     canvas_chord: int      # the chord of Celery and of akadze-compat (the same size)
     schedules: int          # runtime schedules of the schedules workload
     schedule_seconds: int   # each of its two phases (spans minute boundaries)
+    dashboard_jobs: int     # the dashboard's table (1% of them failed)
 
 
 QUICK = Sizes(drain_jobs=20_000, memory_jobs=20_000, sweep_jobs=5_000, compat_jobs=5_000,
               celery_jobs=5_000, single_enqueue=2_000, bulk_jobs=50_000, bulk_batch=5_000,
               latency_samples=100, claim_small=10_000, claim_large=200_000,
               claim_future=100_000, claims=200, canvas_members=5_000, canvas_steps=300,
-              canvas_chord=2_000, schedules=10_000, schedule_seconds=65)
+              canvas_chord=2_000, schedules=10_000, schedule_seconds=65,
+              dashboard_jobs=200_000)
 FULL = Sizes(drain_jobs=200_000, memory_jobs=1_000_000, sweep_jobs=20_000, compat_jobs=50_000,
              celery_jobs=20_000, single_enqueue=10_000, bulk_jobs=200_000, bulk_batch=10_000,
              latency_samples=200, claim_small=10_000, claim_large=1_000_000,
              claim_future=100_000, claims=300, canvas_members=10_000, canvas_steps=1_000,
-             canvas_chord=10_000, schedules=10_000, schedule_seconds=125)
+             canvas_chord=10_000, schedules=10_000, schedule_seconds=125,
+             dashboard_jobs=1_000_000)
 
 
 @dataclass
@@ -267,6 +271,10 @@ class Bench:
     def _schedules(self) -> None:
         self.results["schedules"] = schedules.schedules_workload(
             self.url, self.sizes.schedules, self.sizes.schedule_seconds, run_dir=self.run_dir)
+
+    def _dashboard(self) -> None:
+        jobs = self.sizes.dashboard_jobs
+        self.results["dashboard"] = dashboard.dashboard_workload(self.url, jobs, jobs // 100)
 
     def _celery(self) -> None:
         results: dict[str, Any] = {}

@@ -27,7 +27,8 @@ FROM ((SELECT queue, scheduled_at, 'queued' AS state FROM akadze.jobs
 GROUP BY queue;
 
 -- name: failed_counts
--- Failed jobs per queue (jobs_finished_idx), up to %(cap)s of them.
+-- Failed jobs per queue (jobs_failed_queue_idx, migration 11: an index-only scan), up to
+-- %(cap)s of them.
 SELECT queue, count(*) AS failed
 FROM (SELECT queue FROM akadze.jobs WHERE state = 'failed' LIMIT %(cap)s) AS failed
 GROUP BY queue;
@@ -135,6 +136,15 @@ ORDER BY name;
 SELECT DISTINCT queue FROM (
     (SELECT queue FROM akadze.jobs WHERE state = 'queued' LIMIT 10000)
     UNION ALL (SELECT queue FROM akadze.jobs WHERE state = 'running' LIMIT 10000)
-    UNION ALL (SELECT queue FROM akadze.jobs WHERE state = 'failed' LIMIT 10000)
     UNION ALL SELECT unnest(queues) FROM akadze.workers) AS names
+UNION
+-- The queues of failed jobs, one index probe per queue (jobs_failed_queue_idx: a skip scan
+-- by recursion, since Postgres 15 has none of its own).
+(WITH RECURSIVE failed(queue) AS (
+    (SELECT queue FROM akadze.jobs WHERE state = 'failed' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM akadze.jobs AS j WHERE j.state = 'failed' AND j.queue > f.queue
+            ORDER BY j.queue LIMIT 1)
+    FROM failed AS f WHERE f.queue IS NOT NULL)
+ SELECT queue FROM failed WHERE queue IS NOT NULL)
 ORDER BY queue;

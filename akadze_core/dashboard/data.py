@@ -30,7 +30,7 @@ COUNT_CAP = 100_000
 HOUR_CAP = 20_000
 #: Ids one jobs page walks at most (the primary key, newest first) when its filters match
 #: few rows: the page then offers the next, older window.
-ID_WINDOW = 200_000
+ID_WINDOW = 50_000
 #: A bulk action changes at most this many jobs per click (one transaction).
 BULK_LIMIT = 1_000
 #: A job page follows its workflow links this many jobs deep at most.

@@ -316,7 +316,9 @@ def _guarded(method: Callable[[Pages, Request], Any]) -> Callable[[Pages, Reques
     errors into a scrubbed 503 page."""
     async def wrapper(self: Pages, request: Request) -> Response:
         dashboard = self.dashboard
-        identity = dashboard.identify(request)
+        # A parent's check may block (a Django ORM query): off the event loop.
+        identity = (await run_in_threadpool(dashboard.identify, request)
+                    if dashboard.config.authorize is not None else dashboard.identify(request))
         request.state.identity = identity
         if dashboard.config.has_credentials and identity is None:
             if dashboard.config.basic_auth:
