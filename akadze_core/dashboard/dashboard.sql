@@ -118,7 +118,7 @@ LIMIT %(limit)s;
 
 -- name: workers
 -- Every registered worker, live or not (judged on the database clock by its own TTL).
-SELECT id, name, hostname, pid, queues, heartbeat_ttl, started_at, heartbeat_at,
+SELECT id, name, hostname, pid, queues, slots, heartbeat_ttl, started_at, heartbeat_at,
        heartbeat_at > now() - heartbeat_ttl AS live,
        extract(epoch FROM now() - heartbeat_at) AS heartbeat_age
 FROM akadze.workers

@@ -142,6 +142,7 @@ def test_every_page_and_action_in_chromium(
                 browser.get(f"{base}/workers")
                 workers = browser.find_element(By.ID, "workers").text
                 assert "live" in workers and str(slow_id) in workers
+                assert "default (4)" in workers  # its queue and slots
                 shot("workers")
 
                 # Schedules: the code one (from --app) and the runtime one, with next runs.

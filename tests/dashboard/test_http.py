@@ -115,6 +115,15 @@ def test_actions_need_credentials_and_a_csrf_token(
         refused = client.post(f"{served.base}/jobs/{failed}/retry", {"csrf": client.csrf()})
         assert refused.status == 403 and "need credentials" in refused.text
         assert wait_state(db, failed, "failed") == "failed"
+    # A bearer token (from the environment) opens the pages and the actions too.
+    with dashboard(database_url, tmp_path, env={"AKADZE_DASHBOARD_TOKEN": "t0ken-abc"}
+                   ) as served:
+        assert Client().get(served.base + "/jobs").url.endswith("/login")
+        assert Client({"Authorization": "Bearer nope"}).get(served.base + "/jobs"
+                                                            ).url.endswith("/login")
+        client = Client({"Authorization": "Bearer t0ken-abc"})
+        assert 'id="retry"' in client.get(f"{served.base}/jobs/{failed}").text
+        assert "t0ken-abc" not in served.process.log()
     with dashboard(database_url, tmp_path, "--basic-auth", "admin:pw-admin,ro:x") as served:
         assert Client().get(served.base + "/").status == 401
         wrong = {"Authorization": "Basic " + base64.b64encode(b"admin:nope").decode()}

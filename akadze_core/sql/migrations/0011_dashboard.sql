@@ -4,3 +4,7 @@
 -- entry per job that fails for good; jobs_finished_idx (state, finished_at) cannot say
 -- which queue a failed job is in without reading the row.
 CREATE INDEX jobs_failed_queue_idx ON akadze.jobs (queue, id) WHERE state = 'failed';
+
+-- Each worker's slots per queue (in the order of its queues), for the dashboard's workers
+-- page; NULL for workers that do not say (older ones).
+ALTER TABLE akadze.workers ADD COLUMN slots integer[];
