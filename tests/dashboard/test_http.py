@@ -5,7 +5,10 @@ read-only mode and role, escaping, no password anywhere, keyset pages, find by i
 from __future__ import annotations
 
 import base64
+import os
 import re
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -258,3 +261,14 @@ def test_flower_command_takes_flowers_flags(database_url: str, tmp_path: Path) -
         assert 'href="/flower/jobs"' in page.text
         assert client.get(served.base + "/workers").status == 200
         assert "ignoring unsupported option --persistent=True" in served.process.log()
+
+
+def test_bad_credentials_option_is_one_line_without_the_password(database_url: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "akadze_core.cli", "dashboard", "--basic-auth",
+         "alice:Secret-1,bob"], capture_output=True, text=True, timeout=60, cwd=PROJECT_ROOT,
+        env={**os.environ, "AKADZE_DATABASE_URL": database_url,
+             "PYTHONPATH": str(PROJECT_ROOT)})
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith("akadze: error: --basic-auth")
+    assert "Secret-1" not in done.stderr + done.stdout
