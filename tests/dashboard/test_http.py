@@ -272,3 +272,29 @@ def test_bad_credentials_option_is_one_line_without_the_password(database_url: s
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1].startswith("akadze: error: --basic-auth")
     assert "Secret-1" not in done.stderr + done.stdout
+
+
+def test_overview_counts_match_the_table(
+        database_url: str, db: psycopg.Connection, tmp_path: Path) -> None:
+    db.execute("""
+        INSERT INTO akadze.jobs (task, queue, state, scheduled_at, started_at, finished_at)
+        SELECT 't', 'counted', s.state, now() + s.due * interval '1 minute',
+               now() - interval '10 seconds' + s.ago * interval '1 minute',
+               CASE WHEN s.state IN ('succeeded', 'failed')
+                    THEN now() + s.ago * interval '1 minute' END
+        FROM (VALUES ('queued', -1, 0), ('queued', -1, 0), ('queued', -1, 0),
+                     ('queued', 10, 0), ('queued', 10, 0), ('running', -1, 0),
+                     ('failed', -2, 0), ('failed', -2, 0), ('failed', -2, 0), ('failed', -2, 0),
+                     ('succeeded', -2, 0), ('succeeded', -2, 0), ('succeeded', -2, 0),
+                     ('succeeded', -2, 0), ('succeeded', -2, 0), ('succeeded', -200, -120))
+             AS s(state, due, ago)""")
+    with dashboard(database_url, tmp_path) as served:
+        page = Client().get(served.base + "/").text
+    row = re.search(r'<td><a href="/jobs\?queue=counted">counted</a></td>(.*?)</tr>', page,
+                    re.DOTALL)
+    assert row, page
+    cells = [re.sub(r"<[^>]+>", "", cell).strip()
+             for cell in re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.DOTALL)]
+    # queued, scheduled, running, failed, succeeded 1 h, failed 1 h, per minute, rate
+    assert cells[:8] == ["3", "2", "1", "4", "5", "4", "0.1", "44.4 %"], cells
+    assert page.count('class="chart"') == 3
