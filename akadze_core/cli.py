@@ -557,9 +557,6 @@ def dashboard_options(command: Any) -> Any:
                      help="No actions (retry, cancel, purge), whatever the credentials."),
         click.option("--url-prefix", default="", metavar="PREFIX",
                      help="Serve under this path, e.g. /flower behind a proxy."),
-        click.option("--app", "app_spec", metavar="MODULE:APP",
-                     help="The app whose code schedules to show (and whose database to "
-                          "use unless --database-url says otherwise)."),
     ]):
         command = option(command)
     return command
@@ -599,6 +596,9 @@ def run_dashboard(app: App, *, port: int, address: str, basic_auth: str | None,
 @click.option("--port", "-p", type=click.IntRange(min=0, max=65535), default=8080,
               show_default=True, help="The TCP port to listen on.")
 @dashboard_options
+@click.option("--app", "app_spec", metavar="MODULE:APP",
+              help="The app whose code schedules to show (and whose database to use "
+                   "unless --database-url says otherwise).")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
               default="INFO", show_default=True)
 @click.pass_context

@@ -428,13 +428,11 @@ def beat_command(ctx: click.Context, loglevel: str, scheduler: str | None) -> No
 @click.pass_context
 def flower_command(ctx: click.Context, port: int, address: str, basic_auth: str | None,
                    tokens: tuple[str, ...], read_only: bool, url_prefix: str,
-                   app_spec: str | None, loglevel: str) -> None:
+                   loglevel: str) -> None:
     """Serve akadze's web dashboard where Flower would run: Flower's --port, --address,
     --basic-auth and --url-prefix; its other options are ignored with a warning."""
     for extra in ctx.args:
         warn(f"flower: ignoring unsupported option {extra}")
-    if app_spec:
-        raise CliError("flower: name the app with -A before the command", exit_code=2)
     app = _existing(_state(ctx).load_app())
     setup_command_logging(logging.getLevelName(loglevel.upper()))
     core = app.core
