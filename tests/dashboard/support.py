@@ -44,7 +44,9 @@ class Process:
         self.proc = subprocess.Popen(
             [sys.executable, *args], cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL,
             stdout=self._log, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "PYTHONUNBUFFERED": "1", **env})
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (
+                     os.environ.get("PYTHONPATH"), str(PROJECT_ROOT)))),
+                 "PYTHONUNBUFFERED": "1", **env})
 
     def log(self) -> str:
         """Everything it wrote so far."""
