@@ -554,6 +554,89 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.astimezone(timezone.utc) if value else None
 
 
+# --- dashboard -----------------------------------------------------------------------------------
+
+#: The dashboard's credentials may come from the environment rather than the command line
+#: (which other users of the host can read).
+BASIC_AUTH_VAR = "AKADZE_DASHBOARD_BASIC_AUTH"
+TOKEN_VAR = "AKADZE_DASHBOARD_TOKEN"
+
+
+def dashboard_options(command: Any) -> Any:
+    """The options ``akadze dashboard`` and ``akadze-compat flower`` share (Flower's names)."""
+    for option in reversed([
+        click.option("--address", "--host", "address", default="127.0.0.1", show_default=True,
+                     help="The address to listen on (0.0.0.0: every interface; put it "
+                          "behind TLS and credentials then)."),
+        click.option("--basic-auth", envvar=BASIC_AUTH_VAR, show_envvar=True,
+                     metavar="USER:PASS[,USER2:PASS2]",
+                     help="HTTP basic credentials that may use the dashboard and its "
+                          "actions."),
+        click.option("--token", "tokens", multiple=True, envvar=TOKEN_VAR, show_envvar=True,
+                     metavar="TOKEN", help="A bearer token that may use the dashboard and "
+                                           "its actions (header, or the login form)."),
+        click.option("--read-only", is_flag=True,
+                     help="No actions (retry, cancel, purge), whatever the credentials."),
+        click.option("--url-prefix", default="", metavar="PREFIX",
+                     help="Serve under this path, e.g. /flower behind a proxy."),
+    ]):
+        command = option(command)
+    return command
+
+
+def run_dashboard(app: App, *, port: int, address: str, basic_auth: str | None,
+                  tokens: Sequence[str], read_only: bool, url_prefix: str,
+                  log_level: str, secrets: Secrets) -> None:
+    """Serve the dashboard of ``app`` (shared by ``akadze dashboard`` and
+    ``akadze-compat flower``); expected errors raise ``CliError``."""
+    try:
+        from .dashboard.server import parse_basic_auth, serve
+        from .dashboard.web import DashboardConfig
+    except ImportError as exc:
+        raise CliError("the dashboard needs the 'dashboard' extra: pip install "
+                       f"'akadze[dashboard]' ({exc})") from None
+    try:
+        users = parse_basic_auth(basic_auth)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    for password in users.values():
+        secrets.passwords.add(password)
+    tokens = [token for token in tokens if token]
+    for token in tokens:
+        secrets.passwords.add(token)
+    secrets.redactors.append(app.redact)
+    url = app.resolve_database_url(create=False)
+    secrets.add_url(url)
+    with psycopg.connect(url, autocommit=True, connect_timeout=10,
+                         prepare_threshold=prepare_threshold()) as connection:
+        database.check_schema(connection)
+    config = DashboardConfig(basic_auth=users, tokens=tokens, read_only=read_only)
+    serve(app, config, host=address, port=port, url_prefix=url_prefix, log_level=log_level)
+
+
+@cli.command("dashboard")
+@click.option("--port", "-p", type=click.IntRange(min=0, max=65535), default=8080,
+              show_default=True, help="The TCP port to listen on.")
+@dashboard_options
+@click.option("--app", "app_spec", metavar="MODULE:APP",
+              help="The app whose code schedules to show (and whose database to use "
+                   "unless --database-url says otherwise).")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
+              default="INFO", show_default=True)
+@click.pass_context
+def dashboard_command(ctx: click.Context, port: int, address: str, basic_auth: str | None,
+                      tokens: tuple[str, ...], read_only: bool, url_prefix: str,
+                      app_spec: str | None, log_level: str) -> None:
+    """Serve the web dashboard: queues, jobs, workers, schedules, and (with credentials)
+    retry, cancel and purge. Listens on 127.0.0.1 unless --address says otherwise; without
+    --basic-auth or --token the pages are open and the actions off."""
+    with _logging_to_stderr(log_level.upper()):
+        app = _schedules_app(ctx, app_spec)
+        run_dashboard(app, port=port, address=address, basic_auth=basic_auth, tokens=tokens,
+                      read_only=read_only, url_prefix=url_prefix, log_level=log_level,
+                      secrets=_secrets)
+
+
 # --- worker --------------------------------------------------------------------------------------
 
 def load_app(spec: str) -> App:

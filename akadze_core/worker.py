@@ -436,7 +436,8 @@ class Worker:
     async def _register(self, connection: psycopg.AsyncConnection) -> int:
         row = await database.fetch_one_async(
             connection, "worker_register", name=self.name, hostname=socket.gethostname(),
-            pid=os.getpid(), queues=self.queues, heartbeat_ttl=self.heartbeat_ttl)
+            pid=os.getpid(), queues=self.queues, heartbeat_ttl=self.heartbeat_ttl,
+            slots=[self.slots[queue] for queue in self.queues])
         assert row is not None
         return int(row["id"])
 

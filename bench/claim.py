@@ -115,7 +115,7 @@ async def _interleaved(urls: dict[str, str], claims: int, limit: int) -> dict[st
 async def _register(connection: psycopg.AsyncConnection) -> int:
     row = await database.fetch_one_async(
         connection, "worker_register", name="bench-claims", hostname=socket.gethostname(),
-        pid=0, queues=[QUEUE], heartbeat_ttl=3600)
+        pid=0, queues=[QUEUE], heartbeat_ttl=3600, slots=None)
     assert row is not None
     return int(row["id"])
 

@@ -28,6 +28,7 @@ from . import (
     claim,
     compat,
     core,
+    dashboard,
     db,
     enqueue,
     metrics,
@@ -40,7 +41,7 @@ from .drain import DrainResult
 
 RESULTS = Path(__file__).resolve().parent / "results.md"
 WORKLOADS = ("enqueue", "bulk", "latency", "claim", "core", "pgbouncer", "memory", "sweep",
-             "compat", "celery", "canvas", "schedules", "metrics")
+             "compat", "celery", "canvas", "schedules", "metrics", "dashboard")
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class Sizes:
     metrics_failed: int     # ... of which failed
     metrics_renders: int    # render_metrics calls timed
     metrics_drain: int      # no-ops drained per phase, with and without scrapes
+    dashboard_jobs: int     # the dashboard's table (1% of them failed)
 
 
 QUICK = Sizes(drain_jobs=20_000, memory_jobs=20_000, sweep_jobs=5_000, compat_jobs=5_000,
@@ -77,14 +79,14 @@ QUICK = Sizes(drain_jobs=20_000, memory_jobs=20_000, sweep_jobs=5_000, compat_jo
               claim_future=100_000, claims=200, canvas_members=5_000, canvas_steps=300,
               canvas_chord=2_000, schedules=10_000, schedule_seconds=65,
               metrics_jobs=1_000_000, metrics_failed=10_000, metrics_renders=50,
-              metrics_drain=10_000)
+              metrics_drain=10_000, dashboard_jobs=200_000)
 FULL = Sizes(drain_jobs=200_000, memory_jobs=1_000_000, sweep_jobs=20_000, compat_jobs=50_000,
              celery_jobs=20_000, single_enqueue=10_000, bulk_jobs=200_000, bulk_batch=10_000,
              latency_samples=200, claim_small=10_000, claim_large=1_000_000,
              claim_future=100_000, claims=300, canvas_members=10_000, canvas_steps=1_000,
              canvas_chord=10_000, schedules=10_000, schedule_seconds=125,
              metrics_jobs=1_000_000, metrics_failed=10_000, metrics_renders=200,
-             metrics_drain=30_000)
+             metrics_drain=30_000, dashboard_jobs=1_000_000)
 
 
 @dataclass
@@ -283,6 +285,10 @@ class Bench:
             self.admin, self.options.database, jobs=sizes.metrics_jobs,
             failed=sizes.metrics_failed, renders=sizes.metrics_renders,
             drain_jobs=sizes.metrics_drain, run_dir=self.run_dir)
+
+    def _dashboard(self) -> None:
+        jobs = self.sizes.dashboard_jobs
+        self.results["dashboard"] = dashboard.dashboard_workload(self.url, jobs, jobs // 100)
 
     def _celery(self) -> None:
         results: dict[str, Any] = {}

@@ -10,6 +10,7 @@ from typing import Any
 from . import celery_side
 from . import metrics as metrics_workload
 from .compat import pools
+from .dashboard import METRICS_TARGET_MS, TARGET_MS
 from .drain import DrainResult
 from .report import Row, markdown, mib, ms, rate, times, verdict
 
@@ -35,6 +36,7 @@ def rows(results: dict[str, Any], sizes: Any, options: argparse.Namespace) -> li
     found += _canvas_rows(results, options)
     found += _schedules_rows(results)
     found += _metrics_rows(results)
+    found += _dashboard_rows(results)
     return found
 
 
@@ -537,4 +539,24 @@ def _chord_rows(value: dict[str, Any], core: Any, sizes: Any,
                          f"{fan_in.slots}`) vs Celery 5.7 + Redis chord",
                          f"{fan_in.chord:.2f} s", f"{reference:.2f} s",
                          times(reference / fan_in.chord)))
+    return found
+
+
+def _dashboard_rows(results: dict[str, Any]) -> list[Row]:
+    """Issue 19, item 6: each dashboard page's server time (worst of its runs)."""
+    value = results.get("dashboard")
+    if value is None:
+        return []
+    if (reason := _failed(value)) is not None:
+        return [Row("dashboard", reason)]
+    found = []
+    for page in value.pages:
+        label = f"dashboard, {value.jobs:,} jobs ({value.failed:,} failed): {page.name}"
+        if page.path == "/metrics" and page.status == 404:
+            found.append(Row(label, "not available in this build"))
+            continue
+        target = METRICS_TARGET_MS if page.path == "/metrics" else TARGET_MS
+        ok = page.status in (200, 303) and page.worst < target
+        found.append(Row(label, f"{page.worst:.0f} ms (median {page.median:.0f} ms)",
+                         target=f"< {target:.0f} ms", verdict=verdict(ok)))
     return found

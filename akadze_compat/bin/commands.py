@@ -16,13 +16,14 @@ from typing import Any
 import click
 
 from akadze_core import run_schedules
+from akadze_core.cli import dashboard_options, run_dashboard
 
 from .. import states
 from ..beat import warn_unhonoured_scheduler
 from ..django_beat import names_database_scheduler
 from ..exceptions import TimeoutError as CeleryTimeout
 from ..worker.control import Panel
-from .base import CliError, cli_state, split_names, warn
+from .base import CliError, cli_state, secrets, split_names, warn
 from .logs import setup_command_logging
 
 __all__ = ["COMMANDS"]
@@ -368,6 +369,30 @@ def beat_command(ctx: click.Context, loglevel: str, scheduler: str | None) -> No
     asyncio.run(main())
 
 
+@click.command("flower", context_settings={"ignore_unknown_options": True,
+                                           "allow_extra_args": True})
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=5555, show_default=True,
+              help="The TCP port to listen on (Flower's default).")
+@dashboard_options
+@click.option("-l", "--loglevel", "--log-level", "loglevel", default="INFO",
+              help="Logging level.")
+@click.pass_context
+def flower_command(ctx: click.Context, port: int, address: str, basic_auth: str | None,
+                   tokens: tuple[str, ...], read_only: bool, url_prefix: str,
+                   loglevel: str) -> None:
+    """Serve akadze's web dashboard where Flower would run: Flower's --port, --address,
+    --basic-auth and --url-prefix; its other options are ignored with a warning."""
+    for extra in ctx.args:
+        warn(f"flower: ignoring unsupported option {extra}")
+    app = _existing(_state(ctx).load_app())
+    setup_command_logging(logging.getLevelName(loglevel.upper()))
+    core = app.core
+    run_dashboard(core, port=port, address=address, basic_auth=basic_auth, tokens=tokens,
+                  read_only=read_only, url_prefix=url_prefix, log_level=loglevel,
+                  secrets=secrets)
+
+
 COMMANDS: tuple[click.Command, ...] = (beat_command, call_command, control_command,
+                                       flower_command,
                                        inspect_command, migrate_command, purge_command,
                                        result_command, status_command)

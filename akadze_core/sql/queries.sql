@@ -585,8 +585,10 @@ SELECT current_setting('autovacuum')::boolean
 FROM pg_class AS c WHERE c.oid = 'akadze.jobs'::regclass;
 
 -- name: worker_register
-INSERT INTO akadze.workers (name, hostname, pid, queues, heartbeat_ttl)
-VALUES (%(name)s, %(hostname)s, %(pid)s, %(queues)s, %(heartbeat_ttl)s::float8 * interval '1 second')
+-- slots: per queue, in the order of queues (NULL: not said; shown by the dashboard).
+INSERT INTO akadze.workers (name, hostname, pid, queues, heartbeat_ttl, slots)
+VALUES (%(name)s, %(hostname)s, %(pid)s, %(queues)s, %(heartbeat_ttl)s::float8 * interval '1 second',
+        %(slots)s::integer[])
 RETURNING id;
 
 -- name: worker_heartbeat

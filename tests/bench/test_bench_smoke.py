@@ -62,3 +62,22 @@ def test_the_canvas_workload_runs_and_reports_numbers(admin_url: str, tmp_path: 
                                "--canvas-steps", "20"])
     rows = table.rows({"canvas": {"core": result}}, options.sizes, options)
     assert any("fan-in of 200 no-op members" in row.workload for row in rows)
+
+
+def test_the_dashboard_workload_times_every_page(admin_url: str, tmp_path: Path) -> None:
+    results = tmp_path / "results.md"
+    run_dir = tmp_path / "run"
+    options = bench_run.parse([
+        "--only", "dashboard", "--dashboard-jobs", "2000", "--admin-url", admin_url,
+        "--database", f"akadze_bench_test_{uuid.uuid4().hex[:8]}",
+        "--results", str(results), "--run-dir", str(run_dir)])
+
+    assert bench_run.Bench(options).run() == 0
+
+    pages = json.loads((run_dir / "results.json").read_text())["dashboard"]["pages"]
+    assert len(pages) >= 13
+    assert all(page["status"] in (200, 303) for page in pages if page["path"] != "/metrics")
+    assert all(len(page["times"]) == 10 and min(page["times"]) > 0 for page in pages)
+    table = results.read_text()
+    assert "dashboard, 2,000 jobs (20 failed): overview" in table
+    assert "dashboard, 2,000 jobs (20 failed): a failed job" in table

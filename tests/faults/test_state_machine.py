@@ -122,7 +122,7 @@ class JobMachine(RuleBasedStateMachine):
     @rule()
     def start_worker(self) -> None:
         row = database.fetch_one(self.db, "worker_register", name="machine", hostname="h",
-                                 pid=0, queues=[QUEUE], heartbeat_ttl=3600.0)
+                                 pid=0, queues=[QUEUE], heartbeat_ttl=3600.0, slots=None)
         assert row is not None
         self.alive.append(int(row["id"]))
 
