@@ -36,12 +36,33 @@ VENV_PACKAGES = ["psycopg[binary]>=3.2", "psycopg-pool>=3.2", "pydantic>=2",
                  "matplotlib>=3.9", "pandas>=2.2", "numpy>=2.0", "procrastinate==3.8.1"]
 
 
-def cells(scale: float) -> list[dict[str, Any]]:
+def cells(scale: float, cell_scale: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """The cells, after the harness's own sweep (scripts/run_full_sweep.sh), shortened:
-    durations in seconds are multiplied by ``scale`` (never under 6 s)."""
+    durations in seconds are multiplied by ``scale`` (by ``cell_scale[name]`` for the cells
+    it names), never under 6 s."""
+    return [_scaled(cell, (cell_scale or {}).get(cell["name"], scale))
+            for cell in _cells()]
+
+
+def _scaled(cell: dict[str, Any], scale: float) -> dict[str, Any]:
+    def scaled(spec: str) -> str:
+        label, rest = spec.rsplit(":", 1)
+        out = f"{label}:{max(6, round(int(rest.rstrip('s')) * scale))}s"
+        # repeated-kill's period is a duration too.
+        if "period=" in out:
+            head, tail = out.split("period=", 1)
+            period, after = tail.split(")", 1)
+            out = f"{head}period={max(6, round(int(period.rstrip('s')) * scale))}s){after}"
+        return out
+
+    return {**cell, "phases": [scaled(spec) for spec in cell["phases"]]}
+
+
+def _cells() -> list[dict[str, Any]]:
+    """The cells at scale 1."""
 
     def s(seconds: float) -> str:
-        return f"{max(6, round(seconds * scale))}s"
+        return f"{round(seconds)}s"
 
     def chaos(name: str, middle: list[str], rate: int, replicas: int) -> dict[str, Any]:
         return {"name": name, "kind": "chaos", "rate": rate, "replicas": replicas,
@@ -236,9 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cells", default=",".join(DEFAULT_CELLS),
                         help="comma-separated cells (also: active_readers); default "
                              "%(default)s")
-    parser.add_argument("--scale", type=float, default=0.5,
-                        help="multiply every phase duration (1.0: about 10 min per system "
-                             "for the default cells; default %(default)s)")
+    parser.add_argument("--scale", type=float, default=0.35,
+                        help="multiply every phase duration (1.0: about 13 min per system "
+                             "for the default cells; the default, about 5 min per system)")
+    parser.add_argument("--cell-scale", action="append", default=[], metavar="CELL=X",
+                        help="a cell's own scale, e.g. idle_in_tx=2.5 (repeatable)")
     parser.add_argument("--sample-every", type=int, default=2,
                         help="the adapters' sample cadence, seconds (harness default 5)")
     parser.add_argument("--venv", default=os.environ.get("PGJQB_VENV", "/tmp/pgjqb-venv"))
@@ -254,7 +277,11 @@ def main(argv: list[str] | None = None) -> int:
 
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     wanted = [c.strip() for c in args.cells.split(",") if c.strip()]
-    table = {c["name"]: c for c in cells(args.scale)}
+    try:
+        cell_scale = {k: float(v) for k, v in (i.split("=", 1) for i in args.cell_scale)}
+    except ValueError:
+        parser.error("--cell-scale takes CELL=NUMBER")
+    table = {c["name"]: c for c in cells(args.scale, cell_scale)}
     unknown = [c for c in wanted if c not in table]
     if unknown:
         parser.error(f"unknown cells {unknown}; known: {', '.join(table)}")
@@ -284,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
             (work / "results.json").write_text(json.dumps(results, indent=1, default=str))
     meta = {"machine": machine(), "started": started.strftime("%Y-%m-%d %H:%M UTC"),
             "harness": f"{harness_revision(harness)[:12]} ({args.harness})",
-            "pg": args.pg_bin, "scale": args.scale, "sample_every": args.sample_every,
+            "pg": args.pg_bin, "scale": args.scale, "cell_scale": cell_scale,
+            "sample_every": args.sample_every,
             "systems": systems, "work": str(work),
             "command": "python -m bench.pgjqb " + " ".join(argv or sys.argv[1:])}
     text = render(results, meta)

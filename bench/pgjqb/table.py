@@ -110,7 +110,9 @@ def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
            f"natively (bench/pgjqb/native.py): a fresh private Postgres cluster "
            f"(`{meta['pg']}`, the harness's postgres.conf) per system and cell, no Docker; "
            f"the harness itself pins postgres:18.3-alpine",
-           f"- Phase durations x{meta['scale']} of bench/pgjqb's cell table (the harness's "
+           f"- Phase durations x{meta['scale']} "
+           + "".join(f"({c} x{x}) " for c, x in meta.get("cell_scale", {}).items())
+           + "of bench/pgjqb's cell table (the harness's "
            f"sweep runs 3-6 min phases); adapters sample every {meta['sample_every']} s; "
            "each adapter paces its own producer on real elapsed time "
            "(`PRODUCER_PACING=adapter`)",
