@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
-import contextlib
 import datetime as dt
 import json
 import math
@@ -290,10 +289,16 @@ class LongHorizon:
 
     async def depth_poller(self) -> None:
         """The queue depth every 0.2 s (replica 0 only)."""
+        failing = False
         while not self.shutdown.is_set():
-            # A failed probe (the database restarting) keeps the last depth.
-            with contextlib.suppress(Exception):
+            # A failed probe (the database restarting) keeps the last depth; said once.
+            try:
                 self.queue_depth = await asyncio.wait_for(self.depth(), 5.0)
+                failing = False
+            except Exception as exc:
+                if not failing:
+                    self.log_error("depth probe failed", exc)
+                failing = True
             await asyncio.sleep(0.2)
 
     async def sampler(self) -> None:
