@@ -257,9 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cells", default=",".join(DEFAULT_CELLS),
                         help="comma-separated cells (also: active_readers); default "
                              "%(default)s")
-    parser.add_argument("--scale", type=float, default=0.35,
+    parser.add_argument("--scale", type=float, default=0.3,
                         help="multiply every phase duration (1.0: about 13 min per system "
-                             "for the default cells; the default, about 5 min per system)")
+                             "for the default cells; the default: about 5 min per system "
+                             "on a quiet 2-core machine, 7 on a busy one)")
     parser.add_argument("--cell-scale", action="append", default=[], metavar="CELL=X",
                         help="a cell's own scale, e.g. idle_in_tx=2.5 (repeatable)")
     parser.add_argument("--sample-every", type=int, default=2,
