@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from akadze_core import Cancel, Fail, Snooze, current
+from akadze_core import Cancel, Fail, Snooze, current, database, outcomes
 from akadze_core import Retry as CoreRetry
 
 from .. import signals, states
@@ -390,6 +390,70 @@ def _outcome(run: _Run, result: TraceResult) -> Any:
     raise Fail(f"{type(exc).__name__}: {exc}") from exc
 
 
+def _core_outcome(run: _Run, result: TraceResult) -> outcomes.Outcome:
+    """The outcome the core's worker would write for ``result`` (what ``_outcome`` returns
+    or raises, classified as the executor does)."""
+    context = run.context
+    job = context.job
+    backoff = context.app.tasks[job.task].backoff
+    try:
+        value = _outcome(run, result)
+    except BaseException as exc:
+        return outcomes.raised(job.id, job.run_count, job.attempt, exc, backoff)
+    return outcomes.succeeded(job.id, job.run_count, job.attempt, value, backoff,
+                              context.app.json_dumps)
+
+
+def _stored(run: _Run, written: bool) -> None:
+    # Written (or fenced out: this run no longer owns the job, and the worker's own write
+    # would change nothing either): the worker must not write it again.
+    run.context.completed = True
+    if not written:
+        logger.warning("task %s[%s]: its outcome was not stored (the run no longer owns "
+                       "the job)", run.task.name, run.request.id)
+
+
+def _store_sync(run: _Run, result: TraceResult) -> None:
+    """Write the run's outcome now, before ``task_postrun`` (only sent to receivers).
+
+    The core's worker batches outcomes after the body returns, so a receiver reading the
+    task's state would see PENDING; only runs with receivers pay for this write of their
+    own. If it fails, the worker's completer writes the outcome as usual (and retries)."""
+    patch = _retry_patch(run, result)
+    outcome = _core_outcome(run, result)
+    try:
+        if patch is not None:
+            run.context.update_meta_sync(patch)
+        rows = run.context.app.run_pooled(
+            lambda connection: database.complete_many_sync(connection, [outcome]))
+    except Exception as exc:
+        logger.warning("task %s[%s]: storing the outcome before task_postrun failed (%s); "
+                       "the worker writes it after", run.task.name, run.request.id,
+                       type(exc).__name__)
+        return
+    _stored(run, bool(rows))
+
+
+async def _store_async(run: _Run, result: TraceResult) -> None:
+    """``_store_sync`` for an ``async def`` body."""
+    patch = _retry_patch(run, result)
+    outcome = _core_outcome(run, result)
+
+    async def write(connection: Any) -> list[dict[str, Any]]:
+        return await database.complete_many(connection, [outcome])
+
+    try:
+        if patch is not None:
+            await run.context.update_meta(patch)
+        rows = await run.context.app.run_pooled_async(write)
+    except Exception as exc:
+        logger.warning("task %s[%s]: storing the outcome before task_postrun failed (%s); "
+                       "the worker writes it after", run.task.name, run.request.id,
+                       type(exc).__name__)
+        return
+    _stored(run, bool(rows))
+
+
 def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[str, Any]) \
         -> Any:
     run = _prepare(app, name, args, kwargs, unexpected)
@@ -416,7 +480,9 @@ def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[s
         return local if local is not None else _revoked(app.core.get_job(context.id))
 
     result = trace(run.task, run.request, run.args, run.kwargs, body, eager=False,
-                   revoked=revoked)
+                   revoked=revoked, store=lambda traced: _store_sync(run, traced))
+    if context.completed:
+        return None
     patch = _retry_patch(run, result)
     if patch is not None:
         context.update_meta_sync(patch)
@@ -451,7 +517,9 @@ async def _run_async(app: Celery, name: str, args: Any, kwargs: Any,
         return local if local is not None else _revoked(await app.core.get_job_async(context.id))
 
     result = await trace_async(run.task, run.request, run.args, run.kwargs, body,
-                               revoked=revoked)
+                               revoked=revoked, store=lambda traced: _store_async(run, traced))
+    if context.completed:
+        return None
     patch = _retry_patch(run, result)
     if patch is not None:
         await context.update_meta(patch)
