@@ -346,6 +346,21 @@ def _retry_patch(run: _Run, result: TraceResult) -> dict[str, Any] | None:
     return {"celery": run.meta}
 
 
+def _ignore_patch(run: _Run, result: TraceResult) -> dict[str, Any] | None:
+    """``raise Ignore()``: the job ends (succeeded, without a result) marked ignored, so its
+    Celery state stays what it was, PENDING or the custom state the body set with
+    ``update_state`` (Celery stores nothing for an ignored task)."""
+    if result.state != states.IGNORED:
+        return None
+    run.meta["ignored"] = True
+    return {"celery": run.meta}
+
+
+def _meta_patch(run: _Run, result: TraceResult) -> dict[str, Any] | None:
+    """What the run's outcome needs kept in the job's meta before it is written."""
+    return _retry_patch(run, result) or _ignore_patch(run, result)
+
+
 def _retry_budget(exc: BaseException) -> int | None:
     """The attempt budget a ``self.retry()`` call needs: Celery's limit ``max_retries=M``
     (the call's, else the task's) is ``M + 1`` core attempts, None is forever.
@@ -419,7 +434,7 @@ def _store_sync(run: _Run, result: TraceResult) -> None:
     The core's worker batches outcomes after the body returns, so a receiver reading the
     task's state would see PENDING; only runs with receivers pay for this write of their
     own. If it fails, the worker's completer writes the outcome as usual (and retries)."""
-    patch = _retry_patch(run, result)
+    patch = _meta_patch(run, result)
     outcome = _core_outcome(run, result)
     try:
         if patch is not None:
@@ -436,7 +451,7 @@ def _store_sync(run: _Run, result: TraceResult) -> None:
 
 async def _store_async(run: _Run, result: TraceResult) -> None:
     """``_store_sync`` for an ``async def`` body."""
-    patch = _retry_patch(run, result)
+    patch = _meta_patch(run, result)
     outcome = _core_outcome(run, result)
 
     async def write(connection: Any) -> list[dict[str, Any]]:
@@ -483,7 +498,7 @@ def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[s
                    revoked=revoked, store=lambda traced: _store_sync(run, traced))
     if context.completed:
         return None
-    patch = _retry_patch(run, result)
+    patch = _meta_patch(run, result)
     if patch is not None:
         context.update_meta_sync(patch)
     return _outcome(run, result)
@@ -520,7 +535,7 @@ async def _run_async(app: Celery, name: str, args: Any, kwargs: Any,
                                revoked=revoked, store=lambda traced: _store_async(run, traced))
     if context.completed:
         return None
-    patch = _retry_patch(run, result)
+    patch = _meta_patch(run, result)
     if patch is not None:
         await context.update_meta(patch)
     return _outcome(run, result)

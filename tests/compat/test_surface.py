@@ -103,3 +103,79 @@ async def test_task_postrun_sees_retry(celery: Celery) -> None:
         signals.task_postrun.disconnect(receiver)
     assert seen == [states.RETRY, states.SUCCESS]
     assert result.get(timeout=5) == "changed"  # the retry's new args were kept
+
+
+class OrderFailed(Exception):
+    """An exception built from more than a message."""
+
+    def __init__(self, order: int, reason: str) -> None:
+        super().__init__(order, reason)
+        self.order, self.reason = order, reason
+
+
+async def test_ignore_leaves_the_state_as_it_was(celery: Celery) -> None:
+    """``raise Ignore()`` stores nothing in Celery: PENDING stays PENDING, and a custom
+    FAILURE set by ``update_state`` (Celery's documented pattern) reads as that failure."""
+    from akadze_compat.exceptions import Ignore
+
+    @celery.task(name="ignore.plain")
+    def plain() -> None:
+        raise Ignore()
+
+    @celery.task(bind=True, name="ignore.custom")
+    def custom(self: Task) -> None:
+        self.update_state(state=states.FAILURE, meta={
+            "exc_type": "OrderFailed", "exc_message": [7, "no stock"],
+            "exc_module": __name__, "custom": "kept"})
+        raise Ignore()
+
+    @celery.task(bind=True, name="ignore.progress")
+    def progress(self: Task) -> None:
+        self.update_state(state="PROGRESS", meta={"done": 3})
+        raise Ignore()
+
+    first, second, third = plain.delay(), custom.delay(), progress.delay()
+    jobs = [first, second, third]
+    await work(celery, lambda: all(celery.core.get_job(r.job_id).state == "succeeded"
+                                   for r in jobs))
+    assert first.state == states.PENDING and first.result is None and not first.ready()
+    assert second.state == states.FAILURE and second.failed()
+    exc = second.result
+    assert isinstance(exc, OrderFailed) and exc.args == (7, "no stock") and exc.order == 7
+    with pytest.raises(OrderFailed):
+        second.get(timeout=5)
+    assert (third.state, third.result) == ("PROGRESS", {"done": 3})
+
+
+async def test_a_failure_comes_back_with_its_class_and_arguments(celery: Celery) -> None:
+    """As Celery's JSON results: the exception is its class called with its ``args``; a
+    class the reader cannot find is a stand-in of that name, holding the same args."""
+
+    @celery.task(name="fail.args")
+    def failing(kind: str) -> None:
+        if kind == "key":
+            raise KeyError("missing")
+        if kind == "order":
+            raise OrderFailed(12, "card declined")
+        if kind == "many":
+            raise ValueError("bad", 3, {"field": "x"}, object)
+        raise RuntimeError()
+
+    key, order, many, empty = (failing.delay(kind) for kind in ("key", "order", "many", "x"))
+    await work(celery, finished(key, order, many, empty))
+    assert isinstance(key.result, KeyError) and key.result.args == ("missing",)
+    assert str(key.result) == "'missing'"
+    assert isinstance(order.result, OrderFailed)
+    assert (order.result.order, order.result.reason) == (12, "card declined")
+    with pytest.raises(OrderFailed) as raised:
+        order.get(timeout=5)
+    assert raised.value.args == (12, "card declined")
+    assert many.result.args == ("bad", 3, {"field": "x"}, repr(object))
+    assert isinstance(empty.result, RuntimeError) and empty.result.args == ()
+    # a class this process cannot import: a stand-in of the same name and arguments
+    job = celery.core.get_job(order.job_id)
+    entry = dict(job.errors[-1], module="not_a_module_here", type="GoneError")
+    from akadze_compat.backends.base import exception_from_entry
+    gone = exception_from_entry(entry)
+    assert type(gone).__name__ == "GoneError" and gone.args == (12, "card declined")
+    assert isinstance(gone, Exception)
