@@ -54,7 +54,7 @@ def error_entry(exc: BaseException, type_name: str | None = None) -> str:
     formatted = "".join(traceback.format_exception(type(source), source, source.__traceback__))
     # Every text is sanitized, the type's too: a class may claim any ``__module__`` (NULs,
     # lone surrogates), and one unstorable entry must not fail the whole outcome write.
-    entry = {
+    entry: dict[str, Any] = {
         "type": sanitize_text(type_name or type(source).__name__),
         "module": sanitize_text(str(type(source).__module__)),
         "message": sanitize_text(str(source)),
