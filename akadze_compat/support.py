@@ -304,8 +304,6 @@ def task_option_value_support(option: str, value: Any) -> Support | None:
 
 # --- signals -----------------------------------------------------------------------------
 
-_USE_PRERUN = "use task_prerun (sent when a worker starts running the task)"
-
 #: Every signal of ``akadze_compat.signals`` (and the app's own) -> whether it is sent.
 SIGNAL_SUPPORT: dict[str, Support] = {
     "before_task_publish": _d("not sent for periodic runs (the scheduler inserts them in SQL)"),
@@ -314,8 +312,9 @@ SIGNAL_SUPPORT: dict[str, Support] = {
     "task_failure": _h("on_failure runs before the state is written"),
     "task_revoked": _d("sent only for a task revoked while it runs that then raises; a task "
                        "revoked before it starts is cancelled without it"),
-    "task_received": Support(MISSING, "never sent: a worker claims a job and runs it at once, "
-                                      f"nothing is received ahead; {_USE_PRERUN}"),
+    "task_received": _d("sent just before task_prerun, in the process that runs the task "
+                        "(a worker claims a job when it can run it: nothing arrives ahead); "
+                        "sender is None, request a read-only Request without ack/reject"),
     "task_internal_error": Support(MISSING, "never sent: internal errors end the job FAILED; "
                                             "use task_failure"),
     "task_unknown": Support(MISSING, "never sent: a job whose task the worker does not know "

@@ -57,6 +57,12 @@ STANDARD_HEADERS = frozenset({
 })
 
 
+#: The ``apply_async`` options that kombu sends as message properties (Celery's
+#: ``request.properties``): kept in the job's meta so the task reads them back.
+MESSAGE_PROPERTIES = frozenset({"app_id", "user_id", "type", "message_id", "cluster_id",
+                                "delivery_mode", "expiration"})
+
+
 class PublishConnectionLost(ConnectionLost, OperationalError):
     """``ConnectionLost`` from ``delay``/``apply_async``/``send_task``: the connection broke
     after the insert was sent, so the task may or may not have been sent (not retried).
@@ -229,6 +235,11 @@ def prepare(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, A
         shadow=shadow, link=link, link_error=link_error)
     if extra:
         celery_meta.update(extra)
+    if options and not MESSAGE_PROPERTIES.isdisjoint(options):
+        kept = {key: options[key] for key in MESSAGE_PROPERTIES.intersection(options)
+                if options[key] is not None}
+        if kept:
+            celery_meta["properties"] = kept
     meta: dict[str, Any] = {"celery": celery_meta}
     if task_id is not None and id_in_meta:
         meta["task_id"] = str(task_id)

@@ -47,6 +47,7 @@ from ..exceptions import (
 )
 from ..serialization import revive
 from .canvas import errback_call, is_new_style_errback, step_args
+from .request import send_received
 from .timelimits import AsyncLimits, ThreadLimits, limits_for
 
 if TYPE_CHECKING:
@@ -483,6 +484,7 @@ def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[s
     if ended is not None:
         _fail_now(run, ended)
     _check_deadline(run)
+    send_received(run.task, run.request)
 
     def body() -> Any:
         if not run.limits:  # no timers to arm: skip the context manager
@@ -520,6 +522,7 @@ async def _run_async(app: Celery, name: str, args: Any, kwargs: Any,
     if ended is not None:
         _fail_now(run, ended)
     _check_deadline(run)
+    send_received(run.task, run.request)
 
     async def body() -> Any:
         called = call_body(run.task, run.args, run.kwargs)

@@ -179,3 +179,39 @@ async def test_a_failure_comes_back_with_its_class_and_arguments(celery: Celery)
     gone = exception_from_entry(entry)
     assert type(gone).__name__ == "GoneError" and gone.args == (12, "card declined")
     assert isinstance(gone, Exception)
+
+
+async def test_request_properties_and_task_received(celery: Celery) -> None:
+    """``self.request.properties`` holds the message properties Celery's does, with the
+    ones given to ``apply_async`` (app_id...); ``task_received`` is sent with a request
+    that has Celery's Request attributes."""
+    seen: dict[str, Any] = {}
+    received: list[Any] = []
+
+    def on_received(sender: Any = None, request: Any = None, **kwargs: Any) -> None:
+        received.append((request.id, request.name, request.task_name, request.args,
+                         request.kwargs, request.task, request.hostname,
+                         request.delivery_info["routing_key"]))
+
+    signals.task_received.connect(on_received)
+
+    @celery.task(bind=True, name="props.read")
+    def read(self: Task, x: int) -> None:
+        seen[self.request.id] = self.request.properties
+
+    try:
+        given = read.apply_async((1,), app_id="myapp", user_id="guest", priority=3,
+                                 headers={"h1": "v"})
+        plain = read.delay(2)
+        await work(celery, finished(given, plain))
+    finally:
+        signals.task_received.disconnect(on_received)
+    properties = seen[given.id]
+    assert properties["app_id"] == "myapp" and properties["user_id"] == "guest"
+    assert properties["correlation_id"] == given.id and properties["priority"] == 3
+    assert properties["delivery_mode"] == 2
+    assert properties["delivery_info"] == {"exchange": "", "routing_key": "celery"}
+    assert "app_id" not in seen[plain.id]
+    assert sorted(received, key=lambda entry: entry[3]) == [
+        (given.id, "props.read", "props.read", [1], {}, read, received[0][6], "celery"),
+        (plain.id, "props.read", "props.read", [2], {}, read, received[0][6], "celery")]
