@@ -409,6 +409,27 @@ class Celery:
                            parent=parent)
 
     @property
+    def backend(self) -> Any:
+        """The result backend: Celery's backend methods, answered from the jobs table
+        (``akadze_compat.backends.database.DatabaseBackend``)."""
+        backend = self.__dict__.get("_backend")
+        if backend is None:
+            from ..backends.database import DatabaseBackend
+
+            backend = self.__dict__["_backend"] = DatabaseBackend(self)
+        return backend
+
+    @property
+    def amqp(self) -> Any:
+        """``app.amqp``: the queue declarations (``queues``, ``default_queue``, ``router``)."""
+        amqp = self.__dict__.get("_amqp")
+        if amqp is None:
+            from .amqp import AMQP
+
+            amqp = self.__dict__["_amqp"] = AMQP(self)
+        return amqp
+
+    @property
     def GroupResult(self) -> type[GroupResult]:
         """``GroupResult`` bound to this app: ``app.GroupResult(id, results)``,
         ``app.GroupResult.restore(id)``."""

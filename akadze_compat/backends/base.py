@@ -111,6 +111,12 @@ def _exception_type(module: str | None, name: str) -> type[Exception]:
         cls = getattr(found, name, None) if found is not None else None
         if isinstance(cls, type) and issubclass(cls, Exception):
             return cls
+    return _stand_in(module, name)
+
+
+def _stand_in(module: str | None, name: str) -> type[Exception]:
+    """An Exception subclass called ``name`` (in ``module``), made once: what a failure
+    whose class cannot be found or built comes back as (Celery makes one too)."""
     key = (module or "builtins", name)
     with _made_types_lock:
         if key not in _made_types:
@@ -130,8 +136,13 @@ def exception_from_entry(entry: dict[str, Any]) -> Exception:
     try:
         exc = cls(*arguments)
     except Exception:
-        # A constructor that wants other arguments: make the instance without calling it.
-        exc = Exception.__new__(cls)
+        # A constructor that wants other arguments: make the instance without calling it,
+        # or, for a class that cannot be made that way (a C type, pydantic's
+        # ValidationError), a stand-in of its name.
+        try:
+            exc = Exception.__new__(cls)
+        except TypeError:
+            exc = Exception.__new__(_stand_in(entry.get("module"), cls.__name__))
         exc.args = arguments
     return exc
 

@@ -12,6 +12,11 @@ import pytest
 from akadze_compat import Celery, Task, signals, states
 from tests.compat.conftest import work
 
+try:
+    import pydantic
+except ImportError:  # an optional dependency: its test is skipped without it
+    pydantic = None
+
 
 def finished(*results: Any) -> Callable[[], bool]:
     return lambda: all(result.ready() for result in results)
@@ -215,3 +220,140 @@ async def test_request_properties_and_task_received(celery: Celery) -> None:
     assert sorted(received, key=lambda entry: entry[3]) == [
         (given.id, "props.read", "props.read", [1], {}, read, received[0][6], "celery"),
         (plain.id, "props.read", "props.read", [2], {}, read, received[0][6], "celery")]
+
+
+if pydantic is not None:
+    # At module level: the tasks' annotations are strings here (from __future__ import
+    # annotations), resolved with the module's globals, as in Celery.
+    class Order(pydantic.BaseModel):
+        id: int
+        total: float
+
+        @pydantic.field_validator("total")
+        @classmethod
+        def check(cls, value: float, info: Any) -> float:
+            assert info.context["celery_task_name"] in ("pyd.total", "pyd.strict",
+                                                        "pyd.dumped")
+            if info.context["celery_task_name"] == "pyd.total":
+                assert info.context["tenant"] == "acme"
+            return value
+
+    class Receipt(pydantic.BaseModel):
+        order_id: int
+        due: Any
+
+
+@pytest.mark.skipif(pydantic is None, reason="pydantic is not installed")
+async def test_pydantic_tasks_validate_and_dump(celery: Celery) -> None:
+    """``@app.task(pydantic=True)`` as Celery 5.5+: model arguments validated from dicts
+    (strict or not, with the context), model results dumped to JSON data."""
+    seen: list[Any] = []
+
+    @celery.task(pydantic=True, name="pyd.total", pydantic_context={"tenant": "acme"})
+    def total(order: Order, note: Order | None = None) -> Receipt:
+        seen.append((type(order).__name__, note))
+        return Receipt(order_id=order.id, due=order.total * 2)
+
+    @celery.task(pydantic=True, pydantic_strict=True, name="pyd.strict")
+    def strict(order: Order) -> int:
+        return order.id
+
+    @celery.task(pydantic=True, name="pyd.dumped", pydantic_dump_kwargs={"exclude": {"due"}})
+    async def dumped(order: Order) -> Receipt:
+        return Receipt(order_id=order.id, due=1)
+
+    ok = total.delay({"id": "3", "total": 2.5})  # lax: "3" becomes 3
+    bad = total.delay({"id": "x", "total": 1})
+    refused = strict.delay({"id": "3", "total": 1.0})  # strict: a str is not an int
+    accepted = strict.delay({"id": 4, "total": 1.0})
+    partial = dumped.delay({"id": 5, "total": 0})
+    await work(celery, finished(ok, bad, refused, accepted, partial))
+    assert ok.get(timeout=5) == {"order_id": 3, "due": 5.0}
+    assert seen == [("Order", None)]
+    assert bad.state == states.FAILURE and type(bad.result).__name__ == "ValidationError"
+    assert refused.state == states.FAILURE and accepted.get(timeout=5) == 4
+    assert partial.get(timeout=5) == {"order_id": 5}
+    # the option names are not task attributes, as in Celery
+    assert not hasattr(total, "pydantic_context")
+    # eager runs validate too
+    assert total.apply(({"id": 1, "total": 1.0},)).get() == {"order_id": 1, "due": 2.0}
+
+
+async def test_app_backend_reads_and_writes_what_a_job_holds(celery: Celery) -> None:
+    """``app.backend``: Celery's reading methods answered from the job, ``store_result`` /
+    ``mark_as_*`` for the running task (read back while it runs), ``_get_task_meta()``."""
+    from akadze_compat.exceptions import Ignore
+
+    during: dict[str, Any] = {}
+
+    @celery.task(bind=True, name="backend.progress")
+    def progress(self: Task) -> str:
+        backend = self.backend
+        assert backend is celery.backend
+        backend.store_result(self.request.id, {"current": 1, "total": 2}, "PROGRESS")
+        during["meta"] = celery.AsyncResult(self.request.id)._get_task_meta()
+        backend.mark_as_started(self.request.id, pid=1)
+        during["started"] = backend.get_state(self.request.id)
+        return "done"
+
+    @celery.task(bind=True, name="backend.failed")
+    def failed(self: Task) -> None:
+        self.backend.mark_as_failure(self.request.id, OrderFailed(9, "gone"))
+        raise Ignore()
+
+    @celery.task(name="backend.boom")
+    def boom() -> None:
+        raise ValueError("bad", 2)
+
+    done, custom, error = progress.delay(), failed.delay(), boom.delay()
+    await work(celery, lambda: all(celery.core.get_job(r.job_id).state in ("succeeded",
+                                                                             "failed")
+                                   for r in (done, custom, error)))
+    assert during["meta"]["status"] == "PROGRESS"
+    assert during["meta"]["result"] == {"current": 1, "total": 2}
+    assert during["started"] == states.STARTED
+    backend = celery.backend
+    meta = backend.get_task_meta(done.id)
+    assert set(meta) == {"status", "result", "traceback", "children", "date_done", "task_id"}
+    assert (meta["status"], meta["result"], meta["task_id"]) == (states.SUCCESS, "done",
+                                                                 done.id)
+    assert meta["date_done"] is not None and done._get_task_meta() == meta
+    assert backend.get_result(done.id) == "done" and backend.get_status(done.id) == "SUCCESS"
+    assert backend.get_state(custom.id) == states.FAILURE
+    assert isinstance(backend.get_result(custom.id), OrderFailed)
+    failure = backend.get_task_meta(error.id)
+    assert failure["status"] == states.FAILURE and failure["result"].args == ("bad", 2)
+    assert "ValueError" in failure["traceback"]
+    assert backend.get_task_meta("no-such-id")["status"] == states.PENDING
+    # Celery's JSON exception form, both ways; never an import of a non-exception
+    encoded = backend.prepare_exception(OrderFailed(1, "x"))
+    assert encoded == {"exc_type": "OrderFailed", "exc_message": [1, "x"],
+                       "exc_module": __name__}
+    assert backend.exception_to_python(encoded).args == (1, "x")
+    odd = backend.exception_to_python({"exc_type": "system", "exc_module": "os",
+                                       "exc_message": ["rm -rf /"]})
+    assert isinstance(odd, Exception) and type(odd).__name__ == "system"
+    # outside a run nothing can be stored: warned, nothing changes
+    backend.store_result(done.id, "other", states.SUCCESS)
+    assert backend.get_result(done.id) == "done"
+    backend.forget(done.id)
+    # mark_as_revoked revokes
+    later = progress.apply_async(countdown=3600)
+    backend.mark_as_revoked(later.id)
+    assert later.state == states.REVOKED
+
+
+def test_app_amqp_has_the_queue_declarations(celery: Celery) -> None:
+    from kombu import Queue
+
+    assert set(celery.amqp.queues) == {"celery"}  # Celery's t/integration checks this
+    assert celery.amqp.default_queue.name == "celery"
+    assert celery.amqp.default_queue.routing_key == "celery"
+    celery.conf.task_queues = [Queue("high", queue_arguments={"x-queue-type": "quorum"}),
+                               "low"]
+    queues = celery.amqp.queues
+    assert list(queues) == ["high", "low"]
+    assert queues["high"].queue_arguments == {"x-queue-type": "quorum"}
+    assert celery.amqp.router.route({}, "any.task", (), {}, None)["queue"] == "celery"
+    with pytest.raises(AttributeError, match="no messages or producers"):
+        celery.amqp.producer_pool  # noqa: B018
