@@ -395,8 +395,9 @@ API_PATTERNS: dict[str, Support] = {
                                             "inspect` (it reads the database)"),
     "app.control.*": Support(MISSING, "app.control has only revoke and purge (no broadcast, "
                                       "rate_limit, add_consumer, shutdown, pool_grow...)"),
-    "app.*": Support(MISSING, "the app has no such attribute here (no broker, result backend, "
-                              "amqp, events, pool or bootsteps objects)"),
+    "app.*": Support(MISSING, "the app has no such attribute here (no broker connection, "
+                              "events, pool or bootsteps objects; app.backend and app.amqp "
+                              "answer from the database and the settings)"),
     "serializer=": Support(MISSING, "only JSON: pickle, yaml and msgpack are refused when the "
                                     "task is sent"),
     "priority=": Support(DIFFERENT, "lower numbers run first (RabbitMQ runs higher ones first)"),
