@@ -22,13 +22,15 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
+from kombu import Exchange, Queue
 from kombu.exceptions import EncodeError, OperationalError
 
 from akadze_core import ConnectionLost, InvalidArgs
 from akadze_core import Task as CoreTask
 
 from .. import _state, serialization, signals
-from .routes import settings_router
+from .routes import prepare as prepare_routes
+from .routes import queue_name, settings_router
 
 if TYPE_CHECKING:
     from akadze_core import TaskCall
@@ -356,10 +358,6 @@ class AMQP:
                autoexchange: Any = None, max_priority: Any = None) -> dict[str, Any]:
         """Queue declarations (kombu ``Queue``s, names or ``{name: options}``) as
         ``{name: Queue}``; none: the default queue alone, as Celery declares it."""
-        from kombu import Exchange, Queue
-
-        from .routes import queue_name
-
         conf = self.app.conf
         declared: dict[str, Any] = {}
         if isinstance(queues, Mapping):
@@ -392,8 +390,6 @@ class AMQP:
     @property
     def default_exchange(self) -> Any:
         """The kombu ``Exchange`` of ``task_default_exchange``."""
-        from kombu import Exchange
-
         conf = self.app.conf
         return Exchange(str(conf.task_default_exchange or conf.task_default_queue or "celery"),
                         str(conf.task_default_exchange_type or "direct"))
@@ -406,8 +402,6 @@ class AMQP:
     @property
     def routes(self) -> Any:
         """The prepared ``task_routes``."""
-        from .routes import prepare as prepare_routes
-
         return prepare_routes(self.app.conf.task_routes)
 
     @property

@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 from akadze_core import App as CoreApp
 
 from .. import _state, beat, django_beat, serialization, signals
+from ..backends.database import DatabaseBackend
 from ..canvas import Signature, signature
 from ..exceptions import ImproperlyConfigured
 from ..loaders import Loader, django_app_names
@@ -25,6 +26,7 @@ from ..result import AsyncResult, GroupResult
 from ..worker.entry import core_timeout, make_entry
 from . import builtins, publish  # noqa: F401  # builtins: celery.map/starmap on every app
 from . import routes as routing
+from .amqp import AMQP
 from .config import Settings, database_url, import_object, load_source, retention
 from .control import Control
 from .registry import TaskRegistry, gen_task_name, register_task, shared_task, task_from_fun
@@ -414,8 +416,6 @@ class Celery:
         (``akadze_compat.backends.database.DatabaseBackend``)."""
         backend = self.__dict__.get("_backend")
         if backend is None:
-            from ..backends.database import DatabaseBackend
-
             backend = self.__dict__["_backend"] = DatabaseBackend(self)
         return backend
 
@@ -424,8 +424,6 @@ class Celery:
         """``app.amqp``: the queue declarations (``queues``, ``default_queue``, ``router``)."""
         amqp = self.__dict__.get("_amqp")
         if amqp is None:
-            from .amqp import AMQP
-
             amqp = self.__dict__["_amqp"] = AMQP(self)
         return amqp
 

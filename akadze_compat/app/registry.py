@@ -14,6 +14,7 @@ from .. import _state
 from ..exceptions import DuplicateTaskNameWarning, NotRegistered
 from .autoretry import add_autoretry_behaviour
 from .task import Task
+from .validation import pydantic_wrapper
 
 if TYPE_CHECKING:
     from .base import Celery
@@ -77,8 +78,6 @@ def task_from_fun(app: Celery, fun: Callable[..., Any], name: str | None = None,
     dump_kwargs = options.pop("pydantic_dump_kwargs", None)
     original = fun  # what a second registration of the same function is compared with
     if use_pydantic is True:
-        from .validation import pydantic_wrapper
-
         fun = pydantic_wrapper(app, fun, name, strict, context, dump_kwargs)
     attributes = {
         "_app": app, "name": name, "run": fun if bind else staticmethod(fun),

@@ -20,6 +20,7 @@ from akadze_core import current
 from .. import _state, exceptions, states
 from ..exceptions import ChordError, TaskRevokedError
 from ..serialization import revive
+from ..utils.serialization import UnpickleableExceptionWrapper
 from ..utils.unsupported import not_provided
 
 if TYPE_CHECKING:
@@ -128,7 +129,8 @@ def _stand_in(module: str | None, name: str) -> type[Exception]:
 def exception_from_entry(entry: dict[str, Any]) -> Exception:
     """Rebuild the exception an error entry describes: its type called with the arguments
     it was raised with (as Celery's JSON results do, ``cls(*exc_message)``), or with its
-    message for an entry without them (written before they were kept)."""
+    message for an entry without them (written before they were kept); an
+    ``UnpickleableExceptionWrapper`` when that call fails."""
     cls = _exception_type(entry.get("module"), str(entry.get("type") or "Exception"))
     message = entry.get("message") or ""
     args = entry.get("args")
@@ -136,14 +138,10 @@ def exception_from_entry(entry: dict[str, Any]) -> Exception:
     try:
         exc = cls(*arguments)
     except Exception:
-        # A constructor that wants other arguments: make the instance without calling it,
-        # or, for a class that cannot be made that way (a C type, pydantic's
-        # ValidationError), a stand-in of its name.
-        try:
-            exc = Exception.__new__(cls)
-        except TypeError:
-            exc = Exception.__new__(_stand_in(entry.get("module"), cls.__name__))
-        exc.args = arguments
+        # A constructor that wants other arguments (or a class that cannot be made from
+        # outside, such as pydantic's ValidationError): Celery's wrapper, naming the
+        # class and holding the arguments.
+        return UnpickleableExceptionWrapper(entry.get("module"), cls.__name__, arguments)
     return exc
 
 

@@ -27,7 +27,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("run", ("app.trace", "app.eager", "app.autoretry", "worker", "worker.canvas",
              "worker.entry", "worker.timelimits", "worker.request")),
     # The app and its tasks, which compose everything below.
-    ("app", ("app", "app.task", "app.registry", "app.base", "app.builtins", "beat",
+    ("app", ("app", "app.task", "app.registry", "app.validation", "app.base", "app.builtins",
+             "beat",
              "django_beat",
              "contrib.abortable",
              "contrib.django", "contrib.django.*")),
