@@ -54,6 +54,11 @@ class Request:
     reply_to = property(lambda self: self._context.reply_to, doc="Always empty.")
     ignore_result = property(lambda self: self._context.ignore_result,
                              doc="Whether the result is dropped.")
+    replaced_task_nesting = property(
+        lambda self: self._context.replaced_task_nesting or 0,
+        doc="How many times the task was replaced (Task.replace) on the way here.")
+    groups = property(lambda self: [self._context.group] if self._context.group else [],
+                      doc="The group this call belongs to, if any.")
     utc = True
     time_limits = property(lambda self: (self._context.time_limit,
                                          self._context.soft_time_limit),
