@@ -360,3 +360,76 @@ def test_app_amqp_has_the_queue_declarations(celery: Celery) -> None:
     assert celery.amqp.router.route({}, "any.task", (), {}, None)["queue"] == "celery"
     with pytest.raises(AttributeError, match="no messages or producers"):
         celery.amqp.producer_pool  # noqa: B018
+
+
+POSTRUN_PROJECT = '''
+import json, os
+from akadze_compat import Celery, signals
+from akadze_compat.exceptions import Ignore
+
+app = Celery("postrunproj")
+OUT = os.environ["POSTRUN_OUT"]
+
+
+@app.task(name="postrunproj.ok")
+def ok(x):
+    return x * 2
+
+
+@app.task(name="postrunproj.boom")
+def boom():
+    raise KeyError("nope")
+
+
+@signals.task_postrun.connect
+def seen(task_id=None, state=None, **kwargs):
+    result = app.AsyncResult(task_id)
+    with open(OUT, "a") as out:
+        out.write(json.dumps([task_id, result.state, state, os.getpid()]) + "\\n")
+
+
+@signals.task_received.connect
+def received(request=None, **kwargs):
+    with open(OUT, "a") as out:
+        out.write(json.dumps(["received", request.id, request.name]) + "\\n")
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pool", ["prefork", "threads", "solo"])
+def test_postrun_in_a_real_worker_sees_the_stored_state(
+        pool: str, tmp_path: Any, database_url: str, spawn_compat: Any) -> None:
+    """The command's worker, every pool: a postrun receiver (in a prefork child too) reads
+    SUCCESS/FAILURE; task_received is sent in the process that runs the task."""
+    import json
+    import os
+
+    from tests.compat.cli_harness import wait_until
+
+    (tmp_path / "postrunproj.py").write_text(POSTRUN_PROJECT)
+    out = tmp_path / "seen.jsonl"
+    env = {"POSTRUN_OUT": str(out), "CELERY_BROKER_URL": database_url,
+           "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    worker = spawn_compat("-A", "postrunproj", "worker", "-P", pool, "-c", "2", "-l", "INFO",
+                          cwd=tmp_path, env=env)
+    worker.wait_ready()
+    client = Celery("postrunproj", broker=database_url, set_as_current=False)
+    try:
+        good = client.send_task("postrunproj.ok", (21,))
+        bad = client.send_task("postrunproj.boom")
+        assert good.get(timeout=30) == 42
+
+        def lines() -> list[Any]:
+            text = out.read_text() if out.exists() else ""
+            return [json.loads(line) for line in text.splitlines()]
+
+        wait_until(lambda: len(lines()) >= 4, timeout=30)
+    finally:
+        client.close()
+    by_id = {line[0]: line[1:] for line in lines() if line[0] != "received"}
+    assert by_id[good.id][:2] == [states.SUCCESS, states.SUCCESS]
+    assert by_id[bad.id][:2] == [states.FAILURE, states.FAILURE]
+    if pool == "prefork":
+        assert by_id[good.id][2] != worker.pid  # ran in a child
+    received = {line[1]: line[2] for line in lines() if line[0] == "received"}
+    assert received == {good.id: "postrunproj.ok", bad.id: "postrunproj.boom"}
