@@ -433,3 +433,51 @@ def test_postrun_in_a_real_worker_sees_the_stored_state(
         assert by_id[good.id][2] != worker.pid  # ran in a child
     received = {line[1]: line[2] for line in lines() if line[0] == "received"}
     assert received == {good.id: "postrunproj.ok", bad.id: "postrunproj.boom"}
+
+
+EXCEPTION_CASES = [
+    ("builtins", "KeyError", ["missing"]),
+    ("builtins", "ValueError", ["bad", 3, {"field": "x"}]),
+    ("builtins", "RuntimeError", []),
+    ("builtins", "UnicodeDecodeError", ["utf-8"]),  # cannot be called with these args
+    ("no_such_module_here", "GoneError", [12, "card declined"]),
+]
+
+CELERY_EXCEPTIONS_SCRIPT = '''
+import json
+from celery import Celery
+backend = Celery("d", backend="cache+memory://", result_serializer="json").backend
+out = []
+for module, name, args in %r:
+    exc = backend.exception_to_python(
+        {"exc_type": name, "exc_module": module, "exc_message": args})
+    out.append([type(exc).__name__, list(exc.args), str(exc)])
+print(json.dumps(out, default=repr))
+'''
+
+
+@pytest.mark.slow
+def test_failures_rebuild_as_celery_json_results_do() -> None:
+    """Differential: Celery 5.7's JSON backend against ours, on the same class, module and
+    arguments. Where Celery cannot call the class with the arguments it hands back a plain
+    ``Exception("<class ...>(args)")``; ours hands back its ``UnpickleableExceptionWrapper``
+    (which its own integration test accepts): both name the class and hold the args."""
+    import json
+
+    from akadze_compat.backends.base import exception_from_entry
+    from tests.compat.celery_reference import run_celery
+
+    celery = run_celery(CELERY_EXCEPTIONS_SCRIPT % (EXCEPTION_CASES,))
+    for (module, name, args), (celery_type, celery_args, celery_text) in zip(
+            EXCEPTION_CASES, celery, strict=True):
+        ours = exception_from_entry({"type": name, "module": module, "message": "",
+                                     "args": args})
+        if celery_type == "Exception" and name != "Exception":  # Celery's fallback
+            assert name in celery_text
+            assert isinstance(ours, UnpickleableExceptionWrapper)
+            assert (ours.exc_cls_name, list(ours.exc_args or ())) == (name, args)
+            assert name in str(ours)
+            continue
+        assert (type(ours).__name__, json.loads(json.dumps(list(ours.args)))) == \
+            (celery_type, celery_args), name
+        assert str(ours) == celery_text
