@@ -63,7 +63,7 @@ def job_state(job: Job | None, track_started: bool = False) -> str:
         return states.PENDING
     if job.state in FINISHED:
         meta = celery_meta(job)
-        if meta.get("ignored") and job.state == "succeeded":
+        if meta.get("ignored"):
             # raise Ignore(): Celery stored nothing, so the state is the body's custom one
             # (update_state) or PENDING
             return str(meta.get("state") or states.PENDING)

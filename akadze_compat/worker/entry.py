@@ -14,7 +14,9 @@ returned a value                   the value is the job's result (None with igno
                                    (the call's, else the task's; None: forever)
 any other exception                ``akadze_core.Fail`` raised from it: FAILURE at once
                                    (Celery never retries on its own)
-``Ignore``                         success without a result
+``Ignore``                         ``Cancel``: no result, nothing waiting on it runs, and
+                                   the Celery state stays as it was (PENDING or the
+                                   body's ``update_state``)
 ``Reject(requeue=False)``          ``Fail``
 ``Reject(requeue=True)``           ``akadze_core.Snooze(0)``: back to the queue, no attempt
 hard ``time_limit``                ``TimeLimitExceeded`` raised in the body: FAILURE
@@ -348,7 +350,7 @@ def _retry_patch(run: _Run, result: TraceResult) -> dict[str, Any] | None:
 
 
 def _ignore_patch(run: _Run, result: TraceResult) -> dict[str, Any] | None:
-    """``raise Ignore()``: the job ends (succeeded, without a result) marked ignored, so its
+    """``raise Ignore()``: the job ends (cancelled, without a result) marked ignored, so its
     Celery state stays what it was, PENDING or the custom state the body set with
     ``update_state`` (Celery stores nothing for an ignored task)."""
     if result.state != states.IGNORED:
@@ -381,10 +383,13 @@ def _outcome(run: _Run, result: TraceResult) -> Any:
     """Return the job's result, or raise what tells the core how the run ended."""
     if result.state == states.SUCCESS:
         return None if run.request.ignore_result else result.retval
-    if result.state == states.IGNORED:
-        return None
     exc = result.exception
     assert exc is not None
+    if result.state == states.IGNORED:
+        # Cancelled, not succeeded: what waits on it (a chain's next step, a chord's body,
+        # link callbacks) never runs, as Celery applies no callbacks after Ignore; the
+        # state stays what it was (the meta's "ignored" mark, see _ignore_patch).
+        raise Cancel("ignored: the task raised Ignore()") from exc
     if result.state == states.REJECTED:
         if getattr(exc, "requeue", False):
             raise Snooze(0) from exc

@@ -123,9 +123,10 @@ API_NOTES: dict[str, tuple[str, str]] = {
     # --- celery.exceptions
     "celery.exceptions:Ignore": (D, "the state stays as it was, as in Celery: PENDING, or the "
                                     "custom state the body set with `update_state` (a FAILURE "
-                                    "with `exc_type`/`exc_message` reads as that exception); "
-                                    "the job ends without a result, so `get()` returns None "
-                                    "instead of waiting"),
+                                    "with `exc_type`/`exc_message` reads as that exception) "
+                                    "and nothing waiting on it runs; the job ends cancelled "
+                                    "without a result, so `get()` returns None instead of "
+                                    "waiting"),
     "celery.exceptions:Reject": (D, "`requeue=True`: back to the queue without spending a "
                                     "retry; `requeue=False`: FAILURE"),
     "celery.exceptions:Retry": (S, "raised by `self.retry()`; the task keeps its id"),

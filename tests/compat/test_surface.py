@@ -140,10 +140,17 @@ async def test_ignore_leaves_the_state_as_it_was(celery: Celery) -> None:
         self.update_state(state="PROGRESS", meta={"done": 3})
         raise Ignore()
 
+    @celery.task(name="ignore.after")
+    def after(*args: Any) -> str:
+        return "ran"
+
     first, second, third = plain.delay(), custom.delay(), progress.delay()
-    jobs = [first, second, third]
-    await work(celery, lambda: all(celery.core.get_job(r.job_id).state == "succeeded"
+    chained = (plain.si() | after.si()).delay()  # Celery applies no callback after Ignore
+    jobs = [first, second, third, chained]
+    await work(celery, lambda: all(celery.core.get_job(r.job_id).state == "cancelled"
                                    for r in jobs))
+    assert chained.state == states.PENDING and chained.parent.state == states.PENDING
+    assert celery.core.get_job(chained.job_id).started_at is None  # never ran
     assert first.state == states.PENDING and first.result is None and not first.ready()
     assert second.state == states.FAILURE and second.failed()
     exc = second.result
@@ -309,8 +316,8 @@ async def test_app_backend_reads_and_writes_what_a_job_holds(celery: Celery) -> 
         raise ValueError("bad", 2)
 
     done, custom, error = progress.delay(), failed.delay(), boom.delay()
-    await work(celery, lambda: all(celery.core.get_job(r.job_id).state in ("succeeded",
-                                                                             "failed")
+    ended = ("succeeded", "cancelled", "failed")
+    await work(celery, lambda: all(celery.core.get_job(r.job_id).state in ended
                                    for r in (done, custom, error)))
     assert during["meta"]["status"] == "PROGRESS"
     assert during["meta"]["result"] == {"current": 1, "total": 2}
