@@ -235,6 +235,8 @@ def explicit_options(task: Task, conf: Any) -> dict[str, Any]:
     options = {}
     for attribute in _SHOWN_OPTIONS:
         value = getattr(task, attribute, None)
+        if attribute == "backend" and value is getattr(task.app, "backend", None):
+            continue  # Task.backend is the app's unless the task sets one
         if _same(value, getattr(Task, attribute, None)):
             continue
         setting = from_config.get(attribute)
@@ -284,9 +286,34 @@ def _tasks(app: Any) -> tuple[list[TaskInfo], list[Finding]]:
             support = task_option_value_support(option, value) or TASK_OPTION_SUPPORT[option]
             if support.status != HONOURED:
                 by_option.setdefault((option, support), []).append(f"{name} ({show(value)})")
+        for option, value in unknown_options(task).items():
+            by_option.setdefault((option, _UNKNOWN_OPTION), []).append(
+                f"{name} ({show(value)})")
     findings = [Finding("task options", support.status, option, option, support.note,
                         where=where) for (option, support), where in by_option.items()]
     return infos, findings
+
+
+#: What ``@app.task`` puts in a task's class besides the options it was given.
+_DECORATOR_ATTRIBUTES = frozenset({"_app", "name", "run", "_decorated", "_decorated_fun",
+                                   "__doc__", "__module__", "__wrapped__", "__qualname__",
+                                   "__dict__", "__weakref__"})
+_UNKNOWN_OPTION = Support(IGNORED, "not an option akadze's Task knows: kept as an attribute "
+                                   "of the task and acted on by nothing (a typo, an option "
+                                   "of another Celery version, or one only a custom base "
+                                   "class would read)")
+
+
+def unknown_options(task: Task) -> dict[str, Any]:
+    """The ``@app.task(...)`` options of a decorated task that neither akadze's Task nor the
+    task's base class has: nothing reads them."""
+    cls = type(task)
+    if not cls.__dict__.get("_decorated"):
+        return {}  # a class-based task: its own attributes are its business
+    bases = cls.__mro__[1:]
+    return {key: value for key, value in cls.__dict__.items()
+            if key not in _DECORATOR_ATTRIBUTES and not key.startswith("__")
+            and not any(hasattr(base, key) for base in bases)}
 
 
 # --- signals -----------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ class AsyncResult(ResultBase):
             raise ValueError(f"AsyncResult requires valid id, not {type(id)}")
         self.app = app or _state.get_current_app()
         self.id = str(id)
-        self.backend = backend
+        self.backend = backend if backend is not None else self.app.backend
         self.parent = parent
         self.task_name = task_name
         self._job_id = job_id
@@ -144,6 +144,11 @@ class AsyncResult(ResultBase):
         if task is not None and task.track_started is not None:
             return bool(task.track_started)
         return bool(self.app.conf.task_track_started)
+
+    def _get_task_meta(self) -> dict[str, Any]:
+        """Celery's meta dict of this task (``status``, ``result``, ``traceback``,
+        ``children``, ``date_done``, ``task_id``), read from its job now."""
+        return dict(self.app.backend.get_task_meta(self.id))
 
     def _meta(self) -> tuple[Job | None, str]:
         job = self._job()
@@ -440,6 +445,11 @@ class EagerResult(AsyncResult):
         self._job_id = None
         self._cache = None
         self.ignored = False
+
+    def _get_task_meta(self) -> dict[str, Any]:
+        """The meta of the eager run (nothing is stored)."""
+        return {"task_id": self.id, "result": self._result, "status": self._state,
+                "traceback": self._traceback, "name": self._name}
 
     @property
     def state(self) -> str:

@@ -309,8 +309,6 @@ def task_option_value_support(option: str, value: Any) -> Support | None:
 
 # --- signals -----------------------------------------------------------------------------
 
-_USE_PRERUN = "use task_prerun (sent when a worker starts running the task)"
-
 #: Every signal of ``akadze_compat.signals`` (and the app's own) -> whether it is sent.
 SIGNAL_SUPPORT: dict[str, Support] = {
     "before_task_publish": _d("not sent for periodic runs (the scheduler inserts them in SQL)"),
@@ -321,8 +319,9 @@ SIGNAL_SUPPORT: dict[str, Support] = {
                        "with terminated=True and signum, in the worker process, for one "
                        "whose process revoke(terminate=True) ended; a task revoked before "
                        "it starts is cancelled without it"),
-    "task_received": Support(MISSING, "never sent: a worker claims a job and runs it at once, "
-                                      f"nothing is received ahead; {_USE_PRERUN}"),
+    "task_received": _d("sent just before task_prerun, in the process that runs the task "
+                        "(a worker claims a job when it can run it: nothing arrives ahead); "
+                        "sender is None, request a read-only Request without ack/reject"),
     "task_internal_error": Support(MISSING, "never sent: internal errors end the job FAILED; "
                                             "use task_failure"),
     "task_unknown": Support(MISSING, "never sent: a job whose task the worker does not know "
@@ -414,8 +413,9 @@ API_PATTERNS: dict[str, Support] = {
                                       "add_consumer/cancel_consumer, time_limit and "
                                       "rate_limit; not autoscale, events, election, "
                                       "pool_restart or revoke_by_stamped_headers"),
-    "app.*": Support(MISSING, "the app has no such attribute here (no broker, result backend, "
-                              "amqp, events, pool or bootsteps objects)"),
+    "app.*": Support(MISSING, "the app has no such attribute here (no broker connection, "
+                              "events, pool or bootsteps objects; app.backend and app.amqp "
+                              "answer from the database and the settings)"),
     "serializer=": Support(MISSING, "only JSON: pickle, yaml and msgpack are refused when the "
                                     "task is sent"),
     "priority=": Support(DIFFERENT, "lower numbers run first (RabbitMQ runs higher ones first)"),

@@ -30,7 +30,9 @@ class JobContext:
     #: The newest ``errors`` entry of the job when it was claimed (None on a clean record):
     #: what went wrong on the previous attempt, without another query.
     last_error: dict[str, Any] | None = None
-    #: Set once complete_tx committed the job's success; the worker then writes nothing.
+    #: Set once the run's outcome is written (complete_tx committed the job's success, or
+    #: the Celery facade stored its outcome before task_postrun); the worker then writes
+    #: nothing.
     completed: bool = field(default=False, init=False)
 
     @property

@@ -129,6 +129,13 @@ def fetch_all(connection: psycopg.Connection, name: str, /, **params: Any) -> li
         return cursor.execute(query(name), params).fetchall()
 
 
+def complete_many_sync(connection: psycopg.Connection,
+                       outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
+    """Sync twin of ``complete_many``: a body that must see its own outcome stored before
+    it goes on (the Celery facade's ``task_postrun``) writes it this way, fenced the same."""
+    return fetch_all(connection, "job_complete_many", **_outcome_params(outcomes))
+
+
 def update_job_meta(connection: psycopg.Connection, job_id: int, run_count: int,
                     patch: str) -> bool:
     """Merge the JSON object ``patch`` into the job's meta while run ``run_count`` owns it;

@@ -12,6 +12,10 @@ from .errors import Cancel, Fail, JobOutcome, JobTimeout, ResultNotJson, Retry, 
 from .retry import BackoffPolicy, backoff_delay
 from .serialization import check_storable, sanitize_text, strict_dumps
 
+#: An exception's arguments bigger than this (as JSON) are left out of its errors entry: the
+#: message and traceback still say what happened.
+ARGS_LIMIT = 8192
+
 SUCCESS, RETRY, SNOOZE, FAIL, CANCEL = "success", "retry", "snooze", "fail", "cancel"
 #: A run claimed ahead and dropped before its body started, on hearing of a cancel request
 #: or its expiry: the database ends it cancelled (or, not expired on its clock after all,
@@ -50,7 +54,7 @@ def error_entry(exc: BaseException, type_name: str | None = None) -> str:
     formatted = "".join(traceback.format_exception(type(source), source, source.__traceback__))
     # Every text is sanitized, the type's too: a class may claim any ``__module__`` (NULs,
     # lone surrogates), and one unstorable entry must not fail the whole outcome write.
-    entry = {
+    entry: dict[str, Any] = {
         "type": sanitize_text(type_name or type(source).__name__),
         "module": sanitize_text(str(type(source).__module__)),
         "message": sanitize_text(str(source)),
@@ -58,7 +62,39 @@ def error_entry(exc: BaseException, type_name: str | None = None) -> str:
     }
     if source is not exc:
         entry["reason"] = sanitize_text(str(exc))
+    args = _storable_args(source.args)
+    if args is not None and args != [entry["message"]]:
+        # What the exception was built with, for a reader rebuilding it by class and
+        # arguments (Celery's exc_message) rather than from its message alone.
+        entry["args"] = args
     return strict_dumps(entry)
+
+
+def _storable_args(args: Any) -> list[Any] | None:
+    """An exception's ``args`` as JSON an entry can hold: each kept when it encodes and
+    Postgres can store it, else its ``repr``; None when there are none, or too many."""
+    if not isinstance(args, tuple) or not args:
+        return None
+    kept: list[Any] = []
+    for arg in args:
+        if isinstance(arg, str):
+            kept.append(sanitize_text(arg))
+            continue
+        try:
+            check_storable(strict_dumps(arg), "the arguments")
+        except Exception:  # not JSON (TypeError, ValueError, RecursionError...) or a NUL
+            try:
+                kept.append(sanitize_text(repr(arg)))
+            except Exception:
+                kept.append(f"<unrepresentable {type(arg).__name__}>")
+        else:
+            kept.append(arg)
+    try:
+        if len(strict_dumps(kept)) > ARGS_LIMIT:
+            return None
+    except Exception:  # a dict with keys that encode but do not round-trip
+        return None
+    return kept
 
 
 #: Characters of an error's message in a log line; the whole text stays in ``errors``.

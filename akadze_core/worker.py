@@ -983,7 +983,9 @@ class Worker:
             self._completer.submit(outcome, urgent=bool(row.get("has_dependents")))
         elif run is not None:
             logger.log(self.outcome_log_level,
-                       "job %s %s succeeded in %.3fs (attempt %s, completed in transaction)",
+                       # complete_tx (a success), or a Celery task that stored its own
+                       # outcome before task_postrun (any outcome): not known here
+                       "job %s %s ended in %.3fs (attempt %s, outcome written by the task)",
                        run.job_id, run.task, time.monotonic() - run.started, run.attempt)
 
     def _outcomes_written(self, batch: Any, rows: list[dict[str, Any]]) -> None:

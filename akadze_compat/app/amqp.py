@@ -19,16 +19,18 @@ import socket
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
+from kombu import Exchange, Queue
 from kombu.exceptions import EncodeError, OperationalError
 
 from akadze_core import ConnectionLost, InvalidArgs
 from akadze_core import Task as CoreTask
 
 from .. import _state, serialization, signals
-from .routes import settings_router
+from .routes import prepare as prepare_routes
+from .routes import queue_name, settings_router
 
 if TYPE_CHECKING:
     from akadze_core import TaskCall
@@ -38,8 +40,8 @@ if TYPE_CHECKING:
     from .context import Context
     from .task import Task
 
-__all__ = ["FOREVER", "ROUTE_KEYS", "STANDARD_HEADERS", "Message", "PublishConnectionLost",
-           "current_session",
+__all__ = ["AMQP", "FOREVER", "MESSAGE_PROPERTIES", "ROUTE_KEYS", "STANDARD_HEADERS", "Message",
+           "PublishConnectionLost", "current_session",
            "enclosing_session", "max_attempts_for", "message_meta", "prepare", "to_datetime",
            "transaction"]
 
@@ -55,6 +57,12 @@ STANDARD_HEADERS = frozenset({
     "timelimit", "root_id", "parent_id", "argsrepr", "kwargsrepr", "origin", "ignore_result",
     "replaced_task_nesting", "stamped_headers", "stamps",
 })
+
+
+#: The ``apply_async`` options that kombu sends as message properties (Celery's
+#: ``request.properties``): kept in the job's meta so the task reads them back.
+MESSAGE_PROPERTIES = frozenset({"app_id", "user_id", "type", "message_id", "cluster_id",
+                                "delivery_mode", "expiration"})
 
 
 class PublishConnectionLost(ConnectionLost, OperationalError):
@@ -229,6 +237,11 @@ def prepare(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, A
         shadow=shadow, link=link, link_error=link_error)
     if extra:
         celery_meta.update(extra)
+    if options and not MESSAGE_PROPERTIES.isdisjoint(options):
+        kept = {key: options[key] for key in MESSAGE_PROPERTIES.intersection(options)
+                if options[key] is not None}
+        if kept:
+            celery_meta["properties"] = kept
     meta: dict[str, Any] = {"celery": celery_meta}
     if task_id is not None and id_in_meta:
         meta["task_id"] = str(task_id)
@@ -314,3 +327,91 @@ def _name(value: Any) -> Any:
 
 def _not_here(**kwargs: Any) -> None:
     raise RuntimeError("this task is only enqueued from here, never run")
+
+
+# --- app.amqp ------------------------------------------------------------------------------
+
+class AMQP:
+    """``app.amqp``: the queue declarations test suites and apps read (``queues``,
+    ``default_queue``, ``router``...). Nothing is published through it: a call becomes a
+    job row (``prepare``); the producer and message builders of Celery's AMQP are not
+    provided, each named in the error its use raises."""
+
+    #: What Celery's AMQP has that a database queue does not; name -> what to do instead.
+    NOT_PROVIDED: ClassVar[dict[str, str]] = {
+        name: "there are no messages or producers: a call is a job row (use apply_async, "
+              "send_task, or the publish signals to see what is sent)"
+        for name in ("producer_pool", "publisher_pool", "send_task_message",
+                     "create_task_message", "as_task_v1", "as_task_v2", "Producer",
+                     "flush_routes", "_producer_pool", "Consumer")}
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+
+    def __getattr__(self, name: str) -> Any:
+        if name in AMQP.NOT_PROVIDED:
+            raise AttributeError(f"app.amqp.{name} (Celery's) is not provided by "
+                                 f"akadze_compat: {AMQP.NOT_PROVIDED[name]}")
+        raise AttributeError(f"'AMQP' object has no attribute {name!r}")
+
+    def Queues(self, queues: Any, create_missing: bool | None = None,
+               autoexchange: Any = None, max_priority: Any = None) -> dict[str, Any]:
+        """Queue declarations (kombu ``Queue``s, names or ``{name: options}``) as
+        ``{name: Queue}``; none: the default queue alone, as Celery declares it."""
+        conf = self.app.conf
+        declared: dict[str, Any] = {}
+        if isinstance(queues, Mapping):
+            for name, options in queues.items():
+                declared[str(name)] = Queue(str(name), **dict(options or {}))
+        else:
+            for queue in queues or ():
+                declared[queue_name(queue)] = queue if isinstance(queue, Queue) \
+                    else Queue(str(queue), Exchange(str(queue)), str(queue))
+        if not declared:
+            name = str(conf.task_default_queue or "celery")
+            declared[name] = Queue(name, Exchange(str(conf.task_default_exchange or name),
+                                                  str(conf.task_default_exchange_type
+                                                      or "direct")),
+                                   str(conf.task_default_routing_key or name))
+        return declared
+
+    @property
+    def queues(self) -> dict[str, Any]:
+        """``{name: Queue}`` of ``task_queues``, else of the default queue (read from the
+        settings at each access)."""
+        return self.Queues(self.app.conf.task_queues)
+
+    @property
+    def default_queue(self) -> Any:
+        """The ``Queue`` of ``task_default_queue``."""
+        name = str(self.app.conf.task_default_queue or "celery")
+        return self.queues.get(name) or self.Queues(None)[name]
+
+    @property
+    def default_exchange(self) -> Any:
+        """The kombu ``Exchange`` of ``task_default_exchange``."""
+        conf = self.app.conf
+        return Exchange(str(conf.task_default_exchange or conf.task_default_queue or "celery"),
+                        str(conf.task_default_exchange_type or "direct"))
+
+    @property
+    def router(self) -> Any:
+        """The task router (``app.router()``): ``router.route(options, name, args, kwargs)``."""
+        return self.app.router()
+
+    @property
+    def routes(self) -> Any:
+        """The prepared ``task_routes``."""
+        return prepare_routes(self.app.conf.task_routes)
+
+    @property
+    def utc(self) -> bool:
+        """Whether times are sent in UTC (always)."""
+        return True
+
+    @property
+    def argsrepr_maxsize(self) -> int:
+        """How much of ``repr(args)`` the publish signals' headers carry (1024)."""
+        return 1024
+
+    kwargsrepr_maxsize = argsrepr_maxsize

@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 from akadze_core import App as CoreApp
 
 from .. import _state, beat, django_beat, serialization, signals
+from ..backends.database import DatabaseBackend
 from ..canvas import Signature, signature
 from ..exceptions import ImproperlyConfigured
 from ..loaders import Loader, django_app_names
@@ -25,6 +26,7 @@ from ..result import AsyncResult, GroupResult
 from ..worker.entry import core_timeout, make_entry
 from . import builtins, publish  # noqa: F401  # builtins: celery.map/starmap on every app
 from . import routes as routing
+from .amqp import AMQP
 from .config import Settings, database_url, import_object, load_source, retention
 from .control import Control
 from .registry import TaskRegistry, gen_task_name, register_task, shared_task, task_from_fun
@@ -407,6 +409,23 @@ class Celery:
         """The result of the task with this id."""
         return AsyncResult(task_id, backend=backend, task_name=task_name, app=self,
                            parent=parent)
+
+    @property
+    def backend(self) -> Any:
+        """The result backend: Celery's backend methods, answered from the jobs table
+        (``akadze_compat.backends.database.DatabaseBackend``)."""
+        backend = self.__dict__.get("_backend")
+        if backend is None:
+            backend = self.__dict__["_backend"] = DatabaseBackend(self)
+        return backend
+
+    @property
+    def amqp(self) -> Any:
+        """``app.amqp``: the queue declarations (``queues``, ``default_queue``, ``router``)."""
+        amqp = self.__dict__.get("_amqp")
+        if amqp is None:
+            amqp = self.__dict__["_amqp"] = AMQP(self)
+        return amqp
 
     @property
     def GroupResult(self) -> type[GroupResult]:

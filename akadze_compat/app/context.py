@@ -36,7 +36,6 @@ class Context:
     loglevel: int | None = None
     origin: str | None = None
     parent_id: str | None = None
-    properties: dict[str, Any] | None = None
     retries = 0
     reply_to: str | None = None
     replaced_task_nesting = 0
@@ -82,6 +81,38 @@ class Context:
     def get(self, key: str, default: Any = None) -> Any:
         """An attribute, or ``default``."""
         return getattr(self, key, default)
+
+    @property
+    def properties(self) -> dict[str, Any] | None:
+        """The message properties of the call (Celery's ``request.properties``).
+
+        A worker run builds them only when read: ``correlation_id`` (the task id),
+        ``reply_to``, ``delivery_mode``, ``delivery_info``, ``priority``, and the message
+        properties the caller passed to ``apply_async`` (``app_id``, ``user_id``, ``type``,
+        ``message_id``...), kept in the job's meta. None outside a worker run unless set.
+        """
+        values = self.__dict__
+        if "properties" in values:
+            return values["properties"]  # type: ignore[no-any-return]
+        meta = values.get("_akadze_meta")
+        if meta is None:
+            return None
+        delivery = values.get("delivery_info") or {}
+        kept = meta.get("properties")
+        properties = {
+            "correlation_id": values.get("id"), "reply_to": values.get("reply_to") or "",
+            "delivery_mode": 2,
+            "delivery_info": {"exchange": delivery.get("exchange") or "",
+                              "routing_key": delivery.get("routing_key")},
+            "priority": delivery.get("priority"),
+            **(kept if isinstance(kept, dict) else {}),
+        }
+        values["properties"] = properties
+        return properties
+
+    @properties.setter
+    def properties(self, value: dict[str, Any] | None) -> None:
+        self.__dict__["properties"] = value
 
     @property
     def children(self) -> list[Any]:

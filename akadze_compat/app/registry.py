@@ -14,6 +14,7 @@ from .. import _state
 from ..exceptions import DuplicateTaskNameWarning, NotRegistered
 from .autoretry import add_autoretry_behaviour
 from .task import Task
+from .validation import pydantic_wrapper
 
 if TYPE_CHECKING:
     from .base import Celery
@@ -71,9 +72,16 @@ def task_from_fun(app: Celery, fun: Callable[..., Any], name: str | None = None,
                 "the first one is kept"), stacklevel=4)
         return existing
     base = base or app.Task
+    use_pydantic = options.pop("pydantic", False)
+    strict = options.pop("pydantic_strict", False)
+    context = options.pop("pydantic_context", None)
+    dump_kwargs = options.pop("pydantic_dump_kwargs", None)
+    original = fun  # what a second registration of the same function is compared with
+    if use_pydantic is True:
+        fun = pydantic_wrapper(app, fun, name, strict, context, dump_kwargs)
     attributes = {
         "_app": app, "name": name, "run": fun if bind else staticmethod(fun),
-        "_decorated": True, "_decorated_fun": staticmethod(fun), "__doc__": fun.__doc__,
+        "_decorated": True, "_decorated_fun": staticmethod(original), "__doc__": fun.__doc__,
         "__module__": fun.__module__, "__wrapped__": fun, **options,
     }
     task = type(fun.__name__, (base,), attributes)()

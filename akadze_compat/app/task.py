@@ -188,7 +188,6 @@ class Task:
     #: Hard and soft time limits, in seconds.
     time_limit: float | None = None
     soft_time_limit: float | None = None
-    backend: Any = None
     track_started: bool | None = None
     acks_late: bool | None = None
     acks_on_failure_or_timeout: bool | None = None
@@ -241,6 +240,16 @@ class Task:
         """The app this task belongs to (the current app for an unbound task class)."""
         app = type(self)._app
         return app if app is not None else _state.get_current_app()
+
+    @property
+    def backend(self) -> Any:
+        """The result backend (``app.backend`` unless one was set on the task)."""
+        backend = self.__dict__.get("_backend") or type(self).__dict__.get("_backend")
+        return backend if backend is not None else self.app.backend
+
+    @backend.setter
+    def backend(self, value: Any) -> None:
+        self.__dict__["_backend"] = value
 
     def option(self, attribute: str, setting: str) -> Any:
         """The task's ``attribute``, or the ``setting`` when it is None (read live)."""

@@ -229,12 +229,15 @@ class _Tracing:
 
 def trace(task: Task, request: Context, args: Any, kwargs: Any, body: Callable[[], Any], *,
           eager: bool, propagate: bool = False,
-          revoked: Callable[[], bool | None] | None = None) -> TraceResult:
+          revoked: Callable[[], bool | None] | None = None,
+          store: Callable[[TraceResult], None] | None = None) -> TraceResult:
     """Run ``body()`` as the call of ``task`` described by ``request``.
 
     ``propagate`` re-raises the body's exception (eager runs with eager_propagates).
     ``revoked()`` says, after an exception, whether a revoke was requested meanwhile (None:
-    no; else whether it expired).
+    no; else whether it expired). ``store(result)`` writes the outcome before
+    ``task_postrun`` is sent, called only when that signal has receivers: Celery stores the
+    state first, so a receiver reading ``AsyncResult(task_id).state`` sees it.
     """
     with _Tracing(task, request, args, kwargs, eager) as tracing:
         started = time.monotonic()
@@ -250,14 +253,17 @@ def trace(task: Task, request: Context, args: Any, kwargs: Any, body: Callable[[
             tracing.result = _on_return(task, request, args, kwargs, retval, started,
                                         eager=eager, propagate=propagate, revoked=revoked)
         _after_return(task, request, args, kwargs, tracing.result, eager)
+        if store is not None and signals.task_postrun.receivers:
+            store(tracing.result)
         return tracing.result
 
 
 async def trace_async(task: Task, request: Context, args: Any, kwargs: Any,
                       body: Callable[[], Awaitable[Any]], *,
-                      revoked: Callable[[], Awaitable[bool | None]] | None = None) \
+                      revoked: Callable[[], Awaitable[bool | None]] | None = None,
+                      store: Callable[[TraceResult], Awaitable[None]] | None = None) \
         -> TraceResult:
-    """``trace`` for an ``async def`` body run by the worker."""
+    """``trace`` for an ``async def`` body run by the worker (``store`` awaited)."""
     with _Tracing(task, request, args, kwargs, False) as tracing:
         started = time.monotonic()
         try:
@@ -276,6 +282,8 @@ async def trace_async(task: Task, request: Context, args: Any, kwargs: Any,
             tracing.result = _on_return(task, request, args, kwargs, retval, started,
                                         eager=False, propagate=False, revoked=None)
         _after_return(task, request, args, kwargs, tracing.result, False)
+        if store is not None and signals.task_postrun.receivers:
+            await store(tracing.result)
         return tracing.result
 
 

@@ -20,6 +20,7 @@ from akadze_core import current
 from .. import _state, exceptions, states
 from ..exceptions import ChordError, TaskRevokedError
 from ..serialization import revive
+from ..utils.serialization import UnpickleableExceptionWrapper
 from ..utils.unsupported import not_provided
 
 if TYPE_CHECKING:
@@ -28,8 +29,9 @@ if TYPE_CHECKING:
 
     from ..app.task import Task
 
-__all__ = ["FINISHED", "TaskIdOf", "celery_meta", "exception_from_entry", "failure_exception",
-           "failure_traceback", "job_result", "job_state", "lookup_job", "never_ran",
+__all__ = ["FINISHED", "TaskIdOf", "celery_meta", "custom_result", "exception_from_entry",
+           "failure_exception", "failure_traceback", "job_result", "job_state",
+           "lookup_job", "never_ran",
            "root_failure", "update_state", "upstream_exception"]
 
 #: Gives the Celery task id of a job id (to name a chord's failed member).
@@ -60,6 +62,11 @@ def job_state(job: Job | None, track_started: bool = False) -> str:
     if job is None:
         return states.PENDING
     if job.state in FINISHED:
+        meta = celery_meta(job)
+        if meta.get("ignored"):
+            # raise Ignore(): Celery stored nothing, so the state is the body's custom one
+            # (update_state) or PENDING
+            return str(meta.get("state") or states.PENDING)
         if never_ran(job):
             # A chain step that never ran: Celery's _fail_chain stores the failure that
             # stopped the chain in every later step (FAILURE); a revoke stores nothing in
@@ -105,6 +112,12 @@ def _exception_type(module: str | None, name: str) -> type[Exception]:
         cls = getattr(found, name, None) if found is not None else None
         if isinstance(cls, type) and issubclass(cls, Exception):
             return cls
+    return _stand_in(module, name)
+
+
+def _stand_in(module: str | None, name: str) -> type[Exception]:
+    """An Exception subclass called ``name`` (in ``module``), made once: what a failure
+    whose class cannot be found or built comes back as (Celery makes one too)."""
     key = (module or "builtins", name)
     with _made_types_lock:
         if key not in _made_types:
@@ -114,15 +127,21 @@ def _exception_type(module: str | None, name: str) -> type[Exception]:
 
 
 def exception_from_entry(entry: dict[str, Any]) -> Exception:
-    """Rebuild the exception an error entry describes (its type and message)."""
+    """Rebuild the exception an error entry describes: its type called with the arguments
+    it was raised with (as Celery's JSON results do, ``cls(*exc_message)``), or with its
+    message for an entry without them (written before they were kept); an
+    ``UnpickleableExceptionWrapper`` when that call fails."""
     cls = _exception_type(entry.get("module"), str(entry.get("type") or "Exception"))
     message = entry.get("message") or ""
+    args = entry.get("args")
+    arguments = tuple(args) if isinstance(args, list) else ((message,) if message else ())
     try:
-        exc = cls(message) if message else cls()
+        exc = cls(*arguments)
     except Exception:
-        # A constructor with other required arguments: make the instance without it.
-        exc = Exception.__new__(cls)
-        exc.args = (message,)
+        # A constructor that wants other arguments (or a class that cannot be made from
+        # outside, such as pydantic's ValidationError): Celery's wrapper, naming the
+        # class and holding the arguments.
+        return UnpickleableExceptionWrapper(entry.get("module"), cls.__name__, arguments)
     return exc
 
 
@@ -197,6 +216,10 @@ def job_result(job: Job | None, state: str, task_id_of: TaskIdOf | None = None) 
     ``task_id_of`` names a failed chord member by its task id (else by its job id)."""
     if job is None:
         return None
+    meta = celery_meta(job)
+    if meta.get("state") and state == meta["state"] and (job.state not in FINISHED
+                                                         or meta.get("ignored")):
+        return custom_result(state, revive(meta.get("result")))
     if state == states.SUCCESS:
         return revive(job.result)
     if state == states.REVOKED:
@@ -211,10 +234,24 @@ def job_result(job: Job | None, state: str, task_id_of: TaskIdOf | None = None) 
         if entry is None or (state == states.RETRY and entry.get("type") == "Retry"):
             return None
         return failure_exception(entry, task_id_of)
-    meta = celery_meta(job)
-    if meta.get("state") and state == meta["state"]:
-        return revive(meta.get("result"))
     return None
+
+
+def custom_result(state: str, meta: Any) -> Any:
+    """The ``result`` of a state a body stored with ``update_state``: its metadata, or in
+    an exception state (FAILURE, RETRY, REVOKED) with Celery's ``{"exc_type": ...,
+    "exc_message": ..., "exc_module": ...}`` metadata, that exception, rebuilt as Celery
+    does: the class named (a stand-in of that name when it cannot be found) called with
+    the message's arguments. Never an import of anything but an exception class."""
+    if state not in states.EXCEPTION_STATES or not isinstance(meta, dict) \
+            or not isinstance(meta.get("exc_type"), str):
+        return meta
+    message = meta.get("exc_message", "")
+    args = message if isinstance(message, list) else [message]
+    module = meta.get("exc_module")
+    return exception_from_entry({"type": meta["exc_type"].rsplit(".", 1)[-1],
+                                 "module": module if isinstance(module, str) else None,
+                                 "message": str(message), "args": args})
 
 
 def lookup_job(core: CoreApp, task_id: str) -> Job | None:

@@ -14,7 +14,9 @@ returned a value                   the value is the job's result (None with igno
                                    (the call's, else the task's; None: forever)
 any other exception                ``akadze_core.Fail`` raised from it: FAILURE at once
                                    (Celery never retries on its own)
-``Ignore``                         success without a result
+``Ignore``                         ``Cancel``: no result, nothing waiting on it runs, and
+                                   the Celery state stays as it was (PENDING or the
+                                   body's ``update_state``)
 ``Reject(requeue=False)``          ``Fail``
 ``Reject(requeue=True)``           ``akadze_core.Snooze(0)``: back to the queue, no attempt
 hard ``time_limit``                ``TimeLimitExceeded`` raised in the body: FAILURE
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from akadze_core import Cancel, Fail, Snooze, current
+from akadze_core import Cancel, Fail, Snooze, current, database, outcomes
 from akadze_core import Retry as CoreRetry
 
 from .. import signals, states
@@ -47,6 +49,7 @@ from ..exceptions import (
 )
 from ..serialization import revive
 from .canvas import errback_call, is_new_style_errback, step_args
+from .request import send_received
 from .timelimits import AsyncLimits, async_limits, limits_for, sync_limits
 
 if TYPE_CHECKING:
@@ -346,6 +349,21 @@ def _retry_patch(run: _Run, result: TraceResult) -> dict[str, Any] | None:
     return {"celery": run.meta}
 
 
+def _ignore_patch(run: _Run, result: TraceResult) -> dict[str, Any] | None:
+    """``raise Ignore()``: the job ends (cancelled, without a result) marked ignored, so its
+    Celery state stays what it was, PENDING or the custom state the body set with
+    ``update_state`` (Celery stores nothing for an ignored task)."""
+    if result.state != states.IGNORED:
+        return None
+    run.meta["ignored"] = True
+    return {"celery": run.meta}
+
+
+def _meta_patch(run: _Run, result: TraceResult) -> dict[str, Any] | None:
+    """What the run's outcome needs kept in the job's meta before it is written."""
+    return _retry_patch(run, result) or _ignore_patch(run, result)
+
+
 def _retry_budget(exc: BaseException) -> int | None:
     """The attempt budget a ``self.retry()`` call needs: Celery's limit ``max_retries=M``
     (the call's, else the task's) is ``M + 1`` core attempts, None is forever.
@@ -365,10 +383,13 @@ def _outcome(run: _Run, result: TraceResult) -> Any:
     """Return the job's result, or raise what tells the core how the run ended."""
     if result.state == states.SUCCESS:
         return None if run.request.ignore_result else result.retval
-    if result.state == states.IGNORED:
-        return None
     exc = result.exception
     assert exc is not None
+    if result.state == states.IGNORED:
+        # Cancelled, not succeeded: what waits on it (a chain's next step, a chord's body,
+        # link callbacks) never runs, as Celery applies no callbacks after Ignore; the
+        # state stays what it was (the meta's "ignored" mark, see _ignore_patch).
+        raise Cancel("ignored: the task raised Ignore()") from exc
     if result.state == states.REJECTED:
         if getattr(exc, "requeue", False):
             raise Snooze(0) from exc
@@ -390,6 +411,70 @@ def _outcome(run: _Run, result: TraceResult) -> Any:
     raise Fail(f"{type(exc).__name__}: {exc}") from exc
 
 
+def _core_outcome(run: _Run, result: TraceResult) -> outcomes.Outcome:
+    """The outcome the core's worker would write for ``result`` (what ``_outcome`` returns
+    or raises, classified as the executor does)."""
+    context = run.context
+    job = context.job
+    backoff = context.app.tasks[job.task].backoff
+    try:
+        value = _outcome(run, result)
+    except BaseException as exc:
+        return outcomes.raised(job.id, job.run_count, job.attempt, exc, backoff)
+    return outcomes.succeeded(job.id, job.run_count, job.attempt, value, backoff,
+                              context.app.json_dumps)
+
+
+def _stored(run: _Run, written: bool) -> None:
+    # Written (or fenced out: this run no longer owns the job, and the worker's own write
+    # would change nothing either): the worker must not write it again.
+    run.context.completed = True
+    if not written:
+        logger.warning("task %s[%s]: its outcome was not stored (the run no longer owns "
+                       "the job)", run.task.name, run.request.id)
+
+
+def _store_sync(run: _Run, result: TraceResult) -> None:
+    """Write the run's outcome now, before ``task_postrun`` (only sent to receivers).
+
+    The core's worker batches outcomes after the body returns, so a receiver reading the
+    task's state would see PENDING; only runs with receivers pay for this write of their
+    own. If it fails, the worker's completer writes the outcome as usual (and retries)."""
+    patch = _meta_patch(run, result)
+    outcome = _core_outcome(run, result)
+    try:
+        if patch is not None:
+            run.context.update_meta_sync(patch)
+        rows = run.context.app.run_pooled(
+            lambda connection: database.complete_many_sync(connection, [outcome]))
+    except Exception as exc:
+        logger.warning("task %s[%s]: storing the outcome before task_postrun failed (%s); "
+                       "the worker writes it after", run.task.name, run.request.id,
+                       type(exc).__name__)
+        return
+    _stored(run, bool(rows))
+
+
+async def _store_async(run: _Run, result: TraceResult) -> None:
+    """``_store_sync`` for an ``async def`` body."""
+    patch = _meta_patch(run, result)
+    outcome = _core_outcome(run, result)
+
+    async def write(connection: Any) -> list[dict[str, Any]]:
+        return await database.complete_many(connection, [outcome])
+
+    try:
+        if patch is not None:
+            await run.context.update_meta(patch)
+        rows = await run.context.app.run_pooled_async(write)
+    except Exception as exc:
+        logger.warning("task %s[%s]: storing the outcome before task_postrun failed (%s); "
+                       "the worker writes it after", run.task.name, run.request.id,
+                       type(exc).__name__)
+        return
+    _stored(run, bool(rows))
+
+
 def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[str, Any]) \
         -> Any:
     run = _prepare(app, name, args, kwargs, unexpected)
@@ -404,6 +489,7 @@ def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[s
     if ended is not None:
         _fail_now(run, ended)
     _check_deadline(run)
+    send_received(run.task, run.request)
 
     def body() -> Any:
         limits = sync_limits(run.limits)
@@ -417,8 +503,10 @@ def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[s
         return local if local is not None else _revoked(app.core.get_job(context.id))
 
     result = trace(run.task, run.request, run.args, run.kwargs, body, eager=False,
-                   revoked=revoked)
-    patch = _retry_patch(run, result)
+                   revoked=revoked, store=lambda traced: _store_sync(run, traced))
+    if context.completed:
+        return None
+    patch = _meta_patch(run, result)
     if patch is not None:
         context.update_meta_sync(patch)
     return _outcome(run, result)
@@ -440,6 +528,7 @@ async def _run_async(app: Celery, name: str, args: Any, kwargs: Any,
     if ended is not None:
         _fail_now(run, ended)
     _check_deadline(run)
+    send_received(run.task, run.request)
 
     async def body() -> Any:
         called = call_body(run.task, run.args, run.kwargs)
@@ -452,8 +541,10 @@ async def _run_async(app: Celery, name: str, args: Any, kwargs: Any,
         return local if local is not None else _revoked(await app.core.get_job_async(context.id))
 
     result = await trace_async(run.task, run.request, run.args, run.kwargs, body,
-                               revoked=revoked)
-    patch = _retry_patch(run, result)
+                               revoked=revoked, store=lambda traced: _store_async(run, traced))
+    if context.completed:
+        return None
+    patch = _meta_patch(run, result)
     if patch is not None:
         await context.update_meta(patch)
     return _outcome(run, result)

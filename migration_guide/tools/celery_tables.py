@@ -121,8 +121,12 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "celery:version_info": (M, "no Celery version constants"),
     "celery:version_info_t": (M, "no Celery version constants"),
     # --- celery.exceptions
-    "celery.exceptions:Ignore": (D, "the task ends SUCCESS with result None (Celery leaves its "
-                                    "state as it was)"),
+    "celery.exceptions:Ignore": (D, "the state stays as it was, as in Celery: PENDING, or the "
+                                    "custom state the body set with `update_state` (a FAILURE "
+                                    "with `exc_type`/`exc_message` reads as that exception) "
+                                    "and nothing waiting on it runs; the job ends cancelled "
+                                    "without a result, so `get()` returns None instead of "
+                                    "waiting"),
     "celery.exceptions:Reject": (D, "`requeue=True`: back to the queue without spending a "
                                     "retry; `requeue=False`: FAILURE"),
     "celery.exceptions:Retry": (S, "raised by `self.retry()`; the task keeps its id"),
@@ -204,7 +208,10 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "celery.schedules:cronfield": (M, "beat internals"),
     # --- celery.states
     "celery.states:RECEIVED": (S, "never reported: a claimed task starts at once"),
-    "celery.states:IGNORED": (S, "never reported: `Ignore` ends SUCCESS"),
+    "celery.worker.request:Request": (D, "what `task_received` receivers get: a read-only "
+                                         "view of the call; `Task.Request` subclasses are "
+                                         "not used"),
+    "celery.states:IGNORED": (S, "never reported: an ignored task keeps its previous state"),
     "celery.states:STARTED": (S, "reported only with `track_started`"),
     # --- celery.utils.log
     **{f"celery.utils.log:{name}": (M, "worker internals, not provided") for name in (
@@ -215,12 +222,19 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "Celery:add_periodic_task": (D, "every worker schedules it, each tick enqueued once"),
     "Celery:autodiscover_tasks": (S, "imports when a worker starts, or at once with "
                                      "`force=True`"),
-    "Celery:control": (D, "`revoke()` and `purge()` only; `inspect()` raises "
-                          "NotImplementedError (use `akadze-compat inspect`)"),
+    "Celery:control": (D, "Celery's commands and `inspect()` with its reply shapes, answered "
+                          "by the live workers through the database (`revoke(terminate=True)` "
+                          "ends the prefork child); no events, autoscale or election"),
     "Celery:send_task": (D, "for a task the sender does not know, the worker's max_retries "
                             "decides"),
     "Celery:annotations": (M, "task_annotations are not applied"),
-    "Celery:backend": (M, "no result backend object: AsyncResult reads the job"),
+    "Celery:amqp": (D, "`queues`, `default_queue`, `default_exchange`, `router` and `Queues()` "
+                       "from the settings; no producers or messages (`producer_pool`... "
+                       "raise AttributeError saying so)"),
+    "Celery:backend": (D, "Celery's backend methods answered from the jobs table "
+                          "(`get_task_meta`, `get_state`, `get_result`...); `store_result` and "
+                          "`mark_as_*` store a state only for the task running here, "
+                          "`mark_as_revoked` revokes, `forget` deletes nothing"),
     "Celery:backend_cls": (M, "no result backend object: AsyncResult reads the job"),
     "Celery:events": (M, "no event stream"), "Celery:events_cls": (M, "no event stream"),
     "Celery:start": (M, _CLI), "Celery:worker_main": (M, _CLI), "Celery:Worker": (M, _CLI),
@@ -232,7 +246,7 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "Celery:user_options": (M, "custom command-line options are not supported"),
     "Celery:setup_security": (M, "message signing is not supported"),
     **{f"Celery:{name}": (M, _NO_BROKER) for name in (
-        "amqp", "amqp_cls", "broker_connection", "connection", "connection_for_read",
+        "amqp_cls", "broker_connection", "connection", "connection_for_read",
         "connection_for_write", "connection_or_acquire", "default_connection",
         "default_producer", "pool", "producer_or_acquire", "producer_pool", "select_queues")},
     **{f"Celery:{name}": (M, _INTERNAL) for name in (
@@ -244,8 +258,9 @@ API_NOTES: dict[str, tuple[str, str]] = {
                             "time_limit, soft_time_limit, ignore_result, `connection=` (a "
                             "psycopg connection whose transaction the job joins), link "
                             "(a job waiting for this one) and link_error (inserted when it "
-                            "fails, called as Celery calls errbacks); kombu options are "
-                            "ignored"),
+                            "fails, called as Celery calls errbacks); kombu's message "
+                            "properties (`app_id`, `user_id`, `type`...) reach "
+                            "`request.properties`, other kombu options are ignored"),
     "Task:retry": (D, "same task id; `throw=False` schedules no retry; `queue=`/`priority=` "
                       "are ignored; `args=`/`kwargs=` work"),
     "Task:update_state": (D, "only for the task running here (other ids: a warning); does "
@@ -269,13 +284,15 @@ API_NOTES: dict[str, tuple[str, str]] = {
         "subtask_from_request")},
     # --- AsyncResult
     "AsyncResult:get": (D, "wakes on LISTEN/NOTIFY, no polling; a failure comes back as its "
-                           "exception type with its message only (never unpickled); inside a "
+                           "class called with its arguments, Celery's "
+                           "`UnpickleableExceptionWrapper` when that call fails (never "
+                           "unpickled); inside a "
                            "task it raises RuntimeError unless `disable_sync_subtasks=False` "
                            "or `allow_join_result()`; the parents are checked first, as "
                            "Celery's (`follow_parents`); a chain step after a revoked one "
                            "raises `TaskRevokedError` even without parents (Celery waits)"),
-    "AsyncResult:result": (D, "on FAILURE the exception rebuilt from type and message; dicts "
-                              "come back with keys in jsonb's order"),
+    "AsyncResult:result": (D, "on FAILURE the exception rebuilt from its class and "
+                              "arguments; dicts come back with keys in jsonb's order"),
     "AsyncResult:info": (D, "as `result`"),
     "AsyncResult:state": (S, "unknown id: PENDING; a retry waiting: RETRY; STARTED only with "
                              "track_started"),
@@ -290,7 +307,7 @@ API_NOTES: dict[str, tuple[str, str]] = {
                                 "sent from its body are not tracked"),
     "AsyncResult:collect": (S, "over `children`"), "AsyncResult:iterdeps": (S, ""),
     "AsyncResult:worker": (D, "always None (not recorded)"),
-    "AsyncResult:backend": (D, "always None: there is no result backend"),
+    "AsyncResult:backend": (S, "`app.backend` (see `Celery.backend`)"),
     "AsyncResult:TimeoutError": (M, "import it from `akadze_compat.exceptions`"),
     "AsyncResult:then": (M, "no promises"), "AsyncResult:throw": (M, "no promises"),
     "AsyncResult:revoke_by_stamped_headers": (M, "no stamping"),

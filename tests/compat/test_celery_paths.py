@@ -38,7 +38,7 @@ WORKING = [
     ("akadze_compat.beat", ()),
     ("akadze_compat.backends.base", ()),
     ("akadze_compat.worker.control", ("Panel", "control_command", "inspect_command")),
-    ("akadze_compat.worker.request", ()),
+    ("akadze_compat.worker.request", ("Request",)),
     ("akadze_compat.bootsteps", ()),
 ]
 #: Names left out on purpose: importing one raises NotProvided naming a guide section.
@@ -48,7 +48,7 @@ REFUSED = [
     ("akadze_compat.app.trace", "build_tracer"), ("akadze_compat.app.trace", "trace_task"),
     ("akadze_compat.backends.base", "BaseBackend"),
     ("akadze_compat.backends.base", "KeyValueStoreBackend"),
-    ("akadze_compat.worker.request", "Request"),
+    ("akadze_compat.worker.request", "create_request_cls"),
     ("akadze_compat.bootsteps", "StartStopStep"),
     ("akadze_compat.utils.threads", "bgThread"),
     ("akadze_compat.utils.time", "humanize_seconds"),

@@ -132,7 +132,7 @@ def test_names_akadze_compat_lacks_and_celery_imports() -> None:
         from akadze_compat.exceptions import Retry, Ignore
         from akadze_compat.utils.log import get_task_logger
         from akadze_compat.schedules import crontab, solar
-        from akadze_compat.app.amqp import AMQP
+        from akadze_compat.app.amqp import Queues
         """)
     # Line 5: akadze_compat.app.task exists (Celery's module path); line 9 does not.
     assert scan("from akadze_compat.contrib.abortable import AbortableTask\n") == []
@@ -184,7 +184,7 @@ def test_bound_tasks_and_task_classes() -> None:
             self.update_state("other-id", "PROGRESS")
             if self.request.chain:
                 raise self.replace(x)
-            return self.app.backend
+            return self.app.events
 
         @app.task
         def unbound(self):
@@ -208,7 +208,7 @@ def test_the_app_is_known_by_its_references_only() -> None:
         web = Flask(__name__)
         queue_app = Celery("proj")
         web.route("/")
-        queue_app.amqp.queues
+        queue_app.pool.connection
         celery_app.events.State()
         celery_app.conf.task_default_queue
         """
@@ -285,7 +285,7 @@ def test_legacyproj_gets_every_problem_reported_and_exit_1() -> None:
         ("task options", "acks_late"): "ignored",
         ("task options", "rate_limit"): "ignored",
         ("task options", "reject_on_worker_lost"): "ignored",
-        ("signals", "task_received"): "missing",
+        ("signals", "task_received"): "different",
         ("signals", "heartbeat_sent"): "missing",
         ("api", "app.control.*"): "missing",
         ("api", "app.control.inspect"): "different",
@@ -325,7 +325,8 @@ def test_text_report() -> None:
     assert "  legacyproj.orders.tasks.notify          async queue orders  time_limit=10" in out
     assert ("  [ignored] CELERYD_MAX_MEMORY_PER_CHILD (worker_max_memory_per_child) = 200000\n"
             "      not supported: use worker_max_tasks_per_child") in out
-    assert "  [missing] task_received\n      legacyproj.celery.count_received\n" in out
+    assert ("  [different] task_received\n      legacyproj.celery.count_received\n"
+            "      sent just before task_prerun") in out
     assert out.rstrip().endswith("Summary: 5 missing, 9 different, 7 ignored, 1 unknown: "
                                  "something the project uses is missing in akadze (exit 1)")
     assert "legacy-s3cret" not in out
@@ -355,3 +356,27 @@ def test_a_project_still_on_celery_is_told_to_rename(tmp_path: Path) -> None:
 def test_help(args: tuple[str, ...]) -> None:
     done = run(*args)
     assert done.returncode == 0 and "doctor" in done.stdout
+
+
+def test_task_options_nothing_reads_are_reported() -> None:
+    """An ``@app.task`` option akadze's Task does not know (a typo, Celery's ``Request``)
+    is reported as ignored, instead of passing as "nothing blocks the move"; options a
+    custom base class declares, and pydantic's (consumed by the decorator), are not."""
+    from akadze_compat import Celery, Task
+    from akadze_compat.doctor import _tasks
+
+    class Base(Task):
+        audit = False
+
+    app = Celery("unknowns", set_as_current=False)
+
+    @app.task(name="u.typo", max_retry=3, Request="proj.MyRequest")
+    def typo() -> None: ...
+
+    @app.task(name="u.fine", base=Base, audit=True, pydantic=True, max_retries=2)
+    def fine() -> None: ...
+
+    _, found = _tasks(app)
+    reported = {finding.subject: (finding.kind, finding.where) for finding in found}
+    assert reported == {"max_retry": ("ignored", ["u.typo (3)"]),
+                        "Request": ("ignored", ["u.typo ('proj.MyRequest')"])}

@@ -427,8 +427,10 @@ async def test_ignore_reject_and_ignore_result(celery: Celery) -> None:
         return 1
 
     results = ignored.delay(), rejected.delay(), quiet.delay()
-    await work(celery, lambda: all(celery.AsyncResult(r.id).ready() for r in results))
-    assert results[0].state == states.SUCCESS and results[0].result is None
+    await work(celery, lambda: all(celery.core.get_job(r.job_id).state in (
+        "succeeded", "failed", "cancelled") for r in results))
+    # Ignore: Celery stores nothing, so the state stays PENDING (test_surface has more)
+    assert results[0].state == states.PENDING and results[0].result is None
     assert results[1].state == states.FAILURE and isinstance(results[1].result, Reject)
     assert results[2].get() is None
     assert celery.AsyncResult(results[2].id).result is None

@@ -25,15 +25,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "app.flow", "app.publish", "app.control")),
     # Running one task call: the tracer, eager runs, the worker's entry and time limits.
     ("run", ("app.trace", "app.eager", "app.autoretry", "worker", "worker.canvas",
-             "worker.entry", "worker.timelimits")),
+             "worker.entry", "worker.timelimits", "worker.request")),
     # The app and its tasks, which compose everything below.
-    ("app", ("app", "app.task", "app.registry", "app.base", "app.builtins", "beat",
+    ("app", ("app", "app.task", "app.registry", "app.validation", "app.base", "app.builtins",
+             "beat",
              "django_beat",
              "contrib.abortable",
              "contrib.django", "contrib.django.*")),
     # Processes and tools: the command, the doctor, Celery's worker-side paths, the package.
     ("tools", ("", "__main__", "cli", "bin", "bin.*", "doctor", "doctor_scan", "support",
-               "worker.pool", "worker.request", "worker.control", "contrib", "contrib.*")),
+               "worker.pool", "worker.control", "contrib", "contrib.*")),
 ]
 
 #: ``obj._x`` accesses that are Celery's own protocols, not another module's internals:

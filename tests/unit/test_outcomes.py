@@ -36,7 +36,8 @@ def entry(outcome: Outcome) -> dict[str, Any]:
     """The decoded errors entry an outcome carries."""
     assert outcome.error is not None
     decoded = json.loads(outcome.error)
-    assert set(decoded) == {"type", "module", "message", "traceback"}
+    # "args" only when the exception was built with more than its message
+    assert set(decoded) - {"args"} == {"type", "module", "message", "traceback"}
     return decoded
 
 
@@ -157,6 +158,21 @@ def test_base_exception_from_a_task_is_a_plain_failure() -> None:
     outcome = raised(JOB, RUN, 1, raise_and_catch(SystemExit(3)), None)
     assert outcome.kind == RETRY
     assert entry(outcome)["type"] == "SystemExit"
+
+
+def test_an_entry_keeps_the_exception_arguments_it_can_store() -> None:
+    class Odd:
+        def __repr__(self) -> str:
+            return "<odd>"
+
+    plain = entry(raised(JOB, RUN, 1, raise_and_catch(ValueError("just a message")), None))
+    assert "args" not in plain  # the message says it all
+    rich = entry(raised(JOB, RUN, 1, raise_and_catch(
+        ValueError("a\x00b", 3, [1, "x"], Odd(), float("nan"))), None))
+    assert rich["args"] == ["a\ufffdb", 3, [1, "x"], "<odd>", "nan"]
+    huge = entry(raised(JOB, RUN, 1, raise_and_catch(ValueError("x" * 10, "y" * 9000)), None))
+    assert "args" not in huge  # too big: the message and traceback stay
+    assert "args" not in entry(raised(JOB, RUN, 1, raise_and_catch(ValueError()), None))
 
 
 def test_timeout_retries_with_job_timeout() -> None:
