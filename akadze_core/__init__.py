@@ -6,7 +6,14 @@ other's lost jobs, and write outcomes fenced by ``run_count`` so a late run neve
 
 from .app import App
 from .context import JobContext, current
-from .control import request_cancel, request_cancel_sync, requeue, requeue_sync
+from .control import (
+    ControlReply,
+    broadcast,
+    request_cancel,
+    request_cancel_sync,
+    requeue,
+    requeue_sync,
+)
 from .dsn import password_of, redact, redact_password
 from .errors import (
     AkadzeError,
@@ -42,6 +49,7 @@ __all__ = [
     "Cancel",
     "ConfigurationError",
     "ConnectionLost",
+    "ControlReply",
     "Cron",
     "Every",
     "Fail",
@@ -70,6 +78,7 @@ __all__ = [
     "WorkerConfig",
     "WorkerError",
     "Workflow",
+    "broadcast",
     "current",
     "default_backoff",
     "password_of",

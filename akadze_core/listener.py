@@ -40,8 +40,9 @@ async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], No
     queues at runtime)."""
     kwargs = {"connect_timeout": 5, **(connect_kwargs or {}), "autocommit": True}
     watched = queues if isinstance(queues, set) else set(queues)
-    # The jobs channel even while no queue is watched: one may be added later.
-    channels = [NOTIFY_CHANNEL] + ([CANCEL_CHANNEL] if cancelled else []) \
+    # A live set may gain a queue later: its jobs channel is listened to even while empty.
+    jobs = bool(watched) or isinstance(queues, set)
+    channels = ([NOTIFY_CHANNEL] if jobs else []) + ([CANCEL_CHANNEL] if cancelled else []) \
         + ([SCHEDULES_CHANNEL] if schedules_changed else []) \
         + ([CONTROL_CHANNEL] if control else [])
     failures = 0

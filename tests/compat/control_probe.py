@@ -69,7 +69,8 @@ def shape(value: Any) -> Any:
 
 def main() -> None:
     side, broker, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    directory = Path(tempfile.mkdtemp(prefix=f"ctl-{side}-"))
+    # Beside OUT (the test's tmp_path), so nothing is left behind elsewhere.
+    directory = Path(tempfile.mkdtemp(prefix=f"ctl-{side}-", dir=out.resolve().parent))
     package = "celery" if side == "celery" else "akadze_compat"
     (directory / "ctlproj.py").write_text(PROJECT.format(package=package), "utf-8")
     sys.path.insert(0, str(directory))
