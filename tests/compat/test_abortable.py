@@ -83,22 +83,22 @@ async def test_is_aborted_of_another_task_by_id(celery: Celery) -> None:
     @celery.task
     def plain() -> None:
         started.set()
-        go_on.wait(10)
+        go_on.wait(10)  # until the watcher looked: it must see a task still running
 
     @celery.task(bind=True, base=AbortableTask)
     def watcher(self: AbortableTask, task_id: str) -> None:
         looked.append(self.is_aborted(task_id=task_id))
+        go_on.set()
 
     running = plain.delay()
     # revoke() of a plain task sets the same flag: an abortable task sees it by id.
     seen: list[Any] = []
 
     def check() -> bool:
-        if started.is_set() and not go_on.is_set():
+        if started.is_set() and not seen:
             running.revoke()
             seen.append(watcher.AsyncResult(running.id).state)
             watcher.delay(running.id)
-            go_on.set()
         return len(looked) == 1 and running.ready()
 
     await work(celery, check)
