@@ -150,20 +150,7 @@ class Workflow:
         """
         if after is None and result_arg is None and on_upstream_failure == "cancel" \
                 and on_failure == ():
-            # A job that waits on nothing and has no errbacks (a group's member): what
-            # add_request would do for it, without its checks of what is not given.
-            request = call.request(kwargs)
-            if request.unique_key is not None:
-                raise ValueError("a workflow job cannot have a unique_key")
-            node = Node(len(self.nodes), request)
-            self.nodes.append(node)
-            self._template_of.append(self._template(request))
-            self._upstreams.append(None)
-            self._dependents.append(None)
-            self._pending.append(0)
-            self._flow.append(None)
-            self._on_failure.append(None)
-            return node
+            return self._add_plain(call.request(kwargs))
         if result_arg is not None and after is None:
             raise ValueError("result_arg needs after=: the jobs whose results it receives")
         request = call.request(kwargs, provided=() if result_arg is None else (result_arg,))
@@ -207,6 +194,10 @@ class Workflow:
         akadze_compat): ``pass_results`` says whether ``upstream_results`` gets the single
         upstream's result (``"one"``) or the list (``"list"``), which the worker gives the
         task as ``result_arg`` when that is set (akadze_compat reads it from the job)."""
+        if after is None and pass_results is None and result_arg is None \
+                and on_upstream_failure == "cancel" and type(on_failure) in (list, tuple) \
+                and not on_failure:
+            return self._add_plain(request)
         if request.unique_key is not None:
             raise ValueError("a workflow job cannot have a unique_key")
         if on_upstream_failure not in ("cancel", "fail"):
@@ -252,6 +243,21 @@ class Workflow:
                 self._outside.append((ref, node.index + 1))
         self._flow.append(json.dumps(flow) if flow else None)
         self._on_failure.append(f"[{', '.join(errbacks)}]" if errbacks else None)
+        return node
+
+    def _add_plain(self, request: JobRequest) -> Node:
+        """``add_request`` of a job that waits on nothing and has no errbacks (a group's
+        member), without its checks of what is not given."""
+        if request.unique_key is not None:
+            raise ValueError("a workflow job cannot have a unique_key")
+        node = Node(len(self.nodes), request)
+        self.nodes.append(node)
+        self._template_of.append(self._template(request))
+        self._upstreams.append(None)
+        self._dependents.append(None)
+        self._pending.append(0)
+        self._flow.append(None)
+        self._on_failure.append(None)
         return node
 
     def _template(self, request: JobRequest) -> int:
