@@ -105,12 +105,12 @@ def insert_jobs(connection: psycopg.Connection, template: JobRequest,
     return list(row[0]) if row else []
 
 
-def _graph_statement(params: dict[str, list[Any]]) -> str:
+def _graph_statement(params: dict[str, Any]) -> str:
     # Without edges nor errbacks (a group), the plain insert: no ids drawn beforehand.
-    return query("job_insert_graph" if "upstreams" in params else "job_insert_rows")
+    return query("job_insert_graph" if "external" in params else "job_insert_rows")
 
 
-def insert_graph(connection: psycopg.Connection, params: dict[str, list[Any]]) -> list[int]:
+def insert_graph(connection: psycopg.Connection, params: dict[str, Any]) -> list[int]:
     """Insert a workflow's jobs (``Workflow.params``) in one statement; returns their ids in
     order."""
     row = connection.execute(_graph_statement(params), params).fetchone()
@@ -249,7 +249,7 @@ async def insert_jobs_async(
 
 
 async def insert_graph_async(connection: psycopg.AsyncConnection,
-                             params: dict[str, list[Any]]) -> list[int]:
+                             params: dict[str, Any]) -> list[int]:
     """Async twin of ``insert_graph``."""
     cursor = await connection.execute(_graph_statement(params), params)
     row = await cursor.fetchone()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -120,6 +121,14 @@ class Workflow:
         self._outside: list[tuple[int, int]] = []
         self._flow: list[str | None] = []
         self._on_failure: list[str | None] = []
+        # Per node, its template: the options it shares with others (task, queue, priority,
+        # attempts, times), sent once per template, not once per job. Per template (by
+        # index): its JSON and the meta of its first node, which its nodes with the same
+        # meta do not repeat.
+        self._template_of: list[int] = []
+        self._templates: dict[tuple[Any, ...], int] = {}
+        self._template_json: list[str] = []
+        self._template_meta: list[str] = []
         self._session: Any = None
 
     def __len__(self) -> int:
@@ -139,6 +148,9 @@ class Workflow:
         runs. ``on_failure``: errbacks. A delay configured on the call counts from the
         release.
         """
+        if after is None and result_arg is None and on_upstream_failure == "cancel" \
+                and on_failure == ():
+            return self._add_plain(call.request(kwargs))
         if result_arg is not None and after is None:
             raise ValueError("result_arg needs after=: the jobs whose results it receives")
         request = call.request(kwargs, provided=() if result_arg is None else (result_arg,))
@@ -169,6 +181,8 @@ class Workflow:
         for column in (self._flow, self._on_failure, self._upstreams, self._dependents):
             column.extend([None] * count)
         self._pending.extend([0] * count)
+        if nodes:
+            self._template_of.extend([self._template(nodes[0].request)] * count)
         return nodes
 
     def add_request(self, request: JobRequest, *,
@@ -180,6 +194,10 @@ class Workflow:
         akadze_compat): ``pass_results`` says whether ``upstream_results`` gets the single
         upstream's result (``"one"``) or the list (``"list"``), which the worker gives the
         task as ``result_arg`` when that is set (akadze_compat reads it from the job)."""
+        if after is None and pass_results is None and result_arg is None \
+                and on_upstream_failure == "cancel" and type(on_failure) in (list, tuple) \
+                and not on_failure:
+            return self._add_plain(request)
         if request.unique_key is not None:
             raise ValueError("a workflow job cannot have a unique_key")
         if on_upstream_failure not in ("cancel", "fail"):
@@ -207,6 +225,7 @@ class Workflow:
         errbacks = [errback.spec() for errback in on_failure]
         node = Node(len(self.nodes), request)
         self.nodes.append(node)
+        self._template_of.append(self._template(request))
         self._upstreams.append(refs or None)
         self._dependents.append(None)
         # An upstream named twice is waited on once (its result is passed twice): settle
@@ -226,6 +245,33 @@ class Workflow:
         self._on_failure.append(f"[{', '.join(errbacks)}]" if errbacks else None)
         return node
 
+    def _add_plain(self, request: JobRequest) -> Node:
+        """``add_request`` of a job that waits on nothing and has no errbacks (a group's
+        member), without its checks of what is not given."""
+        if request.unique_key is not None:
+            raise ValueError("a workflow job cannot have a unique_key")
+        node = Node(len(self.nodes), request)
+        self.nodes.append(node)
+        self._template_of.append(self._template(request))
+        self._upstreams.append(None)
+        self._dependents.append(None)
+        self._pending.append(0)
+        self._flow.append(None)
+        self._on_failure.append(None)
+        return node
+
+    def _template(self, request: JobRequest) -> int:
+        """The index of the template ``request`` shares with the nodes alike (added when
+        it is the first of its kind)."""
+        key = (request.task, request.queue, request.priority, request.max_attempts,
+               request.scheduled_at, request.delay, request.expires_at)
+        index = self._templates.get(key)
+        if index is None:
+            index = self._templates[key] = len(self._template_json)
+            self._template_json.append(_template_json(request))
+            self._template_meta.append(request.meta)
+        return index
+
     def _ref(self, upstream: Node | int) -> int:
         if isinstance(upstream, Node):
             if upstream.index >= len(self.nodes) or self.nodes[upstream.index] is not upstream:
@@ -240,32 +286,67 @@ class Workflow:
         self._session = session
         return self
 
-    def params(self) -> dict[str, list[Any]]:
-        """The insert statement's parameters: one array per column, one element per node;
-        without the graph's when no job waits on another nor has errbacks (a group: the
-        plain insert, ``job_insert_rows``)."""
-        requests = [node.request for node in self.nodes]
-        columns: dict[str, list[Any]] = {
-            "task": [r.task for r in requests], "queue": [r.queue for r in requests],
-            "args": [r.args for r in requests], "priority": [r.priority for r in requests],
-            "max_attempts": [r.max_attempts for r in requests],
-            "meta": [r.meta for r in requests], "at": [r.scheduled_at for r in requests],
-            "delay": [r.delay for r in requests],
-            "expires_at": [r.expires_at for r in requests],
-        }
-        if not self._outside and not any(self._pending) and not any(self._flow) \
-                and not any(self._on_failure):
-            return columns
-        return {
-            **columns, "flow": self._flow, "on_failure": self._on_failure,
-            "upstreams": [_literal(refs) for refs in self._upstreams],
-            "dependents": [_literal(nodes) for nodes in self._dependents],
-            "pending": self._pending,
-            "waits_outside": [refs is not None and max(refs) > 0 for refs in self._upstreams],
-            "external": sorted({ref for ref, _ in self._outside}),
-            "external_ref": [ref for ref, _ in self._outside],
-            "external_node": [node for _, node in self._outside],
-        }
+    def params(self) -> dict[str, Any]:
+        """The insert statement's parameters: the templates, and the nodes as JSON arrays of
+        up to ``CHUNK``, each of one template (``job_insert_rows``, and ``job_insert_graph``
+        with the graph's parameters when a job waits on another or has errbacks)."""
+        graph = bool(self._outside) or any(self._pending) or any(self._flow) \
+            or any(self._on_failure)
+        template_of, template_meta = self._template_of, self._template_meta
+        upstreams, dependents = self._upstreams, self._dependents
+        chunks: list[str] = []
+        chunk_template: list[int] = []
+        run: list[str] = []
+        current = -1
+        for index, node in enumerate(self.nodes):
+            request = node.request
+            template = template_of[index]
+            if template != current or len(run) == CHUNK:
+                if run:
+                    chunks.append(f"[{','.join(run)}]")
+                    chunk_template.append(current + 1)  # the statement counts from 1
+                run = []
+                current = template
+            meta = request.meta
+            own_meta = meta is not template_meta[template] and meta != template_meta[template]
+            if graph and (upstreams[index] is not None or dependents[index] is not None
+                          or self._flow[index] is not None
+                          or self._on_failure[index] is not None):
+                run.append(self._element(index, request, own_meta))
+            elif own_meta:
+                run.append(f"[{request.args},{meta}]")
+            else:
+                run.append(request.args)
+        if run:
+            chunks.append(f"[{','.join(run)}]")
+            chunk_template.append(current + 1)
+        params: dict[str, Any] = {"templates": f"[{','.join(self._template_json)}]",
+                                  "nodes": chunks, "chunk_template": chunk_template}
+        if graph:
+            params["external"] = sorted({ref for ref, _ in self._outside})
+            params["external_ref"] = [ref for ref, _ in self._outside]
+            params["external_node"] = [node for _, node in self._outside]
+        return params
+
+    def _element(self, index: int, request: JobRequest, own_meta: bool) -> str:
+        """Node ``index`` as job_insert_graph takes a node that waits or is waited on:
+        [args, meta, flow, on_failure, upstreams, dependents, pending, waits_outside], its
+        trailing nulls left out."""
+        refs = self._upstreams[index]
+        downs = self._dependents[index]
+        flow = self._flow[index]
+        on_failure = self._on_failure[index]
+        parts = [request.args, request.meta if own_meta else "null", flow or "null",
+                 on_failure or "null", "null" if refs is None else f'"{_literal(refs)}"',
+                 "null" if downs is None else f'"{_literal(downs)}"']
+        pending = self._pending[index]
+        outside = refs is not None and max(refs) > 0
+        if pending or outside:
+            parts += [str(pending), "true" if outside else "false"]
+        else:
+            while parts[-1] == "null":
+                parts.pop()
+        return f"[{','.join(parts)}]"
 
     def _assign(self, ids: list[int]) -> list[int]:
         for node, job_id in zip(self.nodes, ids, strict=True):
@@ -291,7 +372,7 @@ class Workflow:
         return self._assign(ids)
 
     async def _async_on(self, session: psycopg.AsyncConnection,
-                        params: dict[str, list[Any]]) -> list[int]:
+                        params: dict[str, Any]) -> list[int]:
         with self._translated():
             ids = await database.insert_graph_async(session, params)
         return self._assign(ids)
@@ -326,9 +407,27 @@ class Workflow:
 UNSURE = "the workflow may or may not have been enqueued (all of it or none)"
 
 
-def _literal(numbers: list[int] | None) -> str | None:
-    """A Postgres array literal (``{1,-2}``): one text per node, cast in the statement."""
-    return None if numbers is None else "{" + ",".join(map(str, numbers)) + "}"
+#: Nodes per JSON array of the insert statements (as enqueue_many's arrays).
+CHUNK = 100
+
+
+def _literal(numbers: list[int]) -> str:
+    """A Postgres array literal (``{1,-2}``), cast in the statement."""
+    return "{" + ",".join(map(str, numbers)) + "}"
+
+
+def _template_json(request: JobRequest) -> str:
+    """The options of ``request`` that its template stands for, as the insert statements
+    take them (``meta`` spliced in as it is: already-validated JSON text)."""
+    # A non-finite delay is not JSON; Postgres' float8 reads it from a string.
+    delay: float | str = request.delay if math.isfinite(request.delay) else str(request.delay)
+    head = json.dumps({
+        "task": request.task, "queue": request.queue, "priority": request.priority,
+        "max_attempts": request.max_attempts, "delay": delay,
+        "at": request.scheduled_at.isoformat() if request.scheduled_at else None,
+        "expires_at": request.expires_at.isoformat() if request.expires_at else None,
+    })
+    return f'{head[:-1]}, "meta": {request.meta}}}'
 
 
 #: The SQLSTATE of akadze.refuse (a workflow waiting on a job that cannot succeed).

@@ -14,11 +14,13 @@ inserted by the database when the job fails; the worker calls it Celery's way
 from __future__ import annotations
 
 import dataclasses
+from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any, Literal
 
 from kombu.exceptions import EncodeError
 
 from akadze_core import ConnectionLost, InvalidArgs, OnFailure
+from akadze_core.database import JobRequest
 
 from .. import serialization, signals
 from ..canvas.signatures import Signature, listed, maybe_signature
@@ -31,7 +33,6 @@ if TYPE_CHECKING:
     import psycopg
 
     from akadze_core import Node
-    from akadze_core.database import JobRequest
 
     from .base import Celery
     from .task import Task
@@ -53,7 +54,12 @@ _CANVAS_OPTIONS = ("link", "link_error", "group_id", "group_index", "chord", "ch
 def _node_options(sig: Signature, task_type: Task | None) -> dict[str, Any]:
     """The options ``Task.apply_async`` would send this call with: the task's own
     execution options under the signature's."""
-    options = {key: value for key, value in sig.options.items()
+    return _options_of(sig.options, task_type)
+
+
+def _options_of(sig_options: dict[str, Any], task_type: Task | None) -> dict[str, Any]:
+    """``_node_options`` of a signature whose options are ``sig_options``."""
+    options = {key: value for key, value in sig_options.items()
                if value is not None and key not in _CANVAS_OPTIONS}
     options.pop("task_id", None)
     serializer = options.pop("serializer", None)
@@ -137,6 +143,24 @@ class Builder:
         10,000 members is routed and configured once, not 10,000 times. None when the row
         may depend on more than that (publish signal receivers, a router function, options
         that are not plain values): then it is built in full."""
+        template = self._template(sig.name, task_type, task_id, options, extra)
+        if template is None:
+            return None
+        message, base, meta = template
+        celery_meta = meta["celery"]
+        if "group_index" in extra:
+            celery_meta = {**celery_meta, "group_index": extra["group_index"]}
+        args = _encoded(message, sig.args, sig.kwargs)
+        node_meta = {**meta, "celery": celery_meta, "task_id": task_id}
+        request = dataclasses.replace(base, args=args,
+                                      meta=self.app.core.json_dumps(node_meta))
+        return message, request
+
+    def _template(self, name: str, task_type: Task | None, task_id: str,
+                  options: dict[str, Any], extra: dict[str, Any]
+                  ) -> tuple[Message, JobRequest, dict[str, Any]] | None:
+        """The row template ``_reused`` copies (built by the first call alike), or None
+        when rows cannot be shared."""
         if signals.before_task_publish.receivers or signals.after_task_publish.receivers:
             return None
         if not all(value is None or type(value) in _PLAIN for value in options.values()):
@@ -145,34 +169,31 @@ class Builder:
         if not settings_router_state(conf)[1]:
             return None
         shared = {key: value for key, value in extra.items() if key != "group_index"}
-        key = (sig.name, id(task_type), tuple(sorted(options.items())),
+        key = (name, id(task_type), tuple(sorted(options.items())),
                tuple(sorted(shared.items())))
         template = self._templates.get(key)
         if template is None:
-            message = prepare(self.app, sig.name, [], {}, dict(options), task_id=task_id,
+            message = prepare(self.app, name, [], {}, dict(options), task_id=task_id,
                               link=None, link_error=None, shadow=None, task_type=task_type,
                               extra_meta=shared)
             meta = dict(message.call.options.meta)
             template = self._templates[key] = (message, message.request(), meta)
-        message, base, meta = template
-        celery_meta = meta["celery"]
-        if "group_index" in extra:
-            celery_meta = {**celery_meta, "group_index": extra["group_index"]}
-        try:
-            args = message.call.encode_args({"args": list(sig.args), "kwargs": dict(sig.kwargs)})
-        except InvalidArgs as exc:
-            raise EncodeError(str(exc)) from exc
-        node_meta = {**meta, "celery": celery_meta, "task_id": task_id}
-        request = dataclasses.replace(base, args=args,
-                                      meta=self.app.core.json_dumps(node_meta))
-        return message, request
+        return template
+
+    def member_adder(self, options: dict[str, Any], *, after: list[Any], many: bool,
+                     failure: str) -> MemberAdder:
+        """What adds a group's plain members (see ``MemberAdder``); ``options``: the
+        group's, its ``group_id`` included."""
+        return MemberAdder(self, options, after=after, many=many, failure=failure)
 
     def add_message(self, message: Message, task_id: str, task_type: Task | None,
                     links: list[Any], errbacks: list[Any], *, after: list[Any], many: bool,
                     failure: str, immutable: bool = False,
-                    request: JobRequest | None = None) -> tuple[Node, AsyncResult]:
+                    request: JobRequest | None = None,
+                    ignored: bool | None = None) -> tuple[Node, AsyncResult]:
         """Add a call prepared already (``amqp.prepare``; ``request``: its row, when built
-        already), with its callbacks and errbacks."""
+        already; ``ignored``: whether its result is ignored, when known already), with its
+        callbacks and errbacks."""
         if self.session is None:
             self.session = message.session
         passing = _passing(after, many, immutable)
@@ -183,10 +204,7 @@ class Builder:
             on_failure=[self._errback(errback, task_id, root_id) for errback in errbacks])
         self._ids[id(node)] = (task_id, root_id)
         result = AsyncResult(task_id, app=self.app, task_name=message.name)
-        ignore_result = message.ignore_result
-        if ignore_result is None and task_type is not None:
-            ignore_result = task_type.option("ignore_result", "task_ignore_result")
-        result.ignored = bool(ignore_result)
+        result.ignored = _ignored(message, task_type) if ignored is None else ignored
         self._sent.append((node, result, message))
         for callback in links:
             maybe_signature(callback, app=self.app).clone().to_flow(
@@ -223,6 +241,108 @@ class Builder:
         for node, result, message in self._sent:
             result.job_id = node.id
             message.published(result.id)
+
+
+class MemberAdder:
+    """Adds the plain members of one group (task signatures with no options of their own,
+    the ``task.s(...)`` of ``group(task.s(i) for i in ...)``): exactly the node and result
+    that ``member.to_flow(builder, args, kwargs, options={**options, "group_index": i})``
+    gives, without what that spends per member on a copy that nothing else sees (clone,
+    deepcopy of its options, freeze), on options and routing that are the same for every
+    member, or on encoding the meta, whose text differs only by the group index and the
+    task id. A member it does not take (``None``) goes the full way."""
+
+    def __init__(self, builder: Builder, options: dict[str, Any], *, after: list[Any],
+                 many: bool, failure: str) -> None:
+        self.builder, self.options = builder, options
+        self.after, self.many, self.failure = after, many, failure
+        # Options that make a member's row its own: those go the full way.
+        self.enabled = builder._reuse and not any(
+            options.get(key) for key in ("link", "link_error", "shadow", "task_id"))
+        # Per (task name, task, immutable): its template and its meta's text around the
+        # group index and the task id, or None (rows not shared: the full way).
+        self._rows: dict[tuple[Any, ...],
+                         tuple[Message, JobRequest, str, str, Task | None, bool] | None] = {}
+
+    def __call__(self, member: Signature, index: int, args: Any,
+                 kwargs: Any) -> tuple[Node, AsyncResult] | None:
+        """Add ``member`` as the group's member ``index`` with the group's partial
+        ``args``/``kwargs``; None when it must go the full way."""
+        if not self.enabled or type(member) is not Signature or member.options:
+            return None
+        immutable = bool(member.immutable)
+        key = (member.get("task"), id(member._type), immutable)
+        if key in self._rows:
+            row = self._rows[key]
+        else:
+            row = self._rows[key] = self._row(member, immutable)
+        if row is None:
+            return None
+        message, base, head, tail, task_type, ignored = row
+        task_id = uuid()
+        if immutable:
+            call_args, call_kwargs = member.args, member.kwargs
+        else:  # Signature._merge: partial args first, partial kwargs win
+            call_args = (*tuple(args or ()), *member.args)
+            call_kwargs = {**member.kwargs, **(kwargs or {})}
+        request = JobRequest(base.task, base.queue, _encoded(message, call_args, call_kwargs),
+                             base.priority, base.scheduled_at, base.delay, base.max_attempts,
+                             base.expires_at, base.unique_key,
+                             f"{head}{index}{tail}{encode_basestring(task_id)}}}")
+        return self.builder.add_message(message, task_id, task_type, [], [],
+                                        after=self.after, many=self.many,
+                                        failure=self.failure, immutable=immutable,
+                                        request=request, ignored=ignored)
+
+    def _row(self, member: Signature, immutable: bool
+             ) -> tuple[Message, JobRequest, str, str, Task | None, bool] | None:
+        """The template of ``member``'s rows (as ``Builder.add_task`` and ``_reused``
+        build it) and its meta's text before the group index and before the task id;
+        None when rows are not shared or the meta's text cannot be spliced."""
+        builder, after = self.builder, self.after
+        task_type = member.known_type
+        sig_options = {**self.options, "group_index": 0}
+        extra = {key: sig_options[key] for key in ("group_id", "group_index")
+                 if sig_options.get(key) is not None}
+        passing = _passing(after, self.many, immutable)
+        if passing is not None:
+            extra[PASS] = passing
+        options = _options_of(sig_options, task_type)
+        upstream = builder._ids.get(id(after[-1])) if after else None
+        if upstream is not None:
+            options["parent_id"], options["root_id"] = upstream
+        template = builder._template(member.name, task_type, uuid(), options, extra)
+        if template is None or "group_index" not in extra:
+            return None
+        message, base, meta = template
+        dumps = builder.app.core.json_dumps
+        celery_meta = meta["celery"]
+        head = dumps({"celery": celery_meta})[:-2]  # '{"celery":{...' open at its end
+        head += ',"group_index":' if celery_meta else '"group_index":'
+        tail = '},"task_id":'
+        # Spliced text must be what encoding the node's meta gives (a custom dumps may
+        # space or order it otherwise): checked once, on a sample.
+        sample = {**meta, "celery": {**celery_meta, "group_index": 7}, "task_id": "x"}
+        if list(meta) != ["celery", "task_id"] \
+                or dumps(sample) != f'{head}7{tail}{encode_basestring("x")}}}':
+            return None
+        return message, base, head, tail, task_type, _ignored(message, task_type)
+
+
+def _ignored(message: Message, task_type: Task | None) -> bool:
+    """Whether the result of ``message``'s call is ignored."""
+    ignore_result = message.ignore_result
+    if ignore_result is None and task_type is not None:
+        ignore_result = task_type.option("ignore_result", "task_ignore_result")
+    return bool(ignore_result)
+
+
+def _encoded(message: Message, args: Any, kwargs: Any) -> str:
+    """A call's args as its job row holds them (``EncodeError`` when they are not JSON)."""
+    try:
+        return message.call.encode_args({"args": list(args), "kwargs": dict(kwargs)})
+    except InvalidArgs as exc:
+        raise EncodeError(str(exc)) from exc
 
 
 def _root_id(message: Message, task_id: str) -> str:

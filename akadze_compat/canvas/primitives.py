@@ -396,10 +396,18 @@ class group(Signature):
         options.pop("group_index", None)
         tails: list[Any] = []
         results = []
+        shared = {**options, "group_id": group_id}
+        # The group's plain task signatures without building each one's copy (a 10,000-
+        # member group's time went mostly there); any other member goes the full way.
+        adder = builder.member_adder(shared, after=after, many=many, failure=failure)
         for index, member in enumerate(_flatten_members(self.tasks, self._app, copy=False)):
+            added = adder(member, index, args, kwargs)
+            if added is not None:
+                tails.append(added[0])
+                results.append(added[1])
+                continue
             part = member.to_flow(builder, args, kwargs, after=after, many=many,
-                                  failure=failure, options={**options, "group_id": group_id,
-                                                            "group_index": index})
+                                  failure=failure, options={**shared, "group_index": index})
             tails.extend(part.tails)
             results.append(part.result)
         result = GroupResult(group_id, results, app=builder.app)

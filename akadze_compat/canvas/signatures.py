@@ -85,6 +85,13 @@ class FlowBuilder(Protocol):
         """Add one task call (a frozen, cloned single signature); returns its node and
         result."""
 
+    def member_adder(self, options: dict[str, Any], *, after: list[Any], many: bool,
+                     failure: str) -> Callable[[Signature, int, Any, Any],
+                                               tuple[Any, AsyncResult] | None]:
+        """What adds a group's members of plain task signatures as ``Signature.to_flow``
+        with the group's ``options`` and the member's index would, returning None for a
+        member it does not take (which then goes through ``to_flow``)."""
+
 
 @dataclass
 class Planned:

@@ -58,20 +58,32 @@ SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids,
 FROM inserted;
 
 -- name: job_insert_rows
--- A workflow in which no job waits on another nor has errbacks (a group): each job's own
--- columns, ids drawn by the insert in input order (as job_insert_many), nothing else.
-WITH inserted AS (
+-- A workflow in which no job waits on another nor has errbacks (a group), in input order,
+-- ids drawn by the insert in that order (as job_insert_many). Sent as job_insert_many's
+-- are: the options shared by a run of jobs once (templates: a JSON array: task, queue,
+-- priority, max_attempts, at, delay, expires_at, meta), the jobs as JSON arrays of up to
+-- 100 each (nodes, each of one template: chunk_template), a job being its args
+-- object, or [args, meta] when its meta is not its template's. One jsonb parse per array
+-- and no text[] element per job and column: the former one-array-per-column form ran at
+-- half the rate of enqueue_many, most of it in psycopg's array dumping and per-job casts.
+WITH template AS MATERIALIZED (
+    SELECT * FROM ROWS FROM (jsonb_to_recordset(%(templates)s::jsonb) AS (
+        task text, queue text, priority integer, max_attempts integer, at timestamptz,
+        delay float8, expires_at timestamptz, meta jsonb))
+        WITH ORDINALITY AS t(task, queue, priority, max_attempts, at, delay, expires_at,
+                             meta, k)
+),
+inserted AS (
     INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts,
                              expires_at, meta)
-    SELECT n.task, n.queue, n.args::jsonb, n.priority,
-           coalesce(n.at, now() + coalesce(n.delay, 0) * interval '1 second'),
-           n.max_attempts, n.expires_at, n.meta::jsonb
-    FROM unnest(%(task)b::text[], %(queue)b::text[], %(args)b::text[], %(priority)b::int[],
-                %(max_attempts)b::int[], %(meta)b::text[], %(at)b::timestamptz[],
-                %(delay)b::float8[], %(expires_at)b::timestamptz[])
-        WITH ORDINALITY AS n(task, queue, args, priority, max_attempts, meta, at, delay,
-                             expires_at, ord)
-    ORDER BY n.ord
+    SELECT t.task, t.queue, CASE WHEN jsonb_typeof(a.e) = 'array' THEN a.e -> 0 ELSE a.e END,
+           t.priority, coalesce(t.at, now() + coalesce(t.delay, 0) * interval '1 second'),
+           t.max_attempts, t.expires_at, coalesce(nullif(a.e -> 1, 'null'), t.meta)
+    FROM unnest(%(nodes)b::text[], %(chunk_template)b::int[])
+        WITH ORDINALITY AS c(array_text, k, chunk)
+    JOIN template AS t ON t.k = c.k
+    CROSS JOIN LATERAL jsonb_array_elements(c.array_text::jsonb) WITH ORDINALITY AS a(e, ord)
+    ORDER BY c.chunk, a.ord
     RETURNING id, queue, scheduled_at <= now() AS due
 )
 SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids,
@@ -81,28 +93,34 @@ FROM inserted;
 
 -- name: job_insert_graph
 -- Insert a workflow's jobs in one statement (Workflow.enqueue); returns their ids in input
--- order. The client worked out the graph: per node, the upstreams as an array literal
--- (-k names node k of this insert, a positive number a job inserted before), the nodes
--- waiting on it (1-based), and how many of its upstreams are in this insert. The ids are
--- drawn first and mapped through one array, with no join between the nodes: joins of
--- CTEs are estimated so badly that the plan looked costly enough for JIT (2 s for 10,000
--- jobs). Jobs inserted before and waited on (%(external)s) are locked and their dependents
+-- order. Sent like job_insert_rows (templates, JSON arrays of jobs), a job that waits or is
+-- waited on being [args, meta, flow, on_failure, upstreams, dependents, pending,
+-- waits_outside] (JSON null, or the array cut short, for what it has not). The client
+-- worked out the graph: per node, the upstreams as an array literal (-k names node k of
+-- this insert, a positive number a job inserted before), the nodes waiting on it
+-- (1-based), and how many of its upstreams are in this insert. The ids are drawn first
+-- and mapped through one array, with no join between the nodes: joins of CTEs are
+-- estimated so badly that the plan looked costly enough for JIT (2 s for 10,000 jobs).
+-- Jobs inserted before and waited on (%(external)s) are locked and their dependents
 -- extended; one that succeeded counts as done, one that failed, was cancelled or does not
 -- exist refuses the whole statement (nothing is inserted). A job with nothing left to
 -- wait on is queued at once, with the results of the jobs it waited on.
-WITH node AS MATERIALIZED (
-    SELECT n.*, nextval((SELECT pg_get_serial_sequence('akadze.jobs', 'id'))) AS id
-    FROM unnest(%(task)b::text[], %(queue)b::text[], %(args)b::text[], %(priority)b::int[],
-                %(max_attempts)b::int[], %(meta)b::text[], %(at)b::timestamptz[],
-                %(delay)b::float8[], %(expires_at)b::timestamptz[], %(flow)b::text[],
-                %(on_failure)b::text[], %(upstreams)b::text[], %(dependents)b::text[],
-                %(pending)b::int[], %(waits_outside)b::bool[])
-        WITH ORDINALITY AS n(task, queue, args, priority, max_attempts, meta, at, delay,
-                             expires_at, flow, on_failure, ups, downs, pending,
-                             waits_outside, ord)
+WITH template AS MATERIALIZED (
+    SELECT * FROM ROWS FROM (jsonb_to_recordset(%(templates)s::jsonb) AS (
+        task text, queue text, priority integer, max_attempts integer, at timestamptz,
+        delay float8, expires_at timestamptz, meta jsonb))
+        WITH ORDINALITY AS t(task, queue, priority, max_attempts, at, delay, expires_at,
+                             meta, k)
+),
+node AS MATERIALIZED (
+    SELECT c.k, c.chunk, a.ord, a.e,
+           nextval((SELECT pg_get_serial_sequence('akadze.jobs', 'id'))) AS id
+    FROM unnest(%(nodes)b::text[], %(chunk_template)b::int[])
+        WITH ORDINALITY AS c(array_text, k, chunk)
+    CROSS JOIN LATERAL jsonb_array_elements(c.array_text::jsonb) WITH ORDINALITY AS a(e, ord)
 ),
 ids AS MATERIALIZED (
-    SELECT array_agg(id ORDER BY ord) AS ids FROM node
+    SELECT array_agg(id ORDER BY chunk, ord) AS ids FROM node
 ),
 existing AS MATERIALIZED (
     SELECT j.id, j.state, j.result FROM akadze.jobs AS j
@@ -116,35 +134,48 @@ refused AS (
     FROM unnest(%(external)s::bigint[]) AS e(id) LEFT JOIN existing AS x ON x.id = e.id
     WHERE x.id IS NULL OR x.state IN ('failed', 'cancelled')
 ),
+-- A job's fields: JSON null and an absent position alike are SQL NULL (on an args object,
+-- a job of nothing but its args, every position is absent).
+fields AS (
+    SELECT n.id, n.k,
+           CASE WHEN jsonb_typeof(n.e) = 'array' THEN n.e -> 0 ELSE n.e END AS args,
+           nullif(n.e -> 1, 'null') AS meta, nullif(n.e -> 2, 'null') AS flow,
+           nullif(n.e -> 3, 'null') AS on_failure, (n.e ->> 4)::bigint[] AS ups,
+           (n.e ->> 5)::int[] AS downs, coalesce((n.e ->> 6)::int, 0) AS pending,
+           coalesce((n.e ->> 7)::boolean, false) AS waits_outside
+    FROM node AS n
+),
 shaped AS (
     SELECT n.*,
            CASE WHEN n.ups IS NOT NULL THEN ARRAY(
                SELECT CASE WHEN u.ref < 0 THEN m.ids[-u.ref] ELSE u.ref END
-               FROM unnest(n.ups::bigint[]) WITH ORDINALITY AS u(ref, k) ORDER BY u.k)
+               FROM unnest(n.ups) WITH ORDINALITY AS u(ref, k) ORDER BY u.k)
            END AS upstream_ids,
-           CASE WHEN n.downs IS NOT NULL THEN ARRAY(
-               SELECT m.ids[d.k] FROM unnest(n.downs::int[]) AS d(k))
+           -- One dependent (a chord's member, a chain's step) without a subquery per job.
+           CASE WHEN n.downs IS NULL THEN NULL
+                WHEN cardinality(n.downs) = 1 THEN ARRAY[m.ids[n.downs[1]]]
+                ELSE ARRAY(SELECT m.ids[d.k] FROM unnest(n.downs) AS d(k))
            END AS dependent_ids,
            n.pending + CASE WHEN n.waits_outside THEN (
                SELECT count(*) FROM existing AS x
-               WHERE x.id = ANY(n.ups::bigint[]) AND x.state <> 'succeeded') ELSE 0 END
+               WHERE x.id = ANY(n.ups) AND x.state <> 'succeeded') ELSE 0 END
                AS waiting
-    FROM node AS n CROSS JOIN ids AS m
+    FROM fields AS n CROSS JOIN ids AS m
 ),
 inserted AS (
     INSERT INTO akadze.jobs (id, task, queue, args, priority, scheduled_at, max_attempts,
                              expires_at, meta, state, upstreams, waiting_for, dependents,
                              flow, on_failure, upstream_results)
     OVERRIDING SYSTEM VALUE
-    SELECT n.id, n.task, n.queue, n.args::jsonb, n.priority,
-           coalesce(n.at, now() + coalesce(n.delay, 0) * interval '1 second'),
-           n.max_attempts, n.expires_at, n.meta::jsonb,
+    SELECT n.id, t.task, t.queue, n.args, t.priority,
+           coalesce(t.at, now() + coalesce(t.delay, 0) * interval '1 second'),
+           t.max_attempts, t.expires_at, coalesce(n.meta, t.meta),
            CASE WHEN n.waiting > 0 THEN 'waiting' ELSE 'queued' END,
            n.upstream_ids, CASE WHEN n.ups IS NOT NULL THEN n.waiting END, n.dependent_ids,
-           n.flow::jsonb, n.on_failure::jsonb,
+           n.flow, n.on_failure,
            -- Everything waited on had succeeded already: the results now.
            CASE WHEN n.ups IS NOT NULL AND n.waiting = 0 THEN
-               CASE n.flow::jsonb->>'pass'
+               CASE n.flow->>'pass'
                    WHEN 'one' THEN (SELECT x.result FROM existing AS x
                                     WHERE x.id = n.upstream_ids[1])
                    WHEN 'list' THEN (SELECT jsonb_agg(x.result ORDER BY u.k)
@@ -152,8 +183,7 @@ inserted AS (
                                      JOIN existing AS x ON x.id = u.id)
                END
            END
-    FROM shaped AS n
-    ORDER BY n.ord
+    FROM shaped AS n JOIN template AS t ON t.k = n.k
     RETURNING id, state, queue, scheduled_at <= now() AS due
 ),
 linked AS (

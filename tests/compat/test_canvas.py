@@ -444,6 +444,79 @@ async def test_members_see_their_group_and_a_revoked_member_fails_the_body(
                                 "TaskRevokedError('revoked')")
 
 
+def fast_group_id(builder: Any) -> str:
+    """The group id of the first node of ``builder``'s workflow."""
+    return str(json.loads(builder.workflow.nodes[0].request.meta)["celery"]["group_id"])
+
+
+@pytest.mark.parametrize("shape", ["group", "chord", "after a step"])
+def test_plain_members_added_at_once_equal_rows_built_in_full(
+        celery: Celery, shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group's plain members (``task.s(...)``, no options of their own) skip the copy
+    and the meta encoding per member (flow.MemberAdder): each row, its result and how it
+    waits must be what the full way (a clone, freeze and row per member) gives."""
+    from akadze_compat.app.flow import Builder, MemberAdder
+
+    taken: list[int] = []
+    call = MemberAdder.__call__
+
+    def counted(self: MemberAdder, *args: Any) -> Any:
+        added = call(self, *args)
+        taken.append(added is not None)
+        return added
+
+    monkeypatch.setattr(MemberAdder, "__call__", counted)
+    t = tasks(celery)
+    celery.conf.task_routes = {"t.add": {"queue": "adds", "priority": 3}}
+    members = [t["add"].s(1), t["mul"].s(2), t["add"].si(2, 2), t["add"].s(3)]
+    members += [t["add"].s(i) for i in range(150)]  # past the insert's 100-node arrays
+    header = group(members).set(task_id="g-1", soft_time_limit=5)
+    canvas: Any = header
+    if shape == "chord":
+        canvas = chord(header, t["tsum"].s())
+    elif shape == "after a step":
+        canvas = t["add"].s(1, 1).set(task_id="head-1") | header
+    built = []
+    for reuse in (True, False):
+        builder = Builder(celery, reuse=reuse)
+        canvas.clone().to_flow(builder, args=(5,), after=[], many=False, failure="cancel")
+        built.append(builder)
+    fast, full = built
+    assert sum(taken) == 154  # every member the fast way; the full build declines all
+    assert len(fast.workflow.nodes) == len(full.workflow.nodes) >= 154
+    for number, (mine, theirs) in enumerate(zip(fast._sent, full._sent, strict=True)):
+        (node, result, _), (other, other_result, _) = mine, theirs
+        meta = json.loads(node.request.meta)
+        expected = json.loads(other.request.meta)
+        assert result.id == meta["task_id"]
+        assert (result.id == other_result.id) is (result.id == "head-1")  # else: new ids
+        expected["task_id"] = meta["task_id"]
+        if shape == "chord" and "group_id" in meta["celery"]:  # the chord draws its own
+            assert meta["celery"]["group_id"] == fast_group_id(fast)
+            expected["celery"]["group_id"] = meta["celery"]["group_id"]
+        if shape == "chord" and number == len(fast._sent) - 1:  # the body: sent by the
+            last = fast._sent[-2][1].id                          # last member, its root
+            assert meta["celery"]["parent_id"] == meta["celery"]["root_id"] == last
+            expected["celery"]["parent_id"] = expected["celery"]["root_id"] = last
+        assert meta == expected, number
+        # The spliced text is what dumps() gives for it (jsonb orders the keys anyway).
+        assert node.request.meta == celery.core.json_dumps(meta), number
+        assert node.request == dataclasses.replace(other.request, meta=node.request.meta)
+        assert result.ignored == other_result.ignored and result.task_name == \
+            other_result.task_name
+        flows = (fast.workflow, full.workflow)
+        assert [w._upstreams[node.index] for w in flows[:1]] == \
+            [full.workflow._upstreams[other.index]]
+        assert fast.workflow._flow[node.index] == full.workflow._flow[other.index]
+        assert fast.workflow._pending[node.index] == full.workflow._pending[other.index]
+    member_meta = json.loads(fast.workflow.nodes[-1 if shape != "chord" else -2]
+                             .request.meta)["celery"]
+    assert member_meta["group_index"] == 153
+    assert member_meta["group_id"] == ("g-1" if shape != "chord" else fast_group_id(fast))
+    assert json.loads(fast.workflow.nodes[2].request.args if shape != "after a step"
+                      else fast.workflow.nodes[3].request.args)["args"] == [2, 2]
+
+
 def test_reused_rows_equal_rows_built_in_full(celery: Celery) -> None:
     """A group's members share one routed, configured row copied per member: each copy
     must be the row built for that member alone."""

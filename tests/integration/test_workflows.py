@@ -4,6 +4,7 @@ transaction. Only the database decides what happened: the assertions read job ro
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -238,7 +239,7 @@ async def test_a_fan_out_added_at_once_is_a_plain_insert(app: App, db: psycopg.C
                                                          tasks: dict[str, Any]) -> None:
     flow = app.workflow()
     parts = flow.add_many(tasks["add"], [{"x": i} for i in range(50)])
-    assert "upstreams" not in flow.params()  # no graph: job_insert_rows
+    assert "external" not in flow.params()  # no graph: job_insert_rows
     ids = flow.enqueue()
     assert ids == [node.id for node in parts] and ids == sorted(ids)
     with pytest.raises(TypeError, match="cannot take"):
@@ -268,3 +269,33 @@ async def test_an_upstream_named_twice_is_waited_on_once_and_passed_twice(
     await run_until(app, finished(db, twice.id, outside.id))
     assert job(db, twice.id)["result"] == 6
     assert job(db, outside.id)["result"] == 11
+
+
+@pytest.mark.parametrize("body", [False, True], ids=["rows", "graph"])
+def test_every_node_gets_the_row_its_call_would_insert_alone(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any], body: bool) -> None:
+    # The inserts send each run of nodes' shared options once (templates) and the nodes in
+    # JSON arrays of 100: runs that change every few nodes, across array boundaries, with
+    # their own meta or the template's, must still give each node its own call's row.
+    at = datetime.now(timezone.utc) + timedelta(hours=1)
+    calls = [tasks["add"],
+             tasks["add"].configure(queue="other", priority=7, max_attempts=9,
+                                    meta={"m": "x"}),
+             tasks["add"].configure(at=at, expires_at=at + timedelta(days=1)),
+             tasks["add"].configure(delay=30, meta={"m": "y"})]
+    flow = app.workflow()
+    nodes = [flow.add(calls[(i // 3) % 4], x=i) for i in range(250)]
+    if body:
+        flow.add(tasks["total"], after=nodes[::50], result_arg="values")
+    assert ("external" in flow.params()) is body
+    flow.enqueue()
+    columns = "task, queue, args, priority, max_attempts, meta, expires_at, state"
+    for i, node in enumerate(nodes):
+        alone = calls[(i // 3) % 4].enqueue(x=i)
+        mine, theirs = (db.execute(
+            f"SELECT {columns}, scheduled_at - created_at FROM akadze.jobs WHERE id = %s",
+            (job_id,)).fetchone() for job_id in (node.id, alone))
+        assert mine is not None and theirs is not None
+        assert mine[:-1] == theirs[:-1], i
+        # The same delay (30 s) or time (at) from each insert's own now().
+        assert abs((mine[-1] - theirs[-1]).total_seconds()) < 5, i
