@@ -207,6 +207,9 @@ class Worker:
         # The steps whose last statement gave up on a lock: the worker says so once, when
         # the first one does, and once more when the last of them gets through.
         self._locked: set[str] = set()
+        # Claims stopped because max_pending_outcomes outcomes wait to be written: the next
+        # written batch wakes the claim loop.
+        self._held_back = False
 
     # --- public control -------------------------------------------------------------------
 
@@ -726,7 +729,13 @@ class Worker:
         for queue in self.queues:
             while not self._stop.is_set() and self._healthy:
                 free = self._free(queue)
-                if free <= 0 or self._completer.pending >= self.max_pending_outcomes:
+                if free <= 0:
+                    break
+                if self._completer.pending >= self.max_pending_outcomes:
+                    # Backpressure. The slots may all be free already (short runs finish
+                    # before their outcomes are written), so no slot release will wake the
+                    # loop: the completer's next written batch does (_outcomes_written).
+                    self._held_back = True
                     break
                 rows: list[dict[str, Any]] = []
 
@@ -867,6 +876,13 @@ class Worker:
 
     def _outcomes_written(self, batch: Any, rows: list[dict[str, Any]]) -> None:
         # Once per written batch, not per job.
+        if self._held_back:
+            # Claims stopped at max_pending_outcomes: claim again now. Without this the loop
+            # slept a whole poll_interval with every slot free and jobs queued (issue 21).
+            # The completer drops the batch from its pending list right after this call,
+            # before it next yields, so the woken loop sees the smaller count.
+            self._held_back = False
+            self._wake.set()
         if rows and rows[0].get("settled"):
             # The write released workflow jobs (committed already): claim now rather than
             # when the NOTIFY comes back.
