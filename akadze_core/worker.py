@@ -252,6 +252,15 @@ class Worker:
             await self._shutdown(started)
         if self._fatal:
             raise WorkerError(self._fatal)
+        if self._exit_code == 1:
+            # The last line, for the operator: exiting is the design (seed: a worker that
+            # cannot heartbeat stops, since its jobs may be rescued and re-run elsewhere),
+            # and coming back is the supervisor's job (see migration_guide/deployment.md).
+            logger.error("exiting with status 1: the database was unreachable for longer than "
+                         "heartbeat_ttl (%gs), so this worker's jobs may be rescued and re-run "
+                         "by other workers; run it under a supervisor that restarts it "
+                         "(systemd Restart=always, a container restart policy, Kubernetes): "
+                         "once started again it waits for the database", self.heartbeat_ttl)
         return self._exit_code
 
     # --- start and stop --------------------------------------------------------------------
@@ -639,6 +648,11 @@ class Worker:
                 return
             self._next_heartbeat = now + self.heartbeat_interval
             self._health.set()
+            if self.health_file:
+                # Its mtime is the last good heartbeat: a liveness probe can check its age
+                # (see migration_guide/deployment.md), not only that it exists.
+                with contextlib.suppress(OSError):
+                    self.health_file.touch()
             self._services["rescue"].trigger()
             self._wake.set()
             return
