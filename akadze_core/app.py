@@ -241,6 +241,11 @@ class App:
         # ones use_async_pool may close.
         self._own_async_pools: weakref.WeakSet[psycopg_pool.AsyncConnectionPool] = \
             weakref.WeakSet()
+        # How many run_pooled_async calls hold each async pool (opening it, waiting for a
+        # connection or using one), and the app's own pools use_async_pool replaced while
+        # calls held them: the last of those calls closes such a pool.
+        self._async_users: dict[psycopg_pool.AsyncConnectionPool, int] = {}
+        self._retired_async_pools: set[psycopg_pool.AsyncConnectionPool] = set()
 
     # --- tasks -------------------------------------------------------------------------------
 
@@ -521,8 +526,15 @@ class App:
         loop = asyncio.get_running_loop()
         previous = self._async_pools.get(loop)
         self._async_pools[loop] = pool
-        if (previous is not None and previous is not pool and not previous.closed
-                and previous in self._own_async_pools):
+        if previous is None or previous is pool or previous not in self._own_async_pools:
+            return
+        if self._async_users.get(previous):
+            # A call holds it: typically the loop's first enqueue, made just before a worker
+            # started, still waiting for the pool to open. Closed now, that call waited for
+            # an opening that never completed ("PoolTimeout: pool initialization incomplete
+            # after 10 sec", issue 21). It is closed when the last such call is done.
+            self._retired_async_pools.add(previous)
+        elif not previous.closed:
             await previous.close()
 
     def forget_async_pool(self, pool: psycopg_pool.AsyncConnectionPool) -> None:
@@ -533,7 +545,11 @@ class App:
 
     async def opened_async_pool(self) -> psycopg_pool.AsyncConnectionPool:
         """This loop's async pool, opened (a connection error is one ``ConfigurationError``)."""
-        pool = self.async_pool()
+        return await self._open_async_pool(self.async_pool())
+
+    async def _open_async_pool(self, pool: psycopg_pool.AsyncConnectionPool
+                               ) -> psycopg_pool.AsyncConnectionPool:
+        """``pool`` (this loop's), opened if it is not yet."""
         if pool.closed:
             try:
                 await pool.open(wait=True, timeout=10)
@@ -701,12 +717,38 @@ class App:
         after the statement was sent raises ``ConnectionLost`` (``unsure`` says what is
         left unknown): it is not retried.
         """
-        pool = await self.opened_async_pool()
-        connection = await self.live_pooled_async(pool)
+        pool = self.async_pool()
         try:
-            return await _sent_async(self, call, connection, unsure)
+            return await self._run_on_async_pool(pool, call, unsure)
+        except psycopg_pool.PoolClosed:
+            # Closed before a connection was given, so nothing was sent: a worker of this
+            # loop stopped and closed the pool it had handed in (forgotten first, so the
+            # loop's pool is another now). Anything else is a real PoolClosed.
+            if self._async_pools.get(asyncio.get_running_loop()) is pool:
+                raise
+            return await self._run_on_async_pool(self.async_pool(), call, unsure)
+
+    async def _run_on_async_pool(self, pool: psycopg_pool.AsyncConnectionPool,
+                                 call: Callable[[psycopg.AsyncConnection], Any],
+                                 unsure: str) -> Any:
+        """``run_pooled_async`` on ``pool``, counted as one of its users from before the first
+        await, so ``use_async_pool`` never closes it under this call."""
+        users = self._async_users
+        users[pool] = users.get(pool, 0) + 1
+        try:
+            await self._open_async_pool(pool)
+            connection = await self.live_pooled_async(pool)
+            try:
+                return await _sent_async(self, call, connection, unsure)
+            finally:
+                await pool.putconn(connection)
         finally:
-            await pool.putconn(connection)
+            users[pool] -= 1
+            if not users[pool]:
+                del users[pool]
+                if pool in self._retired_async_pools:
+                    self._retired_async_pools.discard(pool)
+                    await pool.close()
 
     def run_single(self, call: Callable[[psycopg.Connection], T], unsure: str = UNSURE) -> T:
         """Run ``call(connection)``, one autocommit statement (a single enqueue), on this

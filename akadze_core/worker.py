@@ -226,6 +226,9 @@ class Worker:
             ready=lambda: hasattr(self, "_pool") and not self._pool.closed,
             pending=lambda: self._completer.pending if hasattr(self, "_completer") else 0,
         ) if config.metrics_port is not None else None
+        # Claims stopped because max_pending_outcomes outcomes wait to be written: the next
+        # written batch wakes the claim loop.
+        self._held_back = False
 
     # --- public control -------------------------------------------------------------------
 
@@ -330,6 +333,15 @@ class Worker:
                 await self.metrics.close()
         if self._fatal:
             raise WorkerError(self._fatal)
+        if self._exit_code == 1:
+            # The last line, for the operator: exiting is the design (seed: a worker that
+            # cannot heartbeat stops, since its jobs may be rescued and re-run elsewhere),
+            # and coming back is the supervisor's job (see migration_guide/deployment.md).
+            logger.error("exiting with status 1: the database was unreachable for longer than "
+                         "heartbeat_ttl (%gs), so this worker's jobs may be rescued and re-run "
+                         "by other workers; run it under a supervisor that restarts it "
+                         "(systemd Restart=always, a container restart policy, Kubernetes): "
+                         "once started again it waits for the database", self.heartbeat_ttl)
         return self._exit_code
 
     # --- start and stop --------------------------------------------------------------------
@@ -721,6 +733,11 @@ class Worker:
                 return
             self._next_heartbeat = now + self.heartbeat_interval
             self._health.set()
+            if self.health_file:
+                # Its mtime is the last good heartbeat: a liveness probe can check its age
+                # (see migration_guide/deployment.md), not only that it exists.
+                with contextlib.suppress(OSError):
+                    self.health_file.touch()
             self._services["rescue"].trigger()
             self._wake.set()
             return
@@ -814,7 +831,13 @@ class Worker:
         for queue in self.queues:
             while not self._stop.is_set() and self._healthy:
                 free = self._free(queue)
-                if free <= 0 or self._completer.pending >= self.max_pending_outcomes:
+                if free <= 0:
+                    break
+                if self._completer.pending >= self.max_pending_outcomes:
+                    # Backpressure. The slots may all be free already (short runs finish
+                    # before their outcomes are written), so no slot release will wake the
+                    # loop: the completer's next written batch does (_outcomes_written).
+                    self._held_back = True
                     break
                 rows: list[dict[str, Any]] = []
 
@@ -990,6 +1013,13 @@ class Worker:
 
     def _outcomes_written(self, batch: Any, rows: list[dict[str, Any]]) -> None:
         # Once per written batch, not per job.
+        if self._held_back:
+            # Claims stopped at max_pending_outcomes: claim again now. Without this the loop
+            # slept a whole poll_interval with every slot free and jobs queued (issue 21).
+            # The completer drops the batch from its pending list right after this call,
+            # before it next yields, so the woken loop sees the smaller count.
+            self._held_back = False
+            self._wake.set()
         if rows and rows[0].get("settled"):
             # The write released workflow jobs (committed already): claim now rather than
             # when the NOTIFY comes back.

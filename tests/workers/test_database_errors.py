@@ -116,6 +116,12 @@ def test_server_down_longer_than_ttl_stops_the_worker_with_code_1(
     took = ended - stopped
     assert code == 1, worker.log()
     assert "no heartbeat for longer than heartbeat_ttl" in worker.log()
+    # The operator's line, the worker's last: why it exits, and that a supervisor brings it
+    # back (the harness prints a line of its own after it).
+    last = [line for line in worker.log().splitlines() if "akadze.worker" in line][-1]
+    assert "exiting with status 1: the database was unreachable for longer than " \
+           f"heartbeat_ttl ({ttl:g}s)" in last, worker.log()
+    assert "run it under a supervisor that restarts it" in last
     assert ttl <= took < ttl + 4, (took, worker.log())
     assert_no_password(worker)
 
