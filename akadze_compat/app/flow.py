@@ -271,7 +271,7 @@ class MemberAdder:
         if not self.enabled or type(member) is not Signature or member.options:
             return None
         immutable = bool(member.immutable)
-        key = (member.get("task"), id(member._type), immutable)
+        key = (member.get("task"), id(member.known_type), immutable)
         if key in self._rows:
             row = self._rows[key]
         else:
