@@ -33,6 +33,25 @@ def strict_dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
+#: The dumps functions marked by ``extends_strict_dumps``.
+_EXTENDING: set[Dumps] = set()
+
+
+def extends_strict_dumps(dumps: Dumps) -> Dumps:
+    """Mark ``dumps`` (an app's ``json_dumps``) as one that returns ``strict_dumps(value)``
+    whenever that succeeds, encoding other values its own way (an encoder that only adds
+    types). Bulk encoders (``enqueue_many``, ``Workflow.add_many``) then encode an array
+    of jobs with one ``strict_dumps`` call, its items' texts being what ``dumps`` gives
+    each, as they do for ``strict_dumps`` itself. Returns ``dumps``."""
+    _EXTENDING.add(dumps)
+    return dumps
+
+
+def is_strict(dumps: Dumps) -> bool:
+    """Whether ``dumps`` is ``strict_dumps`` or extends it (``extends_strict_dumps``)."""
+    return dumps is strict_dumps or dumps in _EXTENDING
+
+
 def check_storable(text: str, what: str) -> str:
     """Raise ValueError if ``text`` (encoded JSON) cannot be stored in a jsonb column."""
     if _ESCAPED_NUL.search(text) or "\x00" in text:

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
+from itertools import chain
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,7 +20,13 @@ from .dberrors import SCHEMA_ERRORS
 from .errors import InvalidArgs, SchemaMissing
 from .migrations import schema_missing
 from .retry import BackoffPolicy
-from .serialization import DEFAULT_MAX_ARGS_BYTES, Dumps, encode_args, strict_dumps
+from .serialization import (
+    DEFAULT_MAX_ARGS_BYTES,
+    Dumps,
+    encode_args,
+    is_strict,
+    strict_dumps,
+)
 
 if TYPE_CHECKING:
     from .app import App
@@ -88,6 +95,11 @@ def _encode(args: Mapping[str, Any], dumps: Dumps, limit: int) -> str:
     return encode_args(dict(args), dumps, limit)
 
 
+def _str_keys(mappings: Iterable[dict[Any, Any]]) -> bool:
+    """Whether every key of every mapping is a str (not a subclass): one C-level pass."""
+    return set(map(type, chain.from_iterable(mappings))) <= {str}
+
+
 def _encode_chunk(chunk: list[Mapping[str, Any]], dumps: Dumps, limit: int) -> str:
     """One JSON array holding the encoded args of every job of ``chunk``, each validated
     exactly as ``encode_args`` does: the first bad job raises its own InvalidArgs."""
@@ -99,14 +111,14 @@ def _encode_chunk_items(chunk: list[Mapping[str, Any]], dumps: Dumps,
     """``_encode_chunk``, and the jobs' own texts when they were encoded one by one (None
     when one ``strict_dumps`` call made the array: ``strict_dumps`` of an item decoded
     from it gives that item's text)."""
-    if dumps is strict_dumps:
-        # One dumps() for the whole chunk. With the json module's compact encoder an array is
+    if is_strict(dumps):
+        # One strict_dumps() for the whole chunk. With the json module's compact encoder an array is
         # "[" + the items' own encodings joined by "," + "]", so an array that is storable and
         # within the limit holds only storable items within the limit.
         try:
             jobs = [kwargs if type(kwargs) is dict else dict(kwargs) for kwargs in chunk]
-            if all(type(key) is str for kwargs in jobs for key in kwargs):
-                text = dumps(jobs)
+            if _str_keys(jobs):
+                text = strict_dumps(jobs)  # what dumps gives (is_strict)
                 if _storable(text, limit):
                     return text, None
         except (TypeError, ValueError):
@@ -123,15 +135,15 @@ def _encode_pairs(chunk: list[Mapping[str, Any]], metas: list[Mapping[str, Any]]
     ``[args, meta]`` per job (the form the workflow inserts take), each part validated as
     ``encode_args`` validates args; the first bad job raises its own InvalidArgs (its args
     checked before its meta)."""
-    if dumps is strict_dumps:
+    if is_strict(dumps):
         # As in _encode_chunk_items: with the compact encoder an array within the limit and
         # storable proves each of its parts is.
         try:
             pairs = [[args if type(args) is dict else dict(args),
                       meta if type(meta) is dict else dict(meta)]
                      for args, meta in zip(chunk, metas, strict=True)]
-            if all(type(key) is str for pair in pairs for part in pair for key in part):
-                text = dumps(pairs)
+            if _str_keys(chain.from_iterable(pairs)):
+                text = strict_dumps(pairs)
                 if _storable(text, limit):
                     return text, None
         except (TypeError, ValueError):
