@@ -16,7 +16,7 @@ from typing import Any
 
 from kombu.utils import json as kombu_json
 
-from akadze_core.serialization import strict_dumps
+from akadze_core.serialization import extends_strict_dumps, strict_dumps
 
 from .exceptions import ImproperlyConfigured
 
@@ -40,6 +40,7 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON (Postgres cannot store it)")
 
 
+@extends_strict_dumps
 def dumps(value: Any) -> str:
     """Encode ``value`` as compact JSON with kombu's type markers; NaN/Infinity refused."""
     # The engine's strict_dumps is the stdlib's encoder with these options, made once.

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import inspect
+import json
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
+from itertools import chain
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,7 +20,13 @@ from .dberrors import SCHEMA_ERRORS
 from .errors import InvalidArgs, SchemaMissing
 from .migrations import schema_missing
 from .retry import BackoffPolicy
-from .serialization import DEFAULT_MAX_ARGS_BYTES, Dumps, encode_args, strict_dumps
+from .serialization import (
+    DEFAULT_MAX_ARGS_BYTES,
+    Dumps,
+    encode_args,
+    is_strict,
+    strict_dumps,
+)
 
 if TYPE_CHECKING:
     from .app import App
@@ -87,24 +95,62 @@ def _encode(args: Mapping[str, Any], dumps: Dumps, limit: int) -> str:
     return encode_args(dict(args), dumps, limit)
 
 
+def _str_keys(mappings: Iterable[dict[Any, Any]]) -> bool:
+    """Whether every key of every mapping is a str (not a subclass): one C-level pass."""
+    return set(map(type, chain.from_iterable(mappings))) <= {str}
+
+
 def _encode_chunk(chunk: list[Mapping[str, Any]], dumps: Dumps, limit: int) -> str:
     """One JSON array holding the encoded args of every job of ``chunk``, each validated
     exactly as ``encode_args`` does: the first bad job raises its own InvalidArgs."""
-    if dumps is strict_dumps:
-        # One dumps() for the whole chunk. With the json module's compact encoder an array is
+    return _encode_chunk_items(chunk, dumps, limit)[0]
+
+
+def _encode_chunk_items(chunk: list[Mapping[str, Any]], dumps: Dumps,
+                        limit: int) -> tuple[str, list[str] | None]:
+    """``_encode_chunk``, and the jobs' own texts when they were encoded one by one (None
+    when one ``strict_dumps`` call made the array: ``strict_dumps`` of an item decoded
+    from it gives that item's text)."""
+    if is_strict(dumps):
+        # One strict_dumps() for the whole chunk. With the json module's compact encoder an array is
         # "[" + the items' own encodings joined by "," + "]", so an array that is storable and
         # within the limit holds only storable items within the limit.
         try:
             jobs = [kwargs if type(kwargs) is dict else dict(kwargs) for kwargs in chunk]
-            if all(type(key) is str for kwargs in jobs for key in kwargs):
-                text = dumps(jobs)
+            if _str_keys(jobs):
+                text = strict_dumps(jobs)  # what dumps gives (is_strict)
                 if _storable(text, limit):
-                    return text
+                    return text, None
         except (TypeError, ValueError):
             pass  # one by one below, where the first bad job raises its own error
     # Job by job (any other dumps may encode an item differently inside an array): _encode
     # returns what encode_args returns, or raises what it raises, in input order.
-    return "[" + ",".join([_encode(kwargs, dumps, limit) for kwargs in chunk]) + "]"
+    items = [_encode(kwargs, dumps, limit) for kwargs in chunk]
+    return "[" + ",".join(items) + "]", items
+
+
+def _encode_pairs(chunk: list[Mapping[str, Any]], metas: list[Mapping[str, Any]],
+                  dumps: Dumps, limit: int) -> tuple[str, list[tuple[str, str]] | None]:
+    """``_encode_chunk_items`` of jobs that each have their own meta: one JSON array of
+    ``[args, meta]`` per job (the form the workflow inserts take), each part validated as
+    ``encode_args`` validates args; the first bad job raises its own InvalidArgs (its args
+    checked before its meta)."""
+    if is_strict(dumps):
+        # As in _encode_chunk_items: with the compact encoder an array within the limit and
+        # storable proves each of its parts is.
+        try:
+            pairs = [[args if type(args) is dict else dict(args),
+                      meta if type(meta) is dict else dict(meta)]
+                     for args, meta in zip(chunk, metas, strict=True)]
+            if _str_keys(chain.from_iterable(pairs)):
+                text = strict_dumps(pairs)
+                if _storable(text, limit):
+                    return text, None
+        except (TypeError, ValueError):
+            pass
+    items = [(_encode(args, dumps, limit), _encode(meta, dumps, limit))
+             for args, meta in zip(chunk, metas, strict=True)]
+    return "[" + ",".join([f"[{args},{meta}]" for args, meta in items]) + "]", items
 
 
 def encode_many(kwargs_list: Iterable[Mapping[str, Any]], dumps: Dumps = strict_dumps,
@@ -115,6 +161,37 @@ def encode_many(kwargs_list: Iterable[Mapping[str, Any]], dumps: Dumps = strict_
     items = list(kwargs_list)
     return [_encode_chunk(items[start:start + BULK_CHUNK], dumps, limit)
             for start in range(0, len(items), BULK_CHUNK)]
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """Many jobs of one call, encoded in bulk (``TaskCall.rows``): the row template, how many
+    jobs, and per JSON array of up to ``BULK_CHUNK`` jobs its text with, when they were
+    encoded one by one, its jobs' own texts. ``pairs``: each job is ``[args, meta]``, else
+    its args."""
+
+    template: JobRequest
+    count: int
+    chunks: list[tuple[str, list[Any] | None]]
+    pairs: bool
+
+    def job(self, position: int, decoded: dict[int, Any]) -> tuple[str, str]:
+        """Job ``position``'s (args, meta) texts. An array made by one ``strict_dumps`` call
+        is decoded once (into ``decoded``: chunk index -> its items): ``strict_dumps`` of an
+        item decoded from it gives the same JSON value as the item's text inside it (the same
+        text but for keys that collided in the array, of which jsonb keeps the last too)."""
+        chunk, offset = divmod(position, BULK_CHUNK)
+        text, items = self.chunks[chunk]
+        if items is not None:
+            item = items[offset]
+            return item if self.pairs else (item, self.template.meta)
+        values = decoded.get(chunk)
+        if values is None:
+            values = decoded[chunk] = json.loads(text)
+        value = values[offset]
+        if not self.pairs:
+            return strict_dumps(value), self.template.meta
+        return strict_dumps(value[0]), strict_dumps(value[1])
 
 
 # One cursor kept per pooled connection: creating a cursor per enqueue (an adapters map, a
@@ -362,6 +439,33 @@ class TaskCall:
             check(kwargs)
         app = self.task.app
         return template, encode_many(items, app.json_dumps, app.max_args_bytes)
+
+    def rows(self, kwargs_list: Iterable[Mapping[str, Any]],
+             metas: Iterable[Mapping[str, Any]] | None = None) -> Rows:
+        """``requests`` for a workflow (``Workflow.add_many``): every call checked, then every
+        job's args (and, with ``metas``, its own meta, in place of the options' meta) encoded
+        in JSON arrays of up to ``BULK_CHUNK`` jobs, a job being its args object or, with
+        ``metas``, ``[args, meta]``. Raises ``TypeError`` or ``InvalidArgs`` for the first bad
+        job, as ``enqueue_many`` does."""
+        template = JobRequest(**self._fixed_request_params())
+        items = kwargs_list if isinstance(kwargs_list, list) else list(kwargs_list)
+        check = self.task.check_call
+        for kwargs in items:
+            check(kwargs)
+        app = self.task.app
+        dumps, limit = app.json_dumps, app.max_args_bytes
+        chunks: list[tuple[str, list[Any] | None]]
+        if metas is None:
+            chunks = [_encode_chunk_items(items[start:start + BULK_CHUNK], dumps, limit)
+                      for start in range(0, len(items), BULK_CHUNK)]
+        else:
+            own = metas if isinstance(metas, list) else list(metas)
+            if len(own) != len(items):
+                raise ValueError(f"{len(own)} metas for {len(items)} jobs")
+            chunks = [_encode_pairs(items[start:start + BULK_CHUNK],
+                                    own[start:start + BULK_CHUNK], dumps, limit)
+                      for start in range(0, len(items), BULK_CHUNK)]
+        return Rows(template, len(items), chunks, metas is not None)
 
     def enqueue(self, **kwargs: Any) -> Any:
         """Insert a job; returns its id (an awaitable of it when using an async session).

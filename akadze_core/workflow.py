@@ -18,10 +18,10 @@ retried, rescued or fenced-off run cannot release it twice.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
@@ -34,7 +34,7 @@ from .migrations import schema_missing
 
 if TYPE_CHECKING:
     from .app import App
-    from .tasks import TaskCall
+    from .tasks import Rows, TaskCall
 
 __all__ = ["Node", "OnFailure", "Workflow"]
 
@@ -44,18 +44,51 @@ Pass = Literal["one", "list"]
 UpstreamFailure = Literal["cancel", "fail"]
 
 
-@dataclass(eq=False)
 class Node:
     """One job of a workflow: its position in the workflow, and its id once enqueued."""
 
-    index: int
-    request: JobRequest
-    id: int | None = None
+    __slots__ = ("_request", "_rows", "id", "index")
+
+    def __init__(self, index: int, request: JobRequest | None, id: int | None = None,
+                 rows: _Block | None = None) -> None:
+        self.index = index
+        self.id = id
+        self._request = request
+        # A node added by add_many: its row is built from its block only when asked for.
+        self._rows = rows
+
+    @property
+    def request(self) -> JobRequest:
+        """The row this node inserts."""
+        request = self._request
+        if request is None:
+            assert self._rows is not None
+            request = self._request = self._rows.request(self.index)
+        return request
 
     @property
     def ref(self) -> int:
         """How the insert statement names this node (``-1`` for the first)."""
         return -(self.index + 1)
+
+    def __repr__(self) -> str:
+        return f"Node(index={self.index}, id={self.id})"
+
+
+class _Block:
+    """Nodes added by one ``add_many``: their jobs encoded in bulk (``TaskCall.rows``), sent
+    as they are unless a node of them is waited on (then node by node)."""
+
+    __slots__ = ("_decoded", "rows", "start", "template")
+
+    def __init__(self, rows: Rows, start: int, template: int) -> None:
+        self.rows, self.start, self.template = rows, start, template
+        self._decoded: dict[int, Any] = {}
+
+    def request(self, index: int) -> JobRequest:
+        """The row of node ``index`` of the workflow (one of this block's)."""
+        args, meta = self.rows.job(index - self.start, self._decoded)
+        return dataclasses.replace(self.rows.template, args=args, meta=meta)
 
 
 class OnFailure:
@@ -129,6 +162,8 @@ class Workflow:
         self._templates: dict[tuple[Any, ...], int] = {}
         self._template_json: list[str] = []
         self._template_meta: list[str] = []
+        # add_many's blocks by their first node's index.
+        self._blocks: dict[int, _Block] = {}
         self._session: Any = None
 
     def __len__(self) -> int:
@@ -162,27 +197,34 @@ class Workflow:
                                 result_arg=result_arg, on_upstream_failure=on_upstream_failure,
                                 on_failure=on_failure)
 
-    def add_many(self, call: TaskCall, kwargs_list: Iterable[Mapping[str, Any]]) -> list[Node]:
-        """Add one job of ``call`` per argument set (a fan-out), checked like ``add``; the
-        call's options are resolved once for all of them."""
-        t = call.request({}, check=False)
-        if t.unique_key is not None:
+    def add_many(self, call: TaskCall, kwargs_list: Iterable[Mapping[str, Any]], *,
+                 metas: Iterable[Mapping[str, Any]] | None = None) -> list[Node]:
+        """Add one job of ``call`` per argument set (a fan-out), checked and encoded in bulk
+        as ``enqueue_many`` does (``TypeError`` or ``InvalidArgs`` for the first bad one, and
+        nothing is added then). ``metas``: each job's own meta, in place of the call's (an
+        integration's per-job ids), encoded and checked with its args."""
+        if call.options.unique_key is not None:
             raise ValueError("a workflow job cannot have a unique_key")
-        encode = call.encode_args
+        return self.add_rows(call.rows(kwargs_list, metas))
+
+    def add_rows(self, rows: Rows) -> list[Node]:
+        """``add_many`` of jobs encoded already (``TaskCall.rows``; integrations such as
+        akadze_compat)."""
+        template = rows.template
+        if template.unique_key is not None:
+            raise ValueError("a workflow job cannot have a unique_key")
+        count = rows.count
+        if not count:
+            return []
         start = len(self.nodes)
-        # The lean form of add_request for jobs that wait on nothing (its cost per job was
-        # most of a 10,000-job group's client time).
-        nodes = [Node(start + offset, JobRequest(t.task, t.queue, encode(kwargs), t.priority,
-                                                 t.scheduled_at, t.delay, t.max_attempts,
-                                                 t.expires_at, None, t.meta))
-                 for offset, kwargs in enumerate(kwargs_list)]
-        count = len(nodes)
+        block = _Block(rows, start, self._template(template))
+        nodes = [Node(index, None, None, block) for index in range(start, start + count)]
         self.nodes.extend(nodes)
+        self._blocks[start] = block
         for column in (self._flow, self._on_failure, self._upstreams, self._dependents):
             column.extend([None] * count)
         self._pending.extend([0] * count)
-        if nodes:
-            self._template_of.extend([self._template(nodes[0].request)] * count)
+        self._template_of.extend([block.template] * count)
         return nodes
 
     def add_request(self, request: JobRequest, *,
@@ -294,29 +336,48 @@ class Workflow:
             or any(self._on_failure)
         template_of, template_meta = self._template_of, self._template_meta
         upstreams, dependents = self._upstreams, self._dependents
+        nodes, blocks = self.nodes, self._blocks
         chunks: list[str] = []
         chunk_template: list[int] = []
         run: list[str] = []
         current = -1
-        for index, node in enumerate(self.nodes):
-            request = node.request
-            template = template_of[index]
-            if template != current or len(run) == CHUNK:
+        index, count = 0, len(nodes)
+        while index < count:
+            block = blocks.get(index)
+            if block is not None and self._direct(block):
+                # Its arrays as add_many encoded them: no text per node here.
                 if run:
                     chunks.append(f"[{','.join(run)}]")
-                    chunk_template.append(current + 1)  # the statement counts from 1
-                run = []
-                current = template
-            meta = request.meta
-            own_meta = meta is not template_meta[template] and meta != template_meta[template]
-            if graph and (upstreams[index] is not None or dependents[index] is not None
-                          or self._flow[index] is not None
-                          or self._on_failure[index] is not None):
-                run.append(self._element(index, request, own_meta))
-            elif own_meta:
-                run.append(f"[{request.args},{meta}]")
-            else:
-                run.append(request.args)
+                    chunk_template.append(current + 1)
+                    run = []
+                current = -1
+                texts = [text for text, _ in block.rows.chunks]
+                chunks.extend(texts)
+                chunk_template.extend([block.template + 1] * len(texts))
+                index += block.rows.count
+                continue
+            end = min((start for start in blocks if start > index), default=count)
+            for index in range(index, end):  # noqa: B020  # the while loop goes on from end
+                request = nodes[index].request
+                template = template_of[index]
+                if template != current or len(run) == CHUNK:
+                    if run:
+                        chunks.append(f"[{','.join(run)}]")
+                        chunk_template.append(current + 1)  # the statement counts from 1
+                    run = []
+                    current = template
+                meta = request.meta
+                own_meta = meta is not template_meta[template] \
+                    and meta != template_meta[template]
+                if graph and (upstreams[index] is not None or dependents[index] is not None
+                              or self._flow[index] is not None
+                              or self._on_failure[index] is not None):
+                    run.append(self._element(index, request, own_meta))
+                elif own_meta:
+                    run.append(f"[{request.args},{meta}]")
+                else:
+                    run.append(request.args)
+            index = end
         if run:
             chunks.append(f"[{','.join(run)}]")
             chunk_template.append(current + 1)
@@ -327,6 +388,15 @@ class Workflow:
             params["external_ref"] = [ref for ref, _ in self._outside]
             params["external_node"] = [node for _, node in self._outside]
         return params
+
+    def _direct(self, block: _Block) -> bool:
+        """Whether ``block``'s arrays can be sent as they are: none of its nodes is waited
+        on, and its jobs carry their own meta or their template's."""
+        rows = block.rows
+        if self._dependents[block.start:block.start + rows.count].count(None) != rows.count:
+            return False
+        meta = self._template_meta[block.template]
+        return rows.pairs or rows.template.meta is meta or rows.template.meta == meta
 
     def _element(self, index: int, request: JobRequest, own_meta: bool) -> str:
         """Node ``index`` as job_insert_graph takes a node that waits or is waited on:

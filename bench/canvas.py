@@ -4,8 +4,9 @@ to the completion path.
 
 Core figures are read from the jobs table (database clock):
 
-- **group enqueue**: ``Workflow`` of N no-op nodes, ``add`` to ``enqueue`` (one statement),
-  against ``enqueue_many`` of the same N kwargs in one call; the sides take turns.
+- **group enqueue**: ``Workflow`` of N no-op nodes, ``add_many`` to ``enqueue`` (one
+  statement), against ``enqueue_many`` of the same N kwargs in one call, and (info) the same
+  workflow built with one ``add`` per node; the sides take turns.
 - **fan-in**: one ``akadze worker`` started beforehand and idle; a workflow of N no-ops and a
   body waiting on all of them is enqueued; the figure is the body's ``started_at`` minus the
   first job's ``created_at``. The comparison is the same worker draining a workflow of the
@@ -65,7 +66,9 @@ class EnqueueFigures:
     enqueue_many: float
     workflow_runs: list[float] = field(default_factory=list)
     enqueue_many_runs: list[float] = field(default_factory=list)
-    # Where a workflow's time goes, seconds (medians): building it (add), its parameters,
+    #: The same workflow built with one ``add`` per node (jobs/s, median), 0 if not run.
+    add_loop: float = 0.0
+    # Where a workflow's time goes, seconds (medians): building it (add_many), its parameters,
     # the statement.
     add_seconds: float = 0.0
     params_seconds: float = 0.0
@@ -144,6 +147,7 @@ def group_enqueue(url: str, jobs: int, *, rounds: int = 3) -> EnqueueFigures:
     kwargs = [{"n": i} for i in range(jobs)]
     flows: list[float] = []
     manys: list[float] = []
+    loops: list[float] = []
     parts: list[tuple[float, float, float]] = []
     try:
         task.enqueue_many(kwargs[:10])  # warm up the pool
@@ -155,8 +159,7 @@ def group_enqueue(url: str, jobs: int, *, rounds: int = 3) -> EnqueueFigures:
         def workflow() -> None:
             started = time.perf_counter()
             flow = app.workflow()
-            for item in kwargs:
-                flow.add(task, **item)
+            flow.add_many(task, kwargs)
             built = time.perf_counter()
             params = flow.params()
             shaped = time.perf_counter()
@@ -166,13 +169,23 @@ def group_enqueue(url: str, jobs: int, *, rounds: int = 3) -> EnqueueFigures:
             flows.append(jobs / (done - started))
             parts.append((built - started, shaped - built, done - shaped))
 
+        def add_loop() -> None:
+            started = time.perf_counter()
+            flow = app.workflow()
+            for item in kwargs:
+                flow.add(task, **item)
+            flow.enqueue()
+            loops.append(jobs / (time.perf_counter() - started))
+
         def many() -> None:
             started = time.perf_counter()
             task.enqueue_many(kwargs)
             manys.append(jobs / (time.perf_counter() - started))
 
         for number in range(rounds):
-            for side in (workflow, many) if number % 2 == 0 else (many, workflow):
+            order = (workflow, many, add_loop) if number % 2 == 0 \
+                else (add_loop, many, workflow)
+            for side in order:
                 _empty(url)
                 side()
     finally:
@@ -180,7 +193,7 @@ def group_enqueue(url: str, jobs: int, *, rounds: int = 3) -> EnqueueFigures:
     _empty(url)
     return EnqueueFigures(
         jobs=jobs, workflow=statistics.median(flows), enqueue_many=statistics.median(manys),
-        workflow_runs=flows, enqueue_many_runs=manys,
+        workflow_runs=flows, enqueue_many_runs=manys, add_loop=statistics.median(loops),
         add_seconds=statistics.median(p[0] for p in parts),
         params_seconds=statistics.median(p[1] for p in parts),
         statement_seconds=statistics.median(p[2] for p in parts))

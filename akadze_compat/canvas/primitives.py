@@ -400,16 +400,28 @@ class group(Signature):
         # The group's plain task signatures without building each one's copy (a 10,000-
         # member group's time went mostly there); any other member goes the full way.
         adder = builder.member_adder(shared, after=after, many=many, failure=failure)
+        # Runs of plain members are added at once (encoded in bulk), in member order.
+        run: list[tuple[int, Signature, Any]] = []
+
+        def flush() -> None:
+            for node, result in adder.add(run, args, kwargs):
+                tails.append(node)
+                results.append(result)
+            run.clear()
+
         for index, member in enumerate(_flatten_members(self.tasks, self._app, copy=False)):
-            added = adder(member, index, args, kwargs)
-            if added is not None:
-                tails.append(added[0])
-                results.append(added[1])
+            row = adder.take(member)
+            if row is not None:
+                run.append((index, member, row))
                 continue
+            if run:
+                flush()
             part = member.to_flow(builder, args, kwargs, after=after, many=many,
                                   failure=failure, options={**shared, "group_index": index})
             tails.extend(part.tails)
             results.append(part.result)
+        if run:
+            flush()
         result = GroupResult(group_id, results, app=builder.app)
         return Planned(tails, True, result)
 

@@ -86,11 +86,23 @@ class FlowBuilder(Protocol):
         result."""
 
     def member_adder(self, options: dict[str, Any], *, after: list[Any], many: bool,
-                     failure: str) -> Callable[[Signature, int, Any, Any],
-                                               tuple[Any, AsyncResult] | None]:
+                     failure: str) -> MemberAdding:
         """What adds a group's members of plain task signatures as ``Signature.to_flow``
-        with the group's ``options`` and the member's index would, returning None for a
-        member it does not take (which then goes through ``to_flow``)."""
+        with the group's ``options`` and the member's index would."""
+
+
+class MemberAdding(Protocol):
+    """Adds a group's plain members (``app.flow.MemberAdder``): those it ``take``s, in runs
+    (``add``); any other member goes through ``to_flow``."""
+
+    def take(self, member: Signature) -> Any:
+        """What ``add`` needs to add ``member`` with, or None when it cannot."""
+
+    def add(self, members: list[tuple[int, Signature, Any]], args: Any,
+            kwargs: Any) -> list[tuple[Any, AsyncResult]]:
+        """Add ``members`` (each with its index in the group and what ``take`` gave for
+        it) with the group's partial ``args``/``kwargs``; their nodes and results, in
+        order."""
 
 
 @dataclass

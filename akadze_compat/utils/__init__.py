@@ -23,9 +23,26 @@ def uuid() -> str:
     and variant digits set), made without the UUID object: 1.1 us instead of 3-4 us, and
     every ``.delay()`` makes one.
     """
-    digits = _urandom(16).hex()
+    try:
+        digits = _random_digits.pop()
+    except IndexError:
+        digits = _draw()
     return (f"{digits[:8]}-{digits[8:12]}-4{digits[13:16]}-{_VARIANT[digits[16]]}"
             f"{digits[17:20]}-{digits[20:]}")
+
+
+# 32 random hex digits per id, drawn from os.urandom 256 ids at a time: a system call per id
+# was a sixth of a .delay()'s own time. list.pop() hands each out once, whichever thread
+# asks; a forked child starts without its parent's (it would make the same ids).
+_random_digits: list[str] = []
+os.register_at_fork(after_in_child=_random_digits.clear)
+
+
+def _draw() -> str:
+    """Refill the random digits; returns one of them."""
+    drawn = _urandom(16 * 256).hex()
+    _random_digits.extend([drawn[at:at + 32] for at in range(32, 32 * 256, 32)])
+    return drawn[:32]
 
 
 #: Old name of :func:`uuid`.

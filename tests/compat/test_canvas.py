@@ -458,14 +458,14 @@ def test_plain_members_added_at_once_equal_rows_built_in_full(
     from akadze_compat.app.flow import Builder, MemberAdder
 
     taken: list[int] = []
-    call = MemberAdder.__call__
+    call = MemberAdder.take
 
-    def counted(self: MemberAdder, *args: Any) -> Any:
-        added = call(self, *args)
+    def counted(self: MemberAdder, member: Any) -> Any:
+        added = call(self, member)
         taken.append(added is not None)
         return added
 
-    monkeypatch.setattr(MemberAdder, "__call__", counted)
+    monkeypatch.setattr(MemberAdder, "take", counted)
     t = tasks(celery)
     celery.conf.task_routes = {"t.add": {"queue": "adds", "priority": 3}}
     members = [t["add"].s(1), t["mul"].s(2), t["add"].si(2, 2), t["add"].s(3)]

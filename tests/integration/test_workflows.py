@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from akadze_core import App, Fail, OnFailure, UpstreamFailed, request_cancel_sync
+from akadze_core import App, Fail, InvalidArgs, OnFailure, UpstreamFailed, request_cancel_sync
 from tests.helpers import job
 from tests.integration.outcome_helpers import run_until
 
@@ -299,3 +299,70 @@ def test_every_node_gets_the_row_its_call_would_insert_alone(
         assert mine[:-1] == theirs[:-1], i
         # The same delay (30 s) or time (at) from each insert's own now().
         assert abs((mine[-1] - theirs[-1]).total_seconds()) < 5, i
+
+
+@pytest.mark.parametrize("body", [False, True], ids=["rows", "graph"])
+def test_add_many_gives_each_node_the_row_add_would(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any], body: bool) -> None:
+    # add_many encodes its jobs in arrays of 100 and sends them as they are; blocks of it
+    # between single adds, of calls whose template an earlier node made with another meta,
+    # one with each job's own meta, and (graph) some of their nodes waited on, which sends
+    # those node by node: every node's row must be the one add() gives it.
+    plain, other = tasks["add"], tasks["add"].configure(meta={"m": "x"})
+    same_options = tasks["add"].configure(meta={"m": "y"})  # other's template, not its meta
+    flow, twin = app.workflow(), app.workflow()
+    nodes: list[Any] = []
+    twins: list[Any] = []
+    metas = [{"task_id": f"t{i}", "n": [i, "é"]} for i in range(130)]
+
+    def block(call: Any, start: int, count: int) -> None:
+        kwargs = [{"x": i} for i in range(start, start + count)]
+        nodes.extend(flow.add_many(call, kwargs))
+        twins.extend(twin.add(call, **item) for item in kwargs)
+
+    block(plain, 0, 250)
+    nodes.append(flow.add(other, x=1000))
+    twins.append(twin.add(other, x=1000))
+    block(same_options, 250, 120)
+    block(other, 370, 5)
+    own = flow.add_many(plain, [{"x": i} for i in range(130)], metas=metas)
+    nodes.extend(own)
+    twins.extend(twin.add(plain.configure(meta=meta), x=i) for i, meta in enumerate(metas))
+    if body:
+        flow.add(tasks["total"], after=nodes[::50] + own[7:9], result_arg="values")
+    assert ("external" in flow.params()) is body
+    assert [node.request for node in nodes] == [node.request for node in twins]
+    flow.enqueue()
+    twin.enqueue()
+    columns = "task, queue, args, priority, max_attempts, meta, expires_at, state"
+    for node, alone in zip(nodes, twins, strict=True):
+        mine, theirs = (db.execute(f"SELECT {columns} FROM akadze.jobs WHERE id = %s",
+                                   (job_id,)).fetchone() for job_id in (node.id, alone.id))
+        assert mine == theirs and mine is not None, node.index
+    assert json_meta(db, own[3].id) == metas[3]
+
+
+def json_meta(db: psycopg.Connection, job_id: int | None) -> Any:
+    row = db.execute("SELECT meta FROM akadze.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+@pytest.mark.parametrize("bad", ["args", "meta"])
+def test_add_many_refuses_a_bad_job_and_adds_nothing(app: App, tasks: dict[str, Any],
+                                                     bad: str) -> None:
+    flow = app.workflow()
+    flow.add(tasks["add"], x=0)
+    kwargs: list[dict[str, Any]] = [{"x": i} for i in range(150)]
+    metas: list[dict[str, Any]] = [{"i": i} for i in range(150)]
+    (kwargs if bad == "args" else metas)[120] = {"x": object()}
+    with pytest.raises(InvalidArgs, match="not JSON"):
+        flow.add_many(tasks["add"], kwargs, metas=metas)
+    with pytest.raises(InvalidArgs, match="NUL"):
+        flow.add_many(tasks["add"], [{"x": 1}, {"x": "a\x00"}])
+    with pytest.raises(ValueError, match="2 metas for 1 jobs"):
+        flow.add_many(tasks["add"], [{"x": 1}], metas=[{}, {}])
+    with pytest.raises(ValueError, match="unique_key"):
+        flow.add_many(tasks["add"].configure(unique_key="k"), [{"x": 1}])
+    assert len(flow) == 1 and flow.params()["nodes"] == ['[{"x":0}]']
+    assert flow.add_many(tasks["add"], []) == []
