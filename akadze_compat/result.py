@@ -133,6 +133,9 @@ class AsyncResult(ResultBase):
         core = self.app.core
         job = core.get_job(self._job_id) if self._job_id is not None \
             else lookup_job(core, self.id)
+        while job is not None and job.meta.get("replaced_by"):
+            # Task.replace: the job handed its task id over (app.replace).
+            job = core.get_job(int(job.meta["replaced_by"]))
         if job is not None:
             self._job_id = job.id
             if job.state in FINISHED:
@@ -338,6 +341,14 @@ class AsyncResult(ResultBase):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 job = self.app.core.wait_for_job(job.id, left)
+                while job.meta.get("replaced_by"):
+                    # Replaced while waited on (Task.replace): wait for the replacement.
+                    self._cache, self._job_id = None, int(job.meta["replaced_by"])
+                    job = self._job() or job
+                    if job.state not in FINISHED:
+                        left = None if deadline is None else \
+                            max(0.0, deadline - time.monotonic())
+                        job = self.app.core.wait_for_job(job.id, left)
             except builtins.TimeoutError:  # the core's; ours shadows the name
                 raise TimeoutError("The operation timed out.") from None
             self._cache = job

@@ -427,6 +427,27 @@ class Task:
 
     # --- inside the task ---------------------------------------------------------------------
 
+    def replace(self, sig: Signature) -> Any:
+        """Replace this running task with ``sig`` (a signature or a canvas), which takes
+        its task id, its place in a chain or chord, its callbacks and errbacks: the
+        caller's result gives the replacement's. Raises ``Ignore`` in a worker (use
+        ``return self.replace(...)``); eagerly runs ``sig`` and returns its result. See
+        ``app.replace``."""
+        from .replace import prepare_replacement
+
+        return self.on_replace(prepare_replacement(self, sig))
+
+    def on_replace(self, sig: Signature) -> Any:
+        """Called by ``replace`` with the prepared replacement: runs it eagerly, or sends
+        it, hands this task over to it and raises ``Ignore`` (an override must return
+        ``super().on_replace(sig)``)."""
+        from .replace import send_replacement
+
+        if self.request.is_eager:
+            return sig.apply().get()
+        send_replacement(self, sig)
+        return None  # send_replacement raises Ignore
+
     def retry(self, args: Any = None, kwargs: Any = None, exc: BaseException | None = None,
               throw: bool = True, eta: datetime | None = None, countdown: float | None = None,
               max_retries: int | None = None, **options: Any) -> Retry:
