@@ -380,8 +380,10 @@ API_PATTERNS: dict[str, Support] = {
     "celery.xstarmap": Support(DIFFERENT, f"xstarmap: {_CANVAS}"),
     "signature | signature": Support(DIFFERENT, f"chaining with |: {_CANVAS}"),
     "Task.map / Task.starmap / Task.chunks": Support(DIFFERENT, _CANVAS),
-    "Task.replace": Support(MISSING, "self.replace() is not supported: enqueue the new task "
-                                     "and return"),
+    "Task.replace": Support(DIFFERENT, "as Celery's (the replacement takes the task id, "
+                                       "the chain's rest, chord place, callbacks and "
+                                       "errbacks), written in the transaction that ends "
+                                       "the task: never lost or sent twice"),
     "Task.add_to_chord": Support(MISSING, "add_to_chord is not supported: a chord's header "
                                           "is fixed when it is sent"),
     "Task.send_event": Support(MISSING, "there is no event stream: record progress with "
