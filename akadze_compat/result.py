@@ -123,6 +123,10 @@ class AsyncResult(ResultBase):
 
     def _remember(self, job: Job) -> None:
         """Keep a job read elsewhere (a group's read of all its members)."""
+        if job.meta.get("replaced_by"):
+            # Task.replace: the replacement is this result's job now (read when needed).
+            self._job_id, self._cache = int(job.meta["replaced_by"]), None
+            return
         self._job_id = job.id
         if job.state in FINISHED:
             self._cache = job

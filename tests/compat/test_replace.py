@@ -169,3 +169,17 @@ def test_an_empty_chain_is_refused(celery: Celery) -> None:
     with pytest.raises(ImproperlyConfigured):
         by_empty.delay().get()
     assert t
+
+
+async def test_a_group_member_replaced_and_a_replacement_replaced_again(
+        celery: Celery) -> None:
+    t = tasks(celery)
+
+    @celery.task(name="r.twice", bind=True)
+    def twice(self: Any, x: int) -> Any:
+        return self.replace(t["by_add"].s(x, x))
+
+    result = group(t["add"].s(1, 1), twice.s(5), t["by_add"].s(3, 4)).delay()
+    await work(celery, lambda: result.ready())
+    assert result.get(timeout=5) == [2, 10, 7]
+    assert [member.state for member in result.results] == [states.SUCCESS] * 3
