@@ -827,3 +827,45 @@ def replace_keeps_errbacks(ctx):
     path = ctx.path("errors")
     res = replaced_by_fail.apply_async(link_error=on_error_old.s(path=path))
     return {"get": ctx.get(res), "state": res.state, "errbacks": ctx.lines(path, 1)}
+
+
+# --- freeze, then send --------------------------------------------------------------------------
+
+def _ids(result):
+    """The ids of a result and its parents and members (a group's), for comparing two."""
+    out = {"id": result.id}
+    results = getattr(result, "results", None)
+    if results is not None:
+        out["members"] = [member.id for member in results]
+    if result.parent is not None:
+        out["parent"] = _ids(result.parent)
+    return out
+
+
+@program
+def group_freeze_keeps_ids_for_apply_async(ctx):
+    sig = group(add.s(1, 1), add.s(2, 2))
+    frozen = sig.freeze()
+    again = sig.freeze()
+    res = sig.apply_async()
+    return {"same_ids": _ids(frozen) == _ids(res), "refreeze_same": _ids(again) == _ids(res),
+            "get": ctx.get(res), "frozen_get": ctx.get(frozen)}
+
+
+@program
+def chord_freeze_keeps_header_and_body_ids(ctx):
+    sig = chord([add.s(1, 1), add.s(2, 2)], tsum.s())
+    frozen = sig.freeze()
+    res = sig.apply_async()
+    return {"body_same": frozen.id == res.id,
+            "header_same": _ids(frozen.parent) == _ids(res.parent),
+            "get": ctx.get(res), "frozen_get": ctx.get(frozen),
+            "header_get": ctx.get(frozen.parent)}
+
+
+@program
+def chord_freeze_then_delay(ctx):
+    sig = chord([add.s(3, 3), add.s(4, 4)], tsum.s())
+    frozen = sig.freeze()
+    res = sig.delay()
+    return {"same_ids": _ids(frozen) == _ids(res), "get": ctx.get(frozen)}
