@@ -299,6 +299,35 @@ class AsyncResult(ResultBase):
             elif not intermediate:
                 raise IncompleteStream()
 
+    def build_graph(self, intermediate: bool = False, formatter: Any = None) -> Any:
+        """A ``DependencyGraph`` of this result and its children (``iterdeps``): each
+        result depends on its children, as in Celery's; ``IncompleteStream`` for a child
+        not ready unless ``intermediate``."""
+        from .utils.graph import DependencyGraph, GraphFormatter
+
+        graph = DependencyGraph(formatter=formatter or GraphFormatter(root=self.id,
+                                                                      shape="oval"))
+        for parent, node in self.iterdeps(intermediate=intermediate):
+            graph.add_arc(node)
+            if parent is not None:
+                graph.add_edge(parent, node)
+        return graph
+
+    @property
+    def graph(self) -> Any:
+        """``build_graph()``, built once per result object (Celery's cached property)."""
+        cached = self.__dict__.get("_graph")
+        if cached is None:
+            cached = self.__dict__["_graph"] = self.build_graph()
+        return cached
+
+    def get_leaf(self) -> Any:
+        """The value of the last result ``iterdeps`` reaches (each waited for)."""
+        value = None
+        for _, node in self.iterdeps():
+            value = node.get()
+        return value
+
     def collect(self, intermediate: bool = False, **kwargs: Any) -> Iterator[tuple[
             AsyncResult, Any]]:
         """``(result, value)`` for this result and its children, depth first, each

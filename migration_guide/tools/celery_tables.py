@@ -319,8 +319,10 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "AsyncResult:then": (M, "no promises"), "AsyncResult:throw": (M, "no promises"),
     "AsyncResult:revoke_by_stamped_headers": (M, "no stamping"),
     "AsyncResult:supports_native_join": (M, ""),
-    **{f"AsyncResult:{name}": (M, "no result graph objects: use `children`/`collect()`")
-       for name in ("build_graph", "get_leaf", "graph")},
+    "AsyncResult:build_graph": (S, "a `DependencyGraph` (`akadze_compat.utils.graph`) of "
+                                   "the result and its `children`, as Celery's"),
+    "AsyncResult:graph": (S, "`build_graph()`, kept once built"),
+    "AsyncResult:get_leaf": (S, "over `iterdeps()`"),
 }
 
 #: Where each Celery module lives in akadze_compat.

@@ -183,3 +183,39 @@ async def test_a_group_member_replaced_and_a_replacement_replaced_again(
     await work(celery, lambda: result.ready())
     assert result.get(timeout=5) == [2, 10, 7]
     assert [member.state for member in result.results] == [states.SUCCESS] * 3
+
+
+async def test_build_graph_has_the_result_and_its_children(celery: Celery) -> None:
+    from akadze_compat.utils.graph import DependencyGraph
+
+    t = tasks(celery)
+    result = (t["add"].s(1, 1) | t["mul"].s(3) | t["add"].s(4))()
+    head = result.parent.parent
+    await work(celery, lambda: result.ready())
+    graph = head.build_graph()
+    assert isinstance(graph, DependencyGraph)
+    assert list(graph) == [head, result.parent, result]
+    assert graph[head] == [result.parent] and graph[result] == []
+    assert graph.topsort() == [result, result.parent, head]  # what each depends on first
+    assert list(graph.edges()) == [head, result.parent]
+    assert graph.valency_of(head) == 2
+    assert head.graph is head.graph and len(head.graph) == 3
+    assert head.get_leaf() == 10
+
+
+def test_dependency_graph_orders_detects_cycles_and_draws() -> None:
+    import io
+
+    from akadze_compat.utils.graph import CycleError, DependencyGraph, GraphFormatter
+
+    graph = DependencyGraph([("app", ["db", "cache"]), ("cache", ["db"]), ("db", [])])
+    order = graph.topsort()
+    assert order.index("db") < order.index("cache") < order.index("app")
+    out = io.StringIO()
+    graph.to_dot(out, GraphFormatter(root="app"))
+    text = out.getvalue()
+    assert text.startswith("digraph dependencies {") and '"app" -> "db"' in text
+    assert '"app" [shape="box", style="filled"]' in text
+    graph.add_edge("db", "app")
+    with pytest.raises(CycleError):
+        graph.topsort()
