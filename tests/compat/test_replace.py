@@ -219,3 +219,15 @@ def test_dependency_graph_orders_detects_cycles_and_draws() -> None:
     graph.add_edge("db", "app")
     with pytest.raises(CycleError):
         graph.topsort()
+
+
+async def test_an_async_task_replaces_itself(celery: Celery) -> None:
+    t = tasks(celery)
+
+    @celery.task(name="r.async_by_add", bind=True)
+    async def async_by_add(self: Any, x: int) -> Any:
+        return self.replace(t["add"].s(x, 100))
+
+    result = (async_by_add.s(1) | t["mul"].s(2))()
+    await work(celery, lambda: result.ready())
+    assert result.get(timeout=5) == 202

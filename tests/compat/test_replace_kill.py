@@ -66,3 +66,14 @@ def test_a_worker_killed_mid_replace_leaves_one_replacement(
     time.sleep(0.3)
     lines = runs.read_text().split()
     assert sorted(lines) == ["add", "mul", "replaced", "replaced"], lines
+
+
+def test_a_prefork_child_replaces_its_task(
+        project: Any, module_database_url: str, spawn_compat: SpawnCompat) -> None:
+    worker = spawn_compat("-A", "replaceproj", "worker", "-P", "prefork", "-c", "1", "-Q",
+                          "replace,celery", "-l", "INFO",
+                          env={"CELERY_BROKER_URL": module_database_url})
+    worker.wait_ready(60)
+    result = chain(project.replaced.s(4, 5), project.mul.s(3)).apply_async(queue="replace")
+    assert result.get(timeout=30) == 27
+    assert project.app.AsyncResult(result.parent.id).get(timeout=5) == 9
