@@ -54,7 +54,7 @@ async def test_what_waits_on_the_job_runs_after_its_replacement(
     t = register(app)
     flow = app.workflow()
     first = flow.add(t["replaced"], x=1)
-    last = flow.add(t["double"], after=first, result_arg="x")
+    flow.add(t["double"], after=first, result_arg="x")
     first_id, last_id = flow.enqueue()
     await run_until(app, lambda: ended(db, last_id))
     assert job(db, last_id)["state"] == "succeeded"
