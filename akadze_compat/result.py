@@ -31,6 +31,7 @@ from .backends.base import (
 )
 from .exceptions import ImproperlyConfigured, IncompleteStream, TaskRevokedError, TimeoutError
 from .serialization import revive
+from .utils.graph import DependencyGraph, GraphFormatter
 
 if TYPE_CHECKING:
     from akadze_core import Job
@@ -303,8 +304,6 @@ class AsyncResult(ResultBase):
         """A ``DependencyGraph`` of this result and its children (``iterdeps``): each
         result depends on its children, as in Celery's; ``IncompleteStream`` for a child
         not ready unless ``intermediate``."""
-        from .utils.graph import DependencyGraph, GraphFormatter
-
         graph = DependencyGraph(formatter=formatter or GraphFormatter(root=self.id,
                                                                       shape="oval"))
         for parent, node in self.iterdeps(intermediate=intermediate):

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from akadze_core import current
 
+from ..canvas import chain, group, maybe_signature
 from ..exceptions import Ignore, ImproperlyConfigured
+from .flow import Builder
 
 if TYPE_CHECKING:
     from ..canvas import Signature
@@ -31,8 +33,6 @@ def prepare_replacement(task: Task, sig: Signature) -> Signature:
     ``on_replace``): a group becomes a chord whose body gives the list of its results, the
     task's errbacks are linked to it, it is frozen with the task's id and keeps its group,
     group index and root."""
-    from ..canvas import chain, group, maybe_signature
-
     request = task.request
     if "chord" in sig.options:
         raise ImproperlyConfigured("A signature replacing a task must not be part of a chord")
@@ -63,8 +63,6 @@ def _listed(value: Any) -> list[Any]:
 def send_replacement(task: Task, sig: Signature) -> None:
     """Insert ``sig`` (prepared), hand this job's waiting rows over to its last job and end
     this job, in one transaction; then raise ``Ignore`` as Celery does."""
-    from .flow import Builder
-
     try:
         context = current()
     except LookupError:

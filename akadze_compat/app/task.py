@@ -24,6 +24,7 @@ from ..utils.objects import default, overrides_default
 from . import eager, publish
 from .context import Context
 from .publish import EXEC_OPTIONS, PLAIN_CALL
+from .replace import prepare_replacement, send_replacement
 from .trace import RetryCall
 
 if TYPE_CHECKING:
@@ -433,16 +434,12 @@ class Task:
         caller's result gives the replacement's. Raises ``Ignore`` in a worker (use
         ``return self.replace(...)``); eagerly runs ``sig`` and returns its result. See
         ``app.replace``."""
-        from .replace import prepare_replacement
-
         return self.on_replace(prepare_replacement(self, sig))
 
     def on_replace(self, sig: Signature) -> Any:
         """Called by ``replace`` with the prepared replacement: runs it eagerly, or sends
         it, hands this task over to it and raises ``Ignore`` (an override must return
         ``super().on_replace(sig)``)."""
-        from .replace import send_replacement
-
         if self.request.is_eager:
             return sig.apply().get()
         send_replacement(self, sig)
