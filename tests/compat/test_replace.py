@@ -231,3 +231,16 @@ async def test_an_async_task_replaces_itself(celery: Celery) -> None:
     result = (async_by_add.s(1) | t["mul"].s(2))()
     await work(celery, lambda: result.ready())
     assert result.get(timeout=5) == 202
+
+
+async def test_a_task_replaced_by_a_chord_passes_on_the_bodys_result(celery: Celery) -> None:
+    t = tasks(celery)
+
+    @celery.task(name="r.by_chord", bind=True)
+    def by_chord(self: Any, n: int) -> Any:
+        return self.replace(chord([t["add"].s(i, 1) for i in range(n)], t["tsum"].s()))
+
+    result = (by_chord.s(3) | t["mul"].s(2))()
+    await work(celery, lambda: result.ready())
+    assert result.parent.get(timeout=5) == 6  # 1 + 2 + 3
+    assert result.get(timeout=5) == 12
