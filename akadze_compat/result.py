@@ -31,6 +31,7 @@ from .backends.base import (
 )
 from .exceptions import ImproperlyConfigured, IncompleteStream, TaskRevokedError, TimeoutError
 from .serialization import revive
+from .utils.graph import DependencyGraph, GraphFormatter
 
 if TYPE_CHECKING:
     from akadze_core import Job
@@ -123,6 +124,10 @@ class AsyncResult(ResultBase):
 
     def _remember(self, job: Job) -> None:
         """Keep a job read elsewhere (a group's read of all its members)."""
+        if job.meta.get("replaced_by"):
+            # Task.replace: the replacement is this result's job now (read when needed).
+            self._job_id, self._cache = int(job.meta["replaced_by"]), None
+            return
         self._job_id = job.id
         if job.state in FINISHED:
             self._cache = job
@@ -133,6 +138,9 @@ class AsyncResult(ResultBase):
         core = self.app.core
         job = core.get_job(self._job_id) if self._job_id is not None \
             else lookup_job(core, self.id)
+        while job is not None and job.meta.get("replaced_by"):
+            # Task.replace: the job handed its task id over (app.replace).
+            job = core.get_job(int(job.meta["replaced_by"]))
         if job is not None:
             self._job_id = job.id
             if job.state in FINISHED:
@@ -292,6 +300,33 @@ class AsyncResult(ResultBase):
             elif not intermediate:
                 raise IncompleteStream()
 
+    def build_graph(self, intermediate: bool = False, formatter: Any = None) -> Any:
+        """A ``DependencyGraph`` of this result and its children (``iterdeps``): each
+        result depends on its children, as in Celery's; ``IncompleteStream`` for a child
+        not ready unless ``intermediate``."""
+        graph = DependencyGraph(formatter=formatter or GraphFormatter(root=self.id,
+                                                                      shape="oval"))
+        for parent, node in self.iterdeps(intermediate=intermediate):
+            graph.add_arc(node)
+            if parent is not None:
+                graph.add_edge(parent, node)
+        return graph
+
+    @property
+    def graph(self) -> Any:
+        """``build_graph()``, built once per result object (Celery's cached property)."""
+        cached = self.__dict__.get("_graph")
+        if cached is None:
+            cached = self.__dict__["_graph"] = self.build_graph()
+        return cached
+
+    def get_leaf(self) -> Any:
+        """The value of the last result ``iterdeps`` reaches (each waited for)."""
+        value = None
+        for _, node in self.iterdeps():
+            value = node.get()
+        return value
+
     def collect(self, intermediate: bool = False, **kwargs: Any) -> Iterator[tuple[
             AsyncResult, Any]]:
         """``(result, value)`` for this result and its children, depth first, each
@@ -338,6 +373,14 @@ class AsyncResult(ResultBase):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 job = self.app.core.wait_for_job(job.id, left)
+                while job.meta.get("replaced_by"):
+                    # Replaced while waited on (Task.replace): wait for the replacement.
+                    self._cache, self._job_id = None, int(job.meta["replaced_by"])
+                    job = self._job() or job
+                    if job.state not in FINISHED:
+                        left = None if deadline is None else \
+                            max(0.0, deadline - time.monotonic())
+                        job = self.app.core.wait_for_job(job.id, left)
             except builtins.TimeoutError:  # the core's; ours shadows the name
                 raise TimeoutError("The operation timed out.") from None
             self._cache = job

@@ -360,8 +360,9 @@ _CANVAS = ("runs as in Celery, but sent as one workflow: every task of the canva
            "from the start, released by the database when the jobs it waits on succeed; a "
            "chain step after a failure stays PENDING and its get() raises that failure "
            "(migration_guide/celery.md, Canvas)")
-_RESULT_ONLY_JOBS = ("then() and build_graph() are not provided (collect() and children "
-                     "are: children are the canvas jobs waiting on the task)")
+_RESULT_ONLY_JOBS = ("then() is not provided (no promises); collect(), iterdeps(), "
+                     "get_leaf() and build_graph() are, over children: the canvas jobs "
+                     "waiting on the task, not tasks sent from its body")
 _GROUP_RESULTS = ("reads every member in one query and waits on LISTEN/NOTIFY; save() "
                   "stores the group in the akadze.saved_groups table")
 
@@ -380,8 +381,10 @@ API_PATTERNS: dict[str, Support] = {
     "celery.xstarmap": Support(DIFFERENT, f"xstarmap: {_CANVAS}"),
     "signature | signature": Support(DIFFERENT, f"chaining with |: {_CANVAS}"),
     "Task.map / Task.starmap / Task.chunks": Support(DIFFERENT, _CANVAS),
-    "Task.replace": Support(MISSING, "self.replace() is not supported: enqueue the new task "
-                                     "and return"),
+    "Task.replace": Support(DIFFERENT, "as Celery's (the replacement takes the task id, "
+                                       "the chain's rest, chord place, callbacks and "
+                                       "errbacks), written in the transaction that ends "
+                                       "the task: never lost or sent twice"),
     "Task.add_to_chord": Support(MISSING, "add_to_chord is not supported: a chord's header "
                                           "is fixed when it is sent"),
     "Task.send_event": Support(MISSING, "there is no event stream: record progress with "
@@ -392,7 +395,7 @@ API_PATTERNS: dict[str, Support] = {
                                             "traceback), or (task_id) for one argument)"),
     "celery.result.GroupResult": Support(DIFFERENT, _GROUP_RESULTS),
     "celery.result.ResultSet": Support(DIFFERENT, _GROUP_RESULTS),
-    "AsyncResult.then / collect / build_graph": Support(MISSING, _RESULT_ONLY_JOBS),
+    "AsyncResult.then / collect / build_graph": Support(DIFFERENT, _RESULT_ONLY_JOBS),
     "AsyncResult.forget": Support(DIFFERENT, "deletes nothing: the job is removed by "
                                              "result_expires"),
     "revoke(terminate=True)": Support(DIFFERENT, "prefork: the child running the task gets "

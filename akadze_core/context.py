@@ -93,6 +93,27 @@ class JobContext:
         return bool(self.app.run_pooled(lambda connection: database.update_job_meta(
             connection, self.id, self.run_count, patch_text)))
 
+    def hand_over(self, connection: psycopg.Connection, to: int) -> None:
+        """Pass what waits on this job (a chain's next step, a fan-in's callback, link
+        callbacks) to the job ``to``, and mark this one ``replaced_by`` it: Celery's
+        ``Task.replace``. Call it on ``complete_tx()``'s connection, after inserting ``to``
+        there: the replacement, the hand-over and this job's success commit together or
+        not at all (a run killed before the commit leaves nothing; its rerun replaces
+        again). Raises ``NotOwner`` when this run no longer owns the job."""
+        row = database.fetch_one(connection, "job_hand_over", id=self.id,
+                                 run_count=self.run_count, to=to)
+        if row is None:
+            raise NotOwner(f"job {self.id} run {self.run_count} no longer owns the job; "
+                           "nothing was handed over")
+
+    async def hand_over_async(self, connection: psycopg.AsyncConnection, to: int) -> None:
+        """Async twin of ``hand_over``."""
+        row = await database.fetch_one_async(connection, "job_hand_over", id=self.id,
+                                             run_count=self.run_count, to=to)
+        if row is None:
+            raise NotOwner(f"job {self.id} run {self.run_count} no longer owns the job; "
+                           "nothing was handed over")
+
     def complete_tx(self) -> CompleteTx:
         """A connection whose transaction also moves this job to succeeded.
 

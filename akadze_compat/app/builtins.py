@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 __all__ = ["BUILTIN_TASKS", "add_map_tasks"]
 
 #: The names of the tasks every app has (not the project's: the doctor leaves them out).
-BUILTIN_TASKS = frozenset({"celery.map", "celery.starmap"})
+BUILTIN_TASKS = frozenset({"celery.map", "celery.starmap", "celery.accumulate"})
 
 
 @_state.connect_on_app_finalize
@@ -31,3 +31,14 @@ def add_map_tasks(app: Celery) -> None:
     def xstarmap(task: Any, it: Any) -> list[Any]:
         body = maybe_signature(task, app=app).type
         return [body(*item) for item in it]
+
+
+@_state.connect_on_app_finalize
+def add_accumulate_task(app: Celery) -> None:
+    """Register ``celery.accumulate`` on ``app``: the body ``Task.replace`` gives a group
+    (it returns the header's list of results, ``index=0``), as Celery's."""
+
+    @app.task(name="celery.accumulate", shared=False, lazy=False)
+    def accumulate(*args: Any, **kwargs: Any) -> Any:
+        index = kwargs.get("index")
+        return args[index] if index is not None else args

@@ -24,6 +24,7 @@ from ..utils.objects import default, overrides_default
 from . import eager, publish
 from .context import Context
 from .publish import EXEC_OPTIONS, PLAIN_CALL
+from .replace import prepare_replacement, send_replacement
 from .trace import RetryCall
 
 if TYPE_CHECKING:
@@ -426,6 +427,23 @@ class Task:
         return self.app.AsyncResult(task_id, task_name=self.name, **kwargs)
 
     # --- inside the task ---------------------------------------------------------------------
+
+    def replace(self, sig: Signature) -> Any:
+        """Replace this running task with ``sig`` (a signature or a canvas), which takes
+        its task id, its place in a chain or chord, its callbacks and errbacks: the
+        caller's result gives the replacement's. Raises ``Ignore`` in a worker (use
+        ``return self.replace(...)``); eagerly runs ``sig`` and returns its result. See
+        ``app.replace``."""
+        return self.on_replace(prepare_replacement(self, sig))
+
+    def on_replace(self, sig: Signature) -> Any:
+        """Called by ``replace`` with the prepared replacement: runs it eagerly, or sends
+        it, hands this task over to it and raises ``Ignore`` (an override must return
+        ``super().on_replace(sig)``)."""
+        if self.request.is_eager:
+            return sig.apply().get()
+        send_replacement(self, sig)
+        return None  # send_replacement raises Ignore
 
     def retry(self, args: Any = None, kwargs: Any = None, exc: BaseException | None = None,
               throw: bool = True, eta: datetime | None = None, countdown: float | None = None,

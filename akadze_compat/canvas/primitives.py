@@ -511,6 +511,14 @@ class _chord(Signature):
                          app=app, **options)
         self.subtask_type = "chord"
 
+    def _header(self) -> group:
+        """The header as a group, with the id ``freeze`` gave it, if it was frozen."""
+        header = group(self.tasks, app=self._app)
+        header_id = getattr(self, "_header_id", None) or _frozen_group_id(self.tasks)
+        if header_id is not None:
+            header.options["task_id"] = header_id
+        return header
+
     def _fallback_app(self) -> Any:
         """A chord without an app takes its header's first task's, else its body's."""
         for candidate in (*self.tasks[:1], self.body):
@@ -583,7 +591,7 @@ class _chord(Signature):
         body.options.update(body_options)
         for key in ("chain", "chord", "link", "link_error"):
             options.pop(key, None)
-        header = group(self.tasks, app=self._app)
+        header = self._header()
         header_part = header.to_flow(builder, args, kwargs, after=after, many=many,
                                      failure=failure, options=options)
         if header_part.tails:
@@ -629,10 +637,13 @@ class _chord(Signature):
     def freeze(self, _id: str | None = None, group_id: str | None = None, chord: Any = None,
                root_id: str | None = None, parent_id: str | None = None,
                group_index: int | None = None) -> Any:
-        """Give header and body their ids now; returns the body's result."""
-        header = group(self.tasks, app=self._app)
+        """Give header and body their ids now; returns the body's result. The header's
+        group id is kept (as Celery keeps the header group): sending the chord later, or
+        freezing it again, uses the same ids."""
+        header = self._header()
         header_result = header.freeze(parent_id=parent_id, root_id=root_id)
         self.tasks = header.tasks
+        self._header_id = header_result.id
         if self.body is None:
             return None
         body_result = self.body.freeze(_id, root_id=root_id, group_id=group_id,
@@ -657,6 +668,16 @@ class _chord(Signature):
 
 
 chord = _chord
+
+
+def _frozen_group_id(tasks: list[Any]) -> str | None:
+    """The group id every task of a frozen header carries (a chord frozen, then copied or
+    rebuilt from its dict), else None."""
+    ids = {maybe_signature(task).options.get("group_id") for task in tasks}
+    if len(ids) != 1:
+        return None
+    only = ids.pop()
+    return str(only) if only else None
 
 
 def _header_tasks(header: Any, app: Any) -> list[Any]:

@@ -647,6 +647,35 @@ UPDATE akadze.jobs SET meta = meta || %(patch)s::jsonb
 WHERE id = %(id)s AND run_count = %(run_count)s AND state = 'running'
 RETURNING id;
 
+-- name: job_hand_over
+-- JobContext.hand_over (Celery's Task.replace): inside complete_tx, before the running job's
+-- success is written, what waits on it (its dependents: a chain's next step, a fan-in's
+-- callback, link callbacks) waits on %(to)s instead, at the same place in its upstreams (the
+-- order of a fan-in's results), and the job is marked replaced_by %(to)s, so that a reader
+-- holding its id follows to the replacement. Fenced like every outcome write: no row when the
+-- run no longer owns the job. The settle of the job's success then finds no dependents.
+WITH original AS (
+    SELECT id, dependents FROM akadze.jobs
+    WHERE id = %(id)s AND run_count = %(run_count)s AND state = 'running'
+    FOR UPDATE
+), moved AS (
+    UPDATE akadze.jobs AS w SET upstreams = array_replace(w.upstreams, o.id, %(to)s::bigint)
+    FROM original AS o
+    WHERE w.id = ANY(o.dependents) AND w.state = 'waiting'
+    RETURNING w.id
+), target AS (
+    UPDATE akadze.jobs AS t
+    SET dependents = coalesce(t.dependents, '{}'::bigint[]) || o.dependents
+    FROM original AS o
+    WHERE t.id = %(to)s AND o.dependents IS NOT NULL
+    RETURNING t.id
+)
+UPDATE akadze.jobs AS j
+SET dependents = NULL, meta = j.meta || jsonb_build_object('replaced_by', %(to)s::bigint)
+FROM original AS o
+WHERE j.id = o.id
+RETURNING j.id, (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM target) AS target;
+
 -- name: job_find_by_task_id
 -- The newest job carrying an external id (integrations such as the Celery facade set it).
 -- Through jobs_meta_task_id_idx: its predicate (meta ? 'task_id') must be in the query, and

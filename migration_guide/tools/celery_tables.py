@@ -271,7 +271,14 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "Task:map": (S, "one `celery.map` task, as Celery's"),
     "Task:starmap": (S, "one `celery.starmap` task, as Celery's"),
     "Task:chunks": (S, "a group of `celery.starmap` tasks, as Celery's"),
-    "Task:replace": (M, "not supported: enqueue the replacement yourself"),
+    "Task:replace": (D, "as Celery 5.7's (frozen with the task id; a group gets a "
+                        "`celery.accumulate` body; the chain's rest, a chord's place, "
+                        "`link` callbacks and errbacks pass to it; `Ignore` is raised), but "
+                        "the replacement, the hand-over and the task's end are one "
+                        "transaction: a worker lost meanwhile leaves none of it and the "
+                        "rerun replaces once"),
+    "Task:on_replace": (S, "sends the replacement and raises `Ignore` (eager: returns its "
+                           "result)"),
     "Task:add_to_chord": (M, "a chord's header is fixed when it is sent"),
     "Task:send_event": (M, "no event stream"),
     "Task:OperationalError": (M, ""),
@@ -280,7 +287,7 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "Task:retry_on_worker_lost": (M, "the task of a lost worker always runs again"),
     **{f"Task:{name}": (M, _INTERNAL) for name in (
         "Request", "Strategy", "start_strategy", "add_around", "add_trail", "annotate",
-        "from_config", "on_bound", "on_replace", "signature_from_request",
+        "from_config", "on_bound", "signature_from_request",
         "subtask_from_request")},
     # --- AsyncResult
     "AsyncResult:get": (D, "wakes on LISTEN/NOTIFY, no polling; a failure comes back as its "
@@ -312,8 +319,10 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "AsyncResult:then": (M, "no promises"), "AsyncResult:throw": (M, "no promises"),
     "AsyncResult:revoke_by_stamped_headers": (M, "no stamping"),
     "AsyncResult:supports_native_join": (M, ""),
-    **{f"AsyncResult:{name}": (M, "no result graph objects: use `children`/`collect()`")
-       for name in ("build_graph", "get_leaf", "graph")},
+    "AsyncResult:build_graph": (S, "a `DependencyGraph` (`akadze_compat.utils.graph`) of "
+                                   "the result and its `children`, as Celery's"),
+    "AsyncResult:graph": (S, "`build_graph()`, kept once built"),
+    "AsyncResult:get_leaf": (S, "over `iterdeps()`"),
 }
 
 #: Where each Celery module lives in akadze_compat.

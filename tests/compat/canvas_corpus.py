@@ -137,6 +137,30 @@ def wait_inside(x):
     return add.delay(x, x).get(timeout=5)
 
 
+@app.task(bind=True)
+def replaced_by_add(self, x, y):
+    """Replaces itself with ``add(x, y)`` (Celery's ``Task.replace``)."""
+    return self.replace(add.s(x, y))
+
+
+@app.task(bind=True)
+def replaced_by_chain(self, x):
+    """Replaces itself with a chain: ``add(x, 1) | mul(10)``."""
+    return self.replace(add.s(x, 1) | mul.s(10))
+
+
+@app.task(bind=True)
+def replaced_by_group(self, n):
+    """Replaces itself with a group, which Celery gives an ``accumulate`` body."""
+    return self.replace(group(add.s(i, i) for i in range(n)))
+
+
+@app.task(bind=True)
+def replaced_by_fail(self):
+    """Replaces itself with a task that fails."""
+    return self.replace(fail.s("replaced"))
+
+
 # --- the program registry -----------------------------------------------------------------------
 
 PROGRAMS: dict = {}
@@ -762,3 +786,86 @@ def revoke_chord_header_waiting_on_countdown(ctx):
     res.parent.revoke()
     time.sleep(2.2)
     return {"get": ctx.get(res, timeout=3), "res": ctx.tree(res, settle=1)}
+
+
+# --- Task.replace ---------------------------------------------------------------------------
+
+@program
+def replace_with_a_signature(ctx):
+    res = replaced_by_add.delay(2, 3)
+    return {"get": ctx.get(res), "state": res.state,
+            "by_id": ctx.get(app.AsyncResult(res.id))}
+
+
+@program
+def replace_in_a_chain_runs_the_rest_after(ctx):
+    res = chain(add.s(1, 1), replaced_by_chain.s(), mul.s(2), add.s(5))()
+    return {"get": ctx.get(res), "replaced": ctx.get(res.parent.parent)}
+
+
+@program
+def replace_with_a_group_gives_its_list(ctx):
+    res = (replaced_by_group.s(3) | tsum.s())()
+    return {"get": ctx.get(res), "replaced": ctx.get(res.parent)}
+
+
+@program
+def replace_a_chord_member(ctx):
+    res = chord([add.s(1, 1), replaced_by_add.s(10, 10), add.s(3, 3)], record.s())()
+    return {"get": ctx.get(res)}
+
+
+@program
+def replace_keeps_link_callbacks(ctx):
+    path = ctx.path("calls")
+    res = replaced_by_add.apply_async((20, 22), link=note.s(path=path, label="cb"))
+    return {"get": ctx.get(res), "calls": ctx.lines(path, 1)}
+
+
+@program
+def replace_keeps_errbacks(ctx):
+    path = ctx.path("errors")
+    res = replaced_by_fail.apply_async(link_error=on_error_old.s(path=path))
+    return {"get": ctx.get(res), "state": res.state, "errbacks": ctx.lines(path, 1)}
+
+
+# --- freeze, then send --------------------------------------------------------------------------
+
+def _ids(result):
+    """The ids of a result and its parents and members (a group's), for comparing two."""
+    out = {"id": result.id}
+    results = getattr(result, "results", None)
+    if results is not None:
+        out["members"] = [member.id for member in results]
+    if result.parent is not None:
+        out["parent"] = _ids(result.parent)
+    return out
+
+
+@program
+def group_freeze_keeps_ids_for_apply_async(ctx):
+    sig = group(add.s(1, 1), add.s(2, 2))
+    frozen = sig.freeze()
+    again = sig.freeze()
+    res = sig.apply_async()
+    return {"same_ids": _ids(frozen) == _ids(res), "refreeze_same": _ids(again) == _ids(res),
+            "get": ctx.get(res), "frozen_get": ctx.get(frozen)}
+
+
+@program
+def chord_freeze_keeps_header_and_body_ids(ctx):
+    sig = chord([add.s(1, 1), add.s(2, 2)], tsum.s())
+    frozen = sig.freeze()
+    res = sig.apply_async()
+    return {"body_same": frozen.id == res.id,
+            "header_same": _ids(frozen.parent) == _ids(res.parent),
+            "get": ctx.get(res), "frozen_get": ctx.get(frozen),
+            "header_get": ctx.get(frozen.parent)}
+
+
+@program
+def chord_freeze_then_delay(ctx):
+    sig = chord([add.s(3, 3), add.s(4, 4)], tsum.s())
+    frozen = sig.freeze()
+    res = sig.delay()
+    return {"same_ids": _ids(frozen) == _ids(res), "get": ctx.get(frozen)}

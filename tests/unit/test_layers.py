@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("client", ("backends", "backends.*", "result", "canvas", "canvas.*", "app.amqp",
                 "app.flow", "app.publish", "app.control")),
     # Running one task call: the tracer, eager runs, the worker's entry and time limits.
-    ("run", ("app.trace", "app.eager", "app.autoretry", "worker", "worker.canvas",
+    ("run", ("app.trace", "app.eager", "app.autoretry", "app.replace", "worker", "worker.canvas",
              "worker.entry", "worker.timelimits", "worker.request")),
     # The app and its tasks, which compose everything below.
     ("app", ("app", "app.task", "app.registry", "app.validation", "app.base", "app.builtins",
