@@ -23,6 +23,9 @@ from akadze_compat import Celery
 from tests.compat.cli_harness import CompatWorker, run, wait_until
 from tests.compat.conftest import SpawnCompat
 
+# Real worker processes (and a Celery worker): the first CI pass runs them.
+pytestmark = pytest.mark.slow
+
 HOST = socket.gethostname()
 C1, C2 = f"c1@{HOST}", f"c2@{HOST}"
 #: Short heartbeats: a killed worker is judged dead within about a second and a half.

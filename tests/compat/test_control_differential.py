@@ -25,6 +25,9 @@ from psycopg import sql
 from tests.compat import canvas_differential, differential
 from tests.conftest import database_url_for
 
+# Real worker processes (and a Celery worker): the first CI pass runs them.
+pytestmark = pytest.mark.slow
+
 PROBE = Path(__file__).with_name("control_probe.py")
 REDIS_URL = os.environ.get("CONTROL_DIFF_REDIS_URL", "redis://127.0.0.1:6379/12")
 NODE = "ctl@probe"
