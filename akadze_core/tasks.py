@@ -432,13 +432,20 @@ class TaskCall:
         """The bulk form of ``request``: one row template (the options, resolved and encoded
         once) and every job's validated args, as the JSON arrays of ``encode_many`` (the bulk
         path's hot loop)."""
+        template, items = self._checked(kwargs_list)
+        app = self.task.app
+        return template, encode_many(items, app.json_dumps, app.max_args_bytes)
+
+    def _checked(self, kwargs_list: Iterable[Mapping[str, Any]]) \
+            -> tuple[JobRequest, list[Mapping[str, Any]]]:
+        """The bulk paths' row template, and every call's kwargs, each checked against the
+        task's signature (TypeError for the first that does not fit)."""
         template = JobRequest(**self._fixed_request_params())
         items = kwargs_list if isinstance(kwargs_list, list) else list(kwargs_list)
         check = self.task.check_call
         for kwargs in items:
             check(kwargs)
-        app = self.task.app
-        return template, encode_many(items, app.json_dumps, app.max_args_bytes)
+        return template, items
 
     def rows(self, kwargs_list: Iterable[Mapping[str, Any]],
              metas: Iterable[Mapping[str, Any]] | None = None) -> Rows:
@@ -447,11 +454,7 @@ class TaskCall:
         in JSON arrays of up to ``BULK_CHUNK`` jobs, a job being its args object or, with
         ``metas``, ``[args, meta]``. Raises ``TypeError`` or ``InvalidArgs`` for the first bad
         job, as ``enqueue_many`` does."""
-        template = JobRequest(**self._fixed_request_params())
-        items = kwargs_list if isinstance(kwargs_list, list) else list(kwargs_list)
-        check = self.task.check_call
-        for kwargs in items:
-            check(kwargs)
+        template, items = self._checked(kwargs_list)
         app = self.task.app
         dumps, limit = app.json_dumps, app.max_args_bytes
         chunks: list[tuple[str, list[Any] | None]]

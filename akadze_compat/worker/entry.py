@@ -448,11 +448,15 @@ def _store_sync(run: _Run, result: TraceResult) -> None:
         rows = run.context.app.run_pooled(
             lambda connection: database.complete_many_sync(connection, [outcome]))
     except Exception as exc:
-        logger.warning("task %s[%s]: storing the outcome before task_postrun failed (%s); "
-                       "the worker writes it after", run.task.name, run.request.id,
-                       type(exc).__name__)
+        _not_stored(run, exc)
         return
     _stored(run, bool(rows))
+
+
+def _not_stored(run: _Run, exc: Exception) -> None:
+    logger.warning("task %s[%s]: storing the outcome before task_postrun failed (%s); "
+                   "the worker writes it after", run.task.name, run.request.id,
+                   type(exc).__name__)
 
 
 async def _store_async(run: _Run, result: TraceResult) -> None:
@@ -468,9 +472,7 @@ async def _store_async(run: _Run, result: TraceResult) -> None:
             await run.context.update_meta(patch)
         rows = await run.context.app.run_pooled_async(write)
     except Exception as exc:
-        logger.warning("task %s[%s]: storing the outcome before task_postrun failed (%s); "
-                       "the worker writes it after", run.task.name, run.request.id,
-                       type(exc).__name__)
+        _not_stored(run, exc)
         return
     _stored(run, bool(rows))
 
