@@ -90,7 +90,10 @@ def test_every_page_and_action_in_chromium(
                 shot("login")
                 browser.find_element(By.ID, "token").send_keys(TOKEN)
                 browser.find_element(By.ID, "login").click()
-                assert browser.find_element(By.TAG_NAME, "h1").text == "Overview"
+                # The click starts a POST and a redirect: until they end, the login page's
+                # own h1 is the one found.
+                _until(lambda: browser.find_element(By.TAG_NAME, "h1").text == "Overview",
+                       "the overview after logging in", timeout=10)
                 queues = browser.find_element(By.ID, "queues").text
                 assert "purge-me" in queues and "default" in queues
                 assert len(browser.find_elements(By.CSS_SELECTOR, "svg.chart")) == 3
@@ -158,9 +161,12 @@ def test_every_page_and_action_in_chromium(
                 Select(browser.find_element(By.ID, "state")).select_by_value("failed")
                 browser.find_element(By.ID, "task").send_keys("boom")
                 browser.find_element(By.ID, "apply").click()
-                listed = {int(link.text) for link in
-                          browser.find_elements(By.CSS_SELECTOR, "#jobs td.n a")}
-                assert listed == {hostile_failed, *bulk_failed}
+                # As after logging in: the filtered page replaces the unfiltered one when
+                # its load ends.
+                _until(lambda: "state=failed" in browser.current_url
+                       and {int(link.text) for link in browser.find_elements(
+                           By.CSS_SELECTOR, "#jobs td.n a")} == {hostile_failed, *bulk_failed},
+                       "the failed boom jobs listed after filtering", timeout=10)
                 shot("jobs-failed")
                 browser.find_element(By.ID, "bulk-retry").click()
                 assert "bulk retry: requeued 4 of 4" in notice()
