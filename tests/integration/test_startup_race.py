@@ -11,6 +11,7 @@ import random
 
 import psycopg
 import psycopg_pool
+import pytest
 
 from akadze_core import App, Worker
 from tests.integration.lease_support import scalar
@@ -59,6 +60,7 @@ async def test_an_enqueue_while_the_apps_pool_opens_survives_a_worker_taking_ove
         await app.aclose()
 
 
+@pytest.mark.slow  # 40 workers started and stopped
 async def test_an_enqueue_a_few_ms_after_a_worker_starts_in_the_same_loop(
         database_url: str, db: psycopg.Connection) -> None:
     # The shape, 40 times: a fresh app each time (the race needs its first pool),
