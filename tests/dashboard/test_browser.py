@@ -26,9 +26,14 @@ TOKEN = "tok-" + "x" * 24
 
 
 def _until(check: Any, what: str, timeout: float = 20.0) -> Any:
+    from selenium.common.exceptions import StaleElementReferenceException
+
     deadline = time.monotonic() + timeout
     while True:
-        value = check()
+        try:
+            value = check()
+        except StaleElementReferenceException:
+            value = None  # the page was replaced between finding an element and reading it
         if value:
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
