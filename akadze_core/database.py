@@ -15,6 +15,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from .floors import Floors
 from .migrations import SCHEMA_EXISTS, SCHEMA_VERSION, check_version
 from .outcomes import Outcome
 from .queries import query
@@ -362,18 +363,25 @@ autovacuum_runs_async = autovacuum_runs
 
 async def claim_jobs(
     connection: psycopg.AsyncConnection, queue: str, limit: int, worker_id: int, fair: bool,
-    after_task: str | None = None,
+    after_task: str | None = None, floors: Floors | None = None,
 ) -> list[dict[str, Any]]:
     """Claim up to ``limit`` due jobs of ``queue`` (running ones and cancelled-at-claim ones).
 
     With ``fair``, pass the task of the last row of the previous fair claim as ``after_task``
-    so the rotation across task names goes on where it stopped.
+    so the rotation across task names goes on where it stopped. ``floors``: where this
+    worker's claims of the queue start reading (akadze_core.floors; not for fair claims),
+    moved on by the rows claimed; without, the queue is read from its head.
     """
     if fair:
         return await fetch_all_async(connection, "job_claim_fair", queue=queue, limit=limit,
                                      worker_id=worker_id, after_task=after_task)
-    return await fetch_all_async(
-        connection, "job_claim", queue=queue, limit=limit, worker_id=worker_id)
+    priorities, ats, ids = floors.bounds(queue) if floors is not None else ([], [], [])
+    rows = await fetch_all_async(
+        connection, "job_claim", queue=queue, limit=limit, worker_id=worker_id,
+        floor_priority=priorities, floor_at=ats, floor_id=ids)
+    if floors is not None:
+        floors.claimed(queue, rows)
+    return rows
 
 
 async def complete_many(

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 import psycopg
 
 from . import database
 from .database import CANCEL_CHANNEL, CONTROL_CHANNEL, NOTIFY_CHANNEL, SCHEDULES_CHANNEL
+from .floors import parse_notice
 
 logger = logging.getLogger("akadze.worker")
 
@@ -27,7 +29,10 @@ async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], No
                           connect_kwargs: Mapping[str, Any] | None = None,
                           schedules_changed: Callable[[str], None] | None = None,
                           control: Callable[[str], None] | None = None,
-                          terminate: Callable[[int, int], None] | None = None) -> None:
+                          terminate: Callable[[int, int], None] | None = None,
+                          jobs_heard: Callable[[str, tuple[int, datetime] | None], None]
+                          | None = None,
+                          connected: Callable[[bool], None] | None = None) -> None:
     """Call ``wake()`` whenever a job becomes due on one of ``queues``, ``cancelled(id)``
     when a cancel of a running job is requested (``terminate(id, signal)`` instead when
     it asks for the body's process to be ended and ``terminate`` is given), and
@@ -37,7 +42,10 @@ async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], No
     ``connect_kwargs``: psycopg's connection keywords (the app's keepalives, which end a
     LISTEN on a partitioned network). ``control(payload)`` hears every remote-control
     request. A ``set`` of queues is watched as it changes (a worker adding and removing
-    queues at runtime)."""
+    queues at runtime). ``jobs_heard(queue, key)`` hears, before each such ``wake()``, which
+    queue and, when the notification says it, the lowest (priority, scheduled_at) made
+    queued (akadze_core.floors); ``connected(True)`` is called each time LISTEN starts,
+    ``connected(False)`` each time its connection is lost."""
     kwargs = {"connect_timeout": 5, **(connect_kwargs or {}), "autocommit": True}
     watched = queues if isinstance(queues, set) else set(queues)
     # A live set may gain a queue later: its jobs channel is listened to even while empty.
@@ -51,6 +59,8 @@ async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], No
             async with await psycopg.AsyncConnection.connect(url, **kwargs) as connection:
                 await database.listen_async(connection, channels)
                 failures = 0
+                if connected is not None:
+                    connected(True)
                 if schedules_changed is not None:
                     schedules_changed("")
                 async for notify in connection.notifies():
@@ -68,11 +78,19 @@ async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], No
                     elif notify.channel == SCHEDULES_CHANNEL:
                         if schedules_changed is not None:
                             schedules_changed(notify.payload)
-                    elif notify.payload in watched:
-                        wake()
+                    else:
+                        queue, key = parse_notice(notify.payload)
+                        if queue in watched:
+                            if jobs_heard is not None:
+                                jobs_heard(queue, key)
+                            wake()
         except asyncio.CancelledError:
+            if connected is not None:
+                connected(False)
             raise
         except Exception as exc:
+            if connected is not None:
+                connected(False)
             failures += 1
             logger.debug("LISTEN connection lost (%s); polling meanwhile", type(exc).__name__)
             await asyncio.sleep(backoff(failures))

@@ -32,6 +32,7 @@ from .deadlines import within
 from .dsn import listen_url
 from .errors import AkadzeError, SchemaMissing
 from .executor import execute
+from .floors import Floors
 from .gate import BodyGate
 from .listener import listen_for_jobs
 from .maintenance import Service, first_of
@@ -200,6 +201,8 @@ class Worker:
         self._busy = dict.fromkeys(self.queues, 0)
         # fair=True: the task of each queue's last fair claim, where the rotation goes on.
         self._fair_cursor: dict[str, str | None] = dict.fromkeys(self.queues)
+        # Where each queue's next claim starts reading (issue 21; akadze_core/floors.py).
+        self._floors = Floors()
         # Runs whose outcome is waiting in the completer, for the one log line per outcome.
         self._finished: dict[tuple[int, int], _Run] = {}
         # asyncio.Event binds to a loop only when first awaited, so these can exist before
@@ -396,7 +399,8 @@ class Worker:
                             self._cancelled, connect_kwargs=self._connect_kwargs(),
                             schedules_changed=self._schedules_changed
                             if self._scheduler is not None else None,
-                            control=self.control.heard, terminate=self._terminate),
+                            control=self.control.heard, terminate=self._terminate,
+                            jobs_heard=self._floors.heard, connected=self._floors.set_listening),
             name="listener")
         self._health.set()
         self._last_heartbeat_ok = time.monotonic()
@@ -846,7 +850,7 @@ class Worker:
                     assert self.worker_id is not None
                     rows.extend(await database.claim_jobs(
                         connection, queue, limit, self.worker_id, self.fair,
-                        after_task=self._fair_cursor[queue]))
+                        after_task=self._fair_cursor[queue], floors=self._floors))
 
                 if not await self._guard(claim, "claim"):
                     return
@@ -1020,6 +1024,9 @@ class Worker:
             # before it next yields, so the woken loop sees the smaller count.
             self._held_back = False
             self._wake.set()
+        # Retries, snoozes and runs dropped unstarted are queued again below where this
+        # worker's next claims would start reading: they lower its floors.
+        self._floors.requeued(row for row in rows if row["state"] == "queued")
         if rows and rows[0].get("settled"):
             # The write released workflow jobs (committed already): claim now rather than
             # when the NOTIFY comes back.

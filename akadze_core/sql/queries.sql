@@ -10,7 +10,9 @@ INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts
 VALUES (%(task)s, %(queue)s, %(args)s::jsonb, %(priority)s,
         coalesce(%(scheduled_at)s::timestamptz, now() + %(delay)s::float8 * interval '1 second'),
         %(max_attempts)s, %(expires_at)s::timestamptz, %(meta)s::jsonb)
-RETURNING id, CASE WHEN scheduled_at <= now() THEN pg_notify('akadze_jobs', queue) END AS notified;
+RETURNING id, CASE WHEN scheduled_at <= now()
+                   THEN pg_notify('akadze_jobs', akadze.job_notice(queue, priority, scheduled_at))
+              END AS notified;
 
 -- name: job_insert_unique
 -- Insert one job; with a unique_key, return the active job holding that key instead.
@@ -24,9 +26,11 @@ WITH inserted AS (
             %(max_attempts)s, %(expires_at)s::timestamptz, %(unique_key)s, %(meta)s::jsonb)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running')
     DO NOTHING
-    RETURNING id, queue, scheduled_at <= now() AS due
+    RETURNING id, queue, priority, scheduled_at, scheduled_at <= now() AS due
 )
-SELECT id, CASE WHEN due THEN pg_notify('akadze_jobs', queue) END AS notified, true AS inserted
+SELECT id, CASE WHEN due THEN pg_notify('akadze_jobs',
+                                        akadze.job_notice(queue, priority, scheduled_at))
+           END AS notified, true AS inserted
 FROM inserted
 UNION ALL
 SELECT id, NULL, false
@@ -51,10 +55,12 @@ WITH inserted AS (
     FROM unnest(%(args)b::text[]) WITH ORDINALITY AS c(array_text, chunk)
     CROSS JOIN LATERAL jsonb_array_elements(c.array_text::jsonb) WITH ORDINALITY AS a(args, ord)
     ORDER BY c.chunk, a.ord
-    RETURNING id, scheduled_at <= now() AS due
+    RETURNING id, scheduled_at, scheduled_at <= now() AS due
 )
 SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids,
-       (SELECT pg_notify('akadze_jobs', %(queue)s) FROM inserted WHERE due LIMIT 1) AS notified
+       (SELECT pg_notify('akadze_jobs',
+                         akadze.job_notice(%(queue)s, %(priority)s::integer, min(scheduled_at)))
+        FROM inserted WHERE due HAVING count(*) > 0) AS notified
 FROM inserted;
 
 -- name: job_insert_rows
@@ -84,11 +90,12 @@ inserted AS (
     JOIN template AS t ON t.k = c.k
     CROSS JOIN LATERAL jsonb_array_elements(c.array_text::jsonb) WITH ORDINALITY AS a(e, ord)
     ORDER BY c.chunk, a.ord
-    RETURNING id, queue, scheduled_at <= now() AS due
+    RETURNING id, queue, priority, scheduled_at, scheduled_at <= now() AS due
 )
 SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids,
-       (SELECT count(pg_notify('akadze_jobs', q))
-        FROM (SELECT DISTINCT queue AS q FROM inserted WHERE due) AS d) AS notified
+       (SELECT count(pg_notify('akadze_jobs', akadze.job_notice(queue, p, at)))
+        FROM (SELECT queue, min(priority) AS p, min(scheduled_at) AS at
+              FROM inserted WHERE due GROUP BY queue) AS d) AS notified
 FROM inserted;
 
 -- name: job_insert_graph
@@ -184,7 +191,7 @@ inserted AS (
                END
            END
     FROM shaped AS n JOIN template AS t ON t.k = n.k
-    RETURNING id, state, queue, scheduled_at <= now() AS due
+    RETURNING id, state, queue, priority, scheduled_at, scheduled_at <= now() AS due
 ),
 linked AS (
     UPDATE akadze.jobs AS j
@@ -199,23 +206,57 @@ linked AS (
     RETURNING j.id
 )
 SELECT (SELECT ids FROM ids) AS ids,
-       (SELECT count(pg_notify('akadze_jobs', q))
-        FROM (SELECT DISTINCT queue AS q FROM inserted WHERE state = 'queued' AND due) AS d)
+       (SELECT count(pg_notify('akadze_jobs', akadze.job_notice(queue, p, at)))
+        FROM (SELECT queue, min(priority) AS p, min(scheduled_at) AS at FROM inserted
+              WHERE state = 'queued' AND due GROUP BY queue) AS d)
            AS notified,
        (SELECT count(*) FROM refused) AS refused,
        (SELECT count(*) FROM linked) AS linked;
 
 -- name: job_claim
--- Claim up to %(limit)s due jobs of one queue. The locking SELECT sits in a CTE so the
--- planner cannot lock more rows than LIMIT (a bare IN (subquery LIMIT) may be re-run).
+-- Claim up to %(limit)s due jobs of one queue, in (priority, scheduled_at, id) order.
 -- Jobs cancelled or expired before they start end here as cancelled, without running.
-WITH picked AS (
-    SELECT id
-    FROM akadze.jobs
-    WHERE state = 'queued' AND queue = %(queue)s AND scheduled_at <= now()
-    ORDER BY priority, scheduled_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+-- The floors (akadze_core/floors.py): per priority, the (scheduled_at, id) of the last job
+-- this worker claimed there; the index is read only above it, never over the entries of
+-- jobs claimed before (which VACUUM may not have removed yet, or may not remove at all
+-- while a transaction pins the horizon). Priorities without a floor -- the ranges below,
+-- between and above the floors' priorities; the whole queue when there is none -- are read
+-- from their start. Each range locks up to LIMIT rows in its index order (SKIP LOCKED); the
+-- first LIMIT of them all are claimed. The locking SELECTs sit in LATERAL subqueries so the
+-- planner cannot lock more rows than their LIMIT (a bare IN (subquery LIMIT) may be re-run).
+WITH floor AS (
+    SELECT * FROM unnest(%(floor_priority)s::integer[], %(floor_at)s::timestamptz[],
+                         %(floor_id)s::bigint[]) AS f(priority, at, id)
+),
+gap AS (
+    -- bigint bounds one past integer's range stand for "no bound".
+    SELECT coalesce(lag(priority) OVER (ORDER BY priority), -2147483649)::bigint AS above,
+           priority::bigint AS below
+    FROM floor
+    UNION ALL
+    SELECT coalesce(max(priority), -2147483649)::bigint, 2147483648::bigint FROM floor
+),
+picked AS (
+    SELECT c.* FROM floor AS f CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.scheduled_at FROM akadze.jobs AS j
+        WHERE j.state = 'queued' AND j.queue = %(queue)s AND j.priority = f.priority
+          AND (j.scheduled_at, j.id) > (f.at, f.id) AND j.scheduled_at <= now()
+        ORDER BY j.scheduled_at, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    UNION ALL
+    SELECT c.* FROM gap AS g CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.scheduled_at FROM akadze.jobs AS j
+        WHERE j.state = 'queued' AND j.queue = %(queue)s
+          AND j.priority > g.above AND j.priority < g.below AND j.scheduled_at <= now()
+        ORDER BY j.priority, j.scheduled_at, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+),
+chosen AS (
+    SELECT id FROM picked ORDER BY priority, scheduled_at, id LIMIT %(limit)s
 ),
 claimed AS (
     UPDATE akadze.jobs AS j
@@ -230,8 +271,8 @@ claimed AS (
         started_at = now(),
         finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= now()
                            THEN now() END
-    FROM picked
-    WHERE j.id = picked.id
+    FROM chosen
+    WHERE j.id = chosen.id
     RETURNING j.*
 ),
 settled AS (
@@ -384,7 +425,7 @@ FROM decided AS d
 -- decided fenced these rows and holds their locks: matching the id is enough, and keeps
 -- this join on the primary key too.
 WHERE j.id = d.id
-RETURNING j.id, j.run_count, j.state,
+RETURNING j.id, j.run_count, j.state, j.queue, j.priority, j.scheduled_at,
           (j.dependents IS NOT NULL OR j.on_failure IS NOT NULL) AS settles
 ),
 -- Whoever waits for a result (App.wait_for_job) hears of finished jobs: one NOTIFY per
@@ -403,7 +444,10 @@ settled AS (
 )
 -- settled: what settle changed (NULL when it did not run), so the worker claims a released
 -- job at once instead of waiting for the NOTIFY.
-SELECT id, run_count, state, (SELECT touched FROM settled) AS settled FROM updated
+-- queue, priority, scheduled_at: where a job queued again (a retry) now sorts in its queue
+-- (the worker's claim floors, akadze_core/floors.py).
+SELECT id, run_count, state, queue, priority, scheduled_at,
+       (SELECT touched FROM settled) AS settled FROM updated
 -- Referencing the CTEs makes them run.
 WHERE (SELECT count(*) FROM finished) >= 0 AND (SELECT count(*) FROM settled) >= 0;
 
