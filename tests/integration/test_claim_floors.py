@@ -6,6 +6,7 @@ below a floor unseen."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import pytest
 
 from akadze_core import App, Worker, database
 from akadze_core.floors import Floors
+from akadze_core.listener import listen_for_jobs
 from akadze_core.queries import query
 
 QUEUE = "floors"
@@ -182,3 +184,33 @@ async def test_a_job_committed_late_with_an_early_key_runs_at_once(
         worker.request_stop()
         await asyncio.wait_for(runner, 30)
     assert ran["late"] - committed < 5
+
+
+async def test_the_listener_hears_each_insert_s_lowest_key(app: App, database_url: str,
+                                                           db: psycopg.Connection) -> None:
+    heard: list[tuple[str, tuple[int, dt.datetime] | None]] = []
+    states: list[bool] = []
+    woken = asyncio.Event()
+    listener = asyncio.create_task(listen_for_jobs(
+        database_url, [QUEUE, "other"], woken.set, lambda failures: 0.1,
+        jobs_heard=lambda queue, key: heard.append((queue, key)), connected=states.append))
+    try:
+        while not states:
+            await asyncio.sleep(0.01)
+        task = app.task("floors.t", queue=QUEUE)(lambda: None)
+        early = dt.datetime(2026, 1, 1, 12, 30, 0, 123456, tzinfo=dt.timezone.utc)
+        single = await task.configure(priority=3, at=early).enqueue_async()
+        await task.configure(priority=-2).enqueue_many_async([{}, {}])
+        await asyncio.wait_for(woken.wait(), 5)
+        while len(heard) < 2:
+            await asyncio.sleep(0.01)
+        rows = db.execute("SELECT priority, scheduled_at FROM akadze.jobs WHERE id <> %s",
+                          (single,)).fetchall()
+        assert heard[0] == (QUEUE, (3, early))
+        assert heard[1] == (QUEUE, (-2, min(at for _, at in rows)))
+        assert states == [True]
+    finally:
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
+    assert states == [True, False]
