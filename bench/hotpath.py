@@ -601,7 +601,7 @@ def render(figures: dict[str, Any]) -> str:
                   "", f"Fill {d.fill_seconds:.1f}s; worker CPU {d.worker_cpu or 0:.1f}s, its "
                   f"Postgres backends {d.postgres_cpu or 0:.1f}s.",
                   "", "### drain: akadze tables every ~10 s (pg_stat_user_tables)", "",
-                  "| t (s) | load1 | jobs live | jobs dead | jobs autovacuums | "
+                  "| t (s) | load1 | jobs live (estimate) | jobs dead | jobs autovacuums | "
                   "jobs autoanalyzes | other tables' dead |", "|---|---|---|---|---|---|---|",
                   *(_stats_line(s) for s in d.stats)]
     if (i := figures.get("idle")) is not None:
