@@ -288,6 +288,8 @@ class IdleWindow:
     claim_p50: float | None
     claim_p99: float | None
     claim_max: float | None
+    lag_p99: float | None = None  # the worker's event loop: how late a 10 ms sleep woke
+    lag_max: float | None = None
 
 
 @dataclass
@@ -360,10 +362,10 @@ def idle_cell(server: NativePostgres, rate: float, warmup: float, held: float, a
         samples = sampler.stop()
         procs.stop(producer)
         procs.stop(worker)  # SIGTERM: the runner writes its claim times on the way out
-        claims = json.loads(claims_file.read_text())["seconds"]
+        timings = json.loads(claims_file.read_text())
         with psycopg.connect(url, autocommit=True) as connection:
             windows = _idle_windows(connection, t0, warmup, held, total, window, samples,
-                                    claims)
+                                    timings["seconds"], timings.get("loop_lag", {}))
     finally:
         if holder is not None:
             holder.close()
@@ -407,7 +409,8 @@ def _sleep_until(deadline: float, worker: Any) -> None:
 
 def _idle_windows(connection: psycopg.Connection, t0: float, warmup: float, held: float,
                   total: float, window: float, samples: list[dict[str, Any]],
-                  claims: dict[str, dict[str, Any]]) -> list[IdleWindow]:
+                  claims: dict[str, dict[str, Any]],
+                  lag: dict[str, dict[str, Any]]) -> list[IdleWindow]:
     params = {"t0": t0, "w": window, "end": t0 + total}
 
     def per_window(column: str) -> dict[int, int]:
@@ -433,9 +436,10 @@ def _idle_windows(connection: psycopg.Connection, t0: float, warmup: float, held
                  end <= warmup + held else "after" if start >= warmup + held else "mixed")
         # The depth sampled closest to the window's end.
         near = [s for s in samples if "depth" in s and abs(s["at"] - (t0 + end)) < window / 2]
-        seconds = [claims[str(second)] for second in range(int(t0 + start), int(t0 + end))
-                   if str(second) in claims]
+        span = [str(second) for second in range(int(t0 + start), int(t0 + end))]
+        seconds = [claims[second] for second in span if second in claims]
         durations = [ms for bucket in seconds for ms in bucket["sample"]]
+        lags = [lag[second] for second in span if second in lag]
         p50s = pickup.get(index, (None, None))
         windows.append(IdleWindow(
             start=start, phase=phase, offered=offered.get(index, 0) / window,
@@ -444,7 +448,9 @@ def _idle_windows(connection: psycopg.Connection, t0: float, warmup: float, held
             pickup_p50=p50s[0], pickup_p99=p50s[1],
             claims=sum(bucket["count"] for bucket in seconds),
             claim_p50=percentile(durations, 0.5), claim_p99=percentile(durations, 0.99),
-            claim_max=max((bucket["max"] for bucket in seconds), default=None)))
+            claim_max=max((bucket["max"] for bucket in seconds), default=None),
+            lag_p99=percentile([ms for bucket in lags for ms in bucket["sample"]], 0.99),
+            lag_max=max((bucket["max"] for bucket in lags), default=None)))
     return windows
 
 
@@ -539,6 +545,9 @@ def summary_rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                       else i.held_claim_p99_worst < CLAIM_P99_TARGET_MS)),
             ("idle: worst pickup p99 of a held window (ms)", _ms(i.held_pickup_p99_worst),
              "", ""),
+            ("idle: worst loop lag p99 of a held window (ms, info)",
+             _ms(max((w.lag_p99 for w in i.windows if w.phase == "held"
+                      and w.lag_p99 is not None), default=None)), "", ""),
             ("idle: largest queue depth", "n/a" if i.max_depth is None else f"{i.max_depth:,}",
              "", ""),
         ]
@@ -608,15 +617,18 @@ def render(figures: dict[str, Any]) -> str:
         lines += ["", f"## idle in transaction: per {i.window:g} s window (t from the "
                   f"producer's start; held {i.warmup:g}-{i.warmup + i.held:g} s)", "",
                   "| t (s) | phase | offered/s | completed/s | depth | pickup p50 / p99 (ms) "
-                  "| claims | claim p50 / p99 / max (ms) |",
-                  "|---|---|---|---|---|---|---|---|",
+                  "| claims | claim p50 / p99 / max (ms) | loop lag p99 / max (ms) |",
+                  "|---|---|---|---|---|---|---|---|---|",
                   *(f"| {w.start:.0f} | {w.phase} | {w.offered:,.0f} | {w.completed:,.0f} | "
                     f"{'n/a' if w.depth is None else f'{w.depth:,}'} | "
                     f"{_ms(w.pickup_p50)} / {_ms(w.pickup_p99)} | {w.claims:,} | "
-                    f"{_ms(w.claim_p50)} / {_ms(w.claim_p99)} / {_ms(w.claim_max)} |"
+                    f"{_ms(w.claim_p50)} / {_ms(w.claim_p99)} / {_ms(w.claim_max)} | "
+                    f"{_ms(w.lag_p99)} / {_ms(w.lag_max)} |"
                     for w in i.windows),
                   "", "Claim latency: the wall time of each `database.claim_jobs` call in "
                   "the worker (round trip plus the event loop's delay in resuming it). "
+                  "Loop lag: how late a 10 ms `asyncio.sleep` in the worker's loop woke "
+                  "(the loop's or the machine's busyness, in every claim's figure too). "
                   "Pickup: `started_at - scheduled_at`, database clock."]
     if (c := figures.get("claim")) is not None:
         lines += ["", "## claim cost: `claim_jobs(limit=10)`, ms", "",

@@ -37,6 +37,7 @@ def test_every_cell_runs_and_computes_its_figures(tmp_path: Path) -> None:
     held = [w for w in idle.windows if w.phase == "held"]
     assert all(w.offered > 0 and w.completed > 0 and w.claims > 0 for w in held)
     assert all(w.claim_p99 is not None and w.pickup_p99 is not None for w in held)
+    assert all(w.lag_p99 is not None for w in held)
     assert idle.held_claim_p99_worst is not None and idle.held_ratio > 0
     assert idle.horizon_xid > 0
     claim = figures["claim"]
