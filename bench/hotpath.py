@@ -529,6 +529,8 @@ def summary_rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
              f"≥ {DRAIN_TARGET:.1f} x first", ""),
             ("drain: last / first", f"{d.ratio:.2f}", f"≥ {DRAIN_TARGET}",
              _verdict(d.ratio >= DRAIN_TARGET)),
+            ("drain: slowest full 10 s / first minute (info: autovacuum's sawtooth)",
+             _slowest(d), "", ""),
             ("drain: peak dead tuples (akadze.jobs)", f"{_peak_dead(d.stats):,}", "", ""),
             ("drain: autovacuums of akadze.jobs during the drain",
              str(_autovacuums(d.stats)), "", ""),
@@ -564,6 +566,13 @@ def summary_rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                      f"≤ {CLAIM_RATIO_TARGET}", _verdict(c.ratio_p50 <= CLAIM_RATIO_TARGET)))
         rows.append(("claim: history / empty, p99 (info)", f"{c.ratio_p99:.2f}", "", ""))
     return rows
+
+
+def _slowest(d: DrainCell) -> str:
+    full = d.series[:-1] or d.series  # the last bucket is partial
+    at, slowest = min(full, key=lambda point: point[1])
+    ratio = slowest / d.first_rate if d.first_rate else 0.0
+    return f"{ratio:.2f} ({slowest:,.0f} jobs/s at {at:.0f} s)"
 
 
 def _jobs_stats(sample: dict[str, Any]) -> dict[str, int]:
