@@ -185,7 +185,7 @@ class DrainCell:
     succeeded: int
     seconds: float
     rate: float
-    window: float  # seconds of the first and the last window (60, shorter for short drains)
+    window: float  # seconds of the first and the last window (60; half a short drain)
     first_rate: float
     last_rate: float
     ratio: float
@@ -219,7 +219,7 @@ def drain_cell(server: NativePostgres, jobs: int, slots: int, bucket: float, run
     with psycopg.connect(url, autocommit=True) as connection:
         first, last = _drain_bounds(connection)
         seconds = last - first
-        window = min(60.0, seconds / 3)
+        window = min(60.0, seconds / 2)  # a minute, unless the drain is under two
         first_count = _count_finished(connection, first, first + window)
         last_count = _count_finished(connection, last - window, last + 1)
         series = _completion_series(connection, first, last, bucket)
