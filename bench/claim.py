@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import psycopg
 
@@ -31,12 +32,17 @@ ROUND = 25
 class Scenario:
     """A backlog: ``backlog`` due jobs plus ``future`` due in a day, in one queue, behind
     ``finished`` jobs that were queued and have just succeeded (not vacuumed yet, as in the
-    middle of a long drain)."""
+    middle of a long drain).
+
+    ``setup``, if given, is called with the scenario's database URL before anything is
+    filled: a history made some other way (bench.hotpath drains one with a real worker).
+    """
 
     name: str
     backlog: int
     future: int = 0
     finished: int = 0
+    setup: Callable[[str], None] | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -61,6 +67,8 @@ def claim_latency(admin: str, base_name: str, scenarios: list[Scenario], *,
         for scenario in scenarios:
             url = db.recreate(admin, f"{base_name}_claim_{scenario.name}")
             urls[scenario.name] = url
+            if scenario.setup is not None:
+                scenario.setup(url)
             db.fill(url, scenario.finished + scenario.backlog, task=NOOP, queue=QUEUE)
             if scenario.finished:
                 _finish_first(url, scenario.finished)

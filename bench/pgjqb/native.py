@@ -36,9 +36,15 @@ def free_port() -> int:
 
 
 class NativePostgres:
-    """A private cluster: ``fresh()`` = initdb + start, ``stop()``/``start()`` keep the data."""
+    """A private cluster: ``fresh()`` = initdb + start, ``stop()``/``start()`` keep the data.
 
-    def __init__(self, bin_dir: Path, root: Path, port: int, conf: Path) -> None:
+    ``conf``: a postgres.conf included after the stock one (the harness's); None keeps the
+    server's stock settings (bench.hotpath). Either way only where it listens is changed.
+    """
+
+    USER = "bench"
+
+    def __init__(self, bin_dir: Path, root: Path, port: int, conf: Path | None) -> None:
         self.bin_dir = bin_dir
         self.root = root
         self.port = port
@@ -65,22 +71,23 @@ class NativePostgres:
                          check=False).returncode == 0
 
     def fresh(self) -> None:
-        """A new cluster: the old data directory (if any) goes, initdb, the harness's
-        postgres.conf, start."""
+        """A new cluster: the old data directory (if any) goes, initdb, ``conf`` (if any),
+        start."""
         self.destroy()
         self.root.mkdir(parents=True, exist_ok=True)
         if self.user:
             shutil.chown(self.root, self.user)
-        self._run(str(self.bin_dir / "initdb"), "-D", str(self.data), "-U", "bench",
+        self._run(str(self.bin_dir / "initdb"), "-D", str(self.data), "-U", self.USER,
                   "--auth=trust", "-E", "UTF8", "--no-sync")
         sock_dir = self.root / "sock"
         sock_dir.mkdir(exist_ok=True)
         if self.user:
             shutil.chown(sock_dir, self.user)
         with (self.data / "postgresql.conf").open("a") as fh:
-            fh.write(f"\n# pgjqb native driver: the harness's own settings\n"
-                     f"include '{self.conf}'\n"
-                     f"# ... then only where this cluster listens (never beyond loopback)\n"
+            if self.conf is not None:
+                fh.write(f"\n# pgjqb native driver: the harness's own settings\n"
+                         f"include '{self.conf}'\n")
+            fh.write(f"\n# Only where this cluster listens (never beyond loopback)\n"
                      f"listen_addresses = '127.0.0.1'\n"
                      f"port = {self.port}\n"
                      f"unix_socket_directories = '{sock_dir}'\n")
@@ -91,18 +98,21 @@ class NativePostgres:
         self._run(str(self.bin_dir / "pg_ctl"), "start", "-w", "-t", "60", "-D",
                   str(self.data), "-l", str(self.log))
         import psycopg
-        from bench_harness.adapters import pg_url
 
         deadline = time.time() + 30
         while True:
             try:
-                with psycopg.connect(pg_url("postgres"), autocommit=True) as conn:
+                with psycopg.connect(self.url(), autocommit=True) as conn:
                     conn.execute("SELECT 1")
                 return
             except psycopg.Error:
                 if time.time() > deadline:
                     raise
                 time.sleep(0.5)
+
+    def url(self, dbname: str = "postgres") -> str:
+        """A URL of ``dbname`` as the cluster's superuser (trust: no password)."""
+        return f"postgresql://{self.USER}@127.0.0.1:{self.port}/{dbname}"
 
     def stop(self) -> None:
         """Fast shutdown (clients disconnected), data kept: the chaos phase's outage."""
