@@ -36,7 +36,6 @@ import argparse
 import contextlib
 import datetime as dt
 import json
-import math
 import os
 import platform
 import shutil
@@ -51,7 +50,7 @@ from typing import Any
 
 import psycopg
 
-from . import claim, db, drain, procs
+from . import claim, core, db, drain, procs
 from .apps.core_app import NOOP
 from .pgjqb.native import NativePostgres, free_port
 
@@ -168,11 +167,9 @@ def load_summary(samples: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def percentile(values: list[float], q: float) -> float | None:
-    """The ``q`` quantile (nearest rank) of ``values``; None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+    """bench.core's nearest-rank ``q`` quantile of ``values``; None when empty (a window
+    without claims)."""
+    return core.percentile(values, q) if values else None
 
 
 # --- drain ------------------------------------------------------------------------------------
