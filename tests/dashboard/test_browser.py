@@ -26,14 +26,19 @@ TOKEN = "tok-" + "x" * 24
 
 
 def _until(check: Any, what: str, timeout: float = 20.0) -> Any:
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import (
+        NoSuchElementException,
+        StaleElementReferenceException,
+    )
 
     deadline = time.monotonic() + timeout
     while True:
         try:
             value = check()
-        except StaleElementReferenceException:
-            value = None  # the page was replaced between finding an element and reading it
+        except (NoSuchElementException, StaleElementReferenceException):
+            # The page was replaced between finding an element and reading it, or the next
+            # page has not rendered its element yet (a redirect still loading).
+            value = None
         if value:
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
