@@ -66,6 +66,26 @@ async def _abandon(connection: psycopg.AsyncConnection, task: asyncio.Future[Any
     task.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
+async def cancel_and_wait(*tasks: asyncio.Future[Any], every: float = 0.5) -> None:
+    """Cancel ``tasks`` and wait until each has ended, cancelling again every ``every``
+    seconds while one is still running.
+
+    One ``cancel()`` is not always enough: on Python 3.11, ``asyncio.wait_for`` swallows a
+    cancellation that lands while its own timeout is firing, and psycopg before 3.3 waits on
+    every socket in ``wait_for(..., 0.1)``, so a task reading notifications or a result is
+    cancelled in vain about one time in twenty, and a worker's stop hung on its listener.
+    A second request reaches it at its next wait."""
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=every)
+    # Retrieved, so asyncio does not log what a cancelled task raised on its way out.
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()
+
+
 def shut_down(connection: psycopg.AsyncConnection) -> None:
     """Shut the connection's socket down both ways (no RST; the peer sees FIN if it ever
     hears anything). Any read or write waiting on it ends with an error at once."""

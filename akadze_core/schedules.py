@@ -52,6 +52,7 @@ import psycopg
 from . import database
 from .database import JobRequest
 from .dberrors import is_transient
+from .deadlines import cancel_and_wait
 from .dsn import listen_url
 from .listener import listen_for_jobs
 from .maintenance import first_of
@@ -489,8 +490,7 @@ async def run_schedules(app: App, stop: asyncio.Event) -> None:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
     finally:
-        listener.cancel()
-        await asyncio.gather(listener, return_exceptions=True)
+        await cancel_and_wait(listener)
 
 
 def _backoff(failures: int) -> float:

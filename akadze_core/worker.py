@@ -28,7 +28,7 @@ import psycopg_pool
 from . import database
 from .completer import Completer
 from .dberrors import fatal_message, is_lock_timeout, is_too_many_connections, is_transient
-from .deadlines import within
+from .deadlines import cancel_and_wait, within
 from .dsn import listen_url
 from .errors import AkadzeError, SchemaMissing
 from .executor import execute
@@ -467,8 +467,7 @@ class Worker:
                     logger.exception("on_shutdown hook failed")
             if self.process_pool is not None:
                 await self.process_pool.close()
-            self._listener_task.cancel()
-            await asyncio.gather(self._listener_task, return_exceptions=True)
+            await cancel_and_wait(self._listener_task)
             self.app.forget_async_pool(self._pool)
             # After the heartbeat was lost, connection attempts may hang in a partition
             # until their connect_timeout: do not wait for them.
@@ -501,15 +500,12 @@ class Worker:
                 waiter.cancel()
             await asyncio.gather(beating, return_exceptions=True)
         unfinished = list(self._running.values())
-        for run in unfinished:
-            run.future.cancel()
-        await asyncio.gather(*(run.future for run in unfinished), return_exceptions=True)
+        await cancel_and_wait(*(run.future for run in unfinished))
         # After the heartbeat was lost the database is likely gone: try briefly, then leave
         # the jobs to the rescue, which other workers may have started already.
         timeout = 5.0 if self._exit_code == 0 else min(5.0, max(1.0, self.heartbeat_interval))
         flushed = await self._completer.close(timeout=timeout)
-        self._completer_task.cancel()
-        await asyncio.gather(self._completer_task, return_exceptions=True)
+        await cancel_and_wait(self._completer_task)
         returned = await self._return_jobs(
             [(run.job_id, run.run_count) for run in held_back + unfinished], timeout)
         if flushed and returned:
@@ -597,8 +593,7 @@ class Worker:
             # atomic, and stopping must not wait for it.
             for task in tasks:
                 task.remove_done_callback(self._service_ended)
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_and_wait(*tasks)
 
     def _service_ended(self, task: asyncio.Task[None]) -> None:
         # Steps run in the guard, so only a bug in akadze ends a service early: stop rather
