@@ -30,6 +30,7 @@ from . import database
 from .database import JobRequest
 from .dberrors import SCHEMA_ERRORS
 from .errors import UpstreamFailed
+from .gcpause import collector_paused
 from .migrations import schema_missing
 
 if TYPE_CHECKING:
@@ -429,7 +430,8 @@ class Workflow:
         that failed, was cancelled or does not exist; nothing is inserted then."""
         if not self.nodes:
             return []
-        params = self.params()
+        with collector_paused():
+            params = self.params()
         session = self._session
         if isinstance(session, psycopg.AsyncConnection):
             return self._async_on(session, params)
@@ -451,11 +453,12 @@ class Workflow:
         """Async twin of ``enqueue``."""
         if not self.nodes:
             return []
-        if isinstance(self._session, psycopg.AsyncConnection):
-            return await self._async_on(self._session, self.params())
-        if self._session is not None:
+        if self._session is not None and not isinstance(self._session, psycopg.AsyncConnection):
             raise TypeError("enqueue_async needs an async session; use enqueue()")
-        params = self.params()
+        with collector_paused():
+            params = self.params()
+        if self._session is not None:
+            return await self._async_on(self._session, params)
         with self._translated():
             ids = await self.app.run_pooled_async(
                 lambda connection: database.insert_graph_async(connection, params), UNSURE)

@@ -22,6 +22,7 @@ from kombu.exceptions import EncodeError
 
 from akadze_core import ConnectionLost, InvalidArgs, OnFailure
 from akadze_core.database import JobRequest
+from akadze_core.gcpause import collector_paused
 from akadze_core.serialization import is_strict
 
 from .. import serialization, signals
@@ -479,8 +480,9 @@ def send_canvas(app: Celery, sig: Signature, args: Any, kwargs: Any,
     ``apply_async`` of that canvas does."""
     options = dict(options)
     builder = Builder(app, current_session(options.pop("connection", None)))
-    planned = sig.to_flow(builder, args, kwargs, after=[], many=False, failure="cancel",
-                          options=options)
+    with collector_paused():  # a big group's rows: see akadze_core.gcpause
+        planned = sig.to_flow(builder, args, kwargs, after=[], many=False, failure="cancel",
+                              options=options)
     builder.enqueue()
     return planned.result
 

@@ -289,6 +289,16 @@ class chain(_chain):
 def _flatten_members(tasks: Iterable[Any], app: Any, copy: bool = True) -> list[Signature]:
     """A group's members, nested groups flattened, each a copy (unless ``copy`` is False:
     sending copies each member anyway)."""
+    if not copy:
+        listed = tasks if isinstance(tasks, (list, tuple)) else list(tasks)
+        if all(type(task) is Signature for task in listed):
+            # Plain task signatures (the 10,000 of a big group): nothing nested nor to
+            # convert, so no queue; maybe_signature's binding to the app is all there is.
+            if app is not None:
+                for task in listed:
+                    task.app = app
+            return list(listed)
+        tasks = listed
     pending = deque(maybe_signature(task, app=app) for task in tasks)
     members: list[Signature] = []
     while pending:

@@ -146,6 +146,28 @@ async def test_a_group_returns_a_group_result_in_order(celery: Celery) -> None:
     assert result.children == result.results
 
 
+async def test_a_group_is_built_with_the_collector_paused(celery: Celery) -> None:
+    # A publish receiver runs inside the build (prepare): it sees the collector paused, and
+    # it is on again once the group is sent (akadze_core.gcpause: half a big group's client
+    # time went to collections).
+    import gc
+
+    from akadze_compat import signals
+
+    add = tasks(celery)["add"]
+    seen: list[bool] = []
+
+    def receiver(**_: Any) -> None:
+        seen.append(gc.isenabled())
+
+    signals.before_task_publish.connect(receiver)
+    try:
+        result = group(add.s(i, i) for i in range(3)).apply_async()
+    finally:
+        signals.before_task_publish.disconnect(receiver)
+    assert len(result) == 3 and seen == [False, False, False] and gc.isenabled()
+
+
 async def test_a_group_with_a_failure_raises_it_in_order(celery: Celery) -> None:
     t = tasks(celery)
     result = group(t["add"].s(1, 1), t["fail"].s(), t["add"].s(2, 2)).apply_async()
