@@ -153,6 +153,35 @@ def _encode_pairs(chunk: list[Mapping[str, Any]], metas: list[Mapping[str, Any]]
     return "[" + ",".join([f"[{args},{meta}]" for args, meta in items]) + "]", items
 
 
+def _encode_split(chunk: list[Mapping[str, Any]], meta_texts: list[str], dumps: Dumps,
+                  limit: int) -> tuple[str, list[tuple[str, str]] | None]:
+    """``_encode_pairs`` of jobs whose metas are encoded already (``TaskCall.rows``'
+    ``meta_texts``): one JSON object ``{"args": [...], "meta": [...]}``, the args encoded as
+    ``_encode_chunk_items`` encodes them (one ``strict_dumps`` call for the chunk) and the
+    metas spliced in as they are. Encoding a meta dict per job was most of a big group's
+    encoding time."""
+    args_text, items = _encode_chunk_items(chunk, dumps, limit)
+    text = f'{{"args":{args_text},"meta":[{",".join(meta_texts)}]}}'
+    return text, None if items is None else list(zip(items, meta_texts, strict=True))
+
+
+def _meta_texts(texts: Iterable[str], count: int, limit: int) -> list[str]:
+    """``meta_texts`` as ``TaskCall.rows`` takes them: one text per job, each the text of a
+    JSON object within ``limit`` (its JSON itself is the integration's to get right: the
+    insert refuses a bad one, with nothing inserted)."""
+    own = texts if isinstance(texts, list) else list(texts)
+    if len(own) != count:
+        raise ValueError(f"{len(own)} meta texts for {count} jobs")
+    for text in own:
+        if type(text) is not str or text[:1] != "{" or text[-1:] != "}":
+            raise TypeError(f"a meta text is the JSON text of an object, not {text!r:.80}")
+        if len(text) * 4 > limit:  # UTF-8 takes at most 4 bytes a character
+            size = len(text.encode())
+            if size > limit:
+                raise InvalidArgs(f"job meta is {size} bytes, over the limit of {limit} bytes")
+    return own
+
+
 def encode_many(kwargs_list: Iterable[Mapping[str, Any]], dumps: Dumps = strict_dumps,
                 limit: int = DEFAULT_MAX_ARGS_BYTES) -> list[str]:
     """Validate and encode the args of many jobs (``InvalidArgs`` on the first bad one);
@@ -167,8 +196,9 @@ def encode_many(kwargs_list: Iterable[Mapping[str, Any]], dumps: Dumps = strict_
 class Rows:
     """Many jobs of one call, encoded in bulk (``TaskCall.rows``): the row template, how many
     jobs, and per JSON array of up to ``BULK_CHUNK`` jobs its text with, when they were
-    encoded one by one, its jobs' own texts. ``pairs``: each job is ``[args, meta]``, else
-    its args."""
+    encoded one by one, its jobs' own texts. ``pairs``: each job has its own meta (the
+    array's jobs are ``[args, meta]``, or the chunk is ``{"args": [...], "meta": [...]}``),
+    else each job is its args."""
 
     template: JobRequest
     count: int
@@ -188,6 +218,8 @@ class Rows:
         values = decoded.get(chunk)
         if values is None:
             values = decoded[chunk] = json.loads(text)
+        if type(values) is dict:  # {"args": [...], "meta": [...]} (_encode_split)
+            return strict_dumps(values["args"][offset]), strict_dumps(values["meta"][offset])
         value = values[offset]
         if not self.pairs:
             return strict_dumps(value), self.template.meta
@@ -448,16 +480,28 @@ class TaskCall:
         return template, items
 
     def rows(self, kwargs_list: Iterable[Mapping[str, Any]],
-             metas: Iterable[Mapping[str, Any]] | None = None) -> Rows:
+             metas: Iterable[Mapping[str, Any]] | None = None, *,
+             meta_texts: Iterable[str] | None = None) -> Rows:
         """``requests`` for a workflow (``Workflow.add_many``): every call checked, then every
         job's args (and, with ``metas``, its own meta, in place of the options' meta) encoded
         in JSON arrays of up to ``BULK_CHUNK`` jobs, a job being its args object or, with
         ``metas``, ``[args, meta]``. Raises ``TypeError`` or ``InvalidArgs`` for the first bad
-        job, as ``enqueue_many`` does."""
+        job, as ``enqueue_many`` does. ``meta_texts``: instead of ``metas``, each job's meta
+        as the JSON text of an object, encoded already (an integration splicing per-job ids
+        into one encoded meta); spliced in unparsed, so a text that is not JSON makes the
+        insert fail, with nothing inserted."""
+        if metas is not None and meta_texts is not None:
+            raise ValueError("give metas or meta_texts, not both")
         template, items = self._checked(kwargs_list)
         app = self.task.app
         dumps, limit = app.json_dumps, app.max_args_bytes
         chunks: list[tuple[str, list[Any] | None]]
+        if meta_texts is not None:
+            texts = _meta_texts(meta_texts, len(items), limit)
+            chunks = [_encode_split(items[start:start + BULK_CHUNK],
+                                    texts[start:start + BULK_CHUNK], dumps, limit)
+                      for start in range(0, len(items), BULK_CHUNK)]
+            return Rows(template, len(items), chunks, True)
         if metas is None:
             chunks = [_encode_chunk_items(items[start:start + BULK_CHUNK], dumps, limit)
                       for start in range(0, len(items), BULK_CHUNK)]

@@ -199,14 +199,16 @@ class Workflow:
                                 on_failure=on_failure)
 
     def add_many(self, call: TaskCall, kwargs_list: Iterable[Mapping[str, Any]], *,
-                 metas: Iterable[Mapping[str, Any]] | None = None) -> list[Node]:
+                 metas: Iterable[Mapping[str, Any]] | None = None,
+                 meta_texts: Iterable[str] | None = None) -> list[Node]:
         """Add one job of ``call`` per argument set (a fan-out), checked and encoded in bulk
         as ``enqueue_many`` does (``TypeError`` or ``InvalidArgs`` for the first bad one, and
         nothing is added then). ``metas``: each job's own meta, in place of the call's (an
-        integration's per-job ids), encoded and checked with its args."""
+        integration's per-job ids), encoded and checked with its args; or ``meta_texts``,
+        those metas encoded already (``TaskCall.rows``)."""
         if call.options.unique_key is not None:
             raise ValueError("a workflow job cannot have a unique_key")
-        return self.add_rows(call.rows(kwargs_list, metas))
+        return self.add_rows(call.rows(kwargs_list, metas, meta_texts=meta_texts))
 
     def add_rows(self, rows: Rows) -> list[Node]:
         """``add_many`` of jobs encoded already (``TaskCall.rows``; integrations such as

@@ -272,7 +272,7 @@ class MemberAdder:
     gives, without what that spends per member on a copy that nothing else sees (clone,
     deepcopy of its options, freeze), on options and routing that are the same for every
     member, or on encoding each member's row alone: a run of members waiting on nothing is
-    checked and encoded in bulk (``Workflow.add_many``, its meta with its args), others one
+    checked and encoded in bulk (``Workflow.add_many``, its metas spliced), others one
     by one, their meta spliced around the group index and the task id. A member it does not
     take goes the full way."""
 
@@ -362,12 +362,13 @@ class MemberAdder:
         else:
             payloads = [self._payload(member, False, args, kwargs) for _, member, _ in run]
         task_ids = _uuids(len(run))
-        celery_meta = row.celery_meta
-        metas = [{"celery": {**celery_meta, "group_index": index}, "task_id": task_id}
+        # Each meta spliced as _one splices it (a uuid needs no escaping), not encoded.
+        head, tail = row.head, row.tail
+        metas = [f'{head}{index}{tail}"{task_id}"}}'
                  for (index, _, _), task_id in zip(run, task_ids, strict=True)]
         builder = self.builder
         try:
-            nodes = builder.workflow.add_many(message.call, payloads, metas=metas)
+            nodes = builder.workflow.add_many(message.call, payloads, meta_texts=metas)
         except (TypeError, InvalidArgs) as exc:
             # The error of the first bad member, as adding them one by one raises it.
             for payload in payloads:
@@ -414,7 +415,7 @@ class MemberAdder:
             return None
         root_id = celery_meta.get("root_id")
         return _Row(message, base, head, tail, task_type, _ignored(message, task_type),
-                    immutable, celery_meta, None if root_id is None else str(root_id),
+                    immutable, None if root_id is None else str(root_id),
                     bulk=is_strict(dumps))
 
 
@@ -423,8 +424,8 @@ class _Row:
     """What a group's plain members of one task share (``MemberAdder._row``): the row
     template and its message, the meta's text before the group index and before the task
     id, the task, whether results are ignored, whether the members are immutable, their
-    ``meta["celery"]`` but the group index, their root id when sent with one, and whether
-    the app's dumps is the one ``Workflow.add_many`` encodes in bulk with."""
+    root id when sent with one, and whether the app's dumps is the one
+    ``Workflow.add_many`` encodes in bulk with."""
 
     message: Message
     base: JobRequest
@@ -433,7 +434,6 @@ class _Row:
     task_type: Task | None
     ignored: bool
     immutable: bool
-    celery_meta: dict[str, Any]
     root_id: str | None
     bulk: bool
 

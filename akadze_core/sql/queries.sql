@@ -69,9 +69,12 @@ FROM inserted;
 -- are: the options shared by a run of jobs once (templates: a JSON array: task, queue,
 -- priority, max_attempts, at, delay, expires_at, meta), the jobs as JSON arrays of up to
 -- 100 each (nodes, each of one template: chunk_template), a job being its args
--- object, or [args, meta] when its meta is not its template's. One jsonb parse per array
--- and no text[] element per job and column: the former one-array-per-column form ran at
--- half the rate of enqueue_many, most of it in psycopg's array dumping and per-job casts.
+-- object, or [args, meta] when its meta is not its template's; or a chunk is an object
+-- {"args": [...], "meta": [...]}, its jobs' args and metas side by side (TaskCall.rows'
+-- meta_texts: the metas spliced by the client, the args encoded in one call). One jsonb
+-- parse per chunk and no text[] element per job and column: the former one-array-per-
+-- column form ran at half the rate of enqueue_many, most of it in psycopg's array dumping
+-- and per-job casts.
 WITH template AS MATERIALIZED (
     SELECT * FROM ROWS FROM (jsonb_to_recordset(%(templates)s::jsonb) AS (
         task text, queue text, priority integer, max_attempts integer, at timestamptz,
@@ -84,11 +87,18 @@ inserted AS (
                              expires_at, meta)
     SELECT t.task, t.queue, CASE WHEN jsonb_typeof(a.e) = 'array' THEN a.e -> 0 ELSE a.e END,
            t.priority, coalesce(t.at, now() + coalesce(t.delay, 0) * interval '1 second'),
-           t.max_attempts, t.expires_at, coalesce(nullif(a.e -> 1, 'null'), t.meta)
+           t.max_attempts, t.expires_at,
+           coalesce(nullif(a.m, 'null'), nullif(a.e -> 1, 'null'), t.meta)
     FROM unnest(%(nodes)b::text[], %(chunk_template)b::int[])
         WITH ORDINALITY AS c(array_text, k, chunk)
     JOIN template AS t ON t.k = c.k
-    CROSS JOIN LATERAL jsonb_array_elements(c.array_text::jsonb) WITH ORDINALITY AS a(e, ord)
+    CROSS JOIN LATERAL (SELECT c.array_text::jsonb AS j OFFSET 0) AS p  -- parsed once
+    -- An array of jobs, or the args and metas of a {"args", "meta"} chunk side by side
+    -- (on an array, -> 'meta' is NULL: no metas, m NULL).
+    CROSS JOIN LATERAL ROWS FROM (
+        jsonb_array_elements(CASE WHEN jsonb_typeof(p.j) = 'object' THEN p.j -> 'args'
+                                  ELSE p.j END),
+        jsonb_array_elements(p.j -> 'meta')) WITH ORDINALITY AS a(e, m, ord)
     ORDER BY c.chunk, a.ord
     RETURNING id, queue, priority, scheduled_at, scheduled_at <= now() AS due
 )
@@ -120,11 +130,15 @@ WITH template AS MATERIALIZED (
                              meta, k)
 ),
 node AS MATERIALIZED (
-    SELECT c.k, c.chunk, a.ord, a.e,
+    SELECT c.k, c.chunk, a.ord, a.e, a.m,
            nextval((SELECT pg_get_serial_sequence('akadze.jobs', 'id'))) AS id
     FROM unnest(%(nodes)b::text[], %(chunk_template)b::int[])
         WITH ORDINALITY AS c(array_text, k, chunk)
-    CROSS JOIN LATERAL jsonb_array_elements(c.array_text::jsonb) WITH ORDINALITY AS a(e, ord)
+    CROSS JOIN LATERAL (SELECT c.array_text::jsonb AS j OFFSET 0) AS p  -- as job_insert_rows
+    CROSS JOIN LATERAL ROWS FROM (
+        jsonb_array_elements(CASE WHEN jsonb_typeof(p.j) = 'object' THEN p.j -> 'args'
+                                  ELSE p.j END),
+        jsonb_array_elements(p.j -> 'meta')) WITH ORDINALITY AS a(e, m, ord)
 ),
 ids AS MATERIALIZED (
     SELECT array_agg(id ORDER BY chunk, ord) AS ids FROM node
@@ -146,7 +160,8 @@ refused AS (
 fields AS (
     SELECT n.id, n.k,
            CASE WHEN jsonb_typeof(n.e) = 'array' THEN n.e -> 0 ELSE n.e END AS args,
-           nullif(n.e -> 1, 'null') AS meta, nullif(n.e -> 2, 'null') AS flow,
+           coalesce(nullif(n.m, 'null'), nullif(n.e -> 1, 'null')) AS meta,
+           nullif(n.e -> 2, 'null') AS flow,
            nullif(n.e -> 3, 'null') AS on_failure, (n.e ->> 4)::bigint[] AS ups,
            (n.e ->> 5)::int[] AS downs, coalesce((n.e ->> 6)::int, 0) AS pending,
            coalesce((n.e ->> 7)::boolean, false) AS waits_outside

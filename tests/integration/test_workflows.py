@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from akadze_core import App, Fail, InvalidArgs, OnFailure, UpstreamFailed, request_cancel_sync
+from akadze_core.serialization import strict_dumps
 from tests.helpers import job
 from tests.integration.outcome_helpers import run_until
 
@@ -328,8 +329,19 @@ def test_add_many_gives_each_node_the_row_add_would(
     own = flow.add_many(plain, [{"x": i} for i in range(130)], metas=metas)
     nodes.extend(own)
     twins.extend(twin.add(plain.configure(meta=meta), x=i) for i, meta in enumerate(metas))
+    # Metas encoded by the caller (meta_texts): chunks of {"args": [...], "meta": [...]}.
+    spliced = [{"task_id": f"s{i}", "n": [i, "é"]} for i in range(150)]
+    texts = flow.add_many(plain, [{"x": i} for i in range(150)],
+                          meta_texts=[strict_dumps(meta) for meta in spliced])
+    nodes.extend(texts)
+    twins.extend(twin.add(plain.configure(meta=meta), x=i) for i, meta in enumerate(spliced))
+    # One more that nothing waits on: sent as it is, to job_insert_graph too (graph).
+    nodes.extend(flow.add_many(plain, [{"x": i} for i in range(50)],
+                               meta_texts=[strict_dumps(meta) for meta in spliced[:50]]))
+    twins.extend(twin.add(plain.configure(meta=meta), x=i) for i, meta in enumerate(spliced[:50]))
     if body:
-        flow.add(tasks["total"], after=nodes[::50] + own[7:9], result_arg="values")
+        flow.add(tasks["total"], after=nodes[::50] + own[7:9] + texts[140:142],
+                 result_arg="values")
     assert ("external" in flow.params()) is body
     assert [node.request for node in nodes] == [node.request for node in twins]
     flow.enqueue()
@@ -340,6 +352,7 @@ def test_add_many_gives_each_node_the_row_add_would(
                                    (job_id,)).fetchone() for job_id in (node.id, alone.id))
         assert mine == theirs and mine is not None, node.index
     assert json_meta(db, own[3].id) == metas[3]
+    assert json_meta(db, texts[141].id) == spliced[141]
 
 
 def json_meta(db: psycopg.Connection, job_id: int | None) -> Any:
@@ -362,7 +375,25 @@ def test_add_many_refuses_a_bad_job_and_adds_nothing(app: App, tasks: dict[str, 
         flow.add_many(tasks["add"], [{"x": 1}, {"x": "a\x00"}])
     with pytest.raises(ValueError, match="2 metas for 1 jobs"):
         flow.add_many(tasks["add"], [{"x": 1}], metas=[{}, {}])
+    with pytest.raises(ValueError, match="2 meta texts for 1 jobs"):
+        flow.add_many(tasks["add"], [{"x": 1}], meta_texts=["{}", "{}"])
+    with pytest.raises(TypeError, match="JSON text of an object"):
+        flow.add_many(tasks["add"], [{"x": 1}, {"x": 2}], meta_texts=["{}", "[1]"])
+    with pytest.raises(ValueError, match="not both"):
+        flow.add_many(tasks["add"], [{"x": 1}], metas=[{}], meta_texts=["{}"])
     with pytest.raises(ValueError, match="unique_key"):
         flow.add_many(tasks["add"].configure(unique_key="k"), [{"x": 1}])
     assert len(flow) == 1 and flow.params()["nodes"] == ['[{"x":0}]']
     assert flow.add_many(tasks["add"], []) == []
+
+
+def test_a_meta_text_that_is_not_json_fails_the_insert_and_inserts_nothing(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
+    # meta_texts are spliced unparsed (the integration's own encoding): a bad one is the
+    # database's to refuse, and the whole statement goes with it.
+    flow = app.workflow()
+    flow.add_many(tasks["add"], [{"x": i} for i in range(3)],
+                  meta_texts=['{"a": 1}', "{oops}", '{"a": 3}'])
+    with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+        flow.enqueue()
+    assert db.execute("SELECT count(*) FROM akadze.jobs").fetchone() == (0,)
