@@ -74,7 +74,9 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any], every: float = 0.5) -> No
     cancellation that lands while its own timeout is firing, and psycopg before 3.3 waits on
     every socket in ``wait_for(..., 0.1)``, so a task reading notifications or a result is
     cancelled in vain about one time in twenty, and a worker's stop hung on its listener.
-    A second request reaches it at its next wait."""
+    A second request reaches it at its next wait. For akadze's own tasks, whose cleanup
+    does not wait on anything: a task given time to clean up (a job's body) is cancelled
+    once."""
     pending = {task for task in tasks if not task.done()}
     while pending:
         for task in pending:

@@ -500,7 +500,11 @@ class Worker:
                 waiter.cancel()
             await asyncio.gather(beating, return_exceptions=True)
         unfinished = list(self._running.values())
-        await cancel_and_wait(*(run.future for run in unfinished))
+        # Once: a body's own cleanup after its cancel may take its time (cancel_and_wait
+        # would cancel that cleanup too).
+        for run in unfinished:
+            run.future.cancel()
+        await asyncio.gather(*(run.future for run in unfinished), return_exceptions=True)
         # After the heartbeat was lost the database is likely gone: try briefly, then leave
         # the jobs to the rescue, which other workers may have started already.
         timeout = 5.0 if self._exit_code == 0 else min(5.0, max(1.0, self.heartbeat_interval))
