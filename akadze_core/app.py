@@ -29,6 +29,7 @@ from .retry import BackoffPolicy
 from .runtime_schedules import RuntimeSchedules
 from .schedules import Schedule, ScheduleSource
 from .serialization import DEFAULT_MAX_ARGS_BYTES, Dumps, Loads, strict_dumps
+from .task_ids import TaskIds
 from .tasks import Task
 from .triggers import Trigger
 from .workflow import Workflow
@@ -226,6 +227,7 @@ class App:
     def _no_connections(self) -> None:
         """Start with no connection: at creation, and in a forked child (``_after_fork``)."""
         self._lock = threading.Lock()
+        self._task_ids: TaskIds | None = None
         self._pool: psycopg_pool.ConnectionPool | None = None
         # run_single's own connection (with when it was opened) and the lock that says who
         # is using it: a caller finding it in use takes a pooled connection instead.
@@ -585,13 +587,46 @@ class App:
             lambda connection: lookup.get_job_async(connection, job_id))
 
     def find_job(self, task_id: str) -> Job | None:
-        """The newest job whose ``meta["task_id"]`` (an external id) is ``task_id``."""
-        return self.run_pooled(lambda connection: lookup.find_job(connection, task_id))
+        """The job known by the external id ``task_id``: the newest whose
+        ``meta["task_id"]`` it is, else the job without one whose derived id it is
+        (``task_id_of``)."""
+        derived = self.task_ids().job_id(task_id)
+        return self.run_pooled(
+            lambda connection: lookup.find_job(connection, task_id, derived))
 
     async def find_job_async(self, task_id: str) -> Job | None:
         """Async twin of ``find_job``."""
+        derived = (await self.task_ids_async()).job_id(task_id)
         return await self.run_pooled_async(
-            lambda connection: lookup.find_job_async(connection, task_id))
+            lambda connection: lookup.find_job_async(connection, task_id, derived))
+
+    def task_ids(self) -> TaskIds:
+        """The task ids this database derives from job ids (``akadze_core.task_ids``); its
+        key is read on the first call and kept (it never changes)."""
+        codec = self._task_ids
+        if codec is None:
+            codec = self._task_ids = TaskIds(self.run_pooled(lookup.task_id_key))
+        return codec
+
+    async def task_ids_async(self) -> TaskIds:
+        """Async twin of ``task_ids``."""
+        codec = self._task_ids
+        if codec is None:
+            codec = self._task_ids = TaskIds(await self.run_pooled_async(
+                lookup.task_id_key_async))
+        return codec
+
+    def use_task_id_key(self, key: str) -> None:
+        """Take the database's task id key from elsewhere instead of reading it (a worker's
+        process children are handed it with each job, so they never connect for it)."""
+        if self._task_ids is None or self._task_ids.key != key:
+            self._task_ids = TaskIds(key)
+
+    def task_id_of(self, job: Job) -> str:
+        """The external id ``job`` is known by: its ``meta["task_id"]`` (an integration's,
+        such as a Celery task id), else the uuid4-shaped id derived from its job id."""
+        task_id = job.meta.get("task_id") if isinstance(job.meta, dict) else None
+        return str(task_id) if task_id is not None else self.task_ids().derive(job.id)
 
     def wait_for_job(self, job_id: int, timeout: float | None = None) -> Job:
         """Block until the job is succeeded, failed or cancelled (woken by NOTIFY, not by

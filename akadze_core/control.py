@@ -194,8 +194,12 @@ def scheduled_jobs(app: App, worker_id: int | None, queues: Iterable[str],
 
 
 def revoked_task_ids(app: App, window: float, limit: int) -> list[str]:
-    """Task ids (``meta["task_id"]``, else the job id) revoked within the last ``window``
-    seconds (cancelled or expired, or running with a cancel requested), newest first."""
+    """Task ids (``App.task_id_of``) revoked within the last ``window`` seconds (cancelled
+    or expired, or running with a cancel requested), newest first."""
     rows = app.run_pooled(lambda connection: database.fetch_all(
         connection, "control_revoked", window=window, limit=limit))
-    return [str(row["task_id"]) for row in rows]
+    if not rows:
+        return []
+    derive = app.task_ids().derive
+    return [str(row["task_id"]) if row["task_id"] is not None else derive(int(row["id"]))
+            for row in rows]

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 
 from . import database
+from .errors import SchemaMissing
 from .jobs import FINISHED_STATES, Job
 
 DONE_CHANNEL = "akadze_done"
@@ -33,15 +34,37 @@ async def get_job_async(connection: psycopg.AsyncConnection, job_id: int) -> Job
     return _job(await database.fetch_one_async(connection, "job_get", id=job_id))
 
 
-def find_job(connection: psycopg.Connection, task_id: str) -> Job | None:
-    """The newest job whose ``meta.task_id`` is ``task_id``, or None."""
-    return _job(database.fetch_one(connection, "job_find_by_task_id", task_id=task_id))
+def find_job(connection: psycopg.Connection, task_id: str,
+             derived: int | None = None) -> Job | None:
+    """The newest job whose ``meta.task_id`` is ``task_id``, else (when ``derived`` is the
+    job id ``task_id`` was derived from: ``TaskIds.job_id``) that job if it has no
+    ``meta.task_id`` of its own; or None."""
+    return _job(database.fetch_one(connection, "job_find_by_task_id", task_id=task_id,
+                                   derived=derived))
 
 
-async def find_job_async(connection: psycopg.AsyncConnection, task_id: str) -> Job | None:
+async def find_job_async(connection: psycopg.AsyncConnection, task_id: str,
+                         derived: int | None = None) -> Job | None:
     """Async twin of ``find_job``."""
     return _job(await database.fetch_one_async(connection, "job_find_by_task_id",
-                                               task_id=task_id))
+                                               task_id=task_id, derived=derived))
+
+
+def task_id_key(connection: psycopg.Connection) -> str:
+    """The database's key for derived task ids (``akadze_core.task_ids``)."""
+    return _key(database.fetch_one(connection, "task_id_key"))
+
+
+async def task_id_key_async(connection: psycopg.AsyncConnection) -> str:
+    """Async twin of ``task_id_key``."""
+    return _key(await database.fetch_one_async(connection, "task_id_key"))
+
+
+def _key(row: dict[str, Any] | None) -> str:
+    if row is None:  # migration 0014 inserts it: a schema made some other way
+        raise SchemaMissing("akadze.task_id_key is empty: apply the schema with akadze's "
+                            "migrations")
+    return str(row["key"])
 
 
 def _mentions(payload: str, job_id: int) -> bool:

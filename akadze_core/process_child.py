@@ -40,14 +40,17 @@ _DATETIME_FIELDS = ("scheduled_at", "expires_at", "created_at", "started_at")
 _outcome_values = operator.attrgetter(*(item.name for item in fields(Outcome)))
 
 
-def encode_row(row: Mapping[str, Any], worker_id: int | None) -> bytes:
-    """The message that hands the claimed ``row`` to a child."""
+def encode_row(row: Mapping[str, Any], worker_id: int | None,
+               task_id_key: str | None = None) -> bytes:
+    """The message that hands the claimed ``row`` to a child (with the database's key of
+    derived task ids, so that the child never connects to read it)."""
     values = dict(row)
     for name in _DATETIME_FIELDS:
         value = values.get(name)
         if isinstance(value, datetime):
             values[name] = value.isoformat()
-    return json.dumps({"row": values, "worker_id": worker_id}).encode() + b"\n"
+    return json.dumps({"row": values, "worker_id": worker_id,
+                       "task_id_key": task_id_key}).encode() + b"\n"
 
 
 def _decode_row(message: dict[str, Any]) -> dict[str, Any]:
@@ -97,6 +100,8 @@ def serve(app: App) -> int:
             if message.get("stop"):
                 break
             row = _decode_row(message)
+            if message.get("task_id_key"):
+                app.use_task_id_key(message["task_id_key"])
             started = time.perf_counter()
             outcome = execute_here(app, row, message["worker_id"])
             # How long the body took tells the parent which tasks are short.

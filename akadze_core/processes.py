@@ -184,6 +184,9 @@ class ProcessPool:
         self.env = dict(env or {})
         self.max_tasks_per_child = max_tasks_per_child
         self.start_timeout = start_timeout
+        #: The database's key of derived task ids, handed to the children with each job
+        #: (the worker sets it once connected; ``akadze_core.task_ids``).
+        self.task_id_key: str | None = None
         self._idle: list[_Child] = []
         self._children: dict[int, _Child] = {}
         self._readers: set[asyncio.Task[None]] = set()
@@ -385,7 +388,7 @@ class ProcessPool:
         child.sent.append(run)
         if len(child.sent) == 1:
             self._started(child)
-        child.writer.write(encode_row(run.row, run.worker_id))
+        child.writer.write(encode_row(run.row, run.worker_id, self.task_id_key))
 
     def _started(self, child: _Child) -> None:
         """The first job sent to ``child`` starts now: its limits start too."""

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import psycopg_pool
 
-from . import database
+from . import database, lookup
 from .completer import Completer
 from .dberrors import fatal_message, is_lock_timeout, is_too_many_connections, is_transient
 from .deadlines import cancel_and_wait, within
@@ -445,6 +445,12 @@ class Worker:
     async def _prepare(self, connection: psycopg.AsyncConnection) -> int:
         """Check the schema (and autovacuum), then register; returns the worker id."""
         await database.check_schema_async(connection)
+        # The key of derived task ids, read here once: the process children get it with
+        # each job, and the app needs no query of its own for it.
+        key = await lookup.task_id_key_async(connection)
+        self.app.use_task_id_key(key)
+        if self.process_pool is not None:
+            self.process_pool.task_id_key = key
         if await database.autovacuum_runs(connection) is False:
             logger.warning(AUTOVACUUM_OFF)
         return await self._register(connection)

@@ -18,6 +18,7 @@ from .. import database, lookup
 from ..control import request_cancel_sync, requeue_sync
 from ..jobs import Job
 from ..queries import load_queries
+from ..task_ids import TaskIds
 from ..triggers import parse_spec
 
 if TYPE_CHECKING:
@@ -238,6 +239,11 @@ def job_page(connection: psycopg.Connection, filters: JobFilter, before: int | N
                limit=limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
+    if any(row["task_id"] is None for row in rows):  # ids derived from job ids
+        codec = TaskIds(lookup.task_id_key(connection))
+        for row in rows:
+            if row["task_id"] is None:
+                row["task_id"] = codec.derive(int(row["id"]))
     if more:
         next_before: int | None = int(rows[-1]["id"])
     elif low > floor:
@@ -249,13 +255,25 @@ def job_page(connection: psycopg.Connection, filters: JobFilter, before: int | N
 
 
 def find(connection: psycopg.Connection, text: str) -> Job | None:
-    """The job of a job id, or of a Celery task id (``meta.task_id``, its index)."""
+    """The job of a job id, or of a task id (``meta.task_id``, its index; or derived from
+    a job id: ``akadze_core.task_ids``)."""
     text = text.strip()
     if text.isdigit() and len(text) < 19:
         job = lookup.get_job(connection, int(text))
         if job is not None:
             return job
-    return lookup.find_job(connection, text) if text else None
+    if not text:
+        return None
+    derived = TaskIds(lookup.task_id_key(connection)).job_id(text)
+    return lookup.find_job(connection, text, derived)
+
+
+def task_id(connection: psycopg.Connection, job: Job) -> str:
+    """The task id ``job`` is known by (``App.task_id_of``), read on ``connection``."""
+    given = job.meta.get("task_id") if isinstance(job.meta, dict) else None
+    if given is not None:
+        return str(given)
+    return TaskIds(lookup.task_id_key(connection)).derive(job.id)
 
 
 # --- one job -------------------------------------------------------------------------------

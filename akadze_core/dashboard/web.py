@@ -420,13 +420,14 @@ class Pages:
             job = lookup.get_job(connection, job_id)
             if job is None:
                 return None
-            return job, data.relatives(connection, job), data.timeline(job)
+            return (job, data.task_id(connection, job), data.relatives(connection, job),
+                    data.timeline(job))
         found = await self.dashboard.read(read)
         if found is None:
             return self.dashboard.error(request, 404, f"job {job_id} not found")
-        job, relatives, timeline = found
-        return self.dashboard.render(request, "job.html", job=job, relatives=relatives,
-                                     timeline=timeline)
+        job, task_id, relatives, timeline = found
+        return self.dashboard.render(request, "job.html", job=job, task_id=task_id,
+                                     relatives=relatives, timeline=timeline)
 
     @_guarded
     async def workers(self, request: Request) -> Response:

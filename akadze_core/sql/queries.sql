@@ -736,7 +736,9 @@ WHERE j.id = o.id
 RETURNING j.id, (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM target) AS target;
 
 -- name: job_find_by_task_id
--- The newest job carrying an external id (integrations such as the Celery facade set it).
+-- The newest job carrying an external id (integrations such as the Celery facade set it),
+-- else the job %(derived)s (the one the id would be derived from: akadze_core.task_ids)
+-- when it carries none of its own.
 -- Through jobs_meta_task_id_idx: its predicate (meta ? 'task_id') must be in the query, and
 -- the matches are found before they are ordered (MATERIALIZED), or the planner, which has
 -- no statistics for a partial expression index, walks the primary key backwards through
@@ -745,10 +747,15 @@ SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attemp
        errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
        created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
        upstream_results
-FROM akadze.jobs WHERE id = (
+FROM akadze.jobs WHERE id = coalesce((
     WITH matches AS MATERIALIZED (
         SELECT id FROM akadze.jobs WHERE meta ? 'task_id' AND meta->>'task_id' = %(task_id)s)
-    SELECT max(id) FROM matches);
+    SELECT max(id) FROM matches), (
+    SELECT id FROM akadze.jobs WHERE id = %(derived)s::bigint AND NOT meta ? 'task_id'));
+
+-- name: task_id_key
+-- The key of the task ids derived from job ids (akadze_core.task_ids; migration 0014).
+SELECT key FROM akadze.task_id_key;
 
 -- name: job_purge
 -- Delete queued jobs (all queues when %(queues)s is NULL), and waiting ones (later steps of
@@ -1029,8 +1036,9 @@ LIMIT %(limit)s;
 
 -- name: control_revoked
 -- Task ids revoked within the last %(window)s seconds (cancelled or expired, or running
--- with a cancel requested), newest first: what Celery's workers keep in their revoked set.
-SELECT coalesce(meta->>'task_id', id::text) AS task_id FROM (
+-- with a cancel requested), newest first: what Celery's workers keep in their revoked set
+-- (task_id NULL: the caller derives it from the id, akadze_core.task_ids).
+SELECT id, meta->>'task_id' AS task_id FROM (
     SELECT id, meta, finished_at AS revoked_at FROM akadze.jobs
     WHERE state = 'cancelled' AND finished_at > now() - %(window)s::float8 * interval '1 second'
     UNION ALL

@@ -20,6 +20,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from akadze_core.dashboard.server import normalize_prefix, parse_basic_auth
+from akadze_core.task_ids import TaskIds
 from tests.dashboard.dash_app import build_app
 from tests.dashboard.support import PROJECT_ROOT, Client, dashboard, worker
 
@@ -246,6 +247,14 @@ def test_keyset_pages_filters_and_find(
         assert client.get(served.base + f"/jobs?find={target}").url.endswith(f"/jobs/{target}")
         missing = client.get(served.base + "/jobs?find=no-such-id")
         assert 'id="not-found"' in missing.text
+        # A job stored without a task id is shown and found by the one derived from its id.
+        plain = db.execute("INSERT INTO akadze.jobs (task, queue) VALUES ('t0', 'even') "
+                           "RETURNING id").fetchone()[0]
+        key = db.execute("SELECT key FROM akadze.task_id_key").fetchone()[0]
+        derived = TaskIds(key).derive(plain)
+        assert derived in client.get(served.base + "/jobs?queue=even").text
+        assert derived in client.get(served.base + f"/jobs/{plain}").text
+        assert client.get(served.base + f"/jobs?find={derived}").url.endswith(f"/jobs/{plain}")
 
 
 def test_flower_command_takes_flowers_flags(database_url: str, tmp_path: Path) -> None:

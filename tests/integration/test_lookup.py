@@ -31,6 +31,13 @@ async def test_get_and_find_job(app: App, db: psycopg.Connection) -> None:
     assert app.find_job("celery-id-1").id == tagged  # type: ignore[union-attr]
     assert (await app.find_job_async("celery-id-1")).id == tagged  # type: ignore[union-attr]
     assert app.find_job("nope") is None
+    # A job without one is found by the id derived from its job id, and only that job.
+    derived = app.task_id_of(app.get_job(plain))  # type: ignore[arg-type]
+    assert derived == app.task_ids().derive(plain) != app.task_ids().derive(tagged)
+    assert app.find_job(derived).id == plain  # type: ignore[union-attr]
+    assert (await app.find_job_async(derived)).id == plain  # type: ignore[union-attr]
+    assert app.find_job(app.task_ids().derive(tagged)) is None  # it has an id of its own
+    assert app.find_job(app.task_ids().derive(10**12)) is None
     plan = db.execute("EXPLAIN SELECT id FROM akadze.jobs WHERE meta->>'task_id' = 'x'"
                       " AND meta ? 'task_id'").fetchall()
     assert "jobs_meta_task_id_idx" in " ".join(row[0] for row in plan)
@@ -48,11 +55,14 @@ def test_find_job_goes_through_the_task_id_index_on_a_large_table(
     db.execute("ANALYZE akadze.jobs")
     db.commit()
     text = database.query("job_find_by_task_id")
-    custom = " ".join(row[0] for row in db.execute("EXPLAIN " + text, {"task_id": "nope"}))
+    custom = " ".join(row[0] for row in db.execute("EXPLAIN " + text,
+                                                   {"task_id": "nope", "derived": None}))
     # psycopg prepares a statement run five times; its generic plan must use the index too.
     db.execute("SET plan_cache_mode = force_generic_plan")
-    db.execute("PREPARE find_by_task_id(text) AS " + text.replace("%(task_id)s", "$1"))
-    generic = " ".join(row[0] for row in db.execute("EXPLAIN EXECUTE find_by_task_id('nope')"))
+    db.execute("PREPARE find_by_task_id(text, bigint) AS "
+               + text.replace("%(task_id)s", "$1").replace("%(derived)s", "$2"))
+    generic = " ".join(row[0] for row in db.execute(
+        "EXPLAIN EXECUTE find_by_task_id('nope', NULL)"))
     db.execute("DEALLOCATE find_by_task_id")
     db.execute("RESET plan_cache_mode")
     assert "jobs_meta_task_id_idx" in custom and "jobs_meta_task_id_idx" in generic, \
