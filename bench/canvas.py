@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from . import celery_side, procs
 from .apps.core_app import NOOP, STAMP, make_app
@@ -394,18 +395,23 @@ def _counters(url: str) -> tuple[int, int, int]:
 
 def _settled_counters(url: str, timeout: float = 15) -> tuple[tuple[int, int, int], int]:
     """The counters once the exited backends' statistics are in (they flush on exit), and
-    how many readings it took (each reading is a transaction, visible to the next one)."""
+    the transactions its own readings added. A reading is a connection of its own, which
+    adds the same number of transactions every time (two on Postgres 15 with psycopg 3):
+    the counters are settled when the other two stand still and the transactions grow by
+    just that between two readings in a row."""
     previous = _counters(url)
-    readings = 1
+    readings, step = 1, None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.25)
         current = _counters(url)
         readings += 1
-        if current[0] - previous[0] <= 1 and current[1:] == previous[1:]:
-            return current, readings
+        grown = current[0] - previous[0]
+        if current[1:] == previous[1:] and grown == step:
+            return current, readings * step
+        step = grown if current[1:] == previous[1:] else None
         previous = current
-    return previous, readings
+    return previous, readings * (step or 1)
 
 
 def statements(url: str, members: int, *, slots: int, run_dir: Path) -> StatementFigures:
@@ -413,12 +419,14 @@ def statements(url: str, members: int, *, slots: int, run_dir: Path) -> Statemen
     afterwards: the worker's transactions, rows updated and settle calls for each.
 
     The harness's own transactions in the window are subtracted: its polls of the jobs
-    table (counted), the four enqueues (three warm-up jobs, the workflow) and its readings
-    of the counters; they are the same on both sides but for the number of polls."""
+    table (counted), the four enqueues (three warm-up jobs, the workflow) and those of its
+    readings of the counters; they are the same on both sides but for the number of
+    polls and readings."""
     with psycopg.connect(url, autocommit=True) as connection:
         name = connection.execute("SELECT current_database()").fetchone()
         assert name is not None
-        connection.execute(f'ALTER DATABASE "{name[0]}" SET track_functions = \'pl\'')
+        connection.execute(sql.SQL("ALTER DATABASE {} SET track_functions = 'pl'").format(
+            sql.Identifier(name[0])))
     figures: dict[bool, tuple[int, int, int]] = {}
     for body in (False, True):
         _empty(url)
