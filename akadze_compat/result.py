@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncResult", "EagerResult", "GroupResult", "ResultBase", "ResultSet",
            "allow_join_result", "assert_will_not_block", "denied_join_result",
-           "result_from_tuple"]
+           "derived_results", "result_from_tuple"]
 
 E_WOULDBLOCK = """\
 Never call result.get() within a task!
@@ -99,6 +99,8 @@ class ResultBase:
 class AsyncResult(ResultBase):
     """The result of a task call, read from its job (Celery's ``AsyncResult``)."""
 
+    _id: str | None  # None: derived from the job id once known (derived_results)
+
     def __init__(self, id: str, backend: Any = None, task_name: str | None = None,
                  app: Celery | None = None, parent: AsyncResult | None = None, *,
                  job_id: int | None = None) -> None:
@@ -113,6 +115,22 @@ class AsyncResult(ResultBase):
         self._cache: Job | None = None
         self.ignored = False
 
+    @property
+    def id(self) -> str:
+        """The task id."""
+        task_id = self._id
+        if task_id is None:
+            # A group member known by the id derived from its job id (derived_result),
+            # worked out when first asked for: a group of 10,000 formats no id nobody reads.
+            if self._job_id is None:
+                raise RuntimeError("this result's task id is known once its job is inserted")
+            task_id = self._id = self.app.core.task_ids().derive(self._job_id)
+        return task_id
+
+    @id.setter
+    def id(self, value: str) -> None:
+        self._id = value
+
     # --- reading the job ---------------------------------------------------------------------
 
     def _task_id_of(self, job_id: int) -> str:
@@ -120,7 +138,7 @@ class AsyncResult(ResultBase):
         job = self.app.core.get_job(job_id)
         if job is None:
             return str(job_id)
-        return str(job.meta.get("task_id") or job.id)
+        return self.app.core.task_id_of(job)
 
     def _remember(self, job: Job) -> None:
         """Keep a job read elsewhere (a group's read of all its members)."""
@@ -281,7 +299,7 @@ class AsyncResult(ResultBase):
             child = found.get(job_id)
             if child is None:
                 continue
-            result = AsyncResult(str(child.meta.get("task_id") or child.id), app=self.app,
+            result = AsyncResult(self.app.core.task_id_of(child), app=self.app,
                                  task_name=child.task, job_id=child.id)
             result._remember(child)
             children.append(result)
@@ -469,6 +487,23 @@ class AsyncResult(ResultBase):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.id, None, self.task_name, None, self.parent))
+
+
+def derived_results(app: Celery, backend: Any, task_name: str | None,
+                    count: int) -> list[AsyncResult]:
+    """The results of ``count`` jobs sent without task ids: each known by the id derived
+    from its job id (``CoreApp.task_id_of``) once its ``job_id`` is set by the insert.
+    Copies of one result built in full (a 10,000-member group builds one, not 10,000)."""
+    first = AsyncResult("", backend, task_name, app)
+    first._id = None
+    fields = first.__dict__
+    new = object.__new__
+    results = [first]
+    for _ in range(count - 1):
+        result = new(AsyncResult)
+        result.__dict__.update(fields)
+        results.append(result)
+    return results[:count]
 
 
 class EagerResult(AsyncResult):

@@ -14,7 +14,6 @@ inserted by the database when the job fails; the worker calls it Celery's way
 from __future__ import annotations
 
 import dataclasses
-import os
 from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -27,7 +26,7 @@ from akadze_core.serialization import is_strict
 
 from .. import serialization, signals
 from ..canvas.signatures import Signature, listed, maybe_signature
-from ..result import AsyncResult
+from ..result import AsyncResult, derived_results
 from ..utils import uuid
 from .amqp import Message, PublishConnectionLost, current_session, prepare
 from .routes import settings_router_state
@@ -99,6 +98,9 @@ class Builder:
         self._templates: dict[tuple[Any, ...], tuple[Message, JobRequest, dict[str, Any]]] = {}
         # id(node) -> (its task id, its root id): what a node after it is sent with
         self._ids: dict[int, tuple[str, str]] = {}
+        # Group members known by the id derived from their job id, given once inserted
+        # (sent with no publish signal receivers: nothing to tell after the insert).
+        self._derived: list[tuple[Node, AsyncResult]] = []
 
     def add_task(self, sig: Signature, *, after: list[Any], many: bool,
                  failure: str) -> tuple[Node, AsyncResult]:
@@ -214,24 +216,26 @@ class Builder:
                 self, after=[node], many=False, failure="cancel")
         return node, result
 
-    def add_plain_nodes(self, message: Message, nodes: list[Node], task_ids: list[str],
+    def add_plain_nodes(self, message: Message, nodes: list[Node], last_task_id: str,
                         root_id: str | None, ignored: bool) -> list[tuple[Node, AsyncResult]]:
         """``add_message``'s bookkeeping for nodes added already (``Workflow.add_many``) of
-        calls of ``message`` that wait on nothing and have no callbacks nor errbacks: their
-        task ids, their results (``ignored``: whether their results are ignored); their
-        root id is ``root_id``, or their own id when None."""
+        calls of ``message`` that wait on nothing and have no callbacks nor errbacks, and
+        their results (``ignored``: whether their results are ignored). All but the last
+        are known by the id derived from their job id once inserted (no node waits on
+        them); the last has ``last_task_id``, its root id ``root_id`` or its own id."""
         if self.session is None:
             self.session = message.session
-        app, name, ids, sent = self.app, message.name, self._ids, self._sent
-        backend = app.backend
-        added = []
-        for node, task_id in zip(nodes, task_ids, strict=True):
-            ids[id(node)] = (task_id, root_id or task_id)
-            result = AsyncResult(task_id, backend, name, app)
+        app = self.app
+        results = derived_results(app, app.backend, message.name, len(nodes) - 1)
+        for result in results:
             result.ignored = ignored
-            sent.append((node, result, message))
-            added.append((node, result))
-        return added
+        self._derived.extend(zip(nodes, results, strict=False))  # all but the last node
+        last = AsyncResult(last_task_id, app.backend, message.name, app)
+        last.ignored = ignored
+        self._ids[id(nodes[-1])] = (last_task_id, root_id or last_task_id)
+        self._sent.append((nodes[-1], last, message))
+        results.append(last)
+        return list(zip(nodes, results, strict=True))
 
     def _errback(self, errback: Any, failed_id: str, failed_root_id: str) -> OnFailure:
         """The row of an errback, inserted when the job of ``failed_id`` fails: sent by
@@ -260,6 +264,8 @@ class Builder:
             raise EncodeError(str(exc)) from exc
         except ConnectionLost as exc:
             raise PublishConnectionLost(str(exc)) from exc.__cause__
+        for node, result in self._derived:
+            result.job_id = node.id  # its id: derived from it when asked for
         for node, result, message in self._sent:
             result.job_id = node.id
             message.published(result.id)
@@ -361,11 +367,14 @@ class MemberAdder:
                         for _, member, _ in run]
         else:
             payloads = [self._payload(member, False, args, kwargs) for _, member, _ in run]
-        task_ids = _uuids(len(run))
-        # Each meta spliced as _one splices it (a uuid needs no escaping), not encoded.
+        # Each meta spliced as _one splices it, not encoded. A member gets no task id of
+        # its own: it is known by the id derived from its job id (akadze_core.task_ids;
+        # no bytes nor index entry per member), learnt once inserted. Only the last one
+        # gets a uuid now: a node after the group (a chord's body) is sent with it.
         head, tail = row.head, row.tail
-        metas = [f'{head}{index}{tail}"{task_id}"}}'
-                 for (index, _, _), task_id in zip(run, task_ids, strict=True)]
+        last = uuid()
+        metas = [f'{head}{index}}}}}' for index, _, _ in run]
+        metas[-1] = f'{head}{run[-1][0]}{tail}"{last}"}}'
         builder = self.builder
         try:
             nodes = builder.workflow.add_many(message.call, payloads, meta_texts=metas)
@@ -379,7 +388,7 @@ class MemberAdder:
             if isinstance(exc, InvalidArgs):
                 raise EncodeError(str(exc)) from exc
             raise
-        return builder.add_plain_nodes(message, nodes, task_ids, row.root_id, row.ignored)
+        return builder.add_plain_nodes(message, nodes, last, row.root_id, row.ignored)
 
     def _row(self, member: Signature, immutable: bool) -> _Row | None:
         """The template of ``member``'s rows (as ``Builder.add_task`` and ``_reused``
@@ -411,7 +420,8 @@ class MemberAdder:
         # space or order it otherwise): checked once, on a sample.
         sample = {**meta, "celery": {**celery_meta, "group_index": 7}, "task_id": "x"}
         if list(meta) != ["celery", "task_id"] \
-                or dumps(sample) != f'{head}7{tail}{encode_basestring("x")}}}':
+                or dumps(sample) != f'{head}7{tail}{encode_basestring("x")}}}' \
+                or dumps({"celery": sample["celery"]}) != f'{head}7}}}}':
             return None
         root_id = celery_meta.get("root_id")
         return _Row(message, base, head, tail, task_type, _ignored(message, task_type),
@@ -436,20 +446,6 @@ class _Row:
     immutable: bool
     root_id: str | None
     bulk: bool
-
-
-def _uuids(count: int) -> list[str]:
-    """``count`` ids as ``utils.uuid`` makes them (uuid4 text), from one ``os.urandom`` call
-    (a call per id was a fifth of a group member's client time)."""
-    digits = os.urandom(16 * count).hex()
-    variant = _VARIANT
-    return [f"{digits[at:at + 8]}-{digits[at + 8:at + 12]}-4{digits[at + 13:at + 16]}-"
-            f"{variant[digits[at + 16]]}{digits[at + 17:at + 20]}-{digits[at + 20:at + 32]}"
-            for at in range(0, 32 * count, 32)]
-
-
-#: The variant digit of a version 4 UUID (10xx in binary) for each random hex digit.
-_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
 
 def _ignored(message: Message, task_type: Task | None) -> bool:

@@ -256,8 +256,10 @@ def custom_result(state: str, meta: Any) -> Any:
 
 def lookup_job(core: CoreApp, task_id: str) -> Job | None:
     """The job of a Celery task id. A job is known by one id: its ``meta["task_id"]`` (the
-    uuid4 every send gives it, or a ``task_id=`` the caller chose), else, for a job without
-    one (sent before task ids were uuids, or enqueued through akadze_core), its job id."""
+    uuid4 a send gives it, or a ``task_id=`` the caller chose), else the id derived from its
+    job id (``CoreApp.task_id_of``: a group's plain members, jobs enqueued through
+    akadze_core); such a job also answers to its job id in digits, as before task ids were
+    uuids."""
     if task_id.isdigit():
         job = core.get_job(int(task_id))
         if job is not None and job.meta.get("task_id") in (None, task_id):

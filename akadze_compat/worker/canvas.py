@@ -109,6 +109,6 @@ def errback_call(app: Celery, job: Job, failed: Job | None) -> ErrbackCall:
 
     def task_id_of(job_id: int) -> str:
         found = app.core.get_job(job_id)
-        return str(found.meta.get("task_id") or found.id) if found is not None else str(job_id)
+        return app.core.task_id_of(found) if found is not None else str(job_id)
 
     return ErrbackCall(failure_exception(entry, task_id_of), entry.get("traceback"))

@@ -161,14 +161,15 @@ def _adapter(state: ControlState, fun: Callable[..., Any]) -> Callable[..., Any]
 
 # --- what a job looks like to Celery's inspect --------------------------------------------------
 
-def request_info(job: Job, hostname: str | None, pid: int | None) -> dict[str, Any]:
-    """A job as Celery's ``Request.info()``: what ``active``, ``reserved`` and
-    ``query_task`` list."""
+def request_info(job: Job, task_id: str, hostname: str | None,
+                 pid: int | None) -> dict[str, Any]:
+    """A job (known by ``task_id``: ``App.task_id_of``) as Celery's ``Request.info()``:
+    what ``active``, ``reserved`` and ``query_task`` list."""
     args = job.args if isinstance(job.args, dict) else {}
     meta = job.meta.get("celery")
     sent: dict[str, Any] = meta if isinstance(meta, dict) else {}
     return {
-        "id": str(job.meta.get("task_id") or job.id), "name": job.task,
+        "id": task_id, "name": job.task,
         "args": args.get("args", []), "kwargs": args.get("kwargs", {}), "type": job.task,
         "hostname": hostname,
         "time_start": job.started_at.timestamp() if job.started_at else None,
@@ -202,9 +203,10 @@ async def ping(state: ControlState, **kwargs: Any) -> Any:
 @inspect_command(alias="dump_active")
 def active(state: ControlState, safe: bool = False, **kwargs: Any) -> Any:
     """List of tasks currently being executed."""
+    task_id_of = state.app.core.task_id_of
     info = []
     for job in _held(state, started=True):
-        entry = request_info(job, state.hostname, _pid(state))
+        entry = request_info(job, task_id_of(job), state.hostname, _pid(state))
         entry["acknowledged"] = True
         info.append(entry)
     return info
@@ -213,9 +215,10 @@ def active(state: ControlState, safe: bool = False, **kwargs: Any) -> Any:
 @inspect_command(alias="dump_reserved")
 def reserved(state: ControlState, **kwargs: Any) -> Any:
     """List of currently reserved tasks, not including scheduled/active."""
+    task_id_of = state.app.core.task_id_of
     info = []
     for job in _held(state, started=False):
-        entry = request_info(job, state.hostname, None)
+        entry = request_info(job, task_id_of(job), state.hostname, None)
         entry["acknowledged"] = False
         entry["time_start"] = None
         info.append(entry)
@@ -225,10 +228,12 @@ def reserved(state: ControlState, **kwargs: Any) -> Any:
 @inspect_command(alias="dump_schedule")
 def scheduled(state: ControlState, **kwargs: Any) -> Any:
     """List of currently scheduled ETA/countdown tasks."""
+    task_id_of = state.app.core.task_id_of
     worker = state.worker
     jobs = scheduled_jobs(state.app.core, worker.worker_id, worker.queues, SCHEDULED_MAX)
     return [{"eta": job.scheduled_at.isoformat(), "priority": job.priority,
-             "request": {**request_info(job, state.hostname, None), "time_start": None,
+             "request": {**request_info(job, task_id_of(job), state.hostname, None),
+                         "time_start": None,
                          "acknowledged": False}}
             for job in jobs]
 
@@ -242,11 +247,13 @@ def revoked(state: ControlState, **kwargs: Any) -> Any:
 @inspect_command(variadic="ids", signature="[id1 [id2 [... [idN]]]]")
 def query_task(state: ControlState, ids: Any, **kwargs: Any) -> Any:
     """Query for task information by id."""
+    task_id_of = state.app.core.task_id_of
     wanted = {ids} if isinstance(ids, str) else {str(one) for one in ids or ()}
     found: dict[str, Any] = {}
     for started in (True, False):
         for job in _held(state, started):
-            info = request_info(job, state.hostname, _pid(state) if started else None)
+            info = request_info(job, task_id_of(job), state.hostname,
+                                _pid(state) if started else None)
             if info["id"] in wanted:
                 found[info["id"]] = ["active" if started else "reserved", info]
     return found

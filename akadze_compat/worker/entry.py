@@ -115,7 +115,7 @@ class _Run:
 def build_request(task: Task, job: Job, meta: dict[str, Any], args: list[Any],
                   kwargs: dict[str, Any]) -> Context:
     """``self.request`` for a run of ``job``."""
-    task_id = str(job.meta.get("task_id") or job.id)
+    task_id = task.app.core.task_id_of(job)
     custom_headers = dict(meta.get("headers") or {})
     hard, soft = meta.get("time_limit"), meta.get("soft_time_limit")
     ignore_result = meta.get("ignore_result")

@@ -131,7 +131,8 @@ class CeleryProcessPool(ProcessPool):
     def soft_limit_reached(self, row: Mapping[str, Any], soft: float | None) -> None:
         """Celery's warning, as its worker logs it when the soft limit passes."""
         logger.warning("Soft time limit (%ss) exceeded for %s[%s]", soft, row["task"],
-                       _row_meta(row).get("task_id") or row["id"])
+                       _row_meta(row).get("task_id")
+                       or self.app.core.task_ids().derive(int(row["id"])))
 
     def lost_outcome(self, app: CoreApp, row: Mapping[str, Any], exc: Exception) -> Outcome:
         """Past the hard limit: FAILURE with ``TimeLimitExceeded`` at once, its failure

@@ -266,8 +266,8 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "Task:update_state": (D, "only for the task running here (other ids: a warning); does "
                              "nothing in eager mode"),
     "Task:max_retries": (S, "None retries forever"),
-    "Task:request": (D, "`hostname` is the worker's `-n`; `id` is the task id, the job id for "
-                        "a job sent without one (see celery.md, Task ids)"),
+    "Task:request": (D, "`hostname` is the worker's `-n`; `id` is the task id, derived from "
+                        "the job id for a job stored without one (see celery.md, Task ids)"),
     "Task:map": (S, "one `celery.map` task, as Celery's"),
     "Task:starmap": (S, "one `celery.starmap` task, as Celery's"),
     "Task:chunks": (S, "a group of `celery.starmap` tasks, as Celery's"),

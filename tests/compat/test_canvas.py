@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from akadze_compat import Celery, Task, chain, chord, group, signature, states
 from akadze_compat.canvas import Signature, chunks, xmap, xstarmap
 from akadze_compat.exceptions import ChordError, TaskRevokedError
 from akadze_compat.result import AsyncResult, GroupResult, ResultSet, allow_join_result
+from akadze_core.task_ids import TaskIds
 from tests.compat.conftest import work
 
 
@@ -466,9 +468,53 @@ async def test_members_see_their_group_and_a_revoked_member_fails_the_body(
                                 "TaskRevokedError('revoked')")
 
 
+async def test_plain_members_are_known_by_ids_derived_from_their_jobs(
+        celery: Celery, db: psycopg.Connection, database_url: str) -> None:
+    """A group's plain members store no task id (no bytes nor index entry each, but the
+    last one's): each is known by the uuid4-shaped id derived from its job id, the same
+    to its task, to lookups, to a revoke, and to another app on the same database."""
+    seen: dict[int, tuple[Any, ...]] = {}
+
+    @celery.task(bind=True, name="t.me")
+    def me(self: Task, i: int) -> int:
+        seen[i] = (self.request.id, self.request.root_id, self.request.group_index)
+        return i
+
+    grouped = group(me.s(i) for i in range(5)).apply_async()
+    ids = [result.id for result in grouped.results]
+    assert len(set(ids)) == 5
+    assert all(uuid.UUID(task_id).version == 4 and str(uuid.UUID(task_id)) == task_id
+               for task_id in ids)
+    assert db.execute("SELECT meta ? 'task_id' FROM akadze.jobs ORDER BY id").fetchall() \
+        == [(False,)] * 4 + [(True,)]
+    assert [celery.core.find_job(task_id).id for task_id in ids] == \
+        [result.job_id for result in grouped.results]
+    grouped.results[2].revoke()
+    await work(celery, ready(grouped))
+    assert seen == {i: (ids[i], ids[i], i) for i in (0, 1, 3, 4)}
+    other = Celery("other", broker=database_url, set_as_current=False)
+    try:
+        assert AsyncResult(ids[1], app=other).get(timeout=5) == 1
+        assert AsyncResult(ids[2], app=other).state == states.REVOKED
+        assert other.core.find_job(str(uuid.uuid4())) is None  # not derived: not found
+    finally:
+        other.close()
+    # Another database derives other ids from the same job ids.
+    key = db.execute("SELECT key FROM akadze.task_id_key").fetchone()[0]
+    assert TaskIds(key).derive(grouped.results[0].job_id) == ids[0]
+    assert TaskIds("0" * 32).derive(grouped.results[0].job_id) != ids[0]
+
+
 def fast_group_id(builder: Any) -> str:
     """The group id of the first node of ``builder``'s workflow."""
     return str(json.loads(builder.workflow.nodes[0].request.meta)["celery"]["group_id"])
+
+
+def _results_by_node(builder: Any) -> list[tuple[Any, Any]]:
+    """Each node of ``builder``'s workflow with its result, in node order."""
+    found = {id(node): result for node, result, _ in builder._sent}
+    found.update({id(node): result for node, result in builder._derived})
+    return [(node, found[id(node)]) for node in builder.workflow.nodes]
 
 
 @pytest.mark.parametrize("shape", ["group", "chord", "after a step"])
@@ -506,19 +552,28 @@ def test_plain_members_added_at_once_equal_rows_built_in_full(
     fast, full = built
     assert sum(taken) == 154  # every member the fast way; the full build declines all
     assert len(fast.workflow.nodes) == len(full.workflow.nodes) >= 154
-    for number, (mine, theirs) in enumerate(zip(fast._sent, full._sent, strict=True)):
-        (node, result, _), (other, other_result, _) = mine, theirs
+    fast_nodes, full_nodes = _results_by_node(fast), _results_by_node(full)
+    derived = 0
+    for number, (mine, theirs) in enumerate(zip(fast_nodes, full_nodes, strict=True)):
+        (node, result), (other, other_result) = mine, theirs
         meta = json.loads(node.request.meta)
         expected = json.loads(other.request.meta)
-        assert result.id == meta["task_id"]
-        assert (result.id == other_result.id) is (result.id == "head-1")  # else: new ids
-        expected["task_id"] = meta["task_id"]
+        if "task_id" in meta:
+            assert result.id == meta["task_id"]
+            assert (result.id == other_result.id) is (result.id == "head-1")  # else: new ids
+            expected["task_id"] = meta["task_id"]
+        else:  # known by the id derived from its job id: given once inserted
+            derived += 1
+            with pytest.raises(RuntimeError, match="known once its job is inserted"):
+                result.id  # noqa: B018  # the property raises
+            assert other_result.id
+            del expected["task_id"]
         if shape == "chord" and "group_id" in meta["celery"]:  # the chord draws its own
             assert meta["celery"]["group_id"] == fast_group_id(fast)
             expected["celery"]["group_id"] = meta["celery"]["group_id"]
-        if shape == "chord" and number == len(fast._sent) - 1:  # the body: sent by the
-            last = fast._sent[-2][1].id                          # last member, its root
-            assert meta["celery"]["parent_id"] == meta["celery"]["root_id"] == last
+        if shape == "chord" and number == len(fast_nodes) - 1:  # the body: sent by the
+            last = fast_nodes[-2][1].id                          # last member, its root
+            assert last and meta["celery"]["parent_id"] == meta["celery"]["root_id"] == last
             expected["celery"]["parent_id"] = expected["celery"]["root_id"] = last
         assert meta == expected, number
         # The spliced text is what dumps() gives for it (jsonb orders the keys anyway).
@@ -531,6 +586,9 @@ def test_plain_members_added_at_once_equal_rows_built_in_full(
             [full.workflow._upstreams[other.index]]
         assert fast.workflow._flow[node.index] == full.workflow._flow[other.index]
         assert fast.workflow._pending[node.index] == full.workflow._pending[other.index]
+    # Members waiting on nothing store no task id but the last of each run of one row
+    # (the add, mul, add.si and 150 add members: four runs); after a step, all do.
+    assert derived == (0 if shape == "after a step" else 150)
     member_meta = json.loads(fast.workflow.nodes[-1 if shape != "chord" else -2]
                              .request.meta)["celery"]
     assert member_meta["group_index"] == 153

@@ -107,7 +107,8 @@ async def test_every_send_gets_a_uuid4_task_id_used_everywhere(
 async def test_jobs_without_a_task_id_resolve_by_their_job_id(
         celery: Celery, db: psycopg.Connection) -> None:
     """Jobs sent before task ids were uuids (and jobs enqueued through akadze_core) have no
-    meta["task_id"]: their task id is their job id, as it was."""
+    meta["task_id"]: they run with the task id derived from their job id, and resolve by
+    it and by their job id, as before."""
 
     @celery.task(bind=True, name="ids.old")
     def old(self: Task) -> str:
@@ -120,7 +121,9 @@ async def test_jobs_without_a_task_id_resolve_by_their_job_id(
     assert legacy.exists() and legacy.name == "ids.old" and legacy.job_id == sent.job_id
     assert not celery.AsyncResult(sent.id).exists()
     await work(celery, legacy.ready)
-    assert legacy.get(timeout=5) == str(sent.job_id)  # self.request.id is the job id
+    derived = celery.core.task_ids().derive(sent.job_id)
+    assert legacy.get(timeout=5) == derived  # self.request.id
+    assert celery.AsyncResult(derived).get(timeout=5) == derived
     late = old.apply_async(countdown=3600)
     db.execute("UPDATE akadze.jobs SET meta = meta - 'task_id' WHERE id = %s", (late.job_id,))
     db.commit()

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 import akadze_compat
-from akadze_compat import _state, states
+from akadze_compat import _state, group, states
 from akadze_compat.exceptions import TimeoutError as CeleryTimeoutError
 from akadze_compat.result import AsyncResult
 from tests.compat.cli_harness import DJANGO_PROJECT, PROJECTS, CompatWorker, wait_until
@@ -229,6 +229,11 @@ def test_prefork_runs_tasks_in_two_processes(projects: dict[str, Any], module_da
     wait_until(lambda: worker.log().count("worker_process_init") == 3, timeout=30)
     after = [whoami.apply_async(queue="cpu") for _ in range(4)]
     assert victim not in {result.get(timeout=30)["pid"] for result in after}
+    # A group's plain members, known by ids derived from their job ids: the children
+    # (handed the database's key with each job) run them under those ids.
+    grouped = group(whoami.s() for _ in range(4)).apply_async(queue="cpu")
+    assert [result.get(timeout=30)["id"] for result in grouped.results] == \
+        [result.id for result in grouped.results]
     worker.terminate(signal.SIGTERM)
     assert worker.wait_exit() == 0, worker.log()
     log = worker.log()

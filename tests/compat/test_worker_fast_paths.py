@@ -83,7 +83,7 @@ def test_revived_meta_is_revive_of_the_celery_meta(meta: dict[str, Any]) -> None
 def reference_request(task: Task, job: Job, meta: dict[str, Any], args: list[Any],
                       kwargs: dict[str, Any]) -> Context:
     """``build_request`` the long way: ``Context(custom_headers, **fields)``."""
-    task_id = str(job.meta.get("task_id") or job.id)
+    task_id = job.meta.get("task_id") or task.app.core.task_ids().derive(job.id)
     custom_headers = dict(meta.get("headers") or {})
     hard, soft = meta.get("time_limit"), meta.get("soft_time_limit")
     request = Context(

@@ -29,7 +29,8 @@ def remind(message):
 def whoami(seconds=0.0):
     """CPU-bound work stands here: which process ran it?"""
     time.sleep(seconds)
-    return {"pid": os.getpid(), "hostname": current_task.request.hostname}
+    return {"pid": os.getpid(), "hostname": current_task.request.hostname,
+            "id": current_task.request.id}
 
 
 @app.task
