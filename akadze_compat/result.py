@@ -120,7 +120,7 @@ class AsyncResult(ResultBase):
         """The task id."""
         task_id = self._id
         if task_id is None:
-            # A group member known by the id derived from its job id (derived_result),
+            # A group member known by the id derived from its job id (derived_results),
             # worked out when first asked for: a group of 10,000 formats no id nobody reads.
             if self._job_id is None:
                 raise RuntimeError("this result's task id is known once its job is inserted")

@@ -625,8 +625,7 @@ class App:
     def task_id_of(self, job: Job) -> str:
         """The external id ``job`` is known by: its ``meta["task_id"]`` (an integration's,
         such as a Celery task id), else the uuid4-shaped id derived from its job id."""
-        task_id = job.meta.get("task_id") if isinstance(job.meta, dict) else None
-        return str(task_id) if task_id is not None else self.task_ids().derive(job.id)
+        return self.task_ids().of(job.id, job.meta)
 
     def wait_for_job(self, job_id: int, timeout: float | None = None) -> Job:
         """Block until the job is succeeded, failed or cancelled (woken by NOTIFY, not by

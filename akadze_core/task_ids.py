@@ -54,6 +54,12 @@ class TaskIds:
         return (f"{tag[:8]}-{tag[8:12]}-4{tag[13:16]}-"
                 f"{low >> 48:04x}-{low & 0xFFFFFFFFFFFF:012x}")
 
+    def of(self, job_id: int, meta: object) -> str:
+        """The id a job is known by: its ``meta["task_id"]`` when it has one, else its
+        derived id."""
+        given = meta.get("task_id") if isinstance(meta, dict) else None
+        return str(given) if given is not None else self.derive(job_id)
+
     def job_id(self, task_id: str) -> int | None:
         """The job whose derived id ``task_id`` is, or None when it is not one of ours (a
         uuid chosen elsewhere, any other string). The job may not exist (any more), and

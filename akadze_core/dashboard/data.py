@@ -214,7 +214,7 @@ def _id_at(connection: psycopg.Connection, when: datetime, low: int, high: int) 
 
 
 def job_page(connection: psycopg.Connection, filters: JobFilter, before: int | None,
-             limit: int = 50) -> JobPage:
+             codec: TaskIds, limit: int = 50) -> JobPage:
     """The newest ``limit`` jobs matching ``filters`` with ids below ``before``.
 
     Keyset pagination on the primary key: a page never counts or skips rows, so page 1,000
@@ -239,11 +239,9 @@ def job_page(connection: psycopg.Connection, filters: JobFilter, before: int | N
                limit=limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
-    if any(row["task_id"] is None for row in rows):  # ids derived from job ids
-        codec = TaskIds(lookup.task_id_key(connection))
-        for row in rows:
-            if row["task_id"] is None:
-                row["task_id"] = codec.derive(int(row["id"]))
+    for row in rows:
+        if row["task_id"] is None:  # known by the id derived from its job id
+            row["task_id"] = codec.derive(int(row["id"]))
     if more:
         next_before: int | None = int(rows[-1]["id"])
     elif low > floor:
@@ -254,7 +252,7 @@ def job_page(connection: psycopg.Connection, filters: JobFilter, before: int | N
     return JobPage(rows, next_before, low, high, not more and len(rows) < limit)
 
 
-def find(connection: psycopg.Connection, text: str) -> Job | None:
+def find(connection: psycopg.Connection, text: str, codec: TaskIds) -> Job | None:
     """The job of a job id, or of a task id (``meta.task_id``, its index; or derived from
     a job id: ``akadze_core.task_ids``)."""
     text = text.strip()
@@ -264,16 +262,7 @@ def find(connection: psycopg.Connection, text: str) -> Job | None:
             return job
     if not text:
         return None
-    derived = TaskIds(lookup.task_id_key(connection)).job_id(text)
-    return lookup.find_job(connection, text, derived)
-
-
-def task_id(connection: psycopg.Connection, job: Job) -> str:
-    """The task id ``job`` is known by (``App.task_id_of``), read on ``connection``."""
-    given = job.meta.get("task_id") if isinstance(job.meta, dict) else None
-    if given is not None:
-        return str(given)
-    return TaskIds(lookup.task_id_key(connection)).derive(job.id)
+    return lookup.find_job(connection, text, codec.job_id(text))
 
 
 # --- one job -------------------------------------------------------------------------------

@@ -32,8 +32,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from .. import lookup
 from ..dsn import redact_password
 from ..jobs import JOB_STATES
+from ..task_ids import TaskIds
 from . import charts, data
 
 if TYPE_CHECKING:
@@ -98,8 +100,15 @@ class Dashboard:
         self.templates.filters["pretty"] = _pretty
         self.templates.filters["count"] = _count
         self.templates.filters["seconds"] = _seconds
+        self._task_ids: TaskIds | None = None
 
     # --- database ---------------------------------------------------------------------------
+
+    def task_ids(self, connection: psycopg.Connection) -> TaskIds:
+        """The database's derived task ids, its key read once (on ``connection``)."""
+        if self._task_ids is None:
+            self._task_ids = TaskIds(lookup.task_id_key(connection))
+        return self._task_ids
 
     def pool(self) -> psycopg_pool.ConnectionPool:
         """The dashboard's own pool (opened on first use: a mounted app gets no lifespan).
@@ -389,7 +398,8 @@ class Pages:
         found_text = params.get("find", "").strip()
         base = base_path(request)
         if found_text:
-            job = await self.dashboard.read(lambda c: data.find(c, found_text))
+            job = await self.dashboard.read(
+                lambda c: data.find(c, found_text, self.dashboard.task_ids(c)))
             if job is not None:
                 return RedirectResponse(f"{base}/jobs/{job.id}", status_code=303)
         filters = _filters(params)
@@ -397,7 +407,9 @@ class Pages:
         before = int(before_text) if before_text.isdigit() and len(before_text) < 19 else None
 
         def read(connection: psycopg.Connection) -> tuple[data.JobPage, list[str]]:
-            return (data.job_page(connection, filters, before, self.dashboard.config.page_size),
+            return (data.job_page(connection, filters, before,
+                                  self.dashboard.task_ids(connection),
+                                  self.dashboard.config.page_size),
                     data.queue_names(connection))
         page, queues = await self.dashboard.read(read)
         keep = {key: params[key] for key in ("state", "queue", "task", "since", "until")
@@ -416,11 +428,11 @@ class Pages:
         job_id = int(request.path_params["job_id"])
 
         def read(connection: psycopg.Connection) -> Any:
-            from .. import lookup
             job = lookup.get_job(connection, job_id)
             if job is None:
                 return None
-            return (job, data.task_id(connection, job), data.relatives(connection, job),
+            task_id = self.dashboard.task_ids(connection).of(job.id, job.meta)
+            return (job, task_id, data.relatives(connection, job),
                     data.timeline(job))
         found = await self.dashboard.read(read)
         if found is None:
