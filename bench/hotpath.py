@@ -108,6 +108,26 @@ def table_stats(connection: psycopg.Connection) -> dict[str, dict[str, int]]:
             for name, live, dead, autovacuum, autoanalyze, vacuum in rows}
 
 
+def server_stats(connection: psycopg.Connection) -> dict[str, Any]:
+    """WAL, checkpoint and buffer counters, and the vacuums running now (what a drain's
+    dips are read against)."""
+    wal = connection.execute(
+        "SELECT wal_records, wal_fpi, wal_bytes::bigint, wal_buffers_full FROM pg_stat_wal"
+    ).fetchone()
+    bgwriter = connection.execute(
+        "SELECT checkpoints_timed + checkpoints_req, buffers_checkpoint, buffers_clean,"
+        "       buffers_backend, buffers_alloc FROM pg_stat_bgwriter").fetchone()
+    vacuums = connection.execute(
+        "SELECT c.relname, p.phase FROM pg_stat_progress_vacuum p"
+        " JOIN pg_class c ON c.oid = p.relid").fetchall()
+    assert wal is not None and bgwriter is not None
+    return {"wal_records": wal[0], "wal_fpi": wal[1], "wal_bytes": wal[2],
+            "wal_buffers_full": wal[3], "checkpoints": bgwriter[0],
+            "buffers_checkpoint": bgwriter[1], "buffers_clean": bgwriter[2],
+            "buffers_backend": bgwriter[3], "buffers_alloc": bgwriter[4],
+            "vacuuming": [f"{name}:{phase}" for name, phase in vacuums]}
+
+
 def queue_depth(connection: psycopg.Connection) -> int:
     """Jobs queued and due now."""
     row = connection.execute(f"SELECT count(*) FROM {JOBS}"
@@ -153,6 +173,7 @@ class Sampler:
         sample: dict[str, Any] = {"at": time.time(), "load1": os.getloadavg()[0]}
         try:
             sample["tables"] = table_stats(connection)
+            sample["server"] = server_stats(connection)
             if self.depth:
                 sample["depth"] = queue_depth(connection)
         except psycopg.Error as exc:  # a slow probe must not end the cell
@@ -222,7 +243,8 @@ def drain_cell(server: NativePostgres, jobs: int, slots: int, bucket: float, run
         series = _completion_series(connection, first, last, bucket)
     first_rate, last_rate = first_count / window, last_count / window
     stats = [{"t": round(s["at"] - first, 1), "load1": s["load1"],
-              "tables": s.get("tables", {})} for s in samples]
+              "tables": s.get("tables", {}), "server": s.get("server", {})}
+             for s in samples]
     return DrainCell(
         jobs=jobs, succeeded=result.succeeded, seconds=seconds, rate=result.rate,
         window=window, first_rate=first_rate, last_rate=last_rate,
@@ -617,8 +639,13 @@ def render(figures: dict[str, Any]) -> str:
                   f"Postgres backends {d.postgres_cpu or 0:.1f}s.",
                   "", "### drain: akadze tables every ~10 s (pg_stat_user_tables)", "",
                   "| t (s) | load1 | jobs live (estimate) | jobs dead | jobs autovacuums | "
-                  "jobs autoanalyzes | other tables' dead |", "|---|---|---|---|---|---|---|",
-                  *(_stats_line(s) for s in d.stats)]
+                  "jobs autoanalyzes | other tables' dead | WAL since (MB) | full-page "
+                  "images since | checkpoints | vacuuming now |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|",
+                  *(_stats_line(s, d.stats[0]) for s in d.stats),
+                  "", "WAL, full-page images and checkpoints are counted from the first "
+                  "sample (pg_stat_wal, pg_stat_bgwriter); \"vacuuming now\" is "
+                  "pg_stat_progress_vacuum at the sample."]
     if (i := figures.get("idle")) is not None:
         lines += ["", f"## idle in transaction: per {i.window:g} s window (t from the "
                   f"producer's start; held {i.warmup:g}-{i.warmup + i.held:g} s)", "",
@@ -650,13 +677,20 @@ def render(figures: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _stats_line(sample: dict[str, Any]) -> str:
+def _stats_line(sample: dict[str, Any], first: dict[str, Any]) -> str:
     jobs = _jobs_stats(sample)
     others = sum(t.get("dead", 0) for name, t in sample.get("tables", {}).items()
                  if name != "jobs")
+    server, base = sample.get("server") or {}, first.get("server") or {}
+
+    def since(key: str) -> int:
+        return int(server.get(key, 0)) - int(base.get(key, 0))
+
+    vacuuming = ", ".join(server.get("vacuuming", [])) or "-"
     return (f"| {sample['t']:.0f} | {sample['load1']:.2f} | {jobs.get('live', 0):,} | "
             f"{jobs.get('dead', 0):,} | {jobs.get('autovacuum', 0)} | "
-            f"{jobs.get('autoanalyze', 0)} | {others:,} |")
+            f"{jobs.get('autoanalyze', 0)} | {others:,} | {since('wal_bytes') / 1e6:,.0f} | "
+            f"{since('wal_fpi'):,} | {since('checkpoints')} | {vacuuming} |")
 
 
 # --- the command ------------------------------------------------------------------------------
