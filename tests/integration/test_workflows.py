@@ -254,6 +254,33 @@ async def test_a_fan_out_added_at_once_is_a_plain_insert(app: App, db: psycopg.C
     assert [job(db, i)["result"] for i in ids] == list(range(50))
 
 
+async def test_a_plain_insert_across_chunks_and_templates_keeps_every_job_in_order(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
+    """job_insert_rows draws ids in input order with no sort: runs of several templates,
+    each over chunk boundaries, one with metas of its own, come back in the order added and
+    each row holds what was added for it."""
+    flow = app.workflow()
+    add = tasks["add"]
+    urgent = add.configure(priority=7, queue="urgent")
+    expected: list[tuple[str, int, dict[str, Any], dict[str, Any]]] = []
+    nodes = flow.add_many(add, [{"x": i} for i in range(230)])
+    expected += [("default", 0, {"x": i}, {}) for i in range(230)]
+    for i in range(3):
+        nodes.append(flow.add(urgent, x=1000 + i))
+        expected.append(("urgent", 7, {"x": 1000 + i}, {}))
+    nodes += flow.add_many(urgent, [{"x": 2000 + i} for i in range(170)],
+                           metas=[{"n": i} for i in range(170)])
+    expected += [("urgent", 7, {"x": 2000 + i}, {"n": i}) for i in range(170)]
+    nodes += flow.add_many(add, [{"x": 3000 + i} for i in range(101)])
+    expected += [("default", 0, {"x": 3000 + i}, {}) for i in range(101)]
+    assert "external" not in flow.params()  # job_insert_rows
+    ids = flow.enqueue()
+    assert ids == [node.id for node in nodes] and ids == sorted(ids)
+    stored = {row[0]: row[1:] for row in db.execute(
+        "SELECT id, queue, priority, args, meta FROM akadze.jobs").fetchall()}
+    assert [stored[i] for i in ids] == expected
+
+
 async def test_an_upstream_named_twice_is_waited_on_once_and_passed_twice(
         app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
     """``after=[a, a]``: the job waits for ``a`` once (it is released when ``a`` succeeds)
