@@ -920,13 +920,26 @@ class Worker:
             return
         if self.process_pool is not None:
             if job_id not in self._terminating:
-                self._terminating.add(job_id)
-                self.process_pool.terminate(job_id, signum)
+                if self.process_pool.terminate(job_id, signum):
+                    self._terminating.add(job_id)
+                else:
+                    # Claimed, but its run's task has not handed it to the pool yet (the
+                    # request came in between): again once it has. Not marked acted on, so
+                    # the heartbeat's check still covers it if that finds nothing either.
+                    asyncio.get_running_loop().call_soon(self._terminate_handed, job_id,
+                                                         signum)
         elif not self._drop(job_id, "was cancelled") and job_id not in self._terminating:
             self._terminating.add(job_id)
             logger.warning("job %s: terminate requested, but this worker runs bodies in "
                            "threads, which cannot be stopped: it runs on (it ends "
                            "cancelled if it raises)", job_id)
+
+    def _terminate_handed(self, job_id: int, signum: int) -> None:
+        """``_terminate``'s second try, after the run's task has started."""
+        if (self.process_pool is not None and job_id in self._running
+                and job_id not in self._terminating
+                and self.process_pool.terminate(job_id, signum)):
+            self._terminating.add(job_id)
 
     def _expired(self, job_id: int) -> None:
         run = self._running.get(job_id)

@@ -500,3 +500,27 @@ async def test_an_unstarted_run_neither_cancelled_nor_expired_goes_back_unspent(
     assert (row["state"], row["attempt"], row["errors"], row["worker_id"]) == (
         "queued", 0, [], None), row
     assert row["scheduled_at"] <= db_now(db)
+
+
+async def test_a_terminate_heard_before_the_run_reaches_the_process_pool_still_stops_it(
+    app: App
+) -> None:
+    """A terminate request handled after the claim but before the run's task has handed the
+    job to the process pool (the pool does not hold it yet) is tried again once it does:
+    the job, still waiting for a process, is dropped unstarted. (It was marked acted on and
+    forgotten, so the job ran, and the heartbeat's check skipped it as handled.)"""
+    import signal
+    import sys
+
+    from akadze_core.processes import NotStarted, ProcessPool
+
+    pool = ProcessPool(1, [sys.executable, "-c", "pass"])  # never started: runs wait
+    worker = fast_worker(app, process_pool=pool)
+    row = {"id": 41, "run_count": 1, "task": "t", "args": {}, "queue": "default"}
+    run = asyncio.create_task(pool.run(row, None, None))  # its first step not taken yet
+    worker._running[41] = object()  # claimed by this worker (only its key is read)
+    worker._terminate(41, signal.SIGTERM)
+    assert not pool.waiting(41)  # heard in between: the pool does not hold it
+    with pytest.raises(NotStarted):
+        await asyncio.wait_for(run, 2)
+    assert 41 in worker._terminating
