@@ -908,6 +908,13 @@ class Worker:
     def _cancelled(self, job_id: int) -> None:
         """A cancel of running job ``job_id`` was requested (NOTIFY): any worker hears it;
         only the one holding it claimed ahead does something."""
+        if job_id in self._running and not self._drop(job_id, "was cancelled"):
+            # Started, or claimed so recently that its run's task has not handed it to the
+            # pool or the body slots yet: once more on the next loop turn, for the latter.
+            asyncio.get_running_loop().call_soon(self._cancelled_handed, job_id)
+
+    def _cancelled_handed(self, job_id: int) -> None:
+        """``_cancelled``'s second try, after the run's task has started."""
         if job_id in self._running:
             self._drop(job_id, "was cancelled")
 

@@ -505,10 +505,11 @@ async def test_an_unstarted_run_neither_cancelled_nor_expired_goes_back_unspent(
 async def test_a_terminate_heard_before_the_run_reaches_the_process_pool_still_stops_it(
     app: App
 ) -> None:
-    """A terminate request handled after the claim but before the run's task has handed the
-    job to the process pool (the pool does not hold it yet) is tried again once it does:
-    the job, still waiting for a process, is dropped unstarted. (It was marked acted on and
-    forgotten, so the job ran, and the heartbeat's check skipped it as handled.)"""
+    """A terminate request (or a plain cancel) handled after the claim but before the
+    run's task has handed the job to the process pool (the pool does not hold it yet) is
+    tried again once it does: the job, still waiting for a process, is dropped unstarted.
+    (A terminate was marked acted on and forgotten, so the job ran, and the heartbeat's
+    check skipped it as handled.)"""
     import signal
     import sys
 
@@ -524,3 +525,11 @@ async def test_a_terminate_heard_before_the_run_reaches_the_process_pool_still_s
     with pytest.raises(NotStarted):
         await asyncio.wait_for(run, 2)
     assert 41 in worker._terminating
+    # A plain cancel heard in the same gap alike.
+    row = {**row, "id": 42}
+    run = asyncio.create_task(pool.run(row, None, None))
+    worker._running[42] = object()
+    worker._cancelled(42)
+    assert not pool.waiting(42)
+    with pytest.raises(NotStarted):
+        await asyncio.wait_for(run, 2)
