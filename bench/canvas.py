@@ -22,9 +22,12 @@ Core figures are read from the jobs table (database clock):
   size; each is stopped afterwards (its backends exit and flush their statistics) and the
   database's committed transactions (``pg_stat_database.xact_commit``, less the harness's
   own), the rows updated in ``akadze.jobs`` and the calls of ``akadze.settle``
-  (``track_functions = 'pl'``, set on the benchmark database) are compared. This server
-  has no ``pg_stat_statements`` preloaded; the worker runs one statement per transaction
-  on its claim and outcome paths, so transactions count statements there.
+  (``track_functions = 'pl'``, set on the benchmark database) are compared. This part runs
+  on a private cluster of its own (stock settings plus ``pg_stat_statements``), which counts
+  the calls of every statement: the verdict is that no statement but the batched outcome
+  write is called more often per member in the chord drain. How many outcome writes a
+  drain takes depends on how the outcomes happened to batch, so transactions alone (the
+  figure when no private cluster can be made) move with timing, not with statements.
 
 The Celery side (``celery_real/celery_bench_canvas.py``, run in Celery's virtualenv):
 ``chord(group(member.s(i) ...), body.s())`` on Redis (broker and result backend, database
@@ -35,13 +38,16 @@ facade's twin runs the same program under ``akadze-compat worker`` once its canv
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,10 +55,13 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from . import celery_side, procs
+from akadze_core.queries import query
+
+from . import celery_side, db, procs
 from .apps.core_app import NOOP, STAMP, make_app
 from .core import percentile, worker_argv
 from .drain import REPO_ROOT, worker_env
+from .pgjqb.native import NativePostgres, free_port
 
 #: Celery's broker and result backend for the chord (a Redis database of its own).
 CELERY_CANVAS_URL = "redis://127.0.0.1:6379/7"
@@ -117,10 +126,28 @@ class StatementFigures:
     chord_updates: int
     plain_settles: int
     chord_settles: int
+    #: Calls per statement (pg_stat_statements, top level), when a private cluster ran it.
+    plain_calls: dict[str, int] | None = None
+    chord_calls: dict[str, int] | None = None
 
     @property
     def extra_per_member(self) -> float:
         return (self.chord_xacts - self.plain_xacts) / self.members
+
+    def outcome_writes(self) -> tuple[int, int]:
+        """(plain, chord) calls of the batched outcome write."""
+        return (_calls_of(self.plain_calls, OUTCOME_WRITE),
+                _calls_of(self.chord_calls, OUTCOME_WRITE))
+
+    def most_grown(self) -> tuple[str, int]:
+        """Of every statement but the outcome write and the lock bound sent before each
+        write and claim, the one called most often more in the chord drain than in the
+        plain one: (its first line, the difference)."""
+        plain, chord = self.plain_calls or {}, self.chord_calls or {}
+        grown = [(chord.get(text, 0) - plain.get(text, 0), text) for text in chord
+                 if not text.startswith((OUTCOME_WRITE, LOCK_BOUND))]
+        difference, text = max(grown, default=(0, ""))
+        return text.splitlines()[0] if text else "-", difference
 
 
 @dataclass
@@ -414,9 +441,76 @@ def _settled_counters(url: str, timeout: float = 15) -> tuple[tuple[int, int, in
     return previous, readings * (step or 1)
 
 
-def statements(url: str, members: int, *, slots: int, run_dir: Path) -> StatementFigures:
+#: The first lines of the worker's outcome write and of the lock bound sent before each
+#: write and claim, as pg_stat_statements shows them (the named queries' leading comments).
+OUTCOME_WRITE = query("job_complete_many").splitlines()[0]
+LOCK_BOUND = query("statement_lock_timeout").splitlines()[0]
+DEFAULT_PG_BIN = Path(os.environ.get("AKADZE_BENCH_PG_BIN", "/usr/lib/postgresql/15/bin"))
+_STATEMENTS_CONF = ("shared_preload_libraries = 'pg_stat_statements'\n"
+                    "pg_stat_statements.track = top\n")
+
+
+def _calls_of(calls: dict[str, int] | None, first_line: str) -> int:
+    return sum(n for text, n in (calls or {}).items() if text.startswith(first_line))
+
+
+@contextlib.contextmanager
+def statements_database(pg_bin: Path = DEFAULT_PG_BIN) -> Iterator[str | None]:
+    """A benchmark database on a private cluster with ``pg_stat_statements`` (stock
+    settings otherwise), deleted on the way out; None when no cluster can be made here."""
+    if not (pg_bin / "initdb").exists():
+        yield None
+        return
+    parent = Path(tempfile.mkdtemp(prefix="akadze-canvas-pg-"))
+    parent.chmod(0o755)  # as root the server runs as ``postgres``, which must reach its dir
+    conf = parent / "statements.conf"
+    conf.write_text(_STATEMENTS_CONF)
+    conf.chmod(0o644)
+    server = NativePostgres(pg_bin, parent / "pg", free_port(), conf)
+    try:
+        server.fresh()
+        url = db.recreate(server.url(), db.DEFAULT_NAME)
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute("CREATE EXTENSION pg_stat_statements")
+        yield url
+    finally:
+        server.destroy()
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def _statement_calls(url: str) -> dict[str, int]:
+    with psycopg.connect(url, autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT query, sum(calls)::bigint FROM pg_stat_statements"
+            " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " GROUP BY query").fetchall()
+    return {text: int(calls) for text, calls in rows}
+
+
+def _reset_statements(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("SELECT pg_stat_statements_reset()")
+
+
+def statements(url: str, members: int, *, slots: int, run_dir: Path,
+               pg_bin: Path = DEFAULT_PG_BIN) -> StatementFigures:
+    """``statements_on`` a private cluster with ``pg_stat_statements`` when one can be
+    made, else on ``url`` (transactions, rows and settle calls only)."""
+    try:
+        with statements_database(pg_bin) as private:
+            if private is not None:
+                return statements_on(private, members, slots=slots, run_dir=run_dir,
+                                     per_statement=True)
+    except RuntimeError as exc:  # initdb or pg_ctl refused: the shared server's figures
+        (run_dir / "canvas-statements-cluster.txt").write_text(str(exc))
+    return statements_on(url, members, slots=slots, run_dir=run_dir)
+
+
+def statements_on(url: str, members: int, *, slots: int, run_dir: Path,
+                  per_statement: bool = False) -> StatementFigures:
     """A plain drain, then a chord drain of the same size, each by a fresh worker stopped
-    afterwards: the worker's transactions, rows updated and settle calls for each.
+    afterwards: the worker's transactions, rows updated and settle calls for each, and
+    (``per_statement``) the calls of each statement.
 
     The harness's own transactions in the window are subtracted: its polls of the jobs
     table (counted), the four enqueues (three warm-up jobs, the workflow) and those of its
@@ -428,9 +522,12 @@ def statements(url: str, members: int, *, slots: int, run_dir: Path) -> Statemen
         connection.execute(sql.SQL("ALTER DATABASE {} SET track_functions = 'pl'").format(
             sql.Identifier(name[0])))
     figures: dict[bool, tuple[int, int, int]] = {}
+    calls: dict[bool, dict[str, int]] = {}
     for body in (False, True):
         _empty(url)
         before, _ = _settled_counters(url)
+        if per_statement:
+            _reset_statements(url)
         worker = IdleWorker(url, slots, run_dir / f"canvas-statements-{int(body)}.log")
         try:
             ids, _ = worker.enqueue_flow(members, body=body)
@@ -438,6 +535,8 @@ def statements(url: str, members: int, *, slots: int, run_dir: Path) -> Statemen
         finally:
             worker.close()
         after, readings = _settled_counters(url)
+        if per_statement:
+            calls[body] = _statement_calls(url)
         harness = worker.polls + 4 + readings
         figures[body] = (after[0] - before[0] - harness, after[1] - before[1],
                          after[2] - before[2])
@@ -445,7 +544,8 @@ def statements(url: str, members: int, *, slots: int, run_dir: Path) -> Statemen
     plain, chord = figures[False], figures[True]
     return StatementFigures(members=members, plain_xacts=plain[0], chord_xacts=chord[0],
                             plain_updates=plain[1], chord_updates=chord[1],
-                            plain_settles=plain[2], chord_settles=chord[2])
+                            plain_settles=plain[2], chord_settles=chord[2],
+                            plain_calls=calls.get(False), chord_calls=calls.get(True))
 
 
 # --- Celery and the facade -------------------------------------------------------------------
