@@ -936,17 +936,21 @@ class Worker:
                     asyncio.get_running_loop().call_soon(self._terminate_handed, job_id,
                                                          signum)
         elif not self._drop(job_id, "was cancelled") and job_id not in self._terminating:
+            # Running, or not handed to the body slots yet: told apart on the next turn.
+            asyncio.get_running_loop().call_soon(self._terminate_handed, job_id, signum)
+
+    def _terminate_handed(self, job_id: int, signum: int) -> None:
+        """``_terminate``'s second try, after the run's task has started."""
+        if job_id not in self._running or job_id in self._terminating:
+            return
+        if self.process_pool is not None:
+            if self.process_pool.terminate(job_id, signum):
+                self._terminating.add(job_id)
+        elif not self._drop(job_id, "was cancelled"):
             self._terminating.add(job_id)
             logger.warning("job %s: terminate requested, but this worker runs bodies in "
                            "threads, which cannot be stopped: it runs on (it ends "
                            "cancelled if it raises)", job_id)
-
-    def _terminate_handed(self, job_id: int, signum: int) -> None:
-        """``_terminate``'s second try, after the run's task has started."""
-        if (self.process_pool is not None and job_id in self._running
-                and job_id not in self._terminating
-                and self.process_pool.terminate(job_id, signum)):
-            self._terminating.add(job_id)
 
     def _expired(self, job_id: int) -> None:
         run = self._running.get(job_id)

@@ -533,3 +533,21 @@ async def test_a_terminate_heard_before_the_run_reaches_the_process_pool_still_s
     assert not pool.waiting(42)
     with pytest.raises(NotStarted):
         await asyncio.wait_for(run, 2)
+
+
+async def test_a_terminate_heard_before_the_run_reaches_the_body_gate_drops_it_unstarted(
+    app: App
+) -> None:
+    """The same gap on a worker without processes (``concurrency=1``, its one slot taken):
+    the terminate, a cancel there, drops the run once it waits at the gate, instead of
+    warning that a running body cannot be stopped."""
+    import signal
+
+    worker = fast_worker(app, slots=2, concurrency=1)
+    gate = worker._bodies
+    assert gate is not None and await gate.enter(1)  # the running job holds the slot
+    entered = asyncio.create_task(gate.enter(43))  # its first step not taken yet
+    worker._running[43] = object()  # claimed by this worker (only its key is read)
+    worker._terminate(43, signal.SIGTERM)
+    assert await asyncio.wait_for(entered, 2) is False  # dropped: its body never starts
+    assert 43 not in worker._terminating
