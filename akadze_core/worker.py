@@ -1036,7 +1036,7 @@ class Worker:
         if outcome is not None:
             if run is not None:
                 self._finished[(run.job_id, run.run_count)] = run
-            self._completer.submit(outcome, urgent=bool(row.get("has_dependents")))
+            self._completer.submit(outcome, urgent=bool(row.get("releases")))
         elif run is not None:
             logger.log(self.outcome_log_level,
                        # complete_tx (a success), or a Celery task that stored its own

@@ -301,7 +301,14 @@ SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attem
        max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
        cancel_requested, (errors -> -1)::text AS last_error, upstreams,
        upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg,
-       dependents IS NOT NULL AS has_dependents,
+       -- Its outcome is flushed without waiting for company when it may release a job
+       -- that waits on it: a chain's next step, a fan-in's body with few upstreams left
+       -- (no more than this claim takes). Every other member of a fan-in gathers like a
+       -- plain job: a 10,000-member chord's drain wrote an outcome batch per claim.
+       dependents IS NOT NULL AND EXISTS (
+           SELECT 1 FROM akadze.jobs AS d
+           WHERE d.id = ANY(claimed.dependents) AND d.state = 'waiting'
+             AND d.waiting_for <= %(limit)s) AS releases,
        CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) END AS notified
 FROM claimed
 WHERE (SELECT count(*) FROM settled) >= 0
@@ -372,7 +379,14 @@ SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attem
        max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
        cancel_requested, (errors -> -1)::text AS last_error, upstreams,
        upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg,
-       dependents IS NOT NULL AS has_dependents,
+       -- Its outcome is flushed without waiting for company when it may release a job
+       -- that waits on it: a chain's next step, a fan-in's body with few upstreams left
+       -- (no more than this claim takes). Every other member of a fan-in gathers like a
+       -- plain job: a 10,000-member chord's drain wrote an outcome batch per claim.
+       dependents IS NOT NULL AND EXISTS (
+           SELECT 1 FROM akadze.jobs AS d
+           WHERE d.id = ANY(claimed.dependents) AND d.state = 'waiting'
+             AND d.waiting_for <= %(limit)s) AS releases,
        CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) END AS notified
 FROM claimed
 WHERE (SELECT count(*) FROM settled) >= 0

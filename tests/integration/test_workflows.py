@@ -424,3 +424,31 @@ def test_a_meta_text_that_is_not_json_fails_the_insert_and_inserts_nothing(
     with pytest.raises(psycopg.errors.InvalidTextRepresentation):
         flow.enqueue()
     assert db.execute("SELECT count(*) FROM akadze.jobs").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("fair", [False, True], ids=["claim", "fair claim"])
+async def test_a_claim_says_which_outcomes_may_release_a_waiting_job(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any], database_url: str,
+        fair: bool) -> None:
+    """``releases``: the outcome is flushed at once (a chain's next step, a fan-in's body
+    with no more upstreams left than the claim takes); a fan-in member whose body still
+    waits on many gathers with the others, as a plain job does."""
+    from tests.integration.lease_support import claim, fake_worker
+
+    flow = app.workflow()
+    head = flow.add(tasks["add"], x=1)
+    flow.add(tasks["add"], after=head, x=2)
+    members = flow.add_many(tasks["add"], [{"x": i} for i in range(25)])
+    flow.add(tasks["total"], after=members, result_arg="values")
+    lonely = flow.add(tasks["add"], x=3)
+    flow.enqueue()
+    worker = fake_worker(db, ttl=60)
+    rows = await claim(database_url, worker, 10, fair=fair)
+    releases = {row["id"]: row["releases"] for row in rows}
+    assert releases.pop(head.id) is True and releases.pop(lonely.id, False) is False
+    assert releases and not any(releases.values())  # the body waits on 25 > 10
+    db.execute("UPDATE akadze.jobs SET waiting_for = 10 WHERE upstreams @> %s::bigint[]",
+               ([members[0].id],))  # as if 15 members had succeeded
+    rows = await claim(database_url, worker, 10, fair=fair)
+    assert rows and all(row["releases"] for row in rows if row["id"] in
+                        {node.id for node in members})
