@@ -42,10 +42,8 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import statistics
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -61,7 +59,7 @@ from . import celery_side, db, procs
 from .apps.core_app import NOOP, STAMP, make_app
 from .core import percentile, worker_argv
 from .drain import REPO_ROOT, worker_env
-from .pgjqb.native import NativePostgres, free_port
+from .pgjqb.native import DEFAULT_PG_BIN, private_cluster
 
 #: Celery's broker and result backend for the chord (a Redis database of its own).
 CELERY_CANVAS_URL = "redis://127.0.0.1:6379/7"
@@ -445,7 +443,6 @@ def _settled_counters(url: str, timeout: float = 15) -> tuple[tuple[int, int, in
 #: write and claim, as pg_stat_statements shows them (the named queries' leading comments).
 OUTCOME_WRITE = query("job_complete_many").splitlines()[0]
 LOCK_BOUND = query("statement_lock_timeout").splitlines()[0]
-DEFAULT_PG_BIN = Path(os.environ.get("AKADZE_BENCH_PG_BIN", "/usr/lib/postgresql/15/bin"))
 _STATEMENTS_CONF = ("shared_preload_libraries = 'pg_stat_statements'\n"
                     "pg_stat_statements.track = top\n")
 
@@ -461,21 +458,11 @@ def statements_database(pg_bin: Path = DEFAULT_PG_BIN) -> Iterator[str | None]:
     if not (pg_bin / "initdb").exists():
         yield None
         return
-    parent = Path(tempfile.mkdtemp(prefix="akadze-canvas-pg-"))
-    parent.chmod(0o755)  # as root the server runs as ``postgres``, which must reach its dir
-    conf = parent / "statements.conf"
-    conf.write_text(_STATEMENTS_CONF)
-    conf.chmod(0o644)
-    server = NativePostgres(pg_bin, parent / "pg", free_port(), conf)
-    try:
-        server.fresh()
+    with private_cluster(pg_bin, "akadze-canvas-pg-", _STATEMENTS_CONF) as server:
         url = db.recreate(server.url(), db.DEFAULT_NAME)
         with psycopg.connect(url, autocommit=True) as connection:
             connection.execute("CREATE EXTENSION pg_stat_statements")
         yield url
-    finally:
-        server.destroy()
-        shutil.rmtree(parent, ignore_errors=True)
 
 
 def _statement_calls(url: str) -> dict[str, int]:

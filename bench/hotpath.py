@@ -38,7 +38,6 @@ import datetime as dt
 import json
 import os
 import platform
-import shutil
 import sys
 import tempfile
 import threading
@@ -52,11 +51,10 @@ import psycopg
 
 from . import claim, core, db, drain, procs
 from .apps.core_app import NOOP
-from .pgjqb.native import NativePostgres, free_port
+from .pgjqb.native import DEFAULT_PG_BIN, NativePostgres, private_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RESULTS = ROOT / "bench" / "hotpath_results.md"
-DEFAULT_PG_BIN = Path("/usr/lib/postgresql/15/bin")
 DATABASE = "akadze_bench_hotpath"
 APP = "bench.apps.core_app:app"
 #: Where finished jobs are read from (their started_at, finished_at, created_at).
@@ -85,16 +83,9 @@ def machine() -> dict[str, Any]:
 @contextlib.contextmanager
 def cluster(pg_bin: Path, log: Callable[[str], None]) -> Iterator[NativePostgres]:
     """A fresh private cluster (stock settings), stopped and deleted on the way out."""
-    parent = Path(tempfile.mkdtemp(prefix="akadze-hotpath-pg-"))
-    parent.chmod(0o755)  # as root the server runs as ``postgres``, which must reach its dir
-    server = NativePostgres(pg_bin, parent / "pg", free_port(), None)
-    try:
-        server.fresh()
-        log(f"private cluster on port {server.port} ({parent})")
+    with private_cluster(pg_bin, "akadze-hotpath-pg-") as server:
+        log(f"private cluster on port {server.port} ({server.root.parent})")
         yield server
-    finally:
-        server.destroy()
-        shutil.rmtree(parent, ignore_errors=True)
 
 
 def table_stats(connection: psycopg.Connection) -> dict[str, dict[str, int]]:

@@ -17,15 +17,21 @@ events, summary.json) and replaces only what the orchestrator does with Docker:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+#: Where this machine's Postgres 15 server binaries are (Debian's layout).
+DEFAULT_PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
 
 def free_port() -> int:
@@ -126,6 +132,27 @@ class NativePostgres:
             self._run(str(self.bin_dir / "pg_ctl"), "stop", "-m", "immediate", "-w", "-D",
                       str(self.data), check=False)
         shutil.rmtree(self.data, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def private_cluster(pg_bin: Path, prefix: str,
+                    settings: str | None = None) -> Iterator[NativePostgres]:
+    """A fresh cluster in a temp dir (``prefix``) on a free port: stock settings, plus
+    ``settings`` (postgresql.conf lines) when given; stopped and deleted on the way out."""
+    parent = Path(tempfile.mkdtemp(prefix=prefix))
+    parent.chmod(0o755)  # as root the server runs as ``postgres``, which must reach its dir
+    conf = None
+    if settings is not None:
+        conf = parent / "settings.conf"
+        conf.write_text(settings)
+        conf.chmod(0o644)
+    server = NativePostgres(pg_bin, parent / "pg", free_port(), conf)
+    try:
+        server.fresh()
+        yield server
+    finally:
+        server.destroy()
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 def install(args: argparse.Namespace, pg: NativePostgres) -> Any:
