@@ -357,6 +357,40 @@ async def autovacuum_runs(connection: psycopg.AsyncConnection) -> bool | None:
     return None if row is None else bool(row[0])
 
 
+@dataclass(frozen=True, slots=True)
+class FairIndexState:
+    """``jobs_fair_claim_idx`` as the catalog shows it (``fair_index_state``)."""
+
+    valid: bool
+    building: bool
+
+
+async def fair_index_state(connection: psycopg.AsyncConnection) -> FairIndexState | None:
+    """The fair-claim index's state, or None when it does not exist."""
+    row = await (await connection.execute(query("fair_index_state"))).fetchone()
+    return None if row is None else FairIndexState(bool(row[0]), bool(row[1]))
+
+
+async def fair_index_try_lock(connection: psycopg.AsyncConnection, key: int) -> bool:
+    """Take the session-level advisory lock ``key`` if free (the fair index's builder)."""
+    row = await (await connection.execute(query("fair_index_try_lock"), {"key": key})).fetchone()
+    return bool(row and row[0])
+
+
+async def fair_index_unlock(connection: psycopg.AsyncConnection, key: int) -> None:
+    """Release what ``fair_index_try_lock`` took."""
+    await connection.execute(query("fair_index_unlock"), {"key": key})
+
+
+async def fair_index_build(connection: psycopg.AsyncConnection, *, drop_first: bool) -> None:
+    """Build the fair-claim index CONCURRENTLY (an autocommit session of its own, with no
+    statement or lock timeout left); ``drop_first``: drop an invalid one left before."""
+    await connection.execute(query("fair_index_untimed"))
+    if drop_first:
+        await connection.execute(query("fair_index_drop"))
+    await connection.execute(query("fair_index_create"))
+
+
 #: ``autovacuum_runs`` by its older name: it has no sync twin, so no suffix (the twin rule).
 autovacuum_runs_async = autovacuum_runs
 

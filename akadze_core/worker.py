@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import psycopg_pool
 
-from . import database, lookup
+from . import database, fair_index, lookup
 from .completer import Completer
 from .dberrors import fatal_message, is_lock_timeout, is_too_many_connections, is_transient
 from .deadlines import cancel_and_wait, within
@@ -352,8 +352,15 @@ class Worker:
     async def _start(self, total_slots: int) -> bool:
         url = self.app.database_url
         failures = 0
+        fair_index_ready = not self.fair
         while not self._stop.is_set():
             try:
+                if not fair_index_ready:
+                    # Before registering: a long build must not pass for a silent worker.
+                    await fair_index.ensure(url, self._connect_kwargs(), self._stop,
+                                            redact=self.app.redact)
+                    fair_index_ready = True
+                    continue  # to the stop check, then the start proper
                 async with await psycopg.AsyncConnection.connect(
                         url, **self._connect_kwargs()) as connection:
                     # Bounded: a server that stops answering mid-start is retried like one

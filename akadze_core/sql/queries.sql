@@ -320,7 +320,8 @@ ORDER BY priority, scheduled_at, id;
 -- Within a turn, tasks are taken in name order starting after `after_task` (the last task
 -- this worker claimed from the queue), wrapping around: without that cursor a one-slot
 -- worker would pick the flood's oldest job on every claim and starve the other tasks.
--- The distinct task names come from a loose index scan of jobs_fair_claim_idx.
+-- The distinct task names come from a loose index scan of jobs_fair_claim_idx, which fair
+-- workers build when they start (akadze_core/fair_index.py).
 WITH RECURSIVE tasks AS (
     (SELECT task FROM akadze.jobs
      WHERE state = 'queued' AND queue = %(queue)s ORDER BY task LIMIT 1)
@@ -688,6 +689,37 @@ SELECT current_setting('autovacuum')::boolean
        AND coalesce((SELECT option_value::boolean FROM pg_options_to_table(c.reloptions)
                      WHERE option_name = 'autovacuum_enabled'), true)
 FROM pg_class AS c WHERE c.oid = 'akadze.jobs'::regclass;
+
+-- name: fair_index_state
+-- jobs_fair_claim_idx (built by fair workers, akadze_core/fair_index.py): no row when it
+-- does not exist; valid once a build has finished; building while a CREATE INDEX of it runs.
+SELECT i.indisvalid AS valid,
+       EXISTS (SELECT 1 FROM pg_stat_progress_create_index AS p
+               WHERE p.index_relid = i.indexrelid) AS building
+FROM pg_index AS i
+WHERE i.indexrelid = to_regclass('akadze.jobs_fair_claim_idx');
+
+-- name: fair_index_try_lock
+-- Held by the one session building the index (session-level: a direct connection).
+SELECT pg_try_advisory_lock(%(key)s) AS locked;
+
+-- name: fair_index_unlock
+SELECT pg_advisory_unlock(%(key)s);
+
+-- name: fair_index_untimed
+-- A build reads the whole table and waits for the transactions open on it: neither the
+-- role's statement_timeout nor its lock_timeout may cut it short (an interrupted
+-- CONCURRENTLY build leaves an invalid index behind). This session is the build's alone.
+SET statement_timeout = 0; SET lock_timeout = 0;
+
+-- name: fair_index_drop
+-- An invalid index left by an interrupted build (no session is building it).
+DROP INDEX CONCURRENTLY IF EXISTS akadze.jobs_fair_claim_idx;
+
+-- name: fair_index_create
+-- Fair claims walk the distinct task names of a queue (job_claim_fair): 0001's definition.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_fair_claim_idx
+    ON akadze.jobs (queue, task, priority, scheduled_at, id) WHERE state = 'queued';
 
 -- name: worker_register
 -- slots: per queue, in the order of queues (NULL: not said; shown by the dashboard).
