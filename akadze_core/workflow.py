@@ -200,15 +200,19 @@ class Workflow:
 
     def add_many(self, call: TaskCall, kwargs_list: Iterable[Mapping[str, Any]], *,
                  metas: Iterable[Mapping[str, Any]] | None = None,
-                 meta_texts: Iterable[str] | None = None) -> list[Node]:
+                 meta_texts: Iterable[str] | None = None,
+                 index_at: Iterable[str] | None = None, index_start: int = 0) -> list[Node]:
         """Add one job of ``call`` per argument set (a fan-out), checked and encoded in bulk
         as ``enqueue_many`` does (``TypeError`` or ``InvalidArgs`` for the first bad one, and
         nothing is added then). ``metas``: each job's own meta, in place of the call's (an
         integration's per-job ids), encoded and checked with its args; or ``meta_texts``,
-        those metas encoded already (``TaskCall.rows``)."""
+        those metas encoded already; or ``index_at``: the call's meta with each job's index
+        in the fan-out (``index_start``, ``index_start + 1``, ...) at that path of keys,
+        e.g. ``("fanout", "index")`` (``TaskCall.rows``)."""
         if call.options.unique_key is not None:
             raise ValueError("a workflow job cannot have a unique_key")
-        return self.add_rows(call.rows(kwargs_list, metas, meta_texts=meta_texts))
+        return self.add_rows(call.rows(kwargs_list, metas, meta_texts=meta_texts,
+                                       index_at=index_at, index_start=index_start))
 
     def add_rows(self, rows: Rows) -> list[Node]:
         """``add_many`` of jobs encoded already (``TaskCall.rows``; integrations such as

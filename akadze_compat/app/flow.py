@@ -34,7 +34,7 @@ from .routes import settings_router_state
 if TYPE_CHECKING:
     import psycopg
 
-    from akadze_core import Node
+    from akadze_core import Node, TaskCall
 
     from .base import Celery
     from .task import Task
@@ -47,6 +47,8 @@ ERRBACK = "errback"
 _PLAIN = (str, int, float, bool)
 #: ``meta["celery"]`` key of a node given its upstreams' results: ``"one"`` or ``"list"``.
 PASS = "pass"
+#: Where a group member's index is in its meta (``Workflow.add_many``'s ``index_at``).
+_GROUP_INDEX = ("celery", "group_index")
 #: Options that only shape the canvas (or Celery's messages), never a node's row.
 _CANVAS_OPTIONS = ("link", "link_error", "group_id", "group_index", "chord", "chain",
                    "reply_to", "add_to_parent", "producer", "publisher", "router",
@@ -367,17 +369,21 @@ class MemberAdder:
                         for _, member, _ in run]
         else:
             payloads = [self._payload(member, False, args, kwargs) for _, member, _ in run]
-        # Each meta spliced as _one splices it, not encoded. A member gets no task id of
-        # its own: it is known by the id derived from its job id (akadze_core.task_ids;
-        # no bytes nor index entry per member), learnt once inserted. Only the last one
-        # gets a uuid now: a node after the group (a chord's body) is sent with it.
-        head, tail = row.head, row.tail
+        # A member gets no task id of its own: it is known by the id derived from its job
+        # id (akadze_core.task_ids; no bytes nor index entry per member), learnt once
+        # inserted, and its meta is the group's with its index, written by the insert
+        # (index_at: nothing per member to encode or parse). Only the last one gets a uuid
+        # now, its meta spliced as _one splices it: a node after the group (a chord's
+        # body) is sent with it.
         last = uuid()
-        metas = [f'{head}{index}}}}}' for index, _, _ in run]
-        metas[-1] = f'{head}{run[-1][0]}{tail}"{last}"}}'
         builder = self.builder
+        workflow = builder.workflow
         try:
-            nodes = builder.workflow.add_many(message.call, payloads, meta_texts=metas)
+            nodes = workflow.add_many(row.numbered, payloads[:-1], index_at=_GROUP_INDEX,
+                                      index_start=run[0][0]) if len(run) > 1 else []
+            nodes += workflow.add_many(
+                message.call, payloads[-1:],
+                meta_texts=[f'{row.head}{run[-1][0]}{row.tail}"{last}"}}'])
         except (TypeError, InvalidArgs) as exc:
             # The error of the first bad member, as adding them one by one raises it.
             for payload in payloads:
@@ -424,9 +430,11 @@ class MemberAdder:
                 or dumps({"celery": sample["celery"]}) != f'{head}7}}}}':
             return None
         root_id = celery_meta.get("root_id")
+        # The call of members in bulk: the meta of each but its group index (index_at).
+        numbered = message.call.configure(meta={"celery": celery_meta})
         return _Row(message, base, head, tail, task_type, _ignored(message, task_type),
                     immutable, None if root_id is None else str(root_id),
-                    bulk=is_strict(dumps))
+                    bulk=is_strict(dumps), numbered=numbered)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -434,8 +442,9 @@ class _Row:
     """What a group's plain members of one task share (``MemberAdder._row``): the row
     template and its message, the meta's text before the group index and before the task
     id, the task, whether results are ignored, whether the members are immutable, their
-    root id when sent with one, and whether the app's dumps is the one
-    ``Workflow.add_many`` encodes in bulk with."""
+    root id when sent with one, whether the app's dumps is the one ``Workflow.add_many``
+    encodes in bulk with, and the call members are added in bulk with (its meta theirs but
+    the group index)."""
 
     message: Message
     base: JobRequest
@@ -446,6 +455,7 @@ class _Row:
     immutable: bool
     root_id: str | None
     bulk: bool
+    numbered: TaskCall
 
 
 def _ignored(message: Message, task_type: Task | None) -> bool:

@@ -597,6 +597,35 @@ def test_plain_members_added_at_once_equal_rows_built_in_full(
                       else fast.workflow.nodes[3].request.args)["args"] == [2, 2]
 
 
+def test_a_big_groups_members_store_the_meta_built_in_full(celery: Celery,
+                                                           db: psycopg.Connection) -> None:
+    """The members of a group sent in bulk get their group index from the insert
+    (index_at): each stored meta must be the one built for that member alone."""
+    from akadze_compat.app.flow import Builder
+
+    t = tasks(celery)
+    canvas = group([t["add"].s(i, i) for i in range(250)] + [t["mul"].s(2, 3)]
+                   + [t["add"].s(i, 1) for i in range(120)])
+    frozen = canvas.clone().set(task_id="g-big")
+    frozen.freeze()
+    builder = Builder(celery, reuse=False)
+    frozen.to_flow(builder, after=[], many=False, failure="cancel")
+    built = [json.loads(node.request.meta) for node in builder.workflow.nodes]
+    canvas.apply_async(task_id="g-big")
+    stored = [row[0] for row in db.execute("SELECT meta FROM akadze.jobs ORDER BY id")]
+    assert len(stored) == len(built) == 371
+    for index, (mine, full) in enumerate(zip(stored, built, strict=True)):
+        # Only the last member of each run of one task has a task id of its own (a uuid
+        # drawn at send: not the frozen one).
+        if "task_id" in mine:
+            full["task_id"] = mine["task_id"]
+        else:
+            del full["task_id"]
+        assert mine == full, index
+        assert mine["celery"]["group_index"] == index
+    assert [i for i, meta in enumerate(stored) if "task_id" in meta] == [249, 250, 370]
+
+
 def test_reused_rows_equal_rows_built_in_full(celery: Celery) -> None:
     """A group's members share one routed, configured row copied per member: each copy
     must be the row built for that member alone."""

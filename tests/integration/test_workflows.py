@@ -366,10 +366,32 @@ def test_add_many_gives_each_node_the_row_add_would(
     nodes.extend(flow.add_many(plain, [{"x": i} for i in range(50)],
                                meta_texts=[strict_dumps(meta) for meta in spliced[:50]]))
     twins.extend(twin.add(plain.configure(meta=meta), x=i) for i, meta in enumerate(spliced[:50]))
+    earlier = list(nodes)
+    # Numbered (index_at): the call's meta with each job's index, written by the insert;
+    # one block of them waited on (graph: node by node), one not (sent as it is).
+    # (A template of their own: one another meta made first sends them node by node.)
+    fan = {"fan": {"group": "g1"}, "k": [1, "é"]}
+    numbered = tasks["add"].configure(meta=fan, priority=3)
+
+    def numbered_block(start: int, count: int) -> list[Any]:
+        added = flow.add_many(numbered, [{"x": i} for i in range(count)],
+                              index_at=("fan", "index"), index_start=start)
+        nodes.extend(added)
+        twins.extend(twin.add(tasks["add"].configure(priority=3, meta={
+            "fan": {"group": "g1", "index": start + i}, "k": [1, "é"]}), x=i)
+            for i in range(count))
+        return added
+
+    counted = numbered_block(7, 230)
+    numbered_block(0, 40)
     if body:
-        flow.add(tasks["total"], after=nodes[::50] + own[7:9] + texts[140:142],
-                 result_arg="values")
-    assert ("external" in flow.params()) is body
+        flow.add(tasks["total"], after=earlier[::50] + own[7:9] + texts[140:142]
+                 + counted[100:102], result_arg="values")
+    params = flow.params()
+    assert ("external" in params) is body
+    # The uncounted numbered block goes as it is (one chunk), the counted one too (rows).
+    assert sum(chunk.startswith('{"args":') and '"index":' in chunk[-40:]
+               for chunk in params["nodes"]) == (1 if body else 4)
     assert [node.request for node in nodes] == [node.request for node in twins]
     flow.enqueue()
     twin.enqueue()
@@ -380,6 +402,8 @@ def test_add_many_gives_each_node_the_row_add_would(
         assert mine == theirs and mine is not None, node.index
     assert json_meta(db, own[3].id) == metas[3]
     assert json_meta(db, texts[141].id) == spliced[141]
+    assert json_meta(db, counted[150].id) == {"fan": {"group": "g1", "index": 157},
+                                              "k": [1, "é"]}
 
 
 def json_meta(db: psycopg.Connection, job_id: int | None) -> Any:
@@ -406,8 +430,15 @@ def test_add_many_refuses_a_bad_job_and_adds_nothing(app: App, tasks: dict[str, 
         flow.add_many(tasks["add"], [{"x": 1}], meta_texts=["{}", "{}"])
     with pytest.raises(TypeError, match="JSON text of an object"):
         flow.add_many(tasks["add"], [{"x": 1}, {"x": 2}], meta_texts=["{}", "[1]"])
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(ValueError, match="give one of"):
         flow.add_many(tasks["add"], [{"x": 1}], metas=[{}], meta_texts=["{}"])
+    with pytest.raises(ValueError, match="give one of"):
+        flow.add_many(tasks["add"], [{"x": 1}], metas=[{}], index_at=["a"])
+    with pytest.raises(TypeError, match="non-empty sequence of str keys"):
+        flow.add_many(tasks["add"], [{"x": 1}], index_at=())
+    with pytest.raises(ValueError, match=r"no object at \['fan'\]"):
+        flow.add_many(tasks["add"].configure(meta={"fan": 1}), [{"x": 1}],
+                      index_at=["fan", "index"])
     with pytest.raises(ValueError, match="unique_key"):
         flow.add_many(tasks["add"].configure(unique_key="k"), [{"x": 1}])
     assert len(flow) == 1 and flow.params()["nodes"] == ['[{"x":0}]']
