@@ -240,9 +240,9 @@ class Rows:
         item decoded from it gives the same JSON value as the item's text inside it (the same
         text but for keys that collided in the array, of which jsonb keeps the last too)."""
         chunk, offset = divmod(position, BULK_CHUNK)
-        text, items = self.chunks[chunk]
         if self.numbered is not None:
             return self._numbered_job(position, chunk, offset, decoded)
+        text, items = self.chunks[chunk]
         if items is not None:
             item = items[offset]
             return item if self.pairs else (item, self.template.meta)
