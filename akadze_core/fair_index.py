@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -47,7 +48,7 @@ POLL_SECONDS = 1.0
 
 
 async def ensure(database_url: str, connect_kwargs: dict[str, Any], stop: asyncio.Event,
-                 *, redact: Any = str) -> None:
+                 *, redact: Callable[[str], str] = str) -> None:
     """Return once ``jobs_fair_claim_idx`` is valid (built here or by another session), or
     ``stop`` is set, or this role may not build it (a warning). ``SchemaMissing`` and
     connection errors propagate (the worker's start handles them). ``redact`` scrubs a
@@ -78,7 +79,7 @@ async def ensure(database_url: str, connect_kwargs: dict[str, Any], stop: asynci
 
 
 async def _build(connection: psycopg.AsyncConnection, stop: asyncio.Event,
-                 redact: Any) -> bool:
+                 redact: Callable[[str], str]) -> bool:
     """Under the build lock: build the index unless it is valid now or another session
     (one not taking the lock: an operator) builds it. True when nothing is left to wait
     for: built, valid, or not ours to build."""
