@@ -53,6 +53,10 @@ class _Reduced:
     def __json__(self) -> dict[str, int]:
         return {"reduced": 1}
 
+    def __repr__(self) -> str:
+        # The test id: the same in every process (pytest-xdist's workers compare them).
+        return "_Reduced()"
+
 
 class _Number(enum.IntEnum):
     ONE = 1
