@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from json.encoder import encode_basestring
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal
 
 from kombu.exceptions import EncodeError
@@ -25,7 +26,7 @@ from akadze_core.gcpause import collector_paused
 from akadze_core.serialization import is_strict
 
 from .. import serialization, signals
-from ..canvas.signatures import Signature, listed, maybe_signature
+from ..canvas.signatures import Signature, alike_plain, listed, maybe_signature
 from ..result import AsyncResult, derived_results
 from ..utils import uuid
 from .amqp import Message, PublishConnectionLost, current_session, prepare
@@ -309,24 +310,24 @@ class MemberAdder:
         row = rows[key] = self._row(member, immutable)
         return row
 
-    def add(self, members: list[tuple[int, Signature, Any]], args: Any,
+    def take_all(self, members: list[Any]) -> _Row | None:
+        """``take``'s row when it is the same for every one of ``members`` (all plain, of
+        one task and app, alike in immutability), told at once; else None."""
+        if not self.enabled or not alike_plain(members):
+            return None
+        return self.take(members[0])
+
+    def add(self, runs: list[tuple[_Row, int, list[Signature]]], args: Any,
             kwargs: Any) -> list[tuple[Node, AsyncResult]]:
-        """Add ``members`` (each with its index in the group and what ``take`` gave for it)
-        with the group's partial ``args``/``kwargs``; their nodes and results, in order."""
+        """Add runs of members (their row, the group index of the first, the members) with
+        the group's partial ``args``/``kwargs``; their nodes and results, in order."""
         added: list[tuple[Node, AsyncResult]] = []
-        start = 0
-        while start < len(members):
-            row = members[start][2]
-            end = start + 1
-            while end < len(members) and members[end][2] is row:
-                end += 1
-            run = members[start:end]
+        for row, start, members in runs:
             if self.after or not row.bulk:
                 added += [self._one(row, member, index, args, kwargs)
-                          for index, member, _ in run]
+                          for index, member in enumerate(members, start)]
             else:
-                added += self._bulk(row, run, args, kwargs)
-            start = end
+                added += self._bulk(row, start, members, args, kwargs)
         return added
 
     @staticmethod
@@ -357,18 +358,17 @@ class MemberAdder:
                                         failure=self.failure, immutable=row.immutable,
                                         request=request, ignored=row.ignored)
 
-    def _bulk(self, row: _Row, run: list[tuple[int, Signature, Any]], args: Any,
+    def _bulk(self, row: _Row, start: int, members: list[Signature], args: Any,
               kwargs: Any) -> list[tuple[Node, AsyncResult]]:
         """Members waiting on nothing, checked and encoded at once with their metas."""
         message = row.message
-        if row.immutable:
-            payloads = [{"args": list(member["args"]),
-                         "kwargs": dict(member["kwargs"])} for _, member, _ in run]
-        elif not args and not kwargs:
-            payloads = [{"args": list(member["args"]), "kwargs": {**member["kwargs"]}}
-                        for _, member, _ in run]
+        if (row.immutable or (not args and not kwargs)) and _as_stored(members):
+            # Their own args and kwargs, encoded as they are: copies would encode alike
+            payloads = [{"args": member["args"], "kwargs": member["kwargs"]}
+                        for member in members]
         else:
-            payloads = [self._payload(member, False, args, kwargs) for _, member, _ in run]
+            payloads = [self._payload(member, row.immutable, args, kwargs)
+                        for member in members]
         # A member gets no task id of its own: it is known by the id derived from its job
         # id (akadze_core.task_ids; no bytes nor index entry per member), learnt once
         # inserted, and its meta is the group's with its index, written by the insert
@@ -380,10 +380,10 @@ class MemberAdder:
         workflow = builder.workflow
         try:
             nodes = workflow.add_many(row.numbered, payloads[:-1], index_at=_GROUP_INDEX,
-                                      index_start=run[0][0]) if len(run) > 1 else []
+                                      index_start=start) if len(members) > 1 else []
             nodes += workflow.add_many(
                 message.call, payloads[-1:],
-                meta_texts=[f'{row.head}{run[-1][0]}{row.tail}"{last}"}}'])
+                meta_texts=[f'{row.head}{start + len(members) - 1}{row.tail}"{last}"}}'])
         except (TypeError, InvalidArgs) as exc:
             # The error of the first bad member, as adding them one by one raises it.
             for payload in payloads:
@@ -456,6 +456,13 @@ class _Row:
     root_id: str | None
     bulk: bool
     numbered: TaskCall
+
+
+def _as_stored(members: list[Signature]) -> bool:
+    """Whether every member's args are a tuple or list and its kwargs a dict: what they
+    are encoded as (other iterables and mappings are copied into those first)."""
+    return set(map(type, map(itemgetter("args"), members))) <= {tuple, list} \
+        and set(map(type, map(itemgetter("kwargs"), members))) == {dict}
 
 
 def _ignored(message: Message, task_type: Task | None) -> bool:

@@ -410,27 +410,36 @@ class group(Signature):
         # The group's plain task signatures without building each one's copy (a 10,000-
         # member group's time went mostly there); any other member goes the full way.
         adder = builder.member_adder(shared, after=after, many=many, failure=failure)
-        # Runs of plain members are added at once (encoded in bulk), in member order.
-        run: list[tuple[int, Signature, Any]] = []
+        members = _flatten_members(self.tasks, self._app, copy=False)
+        # Runs of plain members are added at once (encoded in bulk), in member order: one
+        # run of all when they are alike, told without a step per member.
+        row = adder.take_all(members)
+        runs: list[tuple[Any, int, list[Signature]]] = []
+        if row is not None:
+            runs.append((row, 0, members))
+            members = []
 
         def flush() -> None:
-            for node, result in adder.add(run, args, kwargs):
+            for node, result in adder.add(runs, args, kwargs):
                 tails.append(node)
                 results.append(result)
-            run.clear()
+            runs.clear()
 
-        for index, member in enumerate(_flatten_members(self.tasks, self._app, copy=False)):
+        for index, member in enumerate(members):
             row = adder.take(member)
             if row is not None:
-                run.append((index, member, row))
+                if runs and runs[-1][0] is row:
+                    runs[-1][2].append(member)
+                else:
+                    runs.append((row, index, [member]))
                 continue
-            if run:
+            if runs:
                 flush()
             part = member.to_flow(builder, args, kwargs, after=after, many=many,
                                   failure=failure, options={**shared, "group_index": index})
             tails.extend(part.tails)
             results.append(part.result)
-        if run:
+        if runs:
             flush()
         result = GroupResult(group_id, results, app=builder.app)
         return Planned(tails, True, result)

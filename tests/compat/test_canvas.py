@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -595,6 +596,73 @@ def test_plain_members_added_at_once_equal_rows_built_in_full(
     assert member_meta["group_id"] == ("g-1" if shape != "chord" else fast_group_id(fast))
     assert json.loads(fast.workflow.nodes[2].request.args if shape != "after a step"
                       else fast.workflow.nodes[3].request.args)["args"] == [2, 2]
+
+
+@pytest.mark.parametrize("members", ["alike", "immutable", "list args", "other containers",
+                                     "one of another app"])
+@pytest.mark.parametrize("partial", [None, (5,)], ids=["no partial", "partial"])
+def test_a_group_of_alike_members_is_told_at_once_and_equals_rows_built_in_full(
+        celery: Celery, members: str, partial: Any, database_url: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``group(task.s(i) for i in ...)``: members all plain, of one task, app and
+    immutability are told alike at once (MemberAdder.take_all: ``take`` asked of the first
+    only) and their args encoded as they are when no partial args change them; a member
+    that differs sends the group member by member. Each row must be the one the full way
+    (a clone, freeze and row per member) gives."""
+    from akadze_compat.app.flow import Builder, MemberAdder
+
+    taken: list[bool] = []
+    call = MemberAdder.take
+
+    def counted(self: MemberAdder, member: Any) -> Any:
+        added = call(self, member)
+        taken.append(added is not None)
+        return added
+
+    monkeypatch.setattr(MemberAdder, "take", counted)
+    t = tasks(celery)
+    if members == "immutable":
+        sigs = [t["add"].si(i, 1) for i in range(230)]
+    else:
+        sigs = [t["add"].s(i) for i in range(230)]
+    if members == "list args":  # what the members' args are stored as: encoded alike
+        sigs[7]["args"] = [7]
+    elif members == "other containers":  # copied into a list and a dict first
+        sigs[9]["kwargs"] = types.MappingProxyType({"y": 2})
+        sigs[9]["args"] = range(9, 10)
+    other = Celery("other", broker=database_url, set_as_current=False)
+    if members == "one of another app":
+        sigs[100] = tasks(other)["add"].s(100)
+    canvas = group(sigs).set(task_id="g-alike")
+    built = []
+    try:
+        for reuse in (True, False):
+            builder = Builder(celery, reuse=reuse)
+            canvas.clone().to_flow(builder, args=partial, after=[], many=False,
+                                   failure="cancel")
+            built.append(builder)
+            if reuse:
+                fast_taken = list(taken)
+    finally:
+        other.close()
+    fast, full = built
+    alike = members != "one of another app"
+    assert len(fast_taken) == (1 if alike else 230) and all(fast_taken)
+    assert len(fast.workflow.nodes) == len(full.workflow.nodes) == 230
+    for number, (node, other_node) in enumerate(zip(fast.workflow.nodes,
+                                                    full.workflow.nodes, strict=True)):
+        meta, expected = json.loads(node.request.meta), json.loads(other_node.request.meta)
+        meta.pop("task_id", None)
+        expected.pop("task_id")
+        assert meta == expected and meta["celery"]["group_index"] == number
+        assert node.request == dataclasses.replace(other_node.request,
+                                                   meta=node.request.meta), number
+    args = json.loads(fast.workflow.nodes[9].request.args)
+    if members == "immutable":
+        assert args == {"args": [9, 1], "kwargs": {}}
+    else:
+        assert args == {"args": [*(partial or ()), 9],
+                        "kwargs": {"y": 2} if members == "other containers" else {}}
 
 
 def test_a_big_groups_members_store_the_meta_built_in_full(celery: Celery,
