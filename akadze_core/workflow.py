@@ -351,7 +351,8 @@ class Workflow:
         index, count = 0, len(nodes)
         while index < count:
             block = blocks.get(index)
-            if block is not None and self._direct(block):
+            downs = None if block is None else self._direct(block)
+            if block is not None and downs is not None:
                 # Its arrays as add_many encoded them: no text per node here.
                 if run:
                     chunks.append(f"[{','.join(run)}]")
@@ -359,6 +360,8 @@ class Workflow:
                     run = []
                 current = -1
                 texts = [text for text, _ in block.rows.chunks]
+                if downs:
+                    texts = [_with_downs(text, downs) for text in texts]
                 chunks.extend(texts)
                 chunk_template.extend([block.template + 1] * len(texts))
                 index += block.rows.count
@@ -396,14 +399,21 @@ class Workflow:
             params["external_node"] = [node for _, node in self._outside]
         return params
 
-    def _direct(self, block: _Block) -> bool:
-        """Whether ``block``'s arrays can be sent as they are: none of its nodes is waited
-        on, and its jobs carry their own meta or their template's."""
+    def _direct(self, block: _Block) -> str | None:
+        """How ``block``'s arrays are sent as they are: ``""`` when none of its nodes is
+        waited on, the nodes waiting on them (an array literal, sent once per array) when
+        every node of the block has the same (a chord's members), None when they cannot
+        be (then node by node). Its jobs must carry their own meta or their template's.
+        (A block's nodes never wait themselves nor have errbacks: add_many adds none.)"""
         rows = block.rows
-        if self._dependents[block.start:block.start + rows.count].count(None) != rows.count:
-            return False
         meta = self._template_meta[block.template]
-        return rows.pairs or rows.template.meta is meta or rows.template.meta == meta
+        if not (rows.pairs or rows.template.meta is meta or rows.template.meta == meta):
+            return None
+        dependents = self._dependents[block.start:block.start + rows.count]
+        first = dependents[0]
+        if dependents.count(first) != rows.count:  # one C-level pass, == per node
+            return None
+        return "" if first is None else _literal(first)
 
     def _element(self, index: int, request: JobRequest, own_meta: bool) -> str:
         """Node ``index`` as job_insert_graph takes a node that waits or is waited on:
@@ -493,6 +503,14 @@ CHUNK = 100
 def _literal(numbers: list[int]) -> str:
     """A Postgres array literal (``{1,-2}``), cast in the statement."""
     return "{" + ",".join(map(str, numbers)) + "}"
+
+
+def _with_downs(chunk: str, downs: str) -> str:
+    """An add_many array (``[...]``, or an object ``{"args": [...], ...}``) as an object
+    giving each of its jobs the dependents ``downs`` (job_insert_graph's ``downs``)."""
+    if chunk[0] == "[":
+        return f'{{"args":{chunk},"downs":"{downs}"}}'
+    return f'{chunk[:-1]},"downs":"{downs}"}}'
 
 
 def _template_json(request: JobRequest) -> str:

@@ -122,7 +122,9 @@ FROM inserted;
 -- Insert a workflow's jobs in one statement (Workflow.enqueue); returns their ids in input
 -- order. Sent like job_insert_rows (templates, JSON arrays of jobs), a job that waits or is
 -- waited on being [args, meta, flow, on_failure, upstreams, dependents, pending,
--- waits_outside] (JSON null, or the array cut short, for what it has not). The client
+-- waits_outside] (JSON null, or the array cut short, for what it has not), or a chunk
+-- {"args": [...], "downs": "{...}"} (or a numbered or {"args", "meta"} chunk with "downs")
+-- of jobs that wait on nothing and share their dependents. The client
 -- worked out the graph: per node, the upstreams as an array literal (-k names node k of
 -- this insert, a positive number a job inserted before), the nodes waiting on it
 -- (1-based), and how many of its upstreams are in this insert. The ids are drawn first
@@ -140,14 +142,17 @@ WITH template AS MATERIALIZED (
                              meta, k)
 ),
 node AS MATERIALIZED (
-    SELECT c.k, c.chunk, a.ord, a.e, a.m, q.first + a.ord - 1 AS n, q.path,
+    SELECT c.k, c.chunk, a.ord, a.e, a.m, q.first + a.ord - 1 AS n, q.path, q.downs,
            nextval((SELECT pg_get_serial_sequence('akadze.jobs', 'id'))) AS id
     FROM unnest(%(nodes)b::text[], %(chunk_template)b::int[])
         WITH ORDINALITY AS c(array_text, k, chunk)
     CROSS JOIN LATERAL (SELECT c.array_text::jsonb AS j OFFSET 0) AS p  -- as job_insert_rows
-    -- A numbered chunk's first index and path (job_insert_rows), once per chunk.
+    -- A numbered chunk's first index and path (job_insert_rows), and the dependents every
+    -- job of a chunk has (its "downs": a chord's members, sent as their arrays are, not as
+    -- an array per job), once per chunk.
     CROSS JOIN LATERAL (SELECT (p.j ->> 'index')::int AS first,
-                               ARRAY(SELECT jsonb_array_elements_text(p.j -> 'at')) AS path
+                               ARRAY(SELECT jsonb_array_elements_text(p.j -> 'at')) AS path,
+                               (p.j ->> 'downs')::int[] AS downs
                         OFFSET 0) AS q
     CROSS JOIN LATERAL ROWS FROM (
         jsonb_array_elements(CASE WHEN jsonb_typeof(p.j) = 'object' THEN p.j -> 'args'
@@ -177,7 +182,8 @@ fields AS (
            coalesce(nullif(n.m, 'null'), nullif(n.e -> 1, 'null')) AS meta, n.n, n.path,
            nullif(n.e -> 2, 'null') AS flow,
            nullif(n.e -> 3, 'null') AS on_failure, (n.e ->> 4)::bigint[] AS ups,
-           (n.e ->> 5)::int[] AS downs, coalesce((n.e ->> 6)::int, 0) AS pending,
+           coalesce((n.e ->> 5)::int[], n.downs) AS downs,
+           coalesce((n.e ->> 6)::int, 0) AS pending,
            coalesce((n.e ->> 7)::boolean, false) AS waits_outside
     FROM node AS n
 ),

@@ -406,6 +406,60 @@ def test_add_many_gives_each_node_the_row_add_would(
                                               "k": [1, "é"]}
 
 
+async def test_blocks_waited_on_whole_are_sent_as_arrays_with_their_dependents(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
+    # A chord's members: every node of an add_many block waited on by the same jobs. Each
+    # array goes as it is with the dependents once (not an element per node), in every
+    # array form (args, [args, meta], {"args", "meta"}, numbered); a block only part of
+    # which is waited on goes node by node. Rows, dependents and results must be the
+    # ones adding each node alone gives.
+    add = tasks["add"]
+    flow = app.workflow()
+    plain = flow.add_many(add, [{"x": i} for i in range(150)])
+    pairs = flow.add_many(add, [{"x": i} for i in range(3)],
+                          metas=[{"task_id": f"p{i}"} for i in range(3)])
+    texts = flow.add_many(add, [{"x": i} for i in range(120)],
+                          meta_texts=[strict_dumps({"task_id": f"t{i}"}) for i in range(120)])
+    # (A template of its own: one made first with another meta sends them node by node.)
+    numbered = flow.add_many(add.configure(meta={"fan": {"g": 1}}, priority=3),
+                             [{"x": i} for i in range(101)], index_at=("fan", "i"),
+                             index_start=5)
+    partly = flow.add_many(add, [{"x": i} for i in range(4)])
+    members = plain + pairs + texts + numbered
+    body = flow.add(tasks["total"], after=members + partly[:2], result_arg="values")
+    # A second fan-in over the plain block alone: its nodes have two dependents.
+    second = flow.add(tasks["total"], after=plain, result_arg="values", bonus=1)
+    requests = [node.request for node in flow.nodes]
+    params = flow.params()
+    shared = [chunk for chunk in params["nodes"] if '"downs":' in chunk[-40:]]
+    assert len(shared) == 2 + 1 + 2 + 2  # plain (150), pairs, texts (120), numbered (101)
+    assert sum(f'"downs":"{{{body.index + 1},{second.index + 1}}}"' in chunk
+               for chunk in shared) == 2
+    flow.enqueue()
+    twin = app.workflow()
+    alone = [twin.add_request(request) for request in requests[:len(members) + 4]]
+    twin.enqueue()
+    columns = "task, queue, args, priority, max_attempts, meta, state"
+    for node, other in zip(members + partly, alone, strict=True):
+        mine, theirs = (db.execute(f"SELECT {columns} FROM akadze.jobs WHERE id = %s",
+                                   (job_id,)).fetchone() for job_id in (node.id, other.id))
+        assert mine == theirs and mine is not None, node.index
+    assert json_meta(db, numbered[100].id) == {"fan": {"g": 1, "i": 105}}
+    assert [job(db, node.id)["dependents"] for node in (plain[0], plain[149])] \
+        == [[body.id, second.id]] * 2
+    assert {tuple(job(db, node.id)["dependents"]) for node in pairs + texts + numbered} \
+        == {(body.id,)}
+    assert [job(db, node.id)["dependents"] for node in partly] \
+        == [[body.id], [body.id], None, None]
+    assert job(db, body.id)["waiting_for"] == len(members) + 2
+    await run_until(app, finished(db, body.id, second.id), slots=20)
+    values = [*range(150), *range(3), *range(120), *range(101), 0, 1]
+    assert job(db, body.id)["result"] == sum(values)
+    assert [args for name, args in tasks["calls"] if name == "total" and len(args) > 150] \
+        == [values]
+    assert job(db, second.id)["result"] == sum(range(150)) + 1
+
+
 def json_meta(db: psycopg.Connection, job_id: int | None) -> Any:
     row = db.execute("SELECT meta FROM akadze.jobs WHERE id = %s", (job_id,)).fetchone()
     assert row is not None
