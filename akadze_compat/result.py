@@ -100,6 +100,9 @@ class AsyncResult(ResultBase):
     """The result of a task call, read from its job (Celery's ``AsyncResult``)."""
 
     _id: str | None  # None: derived from the job id once known (derived_results)
+    #: An unfinished job read with its set's other members (ResultSet._read_once), shown
+    #: until that read's block ends; None outside it.
+    _read: Job | None = None
 
     def __init__(self, id: str, backend: Any = None, task_name: str | None = None,
                  app: Celery | None = None, parent: AsyncResult | None = None, *,
@@ -153,6 +156,8 @@ class AsyncResult(ResultBase):
     def _job(self) -> Job | None:
         if self._cache is not None:
             return self._cache
+        if self._read is not None:
+            return self._read
         core = self.app.core
         job = core.get_job(self._job_id) if self._job_id is not None \
             else lookup_job(core, self.id)
@@ -688,52 +693,71 @@ class ResultSet(ResultBase):
 
     # --- state: one query for every member ----------------------------------------------
 
-    def _refresh(self) -> None:
-        """Read every unfinished member's job in one query (their states then come from
-        what was read, not from a query each)."""
+    def _refresh(self, show: bool = False) -> list[AsyncResult]:
+        """Read every unfinished member's job in one query: a finished one is kept by its
+        result for good; with ``show``, an unfinished one is shown by its result
+        (``_read``) until the caller clears it, and those results are returned
+        (``_read_once``)."""
         pending = [result for result in _job_results(self.results)
                    if result._cache is None]
-        if not pending:
-            return
         known = [result for result in pending if result._job_id is not None]
-        if known:
-            jobs = self.app.core.get_jobs(int(result._job_id)  # type: ignore[arg-type]
-                                          for result in known)
-            for result in known:
-                job = jobs.get(result._job_id)  # type: ignore[arg-type]
-                if job is not None:
-                    result._remember(job)
+        if not known:
+            return []
+        jobs = self.app.core.get_jobs(int(result._job_id)  # type: ignore[arg-type]
+                                      for result in known)
+        shown = []
+        for result in known:
+            job = jobs.get(result._job_id)  # type: ignore[arg-type]
+            if job is None:
+                continue
+            result._remember(job)
+            if show and result._cache is None and result._job_id == job.id:  # not replaced
+                result._read = job
+                shown.append(result)
+        return shown
+
+    @contextlib.contextmanager
+    def _read_once(self) -> Iterator[None]:
+        """Within the block every member's state comes from one query (``_refresh``):
+        without it, each unfinished member was read again by a query of its own (10,000
+        of them when ``get()`` of a chord's body checked its header)."""
+        shown = self._refresh(show=True)
+        try:
+            yield
+        finally:
+            for result in shown:
+                result._read = None
 
     def successful(self) -> bool:
         """Whether every task succeeded."""
-        self._refresh()
-        return all(result.successful() for result in self.results)
+        with self._read_once():
+            return all(result.successful() for result in self.results)
 
     def failed(self) -> bool:
         """Whether any task failed."""
-        self._refresh()
-        return any(result.failed() for result in self.results)
+        with self._read_once():
+            return any(result.failed() for result in self.results)
 
     def waiting(self) -> bool:
         """Whether any task is not finished yet."""
-        self._refresh()
-        return any(not result.ready() for result in self.results)
+        with self._read_once():
+            return any(not result.ready() for result in self.results)
 
     def ready(self) -> bool:
         """Whether every task finished (succeeded, failed or revoked)."""
-        self._refresh()
-        return all(result.ready() for result in self.results)
+        with self._read_once():
+            return all(result.ready() for result in self.results)
 
     def completed_count(self) -> int:
         """How many tasks succeeded."""
-        self._refresh()
-        return sum(int(result.successful()) for result in self.results)
+        with self._read_once():
+            return sum(int(result.successful()) for result in self.results)
 
     def maybe_throw(self, callback: Any = None, propagate: bool = True) -> None:
         """Raise the first failed task's exception (in order)."""
-        self._refresh()
-        for result in self.results:
-            result.maybe_throw(callback=callback, propagate=propagate)
+        with self._read_once():
+            for result in self.results:
+                result.maybe_throw(callback=callback, propagate=propagate)
 
     maybe_reraise = maybe_throw
 

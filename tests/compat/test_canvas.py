@@ -149,6 +149,47 @@ async def test_a_group_returns_a_group_result_in_order(celery: Celery) -> None:
     assert result.children == result.results
 
 
+async def test_a_groups_state_is_one_read_of_its_unfinished_members(
+        celery: Celery, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each of these asks every member: one query for the unfinished ones, not one each
+    # (a chord body's get() asks its header's maybe_throw(): it read 10,000 rows one by
+    # one while the workers drained them). Reads are counted on the real queries.
+    t = tasks(celery)
+    result = group(t["add"].s(i, i) for i in range(40))()
+    nested = ResultSet([result, t["add"].s(1, 2).apply_async()], app=celery)
+    core = type(celery.core)
+    calls = {"get_job": 0, "get_jobs": 0}
+
+    def counting(name: str) -> Callable[..., Any]:
+        read = getattr(core, name)
+
+        def counted(self: Any, *args: Any) -> Any:
+            calls[name] += 1
+            return read(self, *args)
+        return counted
+
+    for name in calls:
+        monkeypatch.setattr(core, name, counting(name))
+
+    def reads(ask: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
+        calls.update(get_job=0, get_jobs=0)
+        answer = ask()
+        return answer, dict(calls)
+
+    assert reads(result.completed_count) == (0, {"get_job": 0, "get_jobs": 1})
+    assert reads(result.failed) == (False, {"get_job": 0, "get_jobs": 1})
+    assert reads(result.maybe_throw) == (None, {"get_job": 0, "get_jobs": 1})
+    assert reads(nested.completed_count) == (0, {"get_job": 0, "get_jobs": 2})
+    body = chord(group(t["add"].s(i, i) for i in range(30)), t["tsum"].s())()
+    assert reads(body.parent.maybe_throw) == (None, {"get_job": 0, "get_jobs": 1})
+    # Nothing kept from those reads: each state is read anew, once the members finished.
+    assert result.results[0].state == states.PENDING
+    await work(celery, lambda: result.ready() and nested.ready() and body.ready())
+    assert result.results[0].state == states.SUCCESS
+    assert reads(result.completed_count) == (40, {"get_job": 0, "get_jobs": 0})  # cached
+    assert body.get(timeout=5) == sum(range(0, 60, 2))
+
+
 async def test_a_group_is_built_with_the_collector_paused(celery: Celery) -> None:
     # A publish receiver runs inside the build (prepare): it sees the collector paused, and
     # it is on again once the group is sent (akadze_core.gcpause: half a big group's client
