@@ -59,7 +59,8 @@ def _claimed_job(row: dict[str, Any], args: Any, upstream_results: Any = None) -
                meta=meta if meta is not None else {}, expires_at=row.get("expires_at"),
                cancel_requested=row.get("cancel_requested", False),
                created_at=row.get("created_at"), started_at=row.get("started_at"),
-               upstreams=row.get("upstreams"), upstream_results=upstream_results)
+               upstreams=row.get("upstreams"), upstream_results=upstream_results,
+               position=row.get("position"))
 
 
 def _prepare(

@@ -45,6 +45,9 @@ class Job:
     dependents: list[int] | None = None
     flow: dict[str, Any] | None = None
     upstream_results: Any = None
+    #: The job's index in the fan-out it was added with (``Workflow.add_many``'s
+    #: ``first_position``; a Celery group member's ``group_index``), else None.
+    position: int | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:

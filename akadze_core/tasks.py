@@ -182,30 +182,8 @@ def _meta_texts(texts: Iterable[str], count: int, limit: int) -> list[str]:
     return own
 
 
-def _index_path(meta_text: str, index_at: Iterable[str]) -> tuple[str, ...]:
-    """``index_at`` checked against the template's meta: a non-empty path of str keys, each
-    but the last naming an object there (the insert writes only the last key)."""
-    path = tuple(index_at)
-    if not path or not all(type(key) is str for key in path):
-        raise TypeError(f"index_at is a non-empty sequence of str keys, not {index_at!r}")
-    node: Any = json.loads(meta_text)
-    for depth, key in enumerate(path[:-1]):
-        node = node.get(key) if type(node) is dict else None
-        if type(node) is not dict:
-            raise ValueError(f"index_at {list(path)!r}: the meta has no object at "
-                             f"{list(path[:depth + 1])!r}")
-    return path
-
-
-def _with_index(meta: dict[str, Any], path: tuple[str, ...], index: int) -> dict[str, Any]:
-    """A copy of ``meta`` with ``index`` at ``path`` (the objects on the way copied)."""
-    top = dict(meta)
-    node = top
-    for key in path[:-1]:
-        node[key] = dict(node[key])
-        node = node[key]
-    node[path[-1]] = index
-    return top
+#: The positions the ``position`` column holds (a Postgres integer).
+POSITIONS = range(-2**31, 2**31)
 
 
 def encode_many(kwargs_list: Iterable[Mapping[str, Any]], dumps: Dumps = strict_dumps,
@@ -224,15 +202,15 @@ class Rows:
     jobs, and per JSON array of up to ``BULK_CHUNK`` jobs its text with, when they were
     encoded one by one, its jobs' own texts. ``pairs``: each job has its own meta (the
     array's jobs are ``[args, meta]``, or the chunk is ``{"args": [...], "meta": [...]}``),
-    else each job is its args. ``numbered``: (first index, path): each job's meta is the
-    template's with its index at that path, written by the insert (the chunk is
-    ``{"args": [...], "index": <its first job's index>, "at": [path]}``)."""
+    else each job is its args. ``first_position``: the jobs' positions in their fan-out
+    (the ``position`` column) are this and one more per job (the chunk is ``{"args": [...],
+    "index": <its first job's position>}``)."""
 
     template: JobRequest
     count: int
     chunks: list[tuple[str, list[Any] | None]]
     pairs: bool
-    numbered: tuple[int, tuple[str, ...]] | None = None
+    first_position: int | None = None
 
     def job(self, position: int, decoded: dict[int, Any]) -> tuple[str, str]:
         """Job ``position``'s (args, meta) texts. An array made by one ``strict_dumps`` call
@@ -240,8 +218,6 @@ class Rows:
         item decoded from it gives the same JSON value as the item's text inside it (the same
         text but for keys that collided in the array, of which jsonb keeps the last too)."""
         chunk, offset = divmod(position, BULK_CHUNK)
-        if self.numbered is not None:
-            return self._numbered_job(position, chunk, offset, decoded)
         text, items = self.chunks[chunk]
         if items is not None:
             item = items[offset]
@@ -249,30 +225,20 @@ class Rows:
         values = decoded.get(chunk)
         if values is None:
             values = decoded[chunk] = json.loads(text)
-        if type(values) is dict:  # {"args": [...], "meta": [...]} (_encode_split)
-            return strict_dumps(values["args"][offset]), strict_dumps(values["meta"][offset])
+        if type(values) is dict:  # {"args": [...], "meta": [...]}, or numbered
+            args = strict_dumps(values["args"][offset])
+            if self.first_position is not None:
+                return args, self.template.meta
+            return args, strict_dumps(values["meta"][offset])
         value = values[offset]
         if not self.pairs:
             return strict_dumps(value), self.template.meta
         return strict_dumps(value[0]), strict_dumps(value[1])
 
-    def _numbered_job(self, position: int, chunk: int, offset: int,
-                      decoded: dict[int, Any]) -> tuple[str, str]:
-        """``job`` of numbered rows: the meta the insert would write, built here (the
-        template's meta decoded once, kept in ``decoded`` under -1)."""
-        assert self.numbered is not None
-        first, path = self.numbered
-        text, items = self.chunks[chunk]
-        args = items[offset] if items is not None else None
-        if args is None:
-            values = decoded.get(chunk)
-            if values is None:
-                values = decoded[chunk] = json.loads(text)
-            args = strict_dumps(values["args"][offset])
-        meta = decoded.get(-1)
-        if meta is None:
-            meta = decoded[-1] = json.loads(self.template.meta)
-        return args, strict_dumps(_with_index(meta, path, first + position))
+    def position(self, index: int) -> int | None:
+        """The position of job ``index`` (of these rows) in its fan-out, if numbered."""
+        first = self.first_position
+        return None if first is None else first + index
 
 
 # One cursor kept per pooled connection: creating a cursor per enqueue (an adapters map, a
@@ -531,7 +497,7 @@ class TaskCall:
     def rows(self, kwargs_list: Iterable[Mapping[str, Any]],
              metas: Iterable[Mapping[str, Any]] | None = None, *,
              meta_texts: Iterable[str] | None = None,
-             index_at: Iterable[str] | None = None, index_start: int = 0) -> Rows:
+             first_position: int | None = None) -> Rows:
         """``requests`` for a workflow (``Workflow.add_many``): every call checked, then every
         job's args (and, with ``metas``, its own meta, in place of the options' meta) encoded
         in JSON arrays of up to ``BULK_CHUNK`` jobs, a job being its args object or, with
@@ -539,28 +505,29 @@ class TaskCall:
         job, as ``enqueue_many`` does. ``meta_texts``: instead of ``metas``, each job's meta
         as the JSON text of an object, encoded already (an integration splicing per-job ids
         into one encoded meta); spliced in unparsed, so a text that is not JSON makes the
-        insert fail, with nothing inserted. ``index_at``: instead, each job's meta is the
-        call's with the job's index (``index_start``, then one more per job) at that path
-        of keys, written by the insert (a group member's position: no meta per job to
-        encode, send or parse)."""
-        if sum(given is not None for given in (metas, meta_texts, index_at)) > 1:
-            raise ValueError("give one of metas, meta_texts and index_at")
+        insert fail, with nothing inserted. ``first_position``: each job's ``position`` (the
+        column, ``Job.position``: its index in a fan-out, a Celery group member's
+        ``group_index``) is this, then one more per job, and every job has the call's meta
+        (nothing per job to encode, send or parse but its args and a number)."""
+        if sum(given is not None for given in (metas, meta_texts, first_position)) > 1:
+            raise ValueError("give one of metas, meta_texts and first_position")
         template, items = self._checked(kwargs_list)
         app = self.task.app
         dumps, limit = app.json_dumps, app.max_args_bytes
         chunks: list[tuple[str, list[Any] | None]]
-        if index_at is not None:
-            path = _index_path(template.meta, index_at)
-            if type(index_start) is not int:
-                raise TypeError(f"index_start is an int, not {index_start!r}")
-            at = strict_dumps(list(path))
+        if first_position is not None:
+            if type(first_position) is not int:
+                raise TypeError(f"first_position is an int, not {first_position!r}")
+            if first_position < POSITIONS.start or first_position + len(items) > POSITIONS.stop:
+                raise ValueError(f"positions from {first_position} for {len(items)} jobs do "
+                                 "not fit the position column (a Postgres integer)")
             chunks = []
             for start in range(0, len(items), BULK_CHUNK):
                 args_text, each = _encode_chunk_items(items[start:start + BULK_CHUNK], dumps,
                                                       limit)
-                chunks.append((f'{{"args":{args_text},"index":{index_start + start},'
-                               f'"at":{at}}}', each))
-            return Rows(template, len(items), chunks, False, (index_start, path))
+                chunks.append((f'{{"args":{args_text},"index":{first_position + start}}}',
+                               each))
+            return Rows(template, len(items), chunks, False, first_position)
         if meta_texts is not None:
             texts = _meta_texts(meta_texts, len(items), limit)
             chunks = [_encode_split(items[start:start + BULK_CHUNK],

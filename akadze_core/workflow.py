@@ -68,6 +68,13 @@ class Node:
         return request
 
     @property
+    def position(self) -> int | None:
+        """Its position in the fan-out it was added with (``add_many``'s
+        ``first_position``; ``Job.position`` once inserted), else None."""
+        block = self._rows
+        return None if block is None else block.rows.position(self.index - block.start)
+
+    @property
     def ref(self) -> int:
         """How the insert statement names this node (``-1`` for the first)."""
         return -(self.index + 1)
@@ -201,18 +208,18 @@ class Workflow:
     def add_many(self, call: TaskCall, kwargs_list: Iterable[Mapping[str, Any]], *,
                  metas: Iterable[Mapping[str, Any]] | None = None,
                  meta_texts: Iterable[str] | None = None,
-                 index_at: Iterable[str] | None = None, index_start: int = 0) -> list[Node]:
+                 first_position: int | None = None) -> list[Node]:
         """Add one job of ``call`` per argument set (a fan-out), checked and encoded in bulk
         as ``enqueue_many`` does (``TypeError`` or ``InvalidArgs`` for the first bad one, and
         nothing is added then). ``metas``: each job's own meta, in place of the call's (an
         integration's per-job ids), encoded and checked with its args; or ``meta_texts``,
-        those metas encoded already; or ``index_at``: the call's meta with each job's index
-        in the fan-out (``index_start``, ``index_start + 1``, ...) at that path of keys,
-        e.g. ``("fanout", "index")`` (``TaskCall.rows``)."""
+        those metas encoded already; or ``first_position``: each job's index in the
+        fan-out, stored in its row (``Job.position``: ``first_position``, then one more
+        per job), the call's meta shared by all (``TaskCall.rows``)."""
         if call.options.unique_key is not None:
             raise ValueError("a workflow job cannot have a unique_key")
         return self.add_rows(call.rows(kwargs_list, metas, meta_texts=meta_texts,
-                                       index_at=index_at, index_start=index_start))
+                                       first_position=first_position))
 
     def add_rows(self, rows: Rows) -> list[Node]:
         """``add_many`` of jobs encoded already (``TaskCall.rows``; integrations such as
@@ -224,7 +231,12 @@ class Workflow:
         if not count:
             return []
         start = len(self.nodes)
-        block = _Block(rows, start, self._template(template))
+        index = self._template(template)
+        if not rows.pairs and self._template_meta[index] != template.meta:
+            # Its jobs take their template's meta: a template of their own, so that the
+            # block is still sent as its arrays are (not node by node).
+            index = self._template(template, with_meta=True)
+        block = _Block(rows, start, index)
         nodes = [Node(index, None, None, block) for index in range(start, start + count)]
         self.nodes.extend(nodes)
         self._blocks[start] = block
@@ -309,11 +321,14 @@ class Workflow:
         self._on_failure.append(None)
         return node
 
-    def _template(self, request: JobRequest) -> int:
+    def _template(self, request: JobRequest, *, with_meta: bool = False) -> int:
         """The index of the template ``request`` shares with the nodes alike (added when
-        it is the first of its kind)."""
-        key = (request.task, request.queue, request.priority, request.max_attempts,
-               request.scheduled_at, request.delay, request.expires_at)
+        it is the first of its kind); ``with_meta``: alike in their meta too."""
+        key: tuple[Any, ...] = (request.task, request.queue, request.priority,
+                                request.max_attempts, request.scheduled_at, request.delay,
+                                request.expires_at)
+        if with_meta:
+            key += (request.meta,)
         index = self._templates.get(key)
         if index is None:
             index = self._templates[key] = len(self._template_json)
@@ -368,7 +383,9 @@ class Workflow:
                 continue
             end = min((start for start in blocks if start > index), default=count)
             for index in range(index, end):  # noqa: B020  # the while loop goes on from end
-                request = nodes[index].request
+                node = nodes[index]
+                request = node.request
+                position = node.position
                 template = template_of[index]
                 if template != current or len(run) == CHUNK:
                     if run:
@@ -381,8 +398,9 @@ class Workflow:
                     and meta != template_meta[template]
                 if graph and (upstreams[index] is not None or dependents[index] is not None
                               or self._flow[index] is not None
-                              or self._on_failure[index] is not None):
-                    run.append(self._element(index, request, own_meta))
+                              or self._on_failure[index] is not None
+                              or position is not None):
+                    run.append(self._element(index, request, own_meta, position))
                 elif own_meta:
                     run.append(f"[{request.args},{meta}]")
                 else:
@@ -403,22 +421,21 @@ class Workflow:
         """How ``block``'s arrays are sent as they are: ``""`` when none of its nodes is
         waited on, the nodes waiting on them (an array literal, sent once per array) when
         every node of the block has the same (a chord's members), None when they cannot
-        be (then node by node). Its jobs must carry their own meta or their template's.
-        (A block's nodes never wait themselves nor have errbacks: add_many adds none.)"""
+        be (then node by node: only in a graph, where a node may carry its position). A
+        block's nodes never wait themselves nor have errbacks (add_many adds none), and
+        carry their own meta or their template's (add_rows gives them a template)."""
         rows = block.rows
-        meta = self._template_meta[block.template]
-        if not (rows.pairs or rows.template.meta is meta or rows.template.meta == meta):
-            return None
         dependents = self._dependents[block.start:block.start + rows.count]
         first = dependents[0]
         if dependents.count(first) != rows.count:  # one C-level pass, == per node
             return None
         return "" if first is None else _literal(first)
 
-    def _element(self, index: int, request: JobRequest, own_meta: bool) -> str:
-        """Node ``index`` as job_insert_graph takes a node that waits or is waited on:
-        [args, meta, flow, on_failure, upstreams, dependents, pending, waits_outside], its
-        trailing nulls left out."""
+    def _element(self, index: int, request: JobRequest, own_meta: bool,
+                 position: int | None = None) -> str:
+        """Node ``index`` as job_insert_graph takes a node that waits or is waited on, or
+        has a position: [args, meta, flow, on_failure, upstreams, dependents, pending,
+        waits_outside, position], its trailing nulls left out."""
         refs = self._upstreams[index]
         downs = self._dependents[index]
         flow = self._flow[index]
@@ -428,8 +445,10 @@ class Workflow:
                  "null" if downs is None else f'"{_literal(downs)}"']
         pending = self._pending[index]
         outside = refs is not None and max(refs) > 0
-        if pending or outside:
+        if pending or outside or position is not None:
             parts += [str(pending), "true" if outside else "false"]
+            if position is not None:
+                parts.append(str(position))
         else:
             while parts[-1] == "null":
                 parts.pop()

@@ -48,8 +48,6 @@ ERRBACK = "errback"
 _PLAIN = (str, int, float, bool)
 #: ``meta["celery"]`` key of a node given its upstreams' results: ``"one"`` or ``"list"``.
 PASS = "pass"
-#: Where a group member's index is in its meta (``Workflow.add_many``'s ``index_at``).
-_GROUP_INDEX = ("celery", "group_index")
 #: Options that only shape the canvas (or Celery's messages), never a node's row.
 _CANVAS_OPTIONS = ("link", "link_error", "group_id", "group_index", "chord", "chain",
                    "reply_to", "add_to_parent", "producer", "publisher", "router",
@@ -371,16 +369,17 @@ class MemberAdder:
                         for member in members]
         # A member gets no task id of its own: it is known by the id derived from its job
         # id (akadze_core.task_ids; no bytes nor index entry per member), learnt once
-        # inserted, and its meta is the group's with its index, written by the insert
-        # (index_at: nothing per member to encode or parse). Only the last one gets a uuid
-        # now, its meta spliced as _one splices it: a node after the group (a chord's
-        # body) is sent with it.
+        # inserted; its meta is the group's, one for all, and its group index its job's
+        # position (first_position: nothing per member to encode, send or parse but its
+        # args; the worker reads request.group_index from Job.position). Only the last one
+        # gets a uuid now, its meta spliced as _one splices it (its group index in it): a
+        # node after the group (a chord's body) is sent with it.
         last = uuid()
         builder = self.builder
         workflow = builder.workflow
         try:
-            nodes = workflow.add_many(row.numbered, payloads[:-1], index_at=_GROUP_INDEX,
-                                      index_start=start) if len(members) > 1 else []
+            nodes = workflow.add_many(row.numbered, payloads[:-1], first_position=start) \
+                if len(members) > 1 else []
             nodes += workflow.add_many(
                 message.call, payloads[-1:],
                 meta_texts=[f'{row.head}{start + len(members) - 1}{row.tail}"{last}"}}'])
@@ -430,7 +429,7 @@ class MemberAdder:
                 or dumps({"celery": sample["celery"]}) != f'{head}7}}}}':
             return None
         root_id = celery_meta.get("root_id")
-        # The call of members in bulk: the meta of each but its group index (index_at).
+        # The call of members in bulk: the meta of each but its group index (its position).
         numbered = message.call.configure(meta={"celery": celery_meta})
         return _Row(message, base, head, tail, task_type, _ignored(message, task_type),
                     immutable, None if root_id is None else str(root_id),
@@ -444,7 +443,7 @@ class _Row:
     id, the task, whether results are ignored, whether the members are immutable, their
     root id when sent with one, whether the app's dumps is the one ``Workflow.add_many``
     encodes in bulk with, and the call members are added in bulk with (its meta theirs but
-    the group index)."""
+    the group index, which is their jobs' position)."""
 
     message: Message
     base: JobRequest

@@ -142,7 +142,10 @@ def build_request(task: Task, job: Job, meta: dict[str, Any], args: list[Any],
         "origin": None, "_akadze_meta": meta, "time_limit": hard, "soft_time_limit": soft,
     }
     if "group_id" in meta:  # a group's member (a canvas node): Celery's request.group
-        fields["group"], fields["group_index"] = meta["group_id"], meta.get("group_index")
+        # Its index is in its meta, or (members sent in bulk) its job's position.
+        index = meta.get("group_index")
+        fields["group"] = meta["group_id"]
+        fields["group_index"] = job.position if index is None else index
     return Context.from_attributes({**custom_headers, **fields} if custom_headers else fields)
 
 

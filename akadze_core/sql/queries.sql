@@ -77,31 +77,30 @@ FROM inserted;
 -- meta_texts: the metas spliced by the client, the args encoded in one call). One jsonb
 -- parse per chunk and no text[] element per job and column: the former one-array-per-
 -- column form ran at half the rate of enqueue_many, most of it in psycopg's array dumping
--- and per-job casts. A chunk {"args": [...], "index": i, "at": [keys]} (TaskCall.rows'
--- index_at: a group's members) gives its jobs the template's meta with i, i + 1, ... at
--- that path: a member's meta is not sent nor parsed per job (a fifth of the statement).
+-- and per-job casts. A chunk {"args": [...], "index": i} (TaskCall.rows' first_position:
+-- a group's members) gives its jobs the positions i, i + 1, ... and its template's meta:
+-- nothing per job but its args and a number (a meta built per job was an eighth of the
+-- statement).
 WITH inserted AS (
     INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts,
-                             expires_at, meta)
+                             expires_at, meta, position)
     SELECT x.task, x.queue, CASE WHEN jsonb_typeof(x.e) = 'array' THEN x.e -> 0 ELSE x.e END,
            x.priority, coalesce(x.at, now() + coalesce(x.delay, 0) * interval '1 second'),
            x.max_attempts, x.expires_at,
-           CASE WHEN x.n IS NOT NULL THEN jsonb_set(x.meta, x.path, to_jsonb(x.n))
-                ELSE coalesce(nullif(x.m, 'null'), nullif(x.e -> 1, 'null'), x.meta) END
+           coalesce(nullif(x.m, 'null'), nullif(x.e -> 1, 'null'), x.meta), x.n
     -- Each chunk parsed once and its template read by position (a lateral call per chunk,
     -- not a join that may reorder the chunks); then its jobs, in order, from set-returning
     -- functions in the select list (a ProjectSet): the insert draws the ids in input order
     -- with no sort of the rows. An array of jobs, or the args and metas of a {"args",
-    -- "meta"} chunk side by side, or the args and indexes of a numbered chunk (functions
+    -- "meta"} chunk side by side, or the args and positions of a numbered chunk (functions
     -- in one select list run in step; one given NULL gives no rows: m or n NULL).
-    FROM (SELECT t.*, c.path,
+    FROM (SELECT t.*,
                  jsonb_array_elements(CASE WHEN jsonb_typeof(c.j) = 'object'
                                            THEN c.j -> 'args' ELSE c.j END) AS e,
                  jsonb_array_elements(c.j -> 'meta') AS m,
                  generate_series(c.first, c.first + jsonb_array_length(c.j -> 'args') - 1)
                      AS n
-          FROM (SELECT p.j, p.k, (p.j ->> 'index')::int AS first,
-                       ARRAY(SELECT jsonb_array_elements_text(p.j -> 'at')) AS path
+          FROM (SELECT p.j, p.k, (p.j ->> 'index')::int AS first
                 FROM (SELECT u.array_text::jsonb AS j, u.k
                       FROM unnest(%(nodes)b::text[], %(chunk_template)b::int[])
                           AS u(array_text, k)
@@ -122,9 +121,9 @@ FROM inserted;
 -- Insert a workflow's jobs in one statement (Workflow.enqueue); returns their ids in input
 -- order. Sent like job_insert_rows (templates, JSON arrays of jobs), a job that waits or is
 -- waited on being [args, meta, flow, on_failure, upstreams, dependents, pending,
--- waits_outside] (JSON null, or the array cut short, for what it has not), or a chunk
--- {"args": [...], "downs": "{...}"} (or a numbered or {"args", "meta"} chunk with "downs")
--- of jobs that wait on nothing and share their dependents. The client
+-- waits_outside, position] (JSON null, or the array cut short, for what it has not), or
+-- a chunk {"args": [...], "downs": "{...}"} (or a numbered or {"args", "meta"} chunk with
+-- "downs") of jobs that wait on nothing and share their dependents. The client
 -- worked out the graph: per node, the upstreams as an array literal (-k names node k of
 -- this insert, a positive number a job inserted before), the nodes waiting on it
 -- (1-based), and how many of its upstreams are in this insert. The ids are drawn first
@@ -142,16 +141,15 @@ WITH template AS MATERIALIZED (
                              meta, k)
 ),
 node AS MATERIALIZED (
-    SELECT c.k, c.chunk, a.ord, a.e, a.m, q.first + a.ord - 1 AS n, q.path, q.downs,
+    SELECT c.k, c.chunk, a.ord, a.e, a.m, q.first + a.ord - 1 AS n, q.downs,
            nextval((SELECT pg_get_serial_sequence('akadze.jobs', 'id'))) AS id
     FROM unnest(%(nodes)b::text[], %(chunk_template)b::int[])
         WITH ORDINALITY AS c(array_text, k, chunk)
     CROSS JOIN LATERAL (SELECT c.array_text::jsonb AS j OFFSET 0) AS p  -- as job_insert_rows
-    -- A numbered chunk's first index and path (job_insert_rows), and the dependents every
-    -- job of a chunk has (its "downs": a chord's members, sent as their arrays are, not as
-    -- an array per job), once per chunk.
+    -- A numbered chunk's first position (job_insert_rows), and the dependents every job
+    -- of a chunk has (its "downs": a chord's members, sent as their arrays are, not as an
+    -- array per job), once per chunk.
     CROSS JOIN LATERAL (SELECT (p.j ->> 'index')::int AS first,
-                               ARRAY(SELECT jsonb_array_elements_text(p.j -> 'at')) AS path,
                                (p.j ->> 'downs')::int[] AS downs
                         OFFSET 0) AS q
     CROSS JOIN LATERAL ROWS FROM (
@@ -174,12 +172,13 @@ refused AS (
     FROM unnest(%(external)s::bigint[]) AS e(id) LEFT JOIN existing AS x ON x.id = e.id
     WHERE x.id IS NULL OR x.state IN ('failed', 'cancelled')
 ),
--- A job's fields: JSON null and an absent position alike are SQL NULL (on an args object,
--- a job of nothing but its args, every position is absent).
+-- A job's fields: JSON null and an absent element alike are SQL NULL (on an args object,
+-- a job of nothing but its args, every element is absent).
 fields AS (
     SELECT n.id, n.k,
            CASE WHEN jsonb_typeof(n.e) = 'array' THEN n.e -> 0 ELSE n.e END AS args,
-           coalesce(nullif(n.m, 'null'), nullif(n.e -> 1, 'null')) AS meta, n.n, n.path,
+           coalesce(nullif(n.m, 'null'), nullif(n.e -> 1, 'null')) AS meta,
+           coalesce(n.n, (n.e ->> 8)::int) AS position,
            nullif(n.e -> 2, 'null') AS flow,
            nullif(n.e -> 3, 'null') AS on_failure, (n.e ->> 4)::bigint[] AS ups,
            coalesce((n.e ->> 5)::int[], n.downs) AS downs,
@@ -207,13 +206,12 @@ shaped AS (
 inserted AS (
     INSERT INTO akadze.jobs (id, task, queue, args, priority, scheduled_at, max_attempts,
                              expires_at, meta, state, upstreams, waiting_for, dependents,
-                             flow, on_failure, upstream_results)
+                             flow, on_failure, upstream_results, position)
     OVERRIDING SYSTEM VALUE
     SELECT n.id, t.task, t.queue, n.args, t.priority,
            coalesce(t.at, now() + coalesce(t.delay, 0) * interval '1 second'),
            t.max_attempts, t.expires_at,
-           CASE WHEN n.n IS NOT NULL THEN jsonb_set(t.meta, n.path, to_jsonb(n.n))
-                ELSE coalesce(n.meta, t.meta) END,
+           coalesce(n.meta, t.meta),
            CASE WHEN n.waiting > 0 THEN 'waiting' ELSE 'queued' END,
            n.upstream_ids, CASE WHEN n.ups IS NOT NULL THEN n.waiting END, n.dependent_ids,
            n.flow, n.on_failure,
@@ -226,7 +224,8 @@ inserted AS (
                                      FROM unnest(n.upstream_ids) WITH ORDINALITY AS u(id, k)
                                      JOIN existing AS x ON x.id = u.id)
                END
-           END
+           END,
+           n.position
     FROM shaped AS n JOIN template AS t ON t.k = n.k
     RETURNING id, state, queue, priority, scheduled_at, scheduled_at <= now() AS due
 ),
@@ -320,7 +319,7 @@ settled AS (
 SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
        max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
        cancel_requested, (errors -> -1)::text AS last_error, upstreams,
-       upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg,
+       upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg, position,
        -- Its outcome is flushed without waiting for company when it may release a job
        -- that waits on it: a chain's next step, a fan-in's body with few upstreams left
        -- (no more than this claim takes). Every other member of a fan-in gathers like a
@@ -399,7 +398,7 @@ settled AS (
 SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
        max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
        cancel_requested, (errors -> -1)::text AS last_error, upstreams,
-       upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg,
+       upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg, position,
        -- Its outcome is flushed without waiting for company when it may release a job
        -- that waits on it: a chain's next step, a fan-in's body with few upstreams left
        -- (no more than this claim takes). Every other member of a fan-in gathers like a
@@ -675,7 +674,7 @@ DELETE FROM akadze.jobs AS j USING doomed WHERE j.id = doomed.id;
 SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
        errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
        created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
-       upstream_results
+       upstream_results, position
 FROM akadze.jobs WHERE id = %(id)s;
 
 -- name: job_get_many
@@ -683,14 +682,14 @@ FROM akadze.jobs WHERE id = %(id)s;
 SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
        errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
        created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
-       upstream_results
+       upstream_results, position
 FROM akadze.jobs WHERE id = ANY(%(ids)s::bigint[]);
 
 -- name: job_list
 SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
        errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
        created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
-       upstream_results
+       upstream_results, position
 FROM akadze.jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -814,7 +813,7 @@ RETURNING j.id, (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM tar
 SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
        errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
        created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
-       upstream_results
+       upstream_results, position
 FROM akadze.jobs WHERE id = coalesce((
     WITH matches AS MATERIALIZED (
         SELECT id FROM akadze.jobs WHERE meta ? 'task_id' AND meta->>'task_id' = %(task_id)s)
@@ -845,7 +844,7 @@ ORDER BY id;
 SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
        errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
        created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
-       upstream_results
+       upstream_results, position
 FROM akadze.jobs
 WHERE state = 'queued' AND scheduled_at > now()
 ORDER BY scheduled_at, id
@@ -1093,7 +1092,7 @@ WHERE p.request_id IN (SELECT id FROM requests)
 SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
        errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
        created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
-       upstream_results
+       upstream_results, position
 FROM akadze.jobs AS j
 WHERE j.state = 'queued' AND j.scheduled_at > now() AND j.queue = ANY (%(queues)s::text[])
   AND NOT EXISTS (SELECT 1 FROM akadze.workers AS w

@@ -458,7 +458,9 @@ async def test_task_id_names_the_tail_and_options_go_to_the_first_step(
     assert body.id == "body-1"
     await work(celery, ready(body, grouped), queues=("first", "celery"))
     assert celery.AsyncResult("the-end").get(timeout=5) == 4
-    rows = db.execute("SELECT args, meta->'celery'->'group_index' FROM akadze.jobs "
+    # A member's group index: in its meta, or (sent in bulk) its job's position.
+    rows = db.execute("SELECT args, coalesce(meta->'celery'->'group_index', "
+                      "to_jsonb(position)) FROM akadze.jobs "
                       "WHERE meta->'celery'->>'group_id' = 'g-1' ORDER BY id").fetchall()
     assert rows == [({"args": [1, 1], "kwargs": {}}, 0), ({"args": [2, 2], "kwargs": {}}, 1)]
 
@@ -547,6 +549,16 @@ async def test_plain_members_are_known_by_ids_derived_from_their_jobs(
     assert TaskIds("0" * 32).derive(grouped.results[0].job_id) != ids[0]
 
 
+def seen_meta(node: Any) -> dict[str, Any]:
+    """A node's meta as the worker reads it: a member sent in bulk has its group index as
+    its job's position, not in its meta."""
+    meta = json.loads(node.request.meta)
+    if node.position is not None:
+        assert "group_index" not in meta["celery"]
+        meta["celery"]["group_index"] = node.position
+    return dict(meta)
+
+
 def fast_group_id(builder: Any) -> str:
     """The group id of the first node of ``builder``'s workflow."""
     return str(json.loads(builder.workflow.nodes[0].request.meta)["celery"]["group_id"])
@@ -598,7 +610,7 @@ def test_plain_members_added_at_once_equal_rows_built_in_full(
     derived = 0
     for number, (mine, theirs) in enumerate(zip(fast_nodes, full_nodes, strict=True)):
         (node, result), (other, other_result) = mine, theirs
-        meta = json.loads(node.request.meta)
+        meta = seen_meta(node)
         expected = json.loads(other.request.meta)
         if "task_id" in meta:
             assert result.id == meta["task_id"]
@@ -619,7 +631,8 @@ def test_plain_members_added_at_once_equal_rows_built_in_full(
             expected["celery"]["parent_id"] = expected["celery"]["root_id"] = last
         assert meta == expected, number
         # The spliced text is what dumps() gives for it (jsonb orders the keys anyway).
-        assert node.request.meta == celery.core.json_dumps(meta), number
+        assert node.request.meta == celery.core.json_dumps(json.loads(node.request.meta)), \
+            number
         assert node.request == dataclasses.replace(other.request, meta=node.request.meta)
         assert result.ignored == other_result.ignored and result.task_name == \
             other_result.task_name
@@ -631,8 +644,7 @@ def test_plain_members_added_at_once_equal_rows_built_in_full(
     # Members waiting on nothing store no task id but the last of each run of one row
     # (the add, mul, add.si and 150 add members: four runs); after a step, all do.
     assert derived == (0 if shape == "after a step" else 150)
-    member_meta = json.loads(fast.workflow.nodes[-1 if shape != "chord" else -2]
-                             .request.meta)["celery"]
+    member_meta = seen_meta(fast.workflow.nodes[-1 if shape != "chord" else -2])["celery"]
     assert member_meta["group_index"] == 153
     assert member_meta["group_id"] == ("g-1" if shape != "chord" else fast_group_id(fast))
     assert json.loads(fast.workflow.nodes[2].request.args if shape != "after a step"
@@ -692,7 +704,7 @@ def test_a_group_of_alike_members_is_told_at_once_and_equals_rows_built_in_full(
     assert len(fast.workflow.nodes) == len(full.workflow.nodes) == 230
     for number, (node, other_node) in enumerate(zip(fast.workflow.nodes,
                                                     full.workflow.nodes, strict=True)):
-        meta, expected = json.loads(node.request.meta), json.loads(other_node.request.meta)
+        meta, expected = seen_meta(node), json.loads(other_node.request.meta)
         meta.pop("task_id", None)
         expected.pop("task_id")
         assert meta == expected and meta["celery"]["group_index"] == number
@@ -708,8 +720,10 @@ def test_a_group_of_alike_members_is_told_at_once_and_equals_rows_built_in_full(
 
 def test_a_big_groups_members_store_the_meta_built_in_full(celery: Celery,
                                                            db: psycopg.Connection) -> None:
-    """The members of a group sent in bulk get their group index from the insert
-    (index_at): each stored meta must be the one built for that member alone."""
+    """The members of a group sent in bulk get their group index as their job's position
+    (first_position), written by the insert, and share the group's meta: each stored meta
+    with that index must be the one built for that member alone, and the last member of
+    each run, sent with its own meta, has it in its meta."""
     from akadze_compat.app.flow import Builder
 
     t = tasks(celery)
@@ -721,15 +735,19 @@ def test_a_big_groups_members_store_the_meta_built_in_full(celery: Celery,
     frozen.to_flow(builder, after=[], many=False, failure="cancel")
     built = [json.loads(node.request.meta) for node in builder.workflow.nodes]
     canvas.apply_async(task_id="g-big")
-    stored = [row[0] for row in db.execute("SELECT meta FROM akadze.jobs ORDER BY id")]
+    rows = db.execute("SELECT meta, position FROM akadze.jobs ORDER BY id").fetchall()
+    stored = [meta for meta, _ in rows]
     assert len(stored) == len(built) == 371
-    for index, (mine, full) in enumerate(zip(stored, built, strict=True)):
+    for index, ((mine, position), full) in enumerate(zip(rows, built, strict=True)):
         # Only the last member of each run of one task has a task id of its own (a uuid
-        # drawn at send: not the frozen one).
+        # drawn at send: not the frozen one), and its group index in its meta.
         if "task_id" in mine:
             full["task_id"] = mine["task_id"]
+            assert position is None
         else:
             del full["task_id"]
+            assert "group_index" not in mine["celery"]
+            mine["celery"]["group_index"] = position
         assert mine == full, index
         assert mine["celery"]["group_index"] == index
     assert [i for i, meta in enumerate(stored) if "task_id" in meta] == [249, 250, 370]

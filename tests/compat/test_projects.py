@@ -230,10 +230,12 @@ def test_prefork_runs_tasks_in_two_processes(projects: dict[str, Any], module_da
     after = [whoami.apply_async(queue="cpu") for _ in range(4)]
     assert victim not in {result.get(timeout=30)["pid"] for result in after}
     # A group's plain members, known by ids derived from their job ids: the children
-    # (handed the database's key with each job) run them under those ids.
+    # (handed the database's key with each job) run them under those ids, and with their
+    # group index (their job's position, but the last one's, in its meta).
     grouped = group(whoami.s() for _ in range(4)).apply_async(queue="cpu")
-    assert [result.get(timeout=30)["id"] for result in grouped.results] == \
-        [result.id for result in grouped.results]
+    replies = [result.get(timeout=30) for result in grouped.results]
+    assert [reply["id"] for reply in replies] == [result.id for result in grouped.results]
+    assert [reply["group_index"] for reply in replies] == [0, 1, 2, 3]
     worker.terminate(signal.SIGTERM)
     assert worker.wait_exit() == 0, worker.log()
     log = worker.log()

@@ -10,7 +10,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from akadze_core import App, Fail, InvalidArgs, OnFailure, UpstreamFailed, request_cancel_sync
+from akadze_core import (
+    App,
+    Fail,
+    InvalidArgs,
+    OnFailure,
+    UpstreamFailed,
+    current,
+    request_cancel_sync,
+)
 from akadze_core.serialization import strict_dumps
 from tests.helpers import job
 from tests.integration.outcome_helpers import run_until
@@ -367,19 +375,20 @@ def test_add_many_gives_each_node_the_row_add_would(
                                meta_texts=[strict_dumps(meta) for meta in spliced[:50]]))
     twins.extend(twin.add(plain.configure(meta=meta), x=i) for i, meta in enumerate(spliced[:50]))
     earlier = list(nodes)
-    # Numbered (index_at): the call's meta with each job's index, written by the insert;
-    # one block of them waited on (graph: node by node), one not (sent as it is).
-    # (A template of their own: one another meta made first sends them node by node.)
+    # Numbered (first_position): the call's meta, and each job's position in the fan-out,
+    # written by the insert; one block of them waited on in part (graph: node by node,
+    # each with its position), one not (sent as it is). Their call shares another's
+    # options but not its meta: a template of their own, sent as it is all the same.
     fan = {"fan": {"group": "g1"}, "k": [1, "é"]}
-    numbered = tasks["add"].configure(meta=fan, priority=3)
+    numbered = tasks["add"].configure(meta=fan)
+    positions: list[int | None] = [None] * len(nodes)
 
     def numbered_block(start: int, count: int) -> list[Any]:
         added = flow.add_many(numbered, [{"x": i} for i in range(count)],
-                              index_at=("fan", "index"), index_start=start)
+                              first_position=start)
         nodes.extend(added)
-        twins.extend(twin.add(tasks["add"].configure(priority=3, meta={
-            "fan": {"group": "g1", "index": start + i}, "k": [1, "é"]}), x=i)
-            for i in range(count))
+        twins.extend(twin.add(numbered, x=i) for i in range(count))
+        positions.extend(range(start, start + count))
         return added
 
     counted = numbered_block(7, 230)
@@ -393,6 +402,7 @@ def test_add_many_gives_each_node_the_row_add_would(
     assert sum(chunk.startswith('{"args":') and '"index":' in chunk[-40:]
                for chunk in params["nodes"]) == (1 if body else 4)
     assert [node.request for node in nodes] == [node.request for node in twins]
+    assert [node.position for node in nodes] == positions
     flow.enqueue()
     twin.enqueue()
     columns = "task, queue, args, priority, max_attempts, meta, expires_at, state"
@@ -400,10 +410,13 @@ def test_add_many_gives_each_node_the_row_add_would(
         mine, theirs = (db.execute(f"SELECT {columns} FROM akadze.jobs WHERE id = %s",
                                    (job_id,)).fetchone() for job_id in (node.id, alone.id))
         assert mine == theirs and mine is not None, node.index
+    stored = dict(db.execute("SELECT id, position FROM akadze.jobs WHERE id = ANY(%s)",
+                             ([node.id for node in nodes],)).fetchall())
+    assert [stored[node.id] for node in nodes] == positions
     assert json_meta(db, own[3].id) == metas[3]
     assert json_meta(db, texts[141].id) == spliced[141]
-    assert json_meta(db, counted[150].id) == {"fan": {"group": "g1", "index": 157},
-                                              "k": [1, "é"]}
+    assert json_meta(db, counted[150].id) == fan
+    assert app.get_job(counted[150].id).position == 157  # type: ignore[union-attr]
 
 
 async def test_blocks_waited_on_whole_are_sent_as_arrays_with_their_dependents(
@@ -420,10 +433,8 @@ async def test_blocks_waited_on_whole_are_sent_as_arrays_with_their_dependents(
                           metas=[{"task_id": f"p{i}"} for i in range(3)])
     texts = flow.add_many(add, [{"x": i} for i in range(120)],
                           meta_texts=[strict_dumps({"task_id": f"t{i}"}) for i in range(120)])
-    # (A template of its own: one made first with another meta sends them node by node.)
-    numbered = flow.add_many(add.configure(meta={"fan": {"g": 1}}, priority=3),
-                             [{"x": i} for i in range(101)], index_at=("fan", "i"),
-                             index_start=5)
+    numbered = flow.add_many(add.configure(meta={"fan": {"g": 1}}),
+                             [{"x": i} for i in range(101)], first_position=5)
     partly = flow.add_many(add, [{"x": i} for i in range(4)])
     members = plain + pairs + texts + numbered
     body = flow.add(tasks["total"], after=members + partly[:2], result_arg="values")
@@ -444,7 +455,8 @@ async def test_blocks_waited_on_whole_are_sent_as_arrays_with_their_dependents(
         mine, theirs = (db.execute(f"SELECT {columns} FROM akadze.jobs WHERE id = %s",
                                    (job_id,)).fetchone() for job_id in (node.id, other.id))
         assert mine == theirs and mine is not None, node.index
-    assert json_meta(db, numbered[100].id) == {"fan": {"g": 1, "i": 105}}
+    assert json_meta(db, numbered[100].id) == {"fan": {"g": 1}}
+    assert [job(db, node.id)["position"] for node in numbered[::100]] == [5, 105]
     assert [job(db, node.id)["dependents"] for node in (plain[0], plain[149])] \
         == [[body.id, second.id]] * 2
     assert {tuple(job(db, node.id)["dependents"]) for node in pairs + texts + numbered} \
@@ -458,6 +470,27 @@ async def test_blocks_waited_on_whole_are_sent_as_arrays_with_their_dependents(
     assert [args for name, args in tasks["calls"] if name == "total" and len(args) > 150] \
         == [values]
     assert job(db, second.id)["result"] == sum(range(150)) + 1
+
+
+async def test_a_fan_outs_jobs_run_knowing_their_position(app: App,
+                                                         db: psycopg.Connection) -> None:
+    # first_position: each job's index in its fan-out, in its row (not its meta), which
+    # the claim hands to the body as current().job.position; other jobs have none.
+    seen: dict[int, int | None] = {}
+
+    @app.task("wf.where")
+    async def where(x: int) -> None:
+        seen[x] = current().job.position
+
+    flow = app.workflow()
+    flow.add_many(where, [{"x": i} for i in range(150)], first_position=10)
+    flow.add(where, x=-1)
+    waiting = flow.add_many(where, [{"x": 1000 + i} for i in range(3)], first_position=0)
+    flow.add(where, after=waiting, x=-2)
+    flow.enqueue()
+    await run_until(app, lambda: len(seen) == 155, slots=10)
+    assert seen == {**{i: 10 + i for i in range(150)}, -1: None,
+                    **{1000 + i: i for i in range(3)}, -2: None}
 
 
 def json_meta(db: psycopg.Connection, job_id: int | None) -> Any:
@@ -487,12 +520,13 @@ def test_add_many_refuses_a_bad_job_and_adds_nothing(app: App, tasks: dict[str, 
     with pytest.raises(ValueError, match="give one of"):
         flow.add_many(tasks["add"], [{"x": 1}], metas=[{}], meta_texts=["{}"])
     with pytest.raises(ValueError, match="give one of"):
-        flow.add_many(tasks["add"], [{"x": 1}], metas=[{}], index_at=["a"])
-    with pytest.raises(TypeError, match="non-empty sequence of str keys"):
-        flow.add_many(tasks["add"], [{"x": 1}], index_at=())
-    with pytest.raises(ValueError, match=r"no object at \['fan'\]"):
-        flow.add_many(tasks["add"].configure(meta={"fan": 1}), [{"x": 1}],
-                      index_at=["fan", "index"])
+        flow.add_many(tasks["add"], [{"x": 1}], metas=[{}], first_position=0)
+    with pytest.raises(TypeError, match="first_position is an int"):
+        flow.add_many(tasks["add"], [{"x": 1}], first_position=True)
+    with pytest.raises(ValueError, match="do not fit the position column"):
+        flow.add_many(tasks["add"], [{"x": 1}, {"x": 2}], first_position=2**31 - 1)
+    with pytest.raises(ValueError, match="do not fit the position column"):
+        flow.add_many(tasks["add"], [{"x": 1}], first_position=-2**31 - 1)
     with pytest.raises(ValueError, match="unique_key"):
         flow.add_many(tasks["add"].configure(unique_key="k"), [{"x": 1}])
     assert len(flow) == 1 and flow.params()["nodes"] == ['[{"x":0}]']

@@ -29,8 +29,9 @@ def remind(message):
 def whoami(seconds=0.0):
     """CPU-bound work stands here: which process ran it?"""
     time.sleep(seconds)
-    return {"pid": os.getpid(), "hostname": current_task.request.hostname,
-            "id": current_task.request.id}
+    request = current_task.request
+    return {"pid": os.getpid(), "hostname": request.hostname, "id": request.id,
+            "group_index": request.group_index}
 
 
 @app.task
