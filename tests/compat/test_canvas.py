@@ -571,15 +571,11 @@ def _results_by_node(builder: Any) -> list[tuple[Any, Any]]:
     return [(node, found[id(node)]) for node in builder.workflow.nodes]
 
 
-@pytest.mark.parametrize("shape", ["group", "chord", "after a step"])
-def test_plain_members_added_at_once_equal_rows_built_in_full(
-        celery: Celery, shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A group's plain members (``task.s(...)``, no options of their own) skip the copy
-    and the meta encoding per member (flow.MemberAdder): each row, its result and how it
-    waits must be what the full way (a clone, freeze and row per member) gives."""
-    from akadze_compat.app.flow import Builder, MemberAdder
+def counted_takes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each member ``MemberAdder.take`` was asked about was taken, in order."""
+    from akadze_compat.app.flow import MemberAdder
 
-    taken: list[int] = []
+    taken: list[bool] = []
     call = MemberAdder.take
 
     def counted(self: MemberAdder, member: Any) -> Any:
@@ -588,6 +584,18 @@ def test_plain_members_added_at_once_equal_rows_built_in_full(
         return added
 
     monkeypatch.setattr(MemberAdder, "take", counted)
+    return taken
+
+
+@pytest.mark.parametrize("shape", ["group", "chord", "after a step"])
+def test_plain_members_added_at_once_equal_rows_built_in_full(
+        celery: Celery, shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group's plain members (``task.s(...)``, no options of their own) skip the copy
+    and the meta encoding per member (flow.MemberAdder): each row, its result and how it
+    waits must be what the full way (a clone, freeze and row per member) gives."""
+    from akadze_compat.app.flow import Builder
+
+    taken = counted_takes(monkeypatch)
     t = tasks(celery)
     celery.conf.task_routes = {"t.add": {"queue": "adds", "priority": 3}}
     members = [t["add"].s(1), t["mul"].s(2), t["add"].si(2, 2), t["add"].s(3)]
@@ -662,17 +670,9 @@ def test_a_group_of_alike_members_is_told_at_once_and_equals_rows_built_in_full(
     only) and their args encoded as they are when no partial args change them; a member
     that differs sends the group member by member. Each row must be the one the full way
     (a clone, freeze and row per member) gives."""
-    from akadze_compat.app.flow import Builder, MemberAdder
+    from akadze_compat.app.flow import Builder
 
-    taken: list[bool] = []
-    call = MemberAdder.take
-
-    def counted(self: MemberAdder, member: Any) -> Any:
-        added = call(self, member)
-        taken.append(added is not None)
-        return added
-
-    monkeypatch.setattr(MemberAdder, "take", counted)
+    taken = counted_takes(monkeypatch)
     t = tasks(celery)
     if members == "immutable":
         sigs = [t["add"].si(i, 1) for i in range(230)]
