@@ -127,6 +127,11 @@ def test_start_worker_runs_tasks_defined_before_and_after_it_started(
         assert negate.delay(5).get(timeout=10) == -5
         assert worker.hostname in {row[0] for row in db.execute(
             "SELECT name FROM akadze.workers").fetchall()}
+        # It answers inspect as a worker started by the command does (Celery's test
+        # Manager waits for active() to be empty after each of its integration tests).
+        inspect = app.control.inspect(timeout=5)
+        assert inspect.active() == {worker.hostname: []}
+        assert inspect.ping() == {worker.hostname: {"ok": "pong"}}
     assert db.execute("SELECT count(*) FROM akadze.workers").fetchone() == (0,)
     assert db.execute("SELECT count(*) FROM akadze.jobs WHERE state <> 'succeeded'"
                       ).fetchone() == (0,)

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from akadze_compat import Celery, signals
+from akadze_compat.worker import control
 from akadze_core import Worker
 
 # Registers celery.ping, the task of the start-up check.
@@ -218,6 +219,9 @@ def _make_controller(app: Celery, concurrency: int, pool: str, loglevel: str | i
                     # One line per finished task is noise in a test's captured log.
                     outcome_log_level=logging.DEBUG, **core_options)
     controller = TestWorkController(app, worker, hostname, pool, bodies, loglevel, logfile)
+    # app.control / inspect answered as by ``akadze-compat worker``: Celery's test Manager
+    # (t/integration) waits for inspect().active() to come back empty after each test.
+    control.install(worker, app, hostname, controller)
     signals.worker_init.send(sender=controller)
     if pool == "solo":
         signals.worker_process_init.send(sender=hostname)
