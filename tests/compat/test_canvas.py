@@ -223,6 +223,18 @@ async def test_a_group_with_a_failure_raises_it_in_order(celery: Celery) -> None
     assert values[0] == 2 and isinstance(values[1], Boom) and values[2] == 4
 
 
+async def test_the_chain_class_celery_canvas_exports_builds_a_chain(celery: Celery) -> None:
+    # celery.canvas._chain, built directly (as Celery's own t/integration does), led by a
+    # group: the group's results go to the next step as a chord's.
+    from akadze_compat.canvas import _chain
+
+    t = tasks(celery)
+    result = _chain(group(t["add"].si(1, 1), t["add"].si(2, 2)), t["tsum"].s(),
+                    t["add"].s(10)).delay()
+    await work(celery, ready(result))
+    assert result.get(timeout=5) == 16
+
+
 async def test_a_group_of_chains(celery: Celery) -> None:
     t = tasks(celery)
     result = group(t["add"].s(i, i) | t["mul"].s(10) for i in range(3))()
