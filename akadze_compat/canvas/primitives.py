@@ -307,7 +307,9 @@ def _flatten_members(tasks: Iterable[Any], app: Any, copy: bool = True) -> list[
             task = task.clone()
         if isinstance(task, group):
             pending.extendleft(reversed([maybe_signature(t, app=app) for t in task.tasks]))
-        else:
+        elif not (isinstance(task, _chain) and not task.tasks):
+            # An empty chain sends nothing and has no result: dropped, as Celery 5.7 drops
+            # it (celery#9772; a header of nothing else runs the body at once with []).
             members.append(task)
     return members
 

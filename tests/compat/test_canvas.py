@@ -235,6 +235,23 @@ async def test_the_chain_class_celery_canvas_exports_builds_a_chain(celery: Cele
     assert result.get(timeout=5) == 16
 
 
+async def test_empty_chains_in_a_group_or_chord_header_are_dropped(celery: Celery) -> None:
+    # As Celery 5.7 (celery#9772, in its t/integration): an empty chain sends nothing and
+    # has no result; a header of nothing else runs the body at once with [].
+    t = tasks(celery)
+
+    def empty() -> Any:  # an empty chain's app is the current one, as in Celery: not this
+        return chain(app=celery)
+
+    grouped = group(empty(), t["add"].s(1, 2), empty(), t["add"].s(3, 4)).apply_async()
+    alone = chord([empty()], body=t["tsum"].s())()
+    mixed = chord([empty(), t["add"].s(1, 1), empty(), t["add"].s(2, 2)], body=t["tsum"].s())()
+    assert len(grouped.results) == 2 and len(mixed.parent.results) == 2
+    await work(celery, ready(grouped, alone, mixed))
+    assert grouped.get(timeout=5) == [3, 7]
+    assert (alone.get(timeout=5), mixed.get(timeout=5)) == (0, 6)
+
+
 async def test_a_group_of_chains(celery: Celery) -> None:
     t = tasks(celery)
     result = group(t["add"].s(i, i) | t["mul"].s(10) for i in range(3))()
