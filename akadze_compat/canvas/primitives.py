@@ -20,7 +20,15 @@ from typing import Any
 from ..app import flow
 from ..result import GroupResult, allow_join_result
 from ..utils import uuid
-from .signatures import FlowBuilder, Planned, Signature, listed, maybe_signature, maybe_unroll_group
+from .signatures import (
+    FlowBuilder,
+    Planned,
+    Signature,
+    listed,
+    maybe_signature,
+    maybe_unroll_group,
+    signature,
+)
 
 __all__ = ["chain", "chord", "group"]
 
@@ -702,11 +710,14 @@ def _frozen_group_id(tasks: list[Any]) -> str | None:
 
 
 def _header_tasks(header: Any, app: Any) -> list[Any]:
-    """A chord's header as its list of tasks (Celery's ``_maybe_group``)."""
+    """A chord's header as its list of tasks (Celery's ``_maybe_group``): a list's items
+    each made a signature of their own as ``signature()`` makes one (a copy of a
+    signature, so the caller's are never changed by the chord; a task, called with no
+    arguments: ``chord([tsum, tsum], body)``)."""
     if isinstance(header, dict) and not isinstance(header, Signature):
         header = maybe_signature(header, app=app)
     if isinstance(header, (group, _chain)):
         return list(header.tasks)
     if isinstance(header, Signature):
         return [header]
-    return [maybe_signature(task, app=app) for task in header or ()]
+    return [signature(task, app=app) for task in header or ()]

@@ -235,6 +235,26 @@ async def test_the_chain_class_celery_canvas_exports_builds_a_chain(celery: Cele
     assert result.get(timeout=5) == 16
 
 
+async def test_a_chord_header_is_its_own_copies_and_takes_tasks(celery: Celery) -> None:
+    # As Celery's _maybe_group: a header list's items are signature()'s of them: copies
+    # (what the chord does to them, link_error here, leaves the caller's alone) and a task
+    # called with no arguments of its own (Celery's t/integration
+    # test_group_in_center_of_chain, with these tasks).
+    t = tasks(celery)
+    celery.conf.task_allow_error_cb_on_chord_header = True
+    header = [t["add"].s(1, 1), t["add"].s(2, 2)]
+    linked = chord(header, t["tsum"].s())
+    linked.link_error(t["record"].si("err"))
+    assert [task is mine for task, mine in zip(linked.tasks, header, strict=True)] == \
+        [False, False]
+    assert [sig.options for sig in header] == [{}, {}]
+    inner = chain(t["tsum"].s(), group(t["add"].s(8), t["add"].s(16)),
+                  t["tsum"].s() | t["add"].s(32))
+    result = chord([t["add"].s(0, 1)], chord([t["tsum"], t["tsum"]], inner)).apply_async()
+    await work(celery, ready(result))
+    assert result.get(timeout=5) == 60
+
+
 async def test_empty_chains_in_a_group_or_chord_header_are_dropped(celery: Celery) -> None:
     # As Celery 5.7 (celery#9772, in its t/integration): an empty chain sends nothing and
     # has no result; a header of nothing else runs the body at once with [].
