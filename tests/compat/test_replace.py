@@ -54,6 +54,10 @@ def tasks(app: Celery) -> dict[str, Any]:
     def by_group(self: Any, n: int) -> Any:
         return self.replace(group(add.s(i, i) for i in range(n)))
 
+    @app.task(name="r.by_chain_to_group", bind=True)
+    def by_chain_to_group(self: Any) -> Any:  # Celery's t/integration task of that name
+        return self.replace(chain(add.s(1, 2), group(add.s(1), add.s(1))))
+
     @app.task(name="r.by_fail", bind=True)
     def by_fail(self: Any) -> Any:
         return self.replace(fail.s())
@@ -71,8 +75,9 @@ def tasks(app: Celery) -> dict[str, Any]:
         seen.append(("record", value))
 
     return {"add": add, "mul": mul, "tsum": tsum, "by_add": by_add, "by_chain": by_chain,
-            "by_group": by_group, "by_fail": by_fail, "by_chord_sig": by_chord_sig,
-            "on_error": on_error, "record": record, "seen": seen}
+            "by_group": by_group, "by_chain_to_group": by_chain_to_group, "by_fail": by_fail,
+            "by_chord_sig": by_chord_sig, "on_error": on_error, "record": record,
+            "seen": seen}
 
 
 async def test_the_callers_result_gives_the_replacements(
@@ -116,6 +121,15 @@ async def test_a_replaced_group_gives_its_list(celery: Celery) -> None:
     await work(celery, lambda: result.ready())
     assert result.parent.get(timeout=5) == [0, 2, 4]
     assert result.get(timeout=5) == 6
+
+
+async def test_a_chain_ending_in_a_group_gives_the_groups_list(celery: Celery) -> None:
+    # As Celery: the chain's last group becomes a chord giving its results' list.
+    t = tasks(celery)
+    result = (t["by_chain_to_group"].s() | t["tsum"].s())()
+    await work(celery, lambda: result.ready())
+    assert result.parent.get(timeout=5) == [4, 4]
+    assert result.get(timeout=5) == 8
 
 
 async def test_a_chord_member_replaced_keeps_its_place(celery: Celery) -> None:
