@@ -610,6 +610,13 @@ class EagerResult(AsyncResult):
         return (type(self), (self.id, self._result, self._state, self._traceback, self._name))
 
 
+def stored_value(value: Any) -> Any:
+    """A task's return value as its job stores it: a result (the task returned an
+    ``AsyncResult`` or ``GroupResult``) as its ``as_tuple()``, as Celery's backends store one
+    with any serializer but pickle (``result_from_tuple`` rebuilds it); else as it is."""
+    return value.as_tuple() if isinstance(value, ResultBase) else value
+
+
 def _job_results(results: list[Any]) -> list[AsyncResult]:
     """The members read from the database (not eager ones), nested sets included."""
     found: list[AsyncResult] = []

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from akadze_core import current
 
-from ..canvas import _chain, group, maybe_signature
+from ..canvas import group, maybe_signature
+from ..canvas.primitives import chain_class
 from ..exceptions import Ignore, ImproperlyConfigured
 from .flow import Builder
 
@@ -36,13 +37,13 @@ def prepare_replacement(task: Task, sig: Signature) -> Signature:
     request = task.request
     if "chord" in sig.options:
         raise ImproperlyConfigured("A signature replacing a task must not be part of a chord")
-    if isinstance(sig, _chain) and not getattr(sig, "tasks", True):
+    if isinstance(sig, chain_class) and not getattr(sig, "tasks", True):
         raise ImproperlyConfigured("Cannot replace with an empty chain")
     # A group, or a chain's last step that is one, becomes a chord whose body gives the
     # list of its results: the task's result, and what waits on it, wait on that body.
     if isinstance(sig, group):
         sig = sig | task.app.tasks["celery.accumulate"].s(index=0)
-    if isinstance(sig, _chain) and isinstance(sig.tasks[-1], group):
+    if isinstance(sig, chain_class) and isinstance(sig.tasks[-1], group):
         sig.tasks = list(sig.tasks)
         sig.tasks[-1] = sig.tasks[-1] | task.app.tasks["celery.accumulate"].s(index=0)
     # Callbacks and the chain's rest are rows waiting on this job (handed over in the
@@ -53,7 +54,7 @@ def prepare_replacement(task: Task, sig: Signature) -> Signature:
     nesting = int(request.get("replaced_task_nesting", 0) or 0) + 1
     sig.set(group_id=request.group, group_index=request.group_index,
             root_id=request.root_id, replaced_task_nesting=nesting)
-    if isinstance(sig, _chain):
+    if isinstance(sig, chain_class):
         for step in sig.tasks:
             step.set(replaced_task_nesting=nesting)
     return sig

@@ -21,6 +21,7 @@ from kombu.exceptions import EncodeError
 from .. import serialization, signals, states
 from .._state import task_stack, worker_request
 from ..exceptions import Ignore, Reject, Retry
+from ..result import stored_value
 from ..utils.objects import is_default, overrides_default
 from ..utils.unsupported import not_provided
 
@@ -156,7 +157,7 @@ def _on_return(task: Task, request: Context, args: Any, kwargs: Any, retval: Any
                revoked: Callable[[], bool | None] | None) -> TraceResult:
     if not eager and not request.ignore_result:
         try:
-            serialization.dumps(retval)
+            serialization.dumps(stored_value(retval))
         except (TypeError, ValueError) as exc:
             # Celery's EncodeError when storing the result: the task fails.
             error = EncodeError(f"the task returned a value that is not JSON: {exc}")

@@ -8,10 +8,11 @@ waits on succeed, in the transaction that writes their outcome (``app.flow``).
 """
 
 from .maps import chunks, xmap, xstarmap
-from .primitives import _chain, chain, chord, group
+from .primitives import chain, chain_class, chord, group
 from .signatures import Signature, maybe_signature, reprcall, signature, subtask
 
-# _chain too, as celery.canvas has it: the class chain(...) builds when its steps are not
-# all plain (code written for Celery builds it directly, Celery's own tests among them).
+# _chain too, as celery.canvas has it: the class | and chain(...) build (code written for
+# Celery builds it directly, Celery's own tests among them).
+_chain = chain_class
 __all__ = ["Signature", "_chain", "chain", "chord", "chunks", "group", "maybe_signature",
            "reprcall", "signature", "subtask", "xmap", "xstarmap"]

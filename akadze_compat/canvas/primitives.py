@@ -721,3 +721,8 @@ def _header_tasks(header: Any, app: Any) -> list[Any]:
     if isinstance(header, Signature):
         return [header]
     return [signature(task, app=app) for task in header or ()]
+
+
+#: Celery's ``celery.canvas._chain`` (what ``|`` and ``chain(...)`` build) under a name the
+#: package's other modules may import: ``akadze_compat.canvas`` exports it as ``_chain``.
+chain_class = _chain

@@ -47,6 +47,7 @@ from ..exceptions import (
     TimeLimitExceeded,
     WorkerLostError,
 )
+from ..result import stored_value
 from ..serialization import revive
 from .canvas import errback_call, is_new_style_errback, step_args
 from .request import send_received
@@ -385,7 +386,7 @@ def _retry_budget(exc: BaseException) -> int | None:
 def _outcome(run: _Run, result: TraceResult) -> Any:
     """Return the job's result, or raise what tells the core how the run ended."""
     if result.state == states.SUCCESS:
-        return None if run.request.ignore_result else result.retval
+        return None if run.request.ignore_result else stored_value(result.retval)
     exc = result.exception
     assert exc is not None
     if result.state == states.IGNORED:

@@ -255,6 +255,28 @@ async def test_a_chord_header_is_its_own_copies_and_takes_tasks(celery: Celery) 
     assert result.get(timeout=5) == 60
 
 
+async def test_a_task_returning_a_result_stores_its_tuple_form(celery: Celery) -> None:
+    # As Celery's backends store a returned result with any serializer but pickle:
+    # as_tuple(), which result_from_tuple rebuilds (its t/integration
+    # test_groupresult_serialization, whose task returns a chain's result).
+    from akadze_compat.result import result_from_tuple
+
+    t = tasks(celery)
+
+    @celery.task(name="t.builds")
+    def builds() -> Any:
+        return (t["add"].s(1, 1) | t["add"].s(2) | group(t["add"].s(3), t["add"].s(4))
+                | t["tsum"].s())()
+
+    result = builds.delay()
+    await work(celery, ready(result))
+    value = result.get(timeout=5)
+    assert len(value) == 2 and isinstance(value[0][1], list)  # (id, its parent's tuple)
+    rebuilt = result_from_tuple(value, app=celery)
+    await work(celery, ready(rebuilt))
+    assert rebuilt.get(timeout=5) == 15 and rebuilt.parent.get(timeout=5) == [7, 8]
+
+
 async def test_empty_chains_in_a_group_or_chord_header_are_dropped(celery: Celery) -> None:
     # As Celery 5.7 (celery#9772, in its t/integration): an empty chain sends nothing and
     # has no result; a header of nothing else runs the body at once with [].
