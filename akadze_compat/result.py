@@ -614,7 +614,7 @@ def stored_value(value: Any) -> Any:
     """A task's return value as its job stores it: a result (the task returned an
     ``AsyncResult`` or ``GroupResult``) as its ``as_tuple()``, as Celery's backends store one
     with any serializer but pickle (``result_from_tuple`` rebuilds it); else as it is."""
-    return value.as_tuple() if isinstance(value, ResultBase) else value
+    return value.as_tuple() if isinstance(value, (AsyncResult, GroupResult)) else value
 
 
 def _job_results(results: list[Any]) -> list[AsyncResult]:
