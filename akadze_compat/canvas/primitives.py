@@ -616,9 +616,13 @@ class _chord(Signature):
         of their results; the body fails (``ChordError``) when a member fails."""
         options = {**self.options, **dict(options or {})}
         body_options = {key: options.pop(key) for key in _TAIL_OPTIONS if key in options}
-        body = self.body.clone(**options)
+        # link=/link_error= given to the chord are added to the body's own callbacks, as
+        # Celery 5.7 adds them (cloning the body with them replaced its own).
+        callbacks: dict[str, Any] = {key: options.pop(key) for key in ("link", "link_error")
+                                     if key in options}
+        body = _with_callbacks(self.body.clone(**options), callbacks)
         body.options.update(body_options)
-        for key in ("chain", "chord", "link", "link_error"):
+        for key in ("chain", "chord"):
             options.pop(key, None)
         header = self._header()
         header_part = header.to_flow(builder, args, kwargs, after=after, many=many,
@@ -650,8 +654,11 @@ class _chord(Signature):
             options["connection"] = connection
         app = sig.app
         if _eager(app):
+            callbacks: dict[str, Any] = {key: options.pop(key) for key in ("link", "link_error")
+                                         if key in options}
             with allow_join_result():
-                return sig.apply(args, kwargs, **options)
+                return sig.apply(args, kwargs, body=_with_callbacks(sig.body.clone(), callbacks),
+                                 **options)
         return flow.send_canvas(app, sig, args, kwargs, options)
 
     def apply(self, args: Any = None, kwargs: Any = None, propagate: bool = True,
@@ -697,6 +704,26 @@ class _chord(Signature):
 
 
 chord = _chord
+
+
+def _with_callbacks(body: Signature, callbacks: dict[str, Any]) -> Signature:
+    """A chord's body (a copy of the caller's) with the chord's ``link``/``link_error``
+    options added to its own (Celery 5.7's ``_add_body_callbacks``): a callback linked as
+    ``link()`` links it (a group's: to its first task, once); an errback linked to each task
+    of a group body, else added to the body's ``link_error``."""
+    for callback in listed(callbacks.get("link")):
+        callback = maybe_signature(callback, app=body._app).clone()
+        if isinstance(body, group) and not body.tasks:
+            body.append_to_list_option("link", callback)
+        else:
+            body.link(callback)
+    for errback in listed(callbacks.get("link_error")):
+        errback = maybe_signature(errback, app=body._app)
+        if isinstance(body, group):
+            body.link_error(errback)
+        else:
+            body.append_to_list_option("link_error", errback.clone())
+    return body
 
 
 def _frozen_group_id(tasks: list[Any]) -> str | None:

@@ -235,6 +235,32 @@ async def test_the_chain_class_celery_canvas_exports_builds_a_chain(celery: Cele
     assert result.get(timeout=5) == 16
 
 
+async def test_a_chords_link_options_add_to_its_bodys_own(celery: Celery) -> None:
+    # Celery 5.7 (its t/integration test_link_option_runs_after_the_body,
+    # test_link_option_on_group_body_runs_once, test_link_error_option_runs_on_body_failure):
+    # apply_async(link=, link_error=) of a chord adds to the body's callbacks, once for a
+    # group body as group.link() does; the caller's body is left as it was.
+    t = tasks(celery)
+    body = t["tsum"].s()
+    body.link(t["record"].si("own"))
+    plain = chord([t["add"].si(1, 1), t["add"].si(2, 2)], body).apply_async(
+        link=t["record"].s())
+    first = t["tsum"].s()
+    first.link(t["record"].si("own first"))
+    grouped = chord([t["add"].si(1, 1), t["add"].si(2, 2)], group(first, t["tsum"].s())
+                    ).apply_async(link=t["record"].si("group body"))
+    failing = t["fail"].s()
+    failing.link_error(t["on_error_old"].s())
+    failed = chord([t["add"].si(1, 1)], failing).apply_async(link_error=t["on_error"].s())
+    await work(celery, lambda: ready(plain, grouped, failed)() and len(t["seen"]) >= 6)
+    assert (plain.get(timeout=5), grouped.get(timeout=5)) == (6, [6, 6])
+    seen = t["seen"]
+    assert sorted((entry for entry in seen if entry[0] == "record"), key=str) == [
+        ("record", "group body"), ("record", "own first"), ("record", "own"), ("record", 6)]
+    assert sorted(entry[0] for entry in seen if entry[0] != "record") == ["new", "old"]
+    assert body.options["link"] == [t["record"].si("own")] and "link_error" not in body.options
+
+
 async def test_a_chord_header_is_its_own_copies_and_takes_tasks(celery: Celery) -> None:
     # As Celery's _maybe_group: a header list's items are signature()'s of them: copies
     # (what the chord does to them, link_error here, leaves the caller's alone) and a task

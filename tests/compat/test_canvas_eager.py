@@ -220,3 +220,15 @@ def test_chain_of_plain_signatures_is_the_fold_of_pipes(t: dict[str, Any]) -> No
     assert type(made) is type(folded) and made == folded
     assert all(a is not b for a, b in zip(made.tasks, steps, strict=True))  # copies
     assert made(0).get() == 10
+
+
+def test_an_eager_chords_link_options_add_to_its_bodys_own(t: dict[str, Any]) -> None:
+    # As Celery 5.7's eager chord (_add_body_callbacks before apply): the body keeps its
+    # own callback, the chord's runs too, and the caller's body is left as it was.
+    body = t["tsum"].s()
+    body.link(t["record"].si("own"))
+    result = chord([t["add"].si(1, 1), t["add"].si(2, 2)], body).apply_async(
+        link=t["record"].s())
+    assert result.get() == 6
+    assert sorted(t["seen"], key=str) == [("record", "own"), ("record", 6)]
+    assert body.options["link"] == [t["record"].si("own")]
