@@ -235,6 +235,27 @@ async def test_the_chain_class_celery_canvas_exports_builds_a_chain(celery: Cele
     assert result.get(timeout=5) == 16
 
 
+async def test_a_chords_errback_runs_once_when_a_chord_in_its_header_fails(
+        celery: Celery, db: psycopg.Connection) -> None:
+    # Celery's t/integration test_nested_chord_header_link_error: the outer chord's
+    # errback runs once, and neither body runs. (Errbacks are jobs inserted with the
+    # failure: the worker runs until none is left to run.)
+    t = tasks(celery)
+    inner = chord([t["add"].si(1, 1), t["fail"].si()], t["record"].si("inner body"))
+    outer = chord(group([t["add"].si(2, 2), inner]), t["record"].si("outer body"))
+    outer.link_error(t["record"].si("errback"))
+    result = outer.delay()
+
+    def drained() -> bool:
+        return ready(result)() and db.execute(
+            "SELECT count(*) FROM akadze.jobs WHERE state IN ('queued', 'running')"
+        ).fetchone() == (0,)
+
+    await work(celery, drained)
+    assert t["seen"] == [("record", "errback")]
+    assert result.state == states.FAILURE
+
+
 async def test_a_chords_link_options_add_to_its_bodys_own(celery: Celery) -> None:
     # Celery 5.7 (its t/integration test_link_option_runs_after_the_body,
     # test_link_option_on_group_body_runs_once, test_link_error_option_runs_on_body_failure):
