@@ -253,14 +253,14 @@ class _chain(Signature):
         link = options.pop("link", None)
         steps = self.steps()
         for index, step in enumerate(steps):
-            # The previous result first; get() raises a failure there, as Celery's does.
-            partial = (last.get(),) if last is not None else ()
-            if last is None:
-                step = step.clone(args, kwargs)
+            # The chain's arguments go to the first step's apply (a chord's header takes
+            # them there, not from a copy), then the previous result; get() raises a
+            # failure there, as Celery's does.
+            partial, partial_kwargs = (args, kwargs) if last is None else ((last.get(),), None)
             step_options = dict(options)
             if link is not None and index == len(steps) - 1:
                 step_options["link"] = link
-            result = step.apply(partial, **step_options)
+            result = step.apply(partial, partial_kwargs, **step_options)
             result.parent = last
             last = result
             if getattr(result, "state", None) in ("IGNORED", "REJECTED"):

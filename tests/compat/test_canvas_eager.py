@@ -232,3 +232,11 @@ def test_an_eager_chords_link_options_add_to_its_bodys_own(t: dict[str, Any]) ->
     assert result.get() == 6
     assert sorted(t["seen"], key=str) == [("record", "own"), ("record", 6)]
     assert body.options["link"] == [t["record"].si("own")]
+
+
+def test_a_chains_arguments_reach_a_chord_that_leads_it(t: dict[str, Any]) -> None:
+    # Celery 5.7's chain.apply gives its arguments to the first step's apply: a chord's
+    # header takes them there (its t/integration test_chord_in_chain_with_args).
+    leading = chain(chord([t["add"].s(1), t["add"].s(2)], t["tsum"].s()), t["add"].s(100))
+    assert leading.apply(args=(10,)).get() == 123
+    assert chain(t["add"].si(1, 1), t["add"].s(3)).apply(args=(99,)).get() == 5
