@@ -415,6 +415,7 @@ class group(Signature):
         options.pop("group_id", None)
         options.pop("group_index", None)
         tails: list[Any] = []
+        lists: list[tuple[int, int]] = []  # the tails of a member that gives a list
         results = []
         shared = {**options, "group_id": group_id}
         # The group's plain task signatures without building each one's copy (a 10,000-
@@ -447,12 +448,14 @@ class group(Signature):
                 flush()
             part = member.to_flow(builder, args, kwargs, after=after, many=many,
                                   failure=failure, options={**shared, "group_index": index})
+            if part.many:
+                lists.append((len(tails), len(tails) + len(part.tails)))
             tails.extend(part.tails)
             results.append(part.result)
         if runs:
             flush()
         result = GroupResult(group_id, results, app=builder.app)
-        return Planned(tails, True, result)
+        return Planned(tails, True, result, lists=lists)
 
     def count_tasks(self) -> int:
         """Each member counts for the chord."""
@@ -630,8 +633,8 @@ class _chord(Signature):
         header_part = header.to_flow(builder, args, kwargs, after=after, many=many,
                                      failure=failure, options=options)
         if header_part.tails:
-            body_part = body.to_flow(builder, after=header_part.tails, many=True,
-                                     failure="fail")
+            body_part = body.to_flow(builder, after=_member_values(builder, header_part),
+                                     many=True, failure="fail")
         else:  # an empty header: the body is called with [] (Celery's body.delay([]))
             body_part = body.to_flow(builder, ([],), after=after, many=many, failure=failure)
         node = body_part.root
@@ -706,6 +709,25 @@ class _chord(Signature):
 
 
 chord = _chord
+
+
+def _member_values(builder: FlowBuilder, header: Planned) -> list[Any]:
+    """The nodes giving a chord's body one value per header member: a member whose value
+    is a list (a chain ending in a group: "the chain prevents unrolling", Celery's
+    t/integration test_nested_chord_group_chain_group_tail) through a
+    ``celery.accumulate`` node after its tails, which gives their list."""
+    if not header.lists:
+        return header.tails
+    accumulate = builder.app.tasks["celery.accumulate"]
+    values: list[Any] = []
+    done = 0
+    for start, stop in header.lists:
+        values += header.tails[done:start]
+        part = accumulate.s(index=0).to_flow(builder, after=header.tails[start:stop],
+                                             many=True, failure="fail")
+        values += part.tails
+        done = stop
+    return values + header.tails[done:]
 
 
 def _with_callbacks(body: Signature, callbacks: dict[str, Any]) -> Signature:

@@ -114,12 +114,16 @@ class MemberAdding(Protocol):
 class Planned:
     """What adding part of a canvas to a workflow gave: the nodes whose results the next
     step takes (``tails``; as a list when ``many``), the part's result, and the first
-    result of its parent chain (whose ``parent`` the step before it becomes)."""
+    result of its parent chain (whose ``parent`` the step before it becomes). A group's
+    ``lists``: the spans of ``tails`` (start, stop) that are one member's tails, that
+    member's value being their list (a chain ending in a group), which a chord's body
+    takes as one value."""
 
     tails: list[Any]
     many: bool
     result: Any
     root: Any = field(default=None)
+    lists: list[tuple[int, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.root is None:

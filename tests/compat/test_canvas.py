@@ -235,6 +235,24 @@ async def test_the_chain_class_celery_canvas_exports_builds_a_chain(celery: Cele
     assert result.get(timeout=5) == 16
 
 
+async def test_a_header_member_giving_a_list_gives_the_body_that_list(
+        celery: Celery) -> None:
+    # "The chain prevents unrolling" (Celery's t/integration
+    # test_nested_chord_group_chain_group_tail): a chain ending in a group is one header
+    # member, whose value is its group's list; its failure names the failed task.
+    t = tasks(celery)
+    nested = chord(group(chain(t["add"].s(40, 2), group(t["add"].s(0), t["add"].s(1))),
+                         t["add"].si(1, 1)), t["record"].s())
+    result = nested.apply_async()
+    failing = chord([chain(t["add"].s(1, 1), group(t["add"].s(0), t["fail"].s()))],
+                    t["tsum"].s()).apply_async()
+    await work(celery, ready(result, failing))
+    assert t["seen"] == [("record", [[42, 43], 2])]
+    member = failing.parent.results[0].results[1]
+    assert failing.state == states.FAILURE and isinstance(failing.result, ChordError)
+    assert str(failing.result) == f"Dependency {member.id} raised Boom('boom')"
+
+
 async def test_a_chords_errback_runs_once_when_a_chord_in_its_header_fails(
         celery: Celery, db: psycopg.Connection) -> None:
     # Celery's t/integration test_nested_chord_header_link_error: the outer chord's
