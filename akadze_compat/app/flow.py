@@ -26,6 +26,7 @@ from akadze_core.gcpause import collector_paused
 from akadze_core.serialization import is_strict
 
 from .. import serialization, signals
+from ..backends.base import GROUP_BODY
 from ..canvas.signatures import Signature, alike_plain, listed, maybe_signature
 from ..result import AsyncResult, derived_results
 from ..utils import uuid
@@ -48,9 +49,10 @@ ERRBACK = "errback"
 _PLAIN = (str, int, float, bool)
 #: ``meta["celery"]`` key of a node given its upstreams' results: ``"one"`` or ``"list"``.
 PASS = "pass"
+
 #: Options that only shape the canvas (or Celery's messages), never a node's row.
-_CANVAS_OPTIONS = ("link", "link_error", "group_id", "group_index", "chord", "chain",
-                   "reply_to", "add_to_parent", "producer", "publisher", "router",
+_CANVAS_OPTIONS = ("link", "link_error", "group_id", "group_index", GROUP_BODY, "chord",
+                   "chain", "reply_to", "add_to_parent", "producer", "publisher", "router",
                    "result_cls", "retries", "subtask_type", "stamped_headers", "stamps")
 
 
@@ -110,7 +112,7 @@ class Builder:
         app = self.app
         task_type = sig.known_type
         task_id = str(sig.id or uuid())
-        extra = {key: sig.options[key] for key in ("group_id", "group_index")
+        extra = {key: sig.options[key] for key in ("group_id", "group_index", GROUP_BODY)
                  if sig.options.get(key) is not None}
         passing = _passing(after, many, bool(sig.immutable))
         if passing is not None:
@@ -402,7 +404,7 @@ class MemberAdder:
         builder, after = self.builder, self.after
         task_type = member.known_type
         sig_options = {**self.options, "group_index": 0}
-        extra = {key: sig_options[key] for key in ("group_id", "group_index")
+        extra = {key: sig_options[key] for key in ("group_id", "group_index", GROUP_BODY)
                  if sig_options.get(key) is not None}
         passing = _passing(after, self.many, immutable)
         if passing is not None:

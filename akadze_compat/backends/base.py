@@ -29,13 +29,19 @@ if TYPE_CHECKING:
 
     from ..app.task import Task
 
-__all__ = ["FINISHED", "TaskIdOf", "celery_meta", "custom_result", "exception_from_entry",
-           "failure_exception", "failure_traceback", "job_result", "job_state",
+__all__ = ["FINISHED", "GROUP_BODY", "TaskIdOf", "celery_meta", "custom_result",
+           "exception_from_entry", "failure_exception", "failure_traceback", "job_failure",
+           "job_result", "job_state",
            "lookup_job", "never_ran",
            "root_failure", "update_state", "upstream_exception"]
 
 #: Gives the Celery task id of a job id (to name a chord's failed member).
 TaskIdOf = Callable[[int], str]
+
+#: ``meta["celery"]`` key (True) of a member of a group that is a chord's body: when the
+#: header fails it fails with the header member's own exception, as in Celery 5.7
+#: (``_handle_group_chord_error``), not with a body's ``ChordError``.
+GROUP_BODY = "group_body"
 
 #: The name the worker's update_state warnings have always been logged under.
 logger = logging.getLogger("akadze_compat.entry")
@@ -211,6 +217,15 @@ def failure_exception(entry: dict[str, Any], task_id_of: TaskIdOf | None = None)
     return ChordError(f"Dependency {culprit_id} raised {upstream_exception(entry, task_id_of)!r}")
 
 
+def job_failure(job: Job | None, entry: dict[str, Any],
+                task_id_of: TaskIdOf | None = None) -> Exception:
+    """``failure_exception`` of ``job``'s failure ``entry``; for a member of a chord's
+    group body failed by its header, the header member's own exception."""
+    if job is not None and celery_meta(job).get(GROUP_BODY) and _upstream_failed(entry):
+        return upstream_exception(entry, task_id_of)
+    return failure_exception(entry, task_id_of)
+
+
 def job_result(job: Job | None, state: str, task_id_of: TaskIdOf | None = None) -> Any:
     """The Celery ``result`` for a job in ``state``: value, exception or custom metadata.
     ``task_id_of`` names a failed chord member by its task id (else by its job id)."""
@@ -233,7 +248,7 @@ def job_result(job: Job | None, state: str, task_id_of: TaskIdOf | None = None) 
         entry = job.errors[-1] if job.errors else None
         if entry is None or (state == states.RETRY and entry.get("type") == "Retry"):
             return None
-        return failure_exception(entry, task_id_of)
+        return job_failure(job, entry, task_id_of)
     return None
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..app import flow
+from ..backends.base import GROUP_BODY
 from ..result import GroupResult, allow_join_result
 from ..utils import uuid
 from .signatures import (
@@ -418,6 +419,8 @@ class group(Signature):
         lists: list[tuple[int, int]] = []  # the tails of a member that gives a list
         results = []
         shared = {**options, "group_id": group_id}
+        if failure == "fail":  # a chord's body: its members fail as Celery's do
+            shared[GROUP_BODY] = True
         # The group's plain task signatures without building each one's copy (a 10,000-
         # member group's time went mostly there); any other member goes the full way.
         adder = builder.member_adder(shared, after=after, many=many, failure=failure)
@@ -736,13 +739,13 @@ def _with_callbacks(body: Signature, callbacks: dict[str, Any]) -> Signature:
     ``link()`` links it (a group's: to its first task, once); an errback linked to each task
     of a group body, else added to the body's ``link_error``."""
     for callback in listed(callbacks.get("link")):
-        callback = maybe_signature(callback, app=body._app).clone()
+        callback = maybe_signature(callback).clone()
         if isinstance(body, group) and not body.tasks:
             body.append_to_list_option("link", callback)
         else:
             body.link(callback)
     for errback in listed(callbacks.get("link_error")):
-        errback = maybe_signature(errback, app=body._app)
+        errback = maybe_signature(errback)
         if isinstance(body, group):
             body.link_error(errback)
         else:

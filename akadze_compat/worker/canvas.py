@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..app.flow import ERRBACK, PASS
-from ..backends.base import celery_meta, failure_exception
+from ..backends.base import celery_meta, job_failure
 from ..serialization import revive
 
 if TYPE_CHECKING:
@@ -111,4 +111,4 @@ def errback_call(app: Celery, job: Job, failed: Job | None) -> ErrbackCall:
         found = app.core.get_job(job_id)
         return app.core.task_id_of(found) if found is not None else str(job_id)
 
-    return ErrbackCall(failure_exception(entry, task_id_of), entry.get("traceback"))
+    return ErrbackCall(job_failure(failed, entry, task_id_of), entry.get("traceback"))

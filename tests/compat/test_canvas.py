@@ -253,6 +253,27 @@ async def test_a_header_member_giving_a_list_gives_the_body_that_list(
     assert str(failing.result) == f"Dependency {member.id} raised Boom('boom')"
 
 
+async def test_a_group_body_fails_with_the_header_members_own_exception(
+        celery: Celery) -> None:
+    # Celery 5.7 fails each task of a group body with the failed header member's own
+    # exception and calls its errbacks with it (_handle_group_chord_error; its
+    # t/integration test_chord_error_propagation_with_different_body_types, and what real
+    # Celery on Redis gives); a single body fails with ChordError.
+    t = tasks(celery)
+    second = t["add"].si(5, 7)
+    second.link_error(t["on_error"].s())
+    grouped = chain(group([t["add"].si(15, 7), t["fail"].si()]),
+                    group([t["add"].si(9, 7), second])).apply_async()
+    single = chain(group([t["add"].si(15, 7), t["fail"].si()]), t["tsum"].s()).apply_async()
+    await work(celery, lambda: ready(grouped, single)() and len(t["seen"]) == 1)
+    with pytest.raises(Boom):
+        grouped.get(timeout=5)
+    assert [type(value) for value in grouped.get(timeout=5, propagate=False)] == [Boom, Boom]
+    assert isinstance(single.result, ChordError)
+    [(kind, failed_id, exc_type, message, _)] = t["seen"]
+    assert (kind, failed_id, exc_type, message) == ("new", grouped.results[1].id, Boom, "boom")
+
+
 async def test_a_chords_errback_runs_once_when_a_chord_in_its_header_fails(
         celery: Celery, db: psycopg.Connection) -> None:
     # Celery's t/integration test_nested_chord_header_link_error: the outer chord's
