@@ -713,6 +713,9 @@ def result_children_and_collect(ctx):
     res = (add.s(1, 1) | add.s(2))()
     ctx.get(res)
     head = res.parent
+    # Celery's worker sends the next step before it stores the head's result (children
+    # included): the tail may end first. Waiting for the head reads what it stored.
+    head.get(timeout=10)
     return {"head_children": ctx.outcome(lambda: [ctx.see(child) and child.id
                                                   for child in head.children or []]),
             "collect": ctx.outcome(lambda: [value for _, value in res.collect()])}
