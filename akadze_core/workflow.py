@@ -336,6 +336,32 @@ class Workflow:
             self._template_meta.append(request.meta)
         return index
 
+    def mark_inputs(self, first: Node) -> int:
+        """Mark the nodes added since ``first`` (itself included) as the inputs of the
+        fan-in added next (a job with ``on_upstream_failure="fail"``, such as a Celery
+        chord's body): a failure or cancellation *before* them, reaching them through an
+        upstream added before ``first`` (or a job enqueued earlier), cancels that fan-in
+        rather than failing it, so its errbacks do not run for a failure that is not its
+        inputs'. A failure among the inputs still fails it. Marks nest: call it for each
+        fan-in whose inputs start at ``first``. Returns how many nodes were marked (those
+        waiting on something before ``first``)."""
+        start = first.index
+        if start >= len(self.nodes) or self.nodes[start] is not first:
+            raise ValueError("mark_inputs takes a node of this workflow")
+        marked = 0
+        # Node k's ref is -(k + 1): a ref of -start or more names a node before `first`, or
+        # a job id (positive).
+        for index in range(start, len(self.nodes)):
+            refs = self._upstreams[index]
+            if refs is None or not any(ref >= -start for ref in refs):
+                continue
+            text = self._flow[index]
+            flow = json.loads(text) if text is not None else {}
+            flow["enters"] = flow.get("enters", 0) + 1
+            self._flow[index] = json.dumps(flow)
+            marked += 1
+        return marked
+
     def _ref(self, upstream: Node | int) -> int:
         if isinstance(upstream, Node):
             if upstream.index >= len(self.nodes) or self.nodes[upstream.index] is not upstream:

@@ -11,8 +11,12 @@ process runs every example; the final rows must match what this model says:
 - a waiting job runs iff every upstream succeeded, once per attempt it needs, and receives
   their results (the single one, or the list in ``after`` order);
 - a failed or cancelled upstream ends the jobs downstream of it, transitively, without
-  running them: ``failed`` with ``on_upstream_failure='fail'``, else ``cancelled``, with an
-  ``UpstreamFailed`` entry naming a failed or cancelled ancestor;
+  running them: ``cancelled``, with an ``UpstreamFailed`` entry naming a failed or cancelled
+  ancestor; a node with ``on_upstream_failure='fail'`` (a fan-in) ``failed`` instead when the
+  failure did not come from before inputs marked for it (``Workflow.mark_inputs``): counted
+  along the path from the culprit the entry names, each marked input entered from outside
+  adds one, each fan-in reached with one or more open closes one, and the fan-in fails only
+  when none is open (the entry's ``entered``: the count the node passes on);
 - a cancel in the enqueueing transaction ends the job ``cancelled`` unless an earlier cancel
   already ended it (then ``request_cancel`` says False);
 - each job that ends ``failed`` (itself or as a failed fan-in) gets each of its errbacks
@@ -71,6 +75,8 @@ class Graph:
     externals: list[str]  # the mode of each job enqueued before (ok or flaky)
     nodes: list[Spec]
     precancel: list[int]  # nodes cancelled, in this order, in the enqueueing transaction
+    #: (k, at): mark_inputs(node k) called once node `at` is added (k <= at).
+    marks: list[tuple[int, int]] = field(default_factory=list)
 
 
 @st.composite
@@ -93,7 +99,37 @@ def graphs(draw: st.DrawFn) -> Graph:
         ))
     precancel = draw(st.one_of(st.just([]), st.lists(st.integers(0, size - 1), unique=True,
                                                      min_size=1, max_size=2)))
-    return Graph(externals, nodes, precancel)
+    marks = draw(st.lists(st.tuples(st.integers(0, size - 1), st.integers(0, size - 1))
+                          .map(sorted).map(tuple), max_size=3))
+    return Graph(externals, nodes, precancel, marks)
+
+
+def enters(graph: Graph, index: int) -> int:
+    """How many fan-ins' inputs node ``index`` opens: the marks whose range holds it and
+    that it enters from outside (it waits on a node before the range, or on an external)."""
+    after = graph.nodes[index].after
+    return sum(1 for k, at in graph.marks if k <= index <= at
+               and any(kind == "e" or ref < k for kind, ref in after))
+
+
+def doom_depths(graph: Graph, root: int, doomed: set[int]) -> tuple[dict[int, int],
+                                                                     dict[int, int]]:
+    """From the culprit ``root``, through the ``doomed`` nodes: each node's arrival depth
+    (the least over its paths) and the depth it passes on."""
+    arrival: dict[int, int] = {}
+    passed: dict[int, int] = {}
+    for index in range(root + 1, len(graph.nodes)):
+        if index not in doomed:
+            continue
+        ins = [0 if (kind, ref) == ("n", root) else passed[ref]
+               for kind, ref in graph.nodes[index].after
+               if kind == "n" and (ref == root or ref in passed)]
+        if not ins:
+            continue
+        depth = arrival[index] = min(ins)
+        fan_in = graph.nodes[index].on_upstream_failure == "fail"
+        passed[index] = (max(depth - 1, 0) if fan_in else depth) + enters(graph, index)
+    return arrival, passed
 
 
 @dataclass
@@ -117,6 +153,7 @@ def ext_name(index: int) -> str:
 
 
 def ended_state(spec: Spec) -> str:
+    # A fan-in's: decided in Runner.check from the culprit its entry names.
     return "failed" if spec.on_upstream_failure == "fail" else "cancelled"
 
 
@@ -228,6 +265,9 @@ class Runner:
                                   on_upstream_failure=spec.on_upstream_failure,
                                   on_failure=errbacks, name=name(index), mode=spec.mode,
                                   seconds=spec.seconds))
+            for k, at in graph.marks:
+                if at == index:
+                    flow.mark_inputs(nodes[k])
         with psycopg.connect(self.url) as connection:
             node_ids = flow.using(session=connection).enqueue()
             marks = [request_cancel_sync(connection, node_ids[target])
@@ -269,9 +309,26 @@ class Runner:
         for k, job_id in enumerate(external_ids):
             assert rows[job_id]["state"] == "succeeded"
             assert rows[job_id]["result"] == {"name": ext_name(k), "got": None}
+        doomed = {index for index, job_id in enumerate(node_ids)
+                  if rows[job_id]["errors"] and rows[job_id]["run_count"] == 0
+                  and rows[job_id]["errors"][-1].get("type") == "UpstreamFailed"}
+        index_of = {job_id: index for index, job_id in enumerate(node_ids)}
         for index, job_id in enumerate(node_ids):
             row, spec = rows[job_id], graph.nodes[index]
-            where = (index, row)
+            where = (index, row, graph.marks)
+            if expected.how[index] == "upstream" and index in doomed:
+                # The culprit the entry names (through a failed fan-in it names instead),
+                # and the depth counted from it.
+                entry = row["errors"][-1]
+                root = index_of[entry["upstream"]]
+                if root in doomed:
+                    root = index_of[entry["upstream_error"]["upstream"]]
+                arrival, passed = doom_depths(graph, root, doomed)
+                assert entry["entered"] == passed[index], where
+                if spec.on_upstream_failure == "fail":
+                    fails = arrival[index] == 0
+                    expected.state[index] = "failed" if fails else "cancelled"
+                    expected.error_type[index] = "UpstreamFailed" if fails else None
             assert row["state"] == expected.state[index], where
             assert starts.get(job_id, 0) == expected.starts[index], where
             if expected.state[index] == "succeeded":
@@ -309,12 +366,12 @@ def test_random_workflows_end_as_the_reference_model_says(
     worker.wait_started()
     runner = Runner(app, runs_db, database_url)
 
-    @settings(max_examples=40, deadline=None, database=None,
+    @settings(max_examples=80, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(graphs())
     def run(graph: Graph) -> None:
         runner.check(graph)
 
     run()
-    assert runner.examples >= 40
+    assert runner.examples >= 80
     assert worker.proc.poll() is None, worker.log()

@@ -126,6 +126,80 @@ async def test_a_failed_member_fails_a_fan_in_that_asks_for_it(
     assert not [name for name, _ in tasks["calls"] if name == "total"]
 
 
+def errback_counts(db: psycopg.Connection) -> dict[int, int]:
+    """How many errbacks were inserted for each failed job (by its id)."""
+    return dict(db.execute("SELECT upstreams[1], count(*) FROM akadze.jobs"
+                           " WHERE task = 'wf.alert' GROUP BY 1").fetchall())
+
+
+async def test_a_failure_before_a_fan_ins_marked_inputs_cancels_it(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
+    """Celery's chain(a, chord(header, body), chord(header2, body2)) with `a` failing: the
+    bodies are cancelled (no errback runs for them), not failed as their header's own
+    failure would fail them."""
+    alert = [OnFailure(tasks["alert"], tag="x")]
+    flow = app.workflow()
+    head = flow.add(tasks["boom"], x=1, on_failure=alert)
+    first = flow.add(tasks["add"], after=head, result_arg="x")
+    inner = flow.add(tasks["add"], after=first, result_arg="x")  # a chain in the header
+    other = flow.add(tasks["add"], after=head, result_arg="x")
+    assert flow.mark_inputs(first) == 2  # first and other wait on head; inner does not
+    body = flow.add(tasks["total"], after=[inner, other], result_arg="values",
+                    on_upstream_failure="fail", on_failure=alert)
+    second = flow.add(tasks["add"], after=body, result_arg="x")
+    assert flow.mark_inputs(second) == 1
+    body2 = flow.add(tasks["total"], after=[second], result_arg="values",
+                     on_upstream_failure="fail", on_failure=alert)
+    flow.enqueue()
+    await run_until(app, lambda: finished(db, body2.id)()
+                    and any(name == "alert" for name, _ in tasks["calls"]))
+    assert [state(db, n.id) for n in (head, first, inner, other, body, second, body2)] == \
+        ["failed"] + ["cancelled"] * 6
+    entry = job(db, body.id)["errors"][-1]
+    assert entry["type"] == "UpstreamFailed" and entry["upstream"] == head.id
+    assert errback_counts(db) == {head.id: 1}
+
+
+async def test_a_failure_inside_marked_inputs_fails_the_fan_in_once(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
+    """A failure among the inputs (a chain in Celery's chord header failing at its first
+    step) fails the fan-in and runs its errbacks; a fan-in after it whose inputs follow the
+    failed one is cancelled, and one fed by it directly fails (a chord of chords)."""
+    alert = [OnFailure(tasks["alert"], tag="x")]
+    flow = app.workflow()
+    head = flow.add(tasks["add"], x=1)
+    bad = flow.add(tasks["boom"], after=head, on_failure=alert)
+    after_bad = flow.add(tasks["add"], after=bad, result_arg="x")
+    good = flow.add(tasks["add"], after=head, result_arg="x")
+    flow.mark_inputs(bad)
+    body = flow.add(tasks["total"], after=[after_bad, good], result_arg="values",
+                    on_upstream_failure="fail", on_failure=alert)
+    # chain(..., chord([body's chord], ...)): fed by body itself, inside its header.
+    fed = flow.add(tasks["total"], after=[body], result_arg="values",
+                   on_upstream_failure="fail", on_failure=alert)
+    # chain(..., chord(header, ...)) after it: its header's entry waits on `fed`.
+    entry_node = flow.add(tasks["add"], after=fed, result_arg="x")
+    flow.mark_inputs(entry_node)
+    later = flow.add(tasks["total"], after=[entry_node], result_arg="values",
+                     on_upstream_failure="fail", on_failure=alert)
+    flow.enqueue()
+    await run_until(app, lambda: finished(db, later.id)()
+                    and sum(name == "alert" for name, _ in tasks["calls"]) >= 3)
+    assert [state(db, n.id) for n in (head, bad, after_bad, good, body, fed, entry_node,
+                                      later)] == \
+        ["succeeded", "failed", "cancelled", "succeeded", "failed", "failed", "cancelled",
+         "cancelled"]
+    assert errback_counts(db) == {bad.id: 1, body.id: 1, fed.id: 1}
+
+
+def test_mark_inputs_refuses_a_node_of_another_workflow(app: App,
+                                                       tasks: dict[str, Any]) -> None:
+    flow, other = app.workflow(), app.workflow()
+    node = other.add(tasks["add"], x=1)
+    with pytest.raises(ValueError, match="mark_inputs"):
+        flow.mark_inputs(node)
+
+
 async def test_cancelling_a_waiting_job_cancels_what_waits_on_it(
         app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
     flow = app.workflow()
