@@ -76,9 +76,12 @@ def job_state(job: Job | None, track_started: bool = False) -> str:
         if never_ran(job):
             # A chain step that never ran: Celery's _fail_chain stores the failure that
             # stopped the chain in every later step (FAILURE); a revoke stores nothing in
-            # them (PENDING).
-            return states.FAILURE if root_failure(job.errors[-1]) is not None \
-                else states.PENDING
+            # them (PENDING), nor does a failure in the tasks of a group (or a chord's
+            # header) after the failed step, which Celery never sends (the engine's
+            # "entered": the failure came from outside the group).
+            entry = job.errors[-1]
+            return states.FAILURE if root_failure(entry) is not None \
+                and not entry.get("entered") else states.PENDING
         return FINISHED[job.state]
     if job.state == "waiting":
         return states.PENDING

@@ -424,6 +424,8 @@ class group(Signature):
         # The group's plain task signatures without building each one's copy (a 10,000-
         # member group's time went mostly there); any other member goes the full way.
         adder = builder.member_adder(shared, after=after, many=many, failure=failure)
+        workflow = builder.workflow
+        first = len(workflow)
         members = _flatten_members(self.tasks, self._app, copy=False)
         # Runs of plain members are added at once (encoded in bulk), in member order: one
         # run of all when they are alike, told without a step per member.
@@ -457,6 +459,14 @@ class group(Signature):
             results.append(part.result)
         if runs:
             flush()
+        if after and len(workflow) > first:
+            # Its members are a fan-in's inputs (a chord's header, closed by its body; a
+            # member's list, by celery.accumulate), or a chain's last step, closed by
+            # nothing. A failure before the group cancels that fan-in without its errbacks
+            # and leaves the members PENDING: Celery never sends them, and stores the
+            # failure only in later steps (a chord's body); one of the members' own fails
+            # it with ChordError.
+            workflow.mark_inputs(workflow.nodes[first])
         result = GroupResult(group_id, results, app=builder.app)
         return Planned(tails, True, result, lists=lists)
 
@@ -632,7 +642,7 @@ class _chord(Signature):
         body.options.update(body_options)
         for key in ("chain", "chord"):
             options.pop(key, None)
-        header = self._header()
+        header = self._header()  # a group: it marks its inputs (group.to_flow)
         header_part = header.to_flow(builder, args, kwargs, after=after, many=many,
                                      failure=failure, options=options)
         if header_part.tails:
@@ -726,6 +736,7 @@ def _member_values(builder: FlowBuilder, header: Planned) -> list[Any]:
     done = 0
     for start, stop in header.lists:
         values += header.tails[done:start]
+        # A fan-in closing the group its member ends with (which marked its inputs).
         part = accumulate.s(index=0).to_flow(builder, after=header.tails[start:stop],
                                              many=True, failure="fail")
         values += part.tails

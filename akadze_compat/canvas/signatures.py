@@ -21,6 +21,8 @@ from .. import _state
 from ..utils import uuid
 
 if TYPE_CHECKING:
+    from akadze_core import Workflow
+
     from ..app.base import Celery
     from ..app.task import Task
     from ..result import AsyncResult
@@ -80,6 +82,8 @@ class FlowBuilder(Protocol):
     """What a signature adds its task calls to when it is sent (``app.flow.Builder``)."""
 
     app: Celery
+    #: The core workflow the calls go to (``Workflow.mark_inputs`` for a group's).
+    workflow: Workflow
 
     def add_task(self, sig: Signature, *, after: list[Any], many: bool,
                  failure: str) -> tuple[Any, AsyncResult]:

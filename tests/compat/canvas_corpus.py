@@ -684,6 +684,73 @@ def chord_header_chain_fails(ctx):
 
 
 @program
+def chain_failure_before_chord_errback_once(ctx):
+    # The chain's errback is linked to every step and to the chord's body; the body never
+    # runs and the errback is called once, for the failed step.
+    path = ctx.path("errors")
+    res = chain(add.s(1, 1), fail.s(), chord([add.s(1), add.s(2)], tsum.s())).apply_async(
+        link_error=on_error_old.s(path=path))
+    return {"get": ctx.get(res), "errbacks": ctx.lines(path, 1),
+            "res": ctx.tree(res, settle=3)}
+
+
+@program
+def chain_failure_before_two_chords(ctx):
+    path = ctx.path("errors")
+    sig = chain(fail.si(), chord([add.si(1, 1)], tsum.s()), chord([add.s(1)], tsum.s()))
+    sig.link_error(on_error_new.s(path=path))
+    res = sig.delay()
+    return {"get": ctx.get(res), "errbacks": ctx.lines(path, 1)}
+
+
+@program
+def chord_header_chain_fails_before_its_own_chord(ctx):
+    # Celery's test_chord_unlock_with_failed_task_in_nested_chain_member: the failure is
+    # the outer header's, so the outer body fails, with its errback.
+    path = ctx.path("errors")
+    body = identity.s()
+    body.link_error(on_error_old.s(path=path))
+    res = chain(group(identity.si(1),
+                      chain(fail.si(), group(identity.si(2), identity.si(3)), identity.si(4))),
+                body).delay()
+    return {"get": ctx.get(res), "errbacks": ctx.lines(path, 1)}
+
+
+@program
+def chord_of_implicit_chords_header_failure(ctx):
+    # Celery's test_chain_of_implicit_chords_body_failure['header']: the inner chord's
+    # header fails; its body's first step fails with ChordError and the errback linked to
+    # that body's chain runs once.
+    path = ctx.path("errors")
+    inner_body = chain(tsum.s(), group(add.s(1), add.s(2)), tsum.s())
+    inner_body.link_error(on_error_old.s(path=path))
+    res = chord([add.si(1, 1)],
+                chain(tsum.s(), chord(group(fail.si(), add.si(1, 2)), inner_body))).delay()
+    return {"get": ctx.get(res), "errbacks": ctx.lines(path, 1)}
+
+
+@program
+def chord_of_implicit_chords_body_failure(ctx):
+    # ...['body']: the inner body's first step fails itself.
+    path = ctx.path("errors")
+    inner_body = chain(fail.si(), group(add.s(1), add.s(2)), tsum.s())
+    inner_body.link_error(on_error_old.s(path=path))
+    res = chord([add.si(1, 1)],
+                chain(tsum.s(), chord(group(add.si(1, 2)), inner_body))).delay()
+    return {"get": ctx.get(res), "errbacks": ctx.lines(path, 1)}
+
+
+@program
+def chord_of_chords_header_failure(ctx):
+    # A chord whose body is a chord: the outer header's failure fails the inner chord.
+    path = ctx.path("errors")
+    inner = chord([add.s(1), add.s(2)], tsum.s())
+    inner.link_error(on_error_old.s(path=path))
+    res = chord([add.si(1, 1), fail.si()], inner).delay()
+    return {"get": ctx.get(res), "errbacks": ctx.lines(path, 1)}
+
+
+@program
 def chord_link_callback_on_body(ctx):
     path = ctx.path("calls")
     res = chord([add.s(1, 1), add.s(2, 2)], tsum.s()).apply_async(
