@@ -758,10 +758,30 @@ def _with_callbacks(body: Signature, callbacks: dict[str, Any]) -> Signature:
     for errback in listed(callbacks.get("link_error")):
         errback = maybe_signature(errback)
         if isinstance(body, group):
-            body.link_error(errback)
+            _link_error_to_group_body(body, errback)
         else:
             body.append_to_list_option("link_error", errback.clone())
     return body
+
+
+def _link_error_to_group_body(sig: Signature, errback: Signature, *,
+                              sent_as_group: bool = True) -> None:
+    """Link a chord's ``link_error=`` to its group body as Celery 5.7 does: to each task
+    (a chord's: to its body, never its header). A group sent as one whose options hold a
+    ``link_error`` of its own (even empty) takes it there instead: when the group is sent
+    that option replaces its tasks' errbacks, and a chord among them gets it, so linked to
+    the tasks too it would be lost, or run twice. A group inside a group is flattened, its
+    options dropped, so only the outer one counts."""
+    if isinstance(sig, group):
+        if sent_as_group and sig.options.get("link_error") is not None:
+            sig.append_to_list_option("link_error", errback.clone())
+            return
+        for task in sig.tasks:
+            _link_error_to_group_body(maybe_signature(task), errback, sent_as_group=False)
+    elif isinstance(sig, _chord):
+        _link_error_to_group_body(sig.body, errback)
+    else:
+        sig.link_error(errback.clone())
 
 
 def _frozen_group_id(tasks: list[Any]) -> str | None:

@@ -751,6 +751,28 @@ def chord_of_chords_header_failure(ctx):
 
 
 @program
+def chord_link_error_option_with_group_body_link_error(ctx):
+    # Celery's test_link_error_option_with_link_error_of_group_body: the group's own
+    # link_error replaces its tasks' errbacks, so the chord's goes into it.
+    path = ctx.path("calls")
+    body = group(fail.s(), tsum.s()).set(link_error=note.si(path=path, label="group"))
+    res = chord([add.si(1, 1)], body).apply_async(
+        link_error=note.si(path=path, label="chord"))
+    return {"get": ctx.get(res), "calls": ctx.lines(path, 2, sort_by="label")}
+
+
+@program
+def chord_link_error_option_with_chord_in_group_body(ctx):
+    # ...test_link_error_option_runs_once_for_chord_in_group_body_with_link_error.
+    path = ctx.path("calls")
+    body = group(chord([add.si(1, 1)], group(fail.s(), tsum.s()))).set(
+        link_error=note.si(path=path, label="group"))
+    res = chord([add.si(1, 1)], body).apply_async(
+        link_error=note.si(path=path, label="chord"))
+    return {"get": ctx.get(res), "calls": ctx.lines(path, 2, sort_by="label")}
+
+
+@program
 def chord_link_callback_on_body(ctx):
     path = ctx.path("calls")
     res = chord([add.s(1, 1), add.s(2, 2)], tsum.s()).apply_async(
