@@ -461,11 +461,11 @@ class group(Signature):
             flush()
         if after and len(workflow) > first:
             # Its members are a fan-in's inputs (a chord's header, closed by its body; a
-            # member's list, by celery.accumulate), or a chain's last step, closed by
-            # nothing. A failure before the group cancels that fan-in without its errbacks
-            # and leaves the members PENDING: Celery never sends them, and stores the
-            # failure only in later steps (a chord's body); one of the members' own fails
-            # it with ChordError.
+            # member's list, by celery.accumulate), a chord's body, or a chain's last step.
+            # A failure from before the group cancels the fan-in it opens without its
+            # errbacks and leaves the members PENDING: Celery never sends them, and stores
+            # the failure only in later steps (a chord's body); one of the members' own
+            # fails it with ChordError.
             workflow.mark_inputs(workflow.nodes[first])
         result = GroupResult(group_id, results, app=builder.app)
         return Planned(tails, True, result, lists=lists)

@@ -16,7 +16,8 @@ process runs every example; the final rows must match what this model says:
   failure did not come from before inputs marked for it (``Workflow.mark_inputs``): counted
   along the path from the culprit the entry names, each marked input entered from outside
   adds one, each fan-in reached with one or more open closes one, and the fan-in fails only
-  when none is open (the entry's ``entered``: the count the node passes on);
+  when none is open, passing none on (the entry's ``entered``: the count the node passes
+  on);
 - a cancel in the enqueueing transaction ends the job ``cancelled`` unless an earlier cancel
   already ended it (then ``request_cancel`` says False);
 - each job that ends ``failed`` (itself or as a failed fan-in) gets each of its errbacks
@@ -128,7 +129,10 @@ def doom_depths(graph: Graph, root: int, doomed: set[int]) -> tuple[dict[int, in
             continue
         depth = arrival[index] = min(ins)
         fan_in = graph.nodes[index].on_upstream_failure == "fail"
-        passed[index] = (max(depth - 1, 0) if fan_in else depth) + enters(graph, index)
+        if fan_in and depth == 0:
+            passed[index] = 0  # it fails: what follows sees a failure from inside
+        else:
+            passed[index] = depth - (1 if fan_in else 0) + enters(graph, index)
     return arrival, passed
 
 

@@ -116,21 +116,23 @@ BEGIN
         -- depth: how many fan-ins' inputs (Workflow.mark_inputs: each input's flow
         -- 'enters' counts the fan-ins it opens) the failure entered from outside, and has
         -- not closed, on its way to the job. A fail-on-upstream job reached at depth 0 is
-        -- a fan-in whose own inputs failed: it fails, and `via` names it to the jobs after
-        -- it. Reached at a greater depth, the failure came from before its inputs: it
-        -- closes one of those fan-ins and is cancelled. Either way the depth goes on, plus
-        -- the fan-ins the job opens: a fan-in whose inputs follow a failed one (a chord
-        -- whose header follows a failed chord body) is cancelled, as Celery never applies
-        -- it.
+        -- a fan-in whose own inputs failed: it fails, and what follows it sees a failure
+        -- from inside (depth 0; `via` names the fan-in), so that a fan-in among whose
+        -- inputs it is fails too (a chord in the body of a chord whose header failed, as
+        -- Celery's error handling fails it). Reached at a greater depth, the failure came
+        -- from before its inputs: it closes one of those fan-ins, is cancelled, and passes
+        -- the rest of the depth on, plus the fan-ins it opens.
         WITH RECURSIVE doomed(id, culprit, depth, via) AS (
             SELECT d.id, j.id, 0, NULL::bigint
             FROM akadze.jobs AS j CROSS JOIN LATERAL unnest(j.dependents) AS d(id)
             WHERE j.id = ANY(doomed_by)
             UNION
             SELECT d.id, doomed.culprit,
-                   CASE WHEN w.flow->>'on_upstream_failure' = 'fail'
-                        THEN greatest(doomed.depth - 1, 0) ELSE doomed.depth
-                   END + coalesce((w.flow->>'enters')::integer, 0),
+                   CASE WHEN w.flow->>'on_upstream_failure' IS DISTINCT FROM 'fail'
+                        THEN doomed.depth + coalesce((w.flow->>'enters')::integer, 0)
+                        WHEN doomed.depth = 0 THEN 0
+                        ELSE doomed.depth - 1 + coalesce((w.flow->>'enters')::integer, 0)
+                   END,
                    CASE WHEN w.flow->>'on_upstream_failure' = 'fail' AND doomed.depth = 0
                         THEN w.id ELSE doomed.via END
             FROM doomed JOIN akadze.jobs AS w ON w.id = doomed.id
@@ -148,9 +150,11 @@ BEGIN
             SELECT f.id, f.via, c.id AS culprit, c.state AS culprit_state,
                    c.errors -> -1 AS culprit_error,
                    w.flow->>'on_upstream_failure' = 'fail' AND f.depth = 0 AS fails,
-                   CASE WHEN w.flow->>'on_upstream_failure' = 'fail'
-                        THEN greatest(f.depth - 1, 0) ELSE f.depth
-                   END + coalesce((w.flow->>'enters')::integer, 0) AS entered
+                   CASE WHEN w.flow->>'on_upstream_failure' IS DISTINCT FROM 'fail'
+                        THEN f.depth + coalesce((w.flow->>'enters')::integer, 0)
+                        WHEN f.depth = 0 THEN 0
+                        ELSE f.depth - 1 + coalesce((w.flow->>'enters')::integer, 0)
+                   END AS entered
             FROM first_culprit AS f JOIN akadze.jobs AS w ON w.id = f.id
             JOIN akadze.jobs AS c ON c.id = f.culprit
         ), ended_rows AS (
