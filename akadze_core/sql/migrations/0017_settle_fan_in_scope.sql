@@ -13,6 +13,20 @@
 -- Celery task never sent: PENDING, where a later chain step reads FAILURE), and, for a job
 -- cancelled after a fan-in that failed in the same walk, that fan-in as its 'upstream' (a
 -- step after a failed chord body reads the body's ChordError, as in Celery).
+-- The depth a doomed job passes on to the jobs waiting on it, reached at `depth` (see the
+-- walk in akadze.settle): a fan-in that fails (reached at 0) passes 0; one cancelled
+-- closes one of the inputs entered from outside; any job adds the fan-ins it opens
+-- (flow 'enters'). One SQL expression, inlined where it is called.
+CREATE OR REPLACE FUNCTION akadze.doom_depth_passed(flow jsonb, depth integer) RETURNS integer
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN flow->>'on_upstream_failure' IS DISTINCT FROM 'fail'
+                THEN depth + coalesce((flow->>'enters')::integer, 0)
+                WHEN depth = 0 THEN 0
+                ELSE depth - 1 + coalesce((flow->>'enters')::integer, 0)
+           END
+$$;
+
 CREATE OR REPLACE FUNCTION akadze.settle(finished bigint[]) RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
@@ -128,11 +142,7 @@ BEGIN
             WHERE j.id = ANY(doomed_by)
             UNION
             SELECT d.id, doomed.culprit,
-                   CASE WHEN w.flow->>'on_upstream_failure' IS DISTINCT FROM 'fail'
-                        THEN doomed.depth + coalesce((w.flow->>'enters')::integer, 0)
-                        WHEN doomed.depth = 0 THEN 0
-                        ELSE doomed.depth - 1 + coalesce((w.flow->>'enters')::integer, 0)
-                   END,
+                   akadze.doom_depth_passed(w.flow, doomed.depth),
                    CASE WHEN w.flow->>'on_upstream_failure' = 'fail' AND doomed.depth = 0
                         THEN w.id ELSE doomed.via END
             FROM doomed JOIN akadze.jobs AS w ON w.id = doomed.id
@@ -150,11 +160,7 @@ BEGIN
             SELECT f.id, f.via, c.id AS culprit, c.state AS culprit_state,
                    c.errors -> -1 AS culprit_error,
                    w.flow->>'on_upstream_failure' = 'fail' AND f.depth = 0 AS fails,
-                   CASE WHEN w.flow->>'on_upstream_failure' IS DISTINCT FROM 'fail'
-                        THEN f.depth + coalesce((w.flow->>'enters')::integer, 0)
-                        WHEN f.depth = 0 THEN 0
-                        ELSE f.depth - 1 + coalesce((w.flow->>'enters')::integer, 0)
-                   END AS entered
+                   akadze.doom_depth_passed(w.flow, f.depth) AS entered
             FROM first_culprit AS f JOIN akadze.jobs AS w ON w.id = f.id
             JOIN akadze.jobs AS c ON c.id = f.culprit
         ), ended_rows AS (
