@@ -345,9 +345,9 @@ class Workflow:
         inputs'. A failure among the inputs still fails it. Marks nest: call it for each
         fan-in whose inputs start at ``first``. Returns how many nodes were marked (those
         waiting on something before ``first``)."""
-        start = first.index
-        if start >= len(self.nodes) or self.nodes[start] is not first:
+        if not self._owns(first):
             raise ValueError("mark_inputs takes a node of this workflow")
+        start = first.index
         marked = 0
         # Node k's ref is -(k + 1): a ref of -start or more names a node before `first`, or
         # a job id (positive).
@@ -369,9 +369,12 @@ class Workflow:
             marked += 1
         return marked
 
+    def _owns(self, node: Node) -> bool:
+        return node.index < len(self.nodes) and self.nodes[node.index] is node
+
     def _ref(self, upstream: Node | int) -> int:
         if isinstance(upstream, Node):
-            if upstream.index >= len(self.nodes) or self.nodes[upstream.index] is not upstream:
+            if not self._owns(upstream):
                 raise ValueError("after= names a node of another workflow")
             return upstream.ref
         if isinstance(upstream, bool) or not isinstance(upstream, int) or upstream <= 0:
