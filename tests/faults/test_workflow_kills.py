@@ -315,6 +315,23 @@ def cancel_if_waiting(url: str, job_id: int) -> bool:
     return True
 
 
+def stop_running(db: psycopg.Connection, worker: WorkerProcess, worker_id: int,
+                 among: set[int]) -> None:
+    """SIGSTOP ``worker`` while a job of ``among`` is running on it. Seen running, a 0.15 s
+    step could finish (its outcome flushed) before a kill reached the worker: stopped, the
+    worker writes nothing more, and a write it sent before it stopped lands within the
+    pause below; if no job of ``among`` is still running then, it goes on and we retry."""
+    for _ in range(50):
+        wait_until(lambda: bool(started_here(db, worker_id, worker.pid) & among),
+                   what="a job of the set running on the worker")
+        worker.signal(signal.SIGSTOP)
+        time.sleep(0.2)
+        if started_here(db, worker_id, worker.pid) & among:
+            return
+        worker.signal(signal.SIGCONT)
+    raise AssertionError("no job of the set stayed running on the worker")
+
+
 def test_nothing_runs_after_a_revoke_across_kills(
     app: App, database_url: str, wf_db: psycopg.Connection, spawn_worker: SpawnWorker
 ) -> None:
@@ -349,8 +366,7 @@ def test_nothing_runs_after_a_revoke_across_kills(
     with psycopg.connect(database_url, autocommit=True) as connection:
         assert request_cancel_sync(connection, victim)
     chain_ids = {i for chain in chains for i in ids(chain)}
-    wait_until(lambda: bool(started_here(db, first_id, first.pid) & chain_ids),
-               what="a chain step running on the first worker")
+    stop_running(db, first, first_id, chain_ids)
     first.signal(signal.SIGKILL)
     assert first.wait_exit()[0] == -signal.SIGKILL
     for c in range(3, 6):
