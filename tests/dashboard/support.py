@@ -191,9 +191,10 @@ def artifacts_dir(tmp_path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def chromium() -> Iterator[Any]:
-    """Headless Debian Chromium through Debian's chromedriver (nothing downloaded); skips
-    the test with one line where either is missing."""
+def chromium(*arguments: str) -> Iterator[Any]:
+    """Headless Debian Chromium through Debian's chromedriver (nothing downloaded), with
+    more command-line ``arguments``; skips the test with one line where either is
+    missing."""
     missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not shutil.which(path)]
     if missing:
         pytest.skip(f"no browser: {', '.join(missing)} missing (apt-get install chromium "
@@ -207,7 +208,7 @@ def chromium() -> Iterator[Any]:
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                      "--disable-gpu", "--window-size=1366,1000", "--disable-extensions",
-                     "--no-first-run", "--disable-background-networking"):
+                     "--no-first-run", "--disable-background-networking", *arguments):
         options.add_argument(argument)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(30)
