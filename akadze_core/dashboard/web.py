@@ -473,7 +473,8 @@ class Dashboard:
     def notice_query(self, code: str, **values: str | int) -> str:
         """The query string of a notice: its code and values, signed (an unsigned or
         altered notice shows nothing, so a link cannot put its own words on the page)."""
-        fields = {"notice": code, **{key: str(value) for key, value in values.items()}}
+        # Its values as n-NAME: apart from the page's own parameters (a list's queue filter).
+        fields = {"notice": code, **{f"n-{key}": str(value) for key, value in values.items()}}
         signed = urlencode(sorted(fields.items()))
         return urlencode({**fields, "ns": self._sign("notice", signed)[:32]})
 
@@ -484,12 +485,12 @@ class Dashboard:
         template = NOTICES.get(code)
         if template is None:
             return None
-        fields = {"notice": code, **{key: params[key] for key in _NOTICE_FIELDS
-                                     if key in params}}
+        fields = {"notice": code, **{f"n-{key}": params[f"n-{key}"] for key in _NOTICE_FIELDS
+                                     if f"n-{key}" in params}}
         expected = self._sign("notice", urlencode(sorted(fields.items())))[:32]
         if not hmac.compare_digest(expected.encode(), params.get("ns", "").encode()):
             return None
-        values = {key: fields.get(key, "") for key in _NOTICE_FIELDS}
+        values = {key: fields.get(f"n-{key}", "") for key in _NOTICE_FIELDS}
         selected = values["selected"]
         values["more"] = (" (the first batch: run it again for more)"
                           if selected.isdigit() and int(selected) >= data.BULK_LIMIT else "")

@@ -162,13 +162,13 @@ def test_a_notice_is_only_one_of_the_dashboards_own(
     with dashboard(database_url, tmp_path, "--basic-auth", "admin:pw-admin") as served:
         client = Client(BASIC)
         for query in ("notice=Your+session+expired:+call+555-0100",
-                      "notice=requeued&job=1", "notice=purged&queue=phish&n=9&ns=00"):
+                      "notice=requeued&n-job=1", "notice=purged&n-queue=phish&n-n=9&ns=00"):
             page = client.get(f"{served.base}/?{query}")
             assert page.status == 200 and 'id="notice"' not in page.text, query
         done = client.post(served.base + "/queues/purge", {"queue": "q1", "csrf": client.csrf()})
         assert "queue q1 purged: 1 queued jobs deleted" in done.text
         # The same signed notice with another queue name shows nothing.
-        forged = done.url.replace("queue=q1", "queue=phish")
+        forged = done.url.replace("n-queue=q1", "n-queue=phish")
         assert forged != done.url and 'id="notice"' not in client.get(forged).text
 
 
