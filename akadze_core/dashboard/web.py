@@ -433,12 +433,15 @@ class Dashboard:
     def csrf_token(self, request: Request) -> str:
         """The token this request's forms carry: an HMAC (with the per-process secret) of
         the caller's session or credentials (under a parent's authentication, and before
-        login, with this browser's own cookie);
-        so a cookie another site set, or a token of another session, is worth nothing."""
+        login, with this browser's own cookie), so a cookie another site set, or a token
+        of another session, is worth nothing. "" when there is nothing to bind it to (no
+        such cookie): no form matches that."""
         caller: Caller | None = getattr(request.state, "caller", None)
         if caller is not None and caller.identity != "parent":
             return self._sign("csrf", caller.binding)
         browser = getattr(request.state, "browser", "") or self.cookie(request, CSRF_COOKIE)
+        if not browser:
+            return ""
         binding = caller.binding if caller else "anonymous"
         return self._sign("csrf", f"{binding}\0{browser}")
 
@@ -464,9 +467,8 @@ class Dashboard:
         origin = request.headers.get("origin")
         if origin is not None and origin not in self.own_origins(request):
             return False
-        sent = form.get("csrf", "")
-        return bool(sent) and hmac.compare_digest(self.csrf_token(request).encode(),
-                                                  sent.encode())
+        sent, expected = form.get("csrf", ""), self.csrf_token(request)
+        return bool(sent and expected) and hmac.compare_digest(expected.encode(), sent.encode())
 
     # --- notices ----------------------------------------------------------------------------
 

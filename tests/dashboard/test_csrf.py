@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 from akadze_core.dashboard import create_app
+from akadze_core.dashboard.web import LoginThrottle, Sessions
 from tests.dashboard.support import Client, dashboard
 from tests.dashboard.test_http import BASIC, wait_state
 
@@ -291,3 +292,28 @@ def test_https_cookies_are_host_prefixed_and_unprefixed_ones_ignored(
         assert status == 403
     finally:
         web.state.dashboard.close()
+
+
+def test_sessions_end_and_the_throttle_forgets() -> None:
+    sessions = Sessions(lifetime=0.3)
+    first = sessions.create()
+    assert sessions.valid(first) and not sessions.valid("") and not sessions.valid("x")
+    time.sleep(0.4)
+    assert not sessions.valid(first)  # past its lifetime
+    capped = Sessions(lifetime=60, cap=3)
+    made = [capped.create() for _ in range(4)]
+    assert [capped.valid(one) for one in made] == [False, True, True, True]  # oldest ends
+    capped.end(made[-1])
+    assert not capped.valid(made[-1])
+    throttle = LoginThrottle(free=2, longest=4, forget=0.3)
+    throttle.failed("10.0.0.1")
+    assert throttle.retry_after("10.0.0.1") == 0
+    throttle.failed("10.0.0.1")
+    assert 0.5 < throttle.retry_after("10.0.0.1") <= 1  # the 2nd: 1 s
+    assert throttle.retry_after("10.0.0.2") == 0  # per address
+    throttle.succeeded("10.0.0.1")
+    assert throttle.retry_after("10.0.0.1") == 0
+    throttle.failed("10.0.0.3")
+    time.sleep(0.4)  # forgotten: the next failure is a first one again
+    throttle.failed("10.0.0.3")
+    assert throttle.retry_after("10.0.0.3") == 0
