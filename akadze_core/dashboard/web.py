@@ -97,8 +97,8 @@ class DashboardConfig:
     credentials. ``origins``: more origins (``https://dash.example``) a form may come from,
     besides the request's own (for a proxy that rewrites ``Host``). ``session_lifetime``:
     seconds a login session lasts. ``max_body``: the largest request body read (bytes).
-    ``login_attempts``/``login_backoff_max``: wrong logins an address may make before each
-    further one locks it out, doubling from 1 s up to this many seconds.
+    ``login_attempts``/``login_backoff_max``: from this many wrong logins from one address
+    on, each locks the address out, for 1 s, then 2 s, 4 s ... up to this many seconds.
     """
 
     basic_auth: Mapping[str, str] = field(default_factory=dict)
