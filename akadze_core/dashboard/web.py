@@ -15,9 +15,11 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import secrets
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,6 +30,7 @@ import psycopg_pool
 from jinja2 import Environment, PackageLoader
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -44,8 +47,31 @@ if TYPE_CHECKING:
 logger = logging.getLogger("akadze.dashboard")
 T = TypeVar("T")
 
+#: The per-browser cookie that binds the login form's CSRF token (and, for a parent's
+#: authentication, the actions' token) to this browser.
 CSRF_COOKIE = "akadze_csrf"
+#: The token login's session cookie: a random session id, looked up server-side.
 SESSION_COOKIE = "akadze_session"
+#: Over https both cookies carry this prefix: the browser then refuses the cookie unless it
+#: is Secure, host-only and Path=/, so a sibling subdomain or plain-http port cannot set it.
+#: Over plain http the prefix cannot be used (it needs Secure, which browsers refuse on
+#: http://some.name; Chromium accepts it on http://127.0.0.1 and localhost only), and the
+#: defence does not rest on it: the CSRF token is an HMAC of the authenticated session.
+HOST_PREFIX = "__Host-"
+#: The largest request body read (a form is a few hundred bytes; a bulk form a few KiB).
+MAX_BODY = 64 * 1024
+#: What a ``?notice=`` code shows; anything else (or an unsigned notice) shows nothing.
+NOTICES = {
+    "requeued": "job {job} requeued",
+    "not-requeued": "job {job} was not requeued: only failed jobs can be",
+    "cancel-requested": "job {job}: cancel requested",
+    "not-cancelled": "job {job} was not cancelled: only queued or running jobs can be",
+    "purged": "queue {queue} purged: {n} queued jobs deleted",
+    "bulk-retry": "bulk retry: requeued {changed} of {selected} matching jobs{more}",
+    "bulk-cancel": "bulk cancel: cancel requested for {changed} of {selected} matching "
+                   "jobs{more}",
+}
+_NOTICE_FIELDS = ("job", "queue", "n", "changed", "selected")
 #: No script may run on a page, whatever a job's data holds; styles are inline.
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
@@ -68,7 +94,11 @@ class DashboardConfig:
     dashboard and its actions: for a parent app that authenticates on its own (it may read
     ``request.scope["user"]`` set by the parent's middleware). With none of the three, the
     pages are open and the actions off. ``read_only`` turns the actions off whatever the
-    credentials.
+    credentials. ``origins``: more origins (``https://dash.example``) a form may come from,
+    besides the request's own (for a proxy that rewrites ``Host``). ``session_lifetime``:
+    seconds a login session lasts. ``max_body``: the largest request body read (bytes).
+    ``login_attempts``/``login_backoff_max``: from this many wrong logins from one address
+    on, each locks the address out, for 1 s, then 2 s, 4 s ... up to this many seconds.
     """
 
     basic_auth: Mapping[str, str] = field(default_factory=dict)
@@ -77,11 +107,182 @@ class DashboardConfig:
     read_only: bool = False
     title: str = "akadze"
     page_size: int = 50
+    origins: Sequence[str] = ()
+    session_lifetime: float = 12 * 3600.0
+    max_body: int = MAX_BODY
+    login_attempts: int = 5
+    login_backoff_max: float = 60.0
 
     @property
     def has_credentials(self) -> bool:
         """Whether any credential (or a parent's check) guards the dashboard."""
         return bool(self.basic_auth or self.tokens or self.authorize)
+
+
+class Sessions:
+    """Token-login sessions, kept server-side: the cookie holds a random id, and logging out
+    (or the lifetime passing) ends the session for every copy of that cookie.
+
+    Ids are stored hashed (a lookup's timing says nothing about a stored id). At most
+    ``cap`` live sessions: beyond, the oldest ends (only a right token creates one).
+    """
+
+    def __init__(self, lifetime: float, cap: int = 10_000) -> None:
+        self.lifetime = lifetime
+        self.cap = cap
+        self._ends: dict[bytes, float] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(session_id: str) -> bytes:
+        return hashlib.sha256(session_id.encode()).digest()
+
+    def create(self) -> str:
+        """A new session's id."""
+        session_id = secrets.token_urlsafe(32)
+        with self._lock:
+            if len(self._ends) >= self.cap:
+                now = time.monotonic()
+                self._ends = {key: end for key, end in self._ends.items() if end > now}
+                while len(self._ends) >= self.cap:
+                    del self._ends[min(self._ends, key=self._ends.__getitem__)]
+            self._ends[self._key(session_id)] = time.monotonic() + self.lifetime
+        return session_id
+
+    def valid(self, session_id: str) -> bool:
+        """Whether ``session_id`` is a live session."""
+        if not session_id:
+            return False
+        key = self._key(session_id)
+        with self._lock:
+            end = self._ends.get(key)
+            if end is not None and end <= time.monotonic():
+                del self._ends[key]
+                end = None
+        return end is not None
+
+    def end(self, session_id: str) -> None:
+        """End the session (logout)."""
+        with self._lock:
+            self._ends.pop(self._key(session_id), None)
+
+
+class LoginThrottle:
+    """Wrong credentials per client address: after ``free`` of them, each further one locks
+    the address out for 1 s, 2 s, 4 s ... up to ``longest`` s; a right login clears it, and
+    an address forgets its failures after ``forget`` s without one. While locked out, no
+    credential from the address is checked at all (a right guess would otherwise tell)."""
+
+    def __init__(self, free: int, longest: float, forget: float = 900.0,
+                 cap: int = 10_000) -> None:
+        self.free = free
+        self.longest = longest
+        self.forget = forget
+        self.cap = cap
+        # address -> (failures, time of the last, locked until)
+        self._seen: dict[str, tuple[int, float, float]] = {}
+        self._lock = threading.Lock()
+
+    def retry_after(self, address: str) -> float:
+        """Seconds until ``address`` may try again (0: now)."""
+        with self._lock:
+            entry = self._seen.get(address)
+        return max(0.0, entry[2] - time.monotonic()) if entry else 0.0
+
+    def failed(self, address: str) -> None:
+        """Count a wrong login from ``address``."""
+        now = time.monotonic()
+        with self._lock:
+            failures, last, _ = self._seen.get(address, (0, now, 0.0))
+            if now - last > self.forget:
+                failures = 0
+            failures += 1
+            locked = 0.0
+            if failures >= self.free:
+                locked = now + min(self.longest, 2.0 ** min(failures - self.free, 30))
+            if address not in self._seen and len(self._seen) >= self.cap:
+                self._seen = {key: value for key, value in self._seen.items()
+                              if now - value[1] <= self.forget or value[2] > now}
+                if len(self._seen) >= self.cap:  # all recent: drop the oldest half
+                    keep = sorted(self._seen.items(), key=lambda item: item[1][1])
+                    self._seen = dict(keep[len(keep) // 2:])
+            self._seen[address] = (failures, now, locked)
+
+    def succeeded(self, address: str) -> None:
+        """A right login from ``address``: forget its failures."""
+        with self._lock:
+            self._seen.pop(address, None)
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes is refused with 413 before it is
+    read. A ``Content-Length`` over the limit is refused at once; a body without one
+    (chunked) is counted as it arrives and refused when it passes the limit. The connection
+    is then closed by the server with the rest of the body unread."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: MutableMapping[str, Any],
+                       receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
+                       send: Callable[[MutableMapping[str, Any]], Awaitable[None]]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or ()).get(b"content-length")
+        if length is not None:
+            try:
+                too_big = int(length) > self.limit
+            except ValueError:
+                too_big = True
+            if too_big:
+                await _too_big(send)
+                return
+        seen = 0
+        started = False
+
+        async def counted() -> MutableMapping[str, Any]:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _BodyTooBig
+            return message
+
+        async def watched(message: MutableMapping[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, watched)
+        except _BodyTooBig:
+            if not started:
+                await _too_big(send)
+
+
+class _BodyTooBig(Exception):
+    """A request body passed the limit while being read."""
+
+
+async def _too_big(send: Callable[[MutableMapping[str, Any]], Awaitable[None]]) -> None:
+    body = b"request body too large\n"
+    await send({"type": "http.response.start", "status": 413, "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()), (b"connection", b"close"),
+        *((key.lower().encode(), value.encode()) for key, value in SECURITY_HEADERS.items())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a request is (``identity``: "user NAME", "token", "parent") and what its CSRF
+    token is bound to (``binding``: its credentials or session, never sent to anyone)."""
+
+    identity: str
+    binding: str
 
 
 class Dashboard:
@@ -92,8 +293,11 @@ class Dashboard:
         self.config = config
         self._pool: psycopg_pool.ConnectionPool | None = None
         self._lock = threading.Lock()
-        # Signs the session cookie; per process: a restart logs token sessions out.
+        # Keys the CSRF tokens and notices; per process, like the sessions: a restart
+        # logs token sessions out and asks open forms to be reloaded.
         self._secret = secrets.token_bytes(32)
+        self.sessions = Sessions(config.session_lifetime)
+        self.throttle = LoginThrottle(config.login_attempts, config.login_backoff_max)
         self.templates = Environment(loader=PackageLoader("akadze_core", "dashboard/templates"),
                                      autoescape=True, trim_blocks=True, lstrip_blocks=True)
         self.templates.filters["when"] = _when
@@ -141,14 +345,47 @@ class Dashboard:
 
     # --- authentication ---------------------------------------------------------------------
 
-    def _session_value(self, token: str) -> str:
-        return hmac.new(self._secret, token.encode(), hashlib.sha256).hexdigest()
+    @staticmethod
+    def cookie_name(request: Request, name: str) -> str:
+        """``name`` as this request's cookies spell it: ``__Host-`` prefixed over https."""
+        return HOST_PREFIX + name if request.url.scheme == "https" else name
 
-    def identify(self, request: Request) -> str | None:
-        """Who the request is ("user NAME", "token", "parent"), or None."""
+    def cookie(self, request: Request, name: str) -> str:
+        """The value of cookie ``name`` as this request spells it ("" without one). Over
+        https an unprefixed cookie of the same name (which a sibling could set) is ignored."""
+        return request.cookies.get(self.cookie_name(request, name), "")
+
+    def set_cookie(self, request: Request, response: Response, name: str, value: str) -> None:
+        """Set cookie ``name``: HttpOnly, SameSite=Strict; over https ``__Host-``, Secure
+        and Path=/ (the prefix demands both); over http the dashboard's own path."""
+        secure = request.url.scheme == "https"
+        response.set_cookie(self.cookie_name(request, name), value,
+                            path="/" if secure else base_path(request) or "/",
+                            httponly=True, samesite="strict", secure=secure)
+
+    def delete_cookie(self, request: Request, response: Response, name: str) -> None:
+        """Remove cookie ``name`` (set the same way, so the browser matches it)."""
+        secure = request.url.scheme == "https"
+        response.delete_cookie(self.cookie_name(request, name),
+                               path="/" if secure else base_path(request) or "/",
+                               httponly=True, samesite="strict", secure=secure)
+
+    def _sign(self, purpose: str, text: str) -> str:
+        return hmac.new(self._secret, f"{purpose}\0{text}".encode(), hashlib.sha256).hexdigest()
+
+    @staticmethod
+    def client_address(request: Request) -> str:
+        """The peer's address (what wrong logins are counted by)."""
+        return request.client.host if request.client else "unknown"
+
+    def authenticate(self, request: Request) -> Caller | None:
+        """Who the request is and what its CSRF token is bound to, or None. A wrong
+        credential counts against the client's address (see ``LoginThrottle``)."""
         config = self.config
         header = request.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
+        value = value.strip()
+        wrong = False
         if scheme.lower() == "basic" and config.basic_auth:
             try:
                 user, _, password = base64.b64decode(value, validate=True).decode().partition(":")
@@ -156,58 +393,141 @@ class Dashboard:
                 user, password = "", ""
             expected = config.basic_auth.get(user)
             if expected is not None and hmac.compare_digest(expected.encode(), password.encode()):
-                return f"user {user}"
-        if scheme.lower() == "bearer" and any(
-                hmac.compare_digest(token.encode(), value.strip().encode())
-                for token in config.tokens):
-            return "token"
-        cookie = request.cookies.get(SESSION_COOKIE, "")
-        if cookie and any(hmac.compare_digest(self._session_value(token), cookie)
-                          for token in config.tokens):
-            return "token"
+                return Caller(f"user {user}", f"basic\0{user}\0{password}")
+            wrong = True
+        if scheme.lower() == "bearer" and config.tokens:
+            if any(hmac.compare_digest(token.encode(), value.encode())
+                   for token in config.tokens):
+                return Caller("token", f"bearer\0{value}")
+            wrong = True
+        if wrong:
+            self.throttle.failed(self.client_address(request))
+        session_id = self.cookie(request, SESSION_COOKIE)
+        if config.tokens and self.sessions.valid(session_id):
+            return Caller("token", f"session\0{session_id}")
         if config.authorize is not None and config.authorize(request):
-            return "parent"
+            # The parent's user, when its middleware set one (the token adds this browser's
+            # own cookie: the parent's session is not ours to read).
+            parent_user = request.scope.get("user")
+            name = parent_user if isinstance(parent_user, str) else str(
+                getattr(parent_user, "identity", None) or getattr(parent_user, "pk", None)
+                or getattr(parent_user, "username", None) or "")
+            return Caller("parent", f"parent\0{name}")
         return None
+
+    def identify(self, request: Request) -> str | None:
+        """Who the request is ("user NAME", "token", "parent"), or None."""
+        caller = self.authenticate(request)
+        return caller.identity if caller else None
+
+    def presents_credentials(self, request: Request) -> bool:
+        """Whether the request carries credentials to check (a login attempt)."""
+        scheme = request.headers.get("authorization", "").partition(" ")[0].lower()
+        return (scheme == "basic" and bool(self.config.basic_auth)) or (
+            scheme == "bearer" and bool(self.config.tokens))
 
     def can_act(self, identity: str | None) -> bool:
         """Whether actions are offered: not read-only, and the caller authenticated."""
         return not self.config.read_only and identity is not None
 
+    def csrf_token(self, request: Request) -> str:
+        """The token this request's forms carry: an HMAC (with the per-process secret) of
+        the caller's session or credentials (under a parent's authentication, and before
+        login, with this browser's own cookie), so a cookie another site set, or a token
+        of another session, is worth nothing. "" when there is nothing to bind it to (no
+        such cookie): no form matches that."""
+        caller: Caller | None = getattr(request.state, "caller", None)
+        if caller is not None and caller.identity != "parent":
+            return self._sign("csrf", caller.binding)
+        browser = getattr(request.state, "browser", "") or self.cookie(request, CSRF_COOKIE)
+        if not browser:
+            return ""
+        binding = caller.binding if caller else "anonymous"
+        return self._sign("csrf", f"{binding}\0{browser}")
+
+    def own_origins(self, request: Request) -> set[str]:
+        """The origins a form of this dashboard comes from: the request's own (and its
+        https form when served plain behind a TLS proxy that keeps ``Host``), and the
+        configured ``origins``."""
+        host = request.headers.get("host", "")
+        scheme = request.url.scheme
+        own = {f"{scheme}://{host}"}
+        if scheme == "http":
+            own.add(f"https://{host}")
+        return own | {origin.rstrip("/") for origin in self.config.origins}
+
     def check_csrf(self, request: Request, form: Mapping[str, str]) -> bool:
-        """The form's token matches the cookie (double submit), and a browser that says
-        where the form came from says it came from here."""
-        cookie = request.cookies.get(CSRF_COOKIE, "")
-        sent = form.get("csrf", "")
-        if not cookie or not sent or not hmac.compare_digest(cookie, sent):
-            return False
-        if request.headers.get("sec-fetch-site") == "cross-site":
+        """A state-changing request is from this dashboard's own page: its form carries
+        this caller's token, and a browser that says where the request came from says
+        here (``Sec-Fetch-Site`` same-origin or none; ``Origin`` one of ours, never
+        ``null``, which a cross-site redirect or a sandboxed frame sends)."""
+        site = request.headers.get("sec-fetch-site")
+        if site is not None and site not in ("same-origin", "none"):
             return False
         origin = request.headers.get("origin")
-        if origin and origin != "null":
-            host = request.headers.get("host", "")
-            return origin.split("://", 1)[-1] == host
-        return True
+        if origin is not None and origin not in self.own_origins(request):
+            return False
+        sent, expected = form.get("csrf", ""), self.csrf_token(request)
+        return bool(sent and expected) and hmac.compare_digest(expected.encode(), sent.encode())
+
+    # --- notices ----------------------------------------------------------------------------
+
+    def notice_query(self, code: str, **values: str | int) -> str:
+        """The query string of a notice: its code and values, signed (an unsigned or
+        altered notice shows nothing, so a link cannot put its own words on the page)."""
+        # Its values as n-NAME: apart from the page's own parameters (a list's queue filter).
+        fields = {"notice": code, **{f"n-{key}": str(value) for key, value in values.items()}}
+        signed = urlencode(sorted(fields.items()))
+        return urlencode({**fields, "ns": self._sign("notice", signed)[:32]})
+
+    def notice(self, request: Request) -> str | None:
+        """The message of the request's notice, when it is one of ours."""
+        params = request.query_params
+        code = params.get("notice", "")
+        template = NOTICES.get(code)
+        if template is None:
+            return None
+        fields = {"notice": code, **{f"n-{key}": params[f"n-{key}"] for key in _NOTICE_FIELDS
+                                     if f"n-{key}" in params}}
+        expected = self._sign("notice", urlencode(sorted(fields.items())))[:32]
+        if not hmac.compare_digest(expected.encode(), params.get("ns", "").encode()):
+            return None
+        values = {key: fields.get(f"n-{key}", "") for key in _NOTICE_FIELDS}
+        selected = values["selected"]
+        values["more"] = (" (the first batch: run it again for more)"
+                          if selected.isdigit() and int(selected) >= data.BULK_LIMIT else "")
+        return template.format(**values)
 
     # --- responses --------------------------------------------------------------------------
 
     def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
-        """A page from template ``name``, with the security headers and the CSRF cookie."""
+        """A page from template ``name``, with the security headers and this browser's
+        cookie (which binds the login form's token)."""
         base = base_path(request)
         identity = getattr(request.state, "identity", None)
-        csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(24)
+        browser = self.cookie(request, CSRF_COOKIE)
+        fresh = not browser
+        if fresh:
+            browser = request.state.browser = secrets.token_urlsafe(24)
         html = self.templates.get_template(name).render(
             base=base, config=self.config, identity=identity, can_act=self.can_act(identity),
-            csrf=csrf, notice=request.query_params.get("notice"), states=JOB_STATES,
+            csrf=self.csrf_token(request), notice=self.notice(request), states=JOB_STATES,
             path=request.url.path, query=request.url.query, **context)
         response = HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
-        if request.cookies.get(CSRF_COOKIE) != csrf:
-            response.set_cookie(CSRF_COOKIE, csrf, path=base or "/", httponly=True,
-                                samesite="strict", secure=request.url.scheme == "https")
+        if fresh:
+            self.set_cookie(request, response, CSRF_COOKIE, browser)
         return response
 
     def error(self, request: Request, status: int, message: str) -> Response:
         """An error page with ``message`` (escaped like everything else)."""
         return self.render(request, "error.html", status=status, message=message)
+
+    def too_many(self, retry_after: float) -> Response:
+        """429 for an address locked out after wrong logins."""
+        seconds = max(1, math.ceil(retry_after))
+        return PlainTextResponse(
+            f"too many wrong logins from this address: try again in {seconds} s",
+            status_code=429, headers={**SECURITY_HEADERS, "Retry-After": str(seconds)})
 
     def scrub(self, text: str) -> str:
         """``text`` without the database password (for error pages and logs)."""
@@ -263,14 +583,15 @@ def _form(body: bytes) -> dict[str, str]:
                                                       keep_blank_values=True).items()}
 
 
-def _back(request: Request, form: Mapping[str, str], notice: str) -> Response:
-    """303 to the form's ``next`` (a path of this dashboard only) with a notice."""
+def _back(dashboard: Dashboard, request: Request, form: Mapping[str, str], code: str,
+          **values: str | int) -> Response:
+    """303 to the form's ``next`` (a path of this dashboard only) with notice ``code``."""
     base = base_path(request)
     target = form.get("next", "")
     if not target.startswith(base + "/") or target.startswith("//") or "\\" in target:
         target = base + "/"
     separator = "&" if "?" in target else "?"
-    return RedirectResponse(f"{target}{separator}{urlencode({'notice': notice})}",
+    return RedirectResponse(f"{target}{separator}{dashboard.notice_query(code, **values)}",
                             status_code=303)
 
 
@@ -312,7 +633,9 @@ def create_app(app: App | None = None, *, database_url: str | None = None,
         Route("/metrics", pages.metrics, name="metrics"),
         Route("/healthz", pages.healthz, name="healthz"),
     ]
-    web = Starlette(routes=routes)
+    # Every route: no body is read past the limit (a login form must not be a way to fill
+    # the process's memory before any credential is checked).
+    web = Starlette(routes=routes, middleware=[Middleware(BodyLimit, limit=config.max_body)])
     web.state.dashboard = dashboard
     return web
 
@@ -325,10 +648,18 @@ def _guarded(method: Callable[[Pages, Request], Any]) -> Callable[[Pages, Reques
     errors into a scrubbed 503 page."""
     async def wrapper(self: Pages, request: Request) -> Response:
         dashboard = self.dashboard
+        address = dashboard.client_address(request)
+        if dashboard.presents_credentials(request):
+            wait = dashboard.throttle.retry_after(address)
+            if wait > 0:
+                return dashboard.too_many(wait)
         # A parent's check may block (a Django ORM query): off the event loop.
-        identity = (await run_in_threadpool(dashboard.identify, request)
-                    if dashboard.config.authorize is not None else dashboard.identify(request))
-        request.state.identity = identity
+        caller = (await run_in_threadpool(dashboard.authenticate, request)
+                  if dashboard.config.authorize is not None else dashboard.authenticate(request))
+        if caller is not None and dashboard.presents_credentials(request):
+            dashboard.throttle.succeeded(address)
+        request.state.caller = caller
+        identity = request.state.identity = caller.identity if caller else None
         if dashboard.config.has_credentials and identity is None:
             if dashboard.config.basic_auth:
                 return PlainTextResponse(
@@ -460,16 +791,16 @@ class Pages:
         """Requeue a failed job."""
         job_id = int(request.path_params["job_id"])
         done = await self.dashboard.read(lambda c: data.retry(c, job_id))
-        return _back(request, form, f"job {job_id} requeued" if done else
-                     f"job {job_id} was not requeued: only failed jobs can be")
+        return _back(self.dashboard, request, form, "requeued" if done else "not-requeued",
+                     job=job_id)
 
     @_action
     async def cancel(self, request: Request, form: dict[str, str]) -> Response:
         """Cancel a queued job, or ask a running one to stop."""
         job_id = int(request.path_params["job_id"])
         done = await self.dashboard.read(lambda c: data.cancel(c, job_id))
-        return _back(request, form, f"job {job_id}: cancel requested" if done else
-                     f"job {job_id} was not cancelled: only queued or running jobs can be")
+        return _back(self.dashboard, request, form,
+                     "cancel-requested" if done else "not-cancelled", job=job_id)
 
     @_action
     async def purge(self, request: Request, form: dict[str, str]) -> Response:
@@ -478,7 +809,7 @@ class Pages:
         if not queue:
             return self.dashboard.error(request, 400, "which queue? (none given)")
         deleted = await self.dashboard.read(lambda c: data.purge(c, queue))
-        return _back(request, form, f"queue {queue} purged: {deleted} queued jobs deleted")
+        return _back(self.dashboard, request, form, "purged", queue=queue, n=deleted)
 
     @_action
     async def bulk(self, request: Request, form: dict[str, str]) -> Response:
@@ -488,10 +819,8 @@ class Pages:
             return self.dashboard.error(request, 400, f"unknown bulk action {action!r}")
         filters = _filters(form)
         changed, selected = await self.dashboard.read(lambda c: data.bulk(c, action, filters))
-        verb = "requeued" if action == "retry" else "cancel requested for"
-        more = " (the first batch: run it again for more)" if selected >= data.BULK_LIMIT else ""
-        return _back(request, form, f"bulk {action}: {verb} {changed} of {selected} "
-                                    f"matching jobs{more}")
+        return _back(self.dashboard, request, form, f"bulk-{action}", changed=changed,
+                     selected=selected)
 
     async def login(self, request: Request) -> Response:
         """The token login form; a right token sets a session cookie."""
@@ -499,29 +828,33 @@ class Pages:
         request.state.identity = None
         if request.method == "GET" or not dashboard.config.tokens:
             return dashboard.render(request, "login.html")
+        address = dashboard.client_address(request)
+        wait = dashboard.throttle.retry_after(address)
+        if wait > 0:  # before reading the form: no token is checked while locked out
+            return dashboard.too_many(wait)
         form = _form(await request.body())
         if not dashboard.check_csrf(request, form):
             return dashboard.error(request, 403, "CSRF check failed: reload the page")
         token = form.get("token", "")
         if not any(hmac.compare_digest(t.encode(), token.encode())
                    for t in dashboard.config.tokens):
+            dashboard.throttle.failed(address)
             return dashboard.render(request, "login.html", status=401, failed=True)
-        base = base_path(request)
-        response = RedirectResponse(f"{base}/", status_code=303)
-        response.set_cookie(SESSION_COOKIE, dashboard._session_value(token), path=base or "/",
-                            httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https")
+        dashboard.throttle.succeeded(address)
+        response = RedirectResponse(f"{base_path(request)}/", status_code=303)
+        dashboard.set_cookie(request, response, SESSION_COOKIE, dashboard.sessions.create())
         return response
 
     @_guarded
     async def logout(self, request: Request) -> Response:
-        """Forget the session cookie."""
+        """End the session (server-side: a copy of its cookie no longer works either)."""
+        dashboard = self.dashboard
         form = _form(await request.body())
-        if not self.dashboard.check_csrf(request, form):
-            return self.dashboard.error(request, 403, "CSRF check failed")
-        base = base_path(request)
-        response = RedirectResponse(f"{base}/login", status_code=303)
-        response.delete_cookie(SESSION_COOKIE, path=base or "/")
+        if not dashboard.check_csrf(request, form):
+            return dashboard.error(request, 403, "CSRF check failed")
+        dashboard.sessions.end(dashboard.cookie(request, SESSION_COOKIE))
+        response = RedirectResponse(f"{base_path(request)}/login", status_code=303)
+        dashboard.delete_cookie(request, response, SESSION_COOKIE)
         return response
 
     @_guarded

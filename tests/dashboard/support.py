@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import http.cookiejar
 import os
+import re
 import shutil
 import signal
 import socket
@@ -140,6 +141,7 @@ class Client:
         self.jar = http.cookiejar.CookieJar()
         self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.jar))
         self.headers = dict(headers or {})
+        self.form_token = ""
 
     def request(self, method: str, url: str, form: dict[str, Any] | None = None,
                 headers: dict[str, str] | None = None) -> Answer:
@@ -149,10 +151,14 @@ class Client:
                                          headers={**self.headers, **(headers or {})})
         try:
             with self.opener.open(request, timeout=30) as response:
-                return Answer(response.status, response.url, dict(response.headers),
-                              response.read().decode())
+                answer = Answer(response.status, response.url, dict(response.headers),
+                                response.read().decode())
         except urllib.error.HTTPError as exc:
-            return Answer(exc.code, url, dict(exc.headers), exc.read().decode())
+            answer = Answer(exc.code, url, dict(exc.headers), exc.read().decode())
+        found = re.search(r'name="csrf" value="([^"]+)"', answer.text)
+        if found:
+            self.form_token = found.group(1)
+        return answer
 
     def get(self, url: str, **kwargs: Any) -> Answer:
         """GET ``url``."""
@@ -163,11 +169,17 @@ class Client:
         return self.request("POST", url, form, **kwargs)
 
     def csrf(self) -> str:
-        """The CSRF cookie a page set (the value its forms carry)."""
+        """The CSRF token the last page's forms carried (as a browser submits it)."""
+        if not self.form_token:
+            raise AssertionError("no form token yet: GET a page with a form first")
+        return self.form_token
+
+    def cookie(self, name: str) -> str | None:
+        """The value of cookie ``name`` in the jar, if any."""
         for cookie in self.jar:
-            if cookie.name == "akadze_csrf":
+            if cookie.name == name:
                 return str(cookie.value)
-        raise AssertionError("no CSRF cookie yet: GET a page first")
+        return None
 
 
 def artifacts_dir(tmp_path: Path) -> Path:
@@ -179,9 +191,10 @@ def artifacts_dir(tmp_path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def chromium() -> Iterator[Any]:
-    """Headless Debian Chromium through Debian's chromedriver (nothing downloaded); skips
-    the test with one line where either is missing."""
+def chromium(*arguments: str) -> Iterator[Any]:
+    """Headless Debian Chromium through Debian's chromedriver (nothing downloaded), with
+    more command-line ``arguments``; skips the test with one line where either is
+    missing."""
     missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not shutil.which(path)]
     if missing:
         pytest.skip(f"no browser: {', '.join(missing)} missing (apt-get install chromium "
@@ -195,7 +208,7 @@ def chromium() -> Iterator[Any]:
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                      "--disable-gpu", "--window-size=1366,1000", "--disable-extensions",
-                     "--no-first-run", "--disable-background-networking"):
+                     "--no-first-run", "--disable-background-networking", *arguments):
         options.add_argument(argument)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(30)

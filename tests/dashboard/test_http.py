@@ -116,7 +116,8 @@ def test_actions_need_credentials_and_a_csrf_token(
         client = Client()
         page = client.get(f"{served.base}/jobs/{failed}")
         assert page.status == 200 and 'id="retry"' not in page.text
-        refused = client.post(f"{served.base}/jobs/{failed}/retry", {"csrf": client.csrf()})
+        # (No page offers a form: any token is refused before it is looked at.)
+        refused = client.post(f"{served.base}/jobs/{failed}/retry", {"csrf": "any"})
         assert refused.status == 403 and "need credentials" in refused.text
         assert wait_state(db, failed, "failed") == "failed"
     # A bearer token (from the environment) opens the pages and the actions too.
@@ -166,10 +167,9 @@ def test_read_only_offers_and_accepts_no_action(
             page = client.get(served.base + path)
             assert page.status == 200 and 'method="post"' not in page.text.replace(
                 'action="/logout"', ""), path
-        answer = client.post(f"{served.base}/jobs/{failed}/retry", {"csrf": client.csrf()})
+        answer = client.post(f"{served.base}/jobs/{failed}/retry", {"csrf": "any"})
         assert answer.status == 403 and "read-only" in answer.text
-        answer = client.post(f"{served.base}/queues/purge",
-                             {"csrf": client.csrf(), "queue": "default"})
+        answer = client.post(f"{served.base}/queues/purge", {"csrf": "any", "queue": "default"})
         assert answer.status == 403
     assert wait_state(db, failed, "failed") == "failed"
 
