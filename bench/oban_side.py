@@ -2,19 +2,19 @@
 
 Oban needs Python >= 3.12, so it never runs in this interpreter: it is installed in its own
 virtualenv (``$OBAN_PYTHON``, else ``/tmp/akadze-oban-venv``, created on first use from the
-first Python >= 3.12 found: ``$OBAN_BASE_PYTHON``, this interpreter, ``python3.1x`` on
-PATH, pyenv's versions; ``pip install oban==0.7.0``), and ``bench/oban_real`` is executed
-there. When no such Python exists or the install fails, ``ObanUnavailable`` says so in one
-line and the workload is skipped.
+first Python >= 3.12 found: ``$OBAN_BASE_PYTHON``, this interpreter, ``python3.12`` ...
+``python3.15`` on PATH, pyenv's versions oldest first; ``pip install oban==0.7.0``), and
+``bench/oban_real`` is executed there. When no such Python exists or the install fails,
+``ObanUnavailable`` says so in one line and the workload is skipped.
 
 A drain, in a database of its own (the bench's database name + ``_oban``, dropped and
 created again for every drain): ``oban install --dsn URL`` (Oban's own schema command), N
-no-ops inserted with ``Oban.enqueue_many`` (``oban_real/oban_bench_enqueue.py``), ANALYZE, then one
-``oban start --dsn URL --queues bench:<limit>`` (the CLI's defaults otherwise: INFO log, one
-line per job; a pool of 10 connections; the Basic engine of the open-source package). The
-figure is ``completed / (max(completed_at) - min(attempted_at))`` read from ``oban_jobs``
-after the drain: the same window as akadze's (first claim to last outcome written, database
-clock), start-up and stop outside it.
+no-ops inserted with ``Oban.enqueue_many`` (``oban_real/oban_bench_enqueue.py``), ANALYZE,
+then one ``oban start --dsn URL --queues bench:<limit>`` (the CLI's defaults otherwise: INFO
+log, two lines per job; a pool of 10 connections; the Basic engine of the open-source
+package). The figure is ``completed / (max(completed_at) - min(attempted_at))`` read from
+``oban_jobs`` after the drain: the same window as akadze's (first claim to last outcome
+written, database clock), start-up and stop outside it.
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ def _version_of(python: str) -> tuple[int, int] | None:
 def base_python() -> str | None:
     """The first Python >= 3.12 found to build the virtualenv from, or None."""
     candidates = [os.environ.get("OBAN_BASE_PYTHON"), sys.executable]
-    candidates += [shutil.which(f"python3.{minor}") for minor in range(15, 11, -1)]
+    candidates += [shutil.which(f"python3.{minor}") for minor in range(12, 16)]
     pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    candidates += sorted(glob.glob(str(pyenv / "3.1[2-9]*" / "bin" / "python")), reverse=True)
+    candidates += sorted(glob.glob(str(pyenv / "3.1[2-9]*" / "bin" / "python")))
     for candidate in candidates:
         if candidate and (version := _version_of(candidate)) and version >= MIN_PYTHON:
             return candidate
