@@ -23,6 +23,7 @@ import glob
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -33,6 +34,7 @@ import psycopg
 from psycopg import sql
 
 from . import db, procs
+from .core import LatencyResult, percentile
 from .drain import DrainError, DrainResult, Sample, _result
 
 OBAN_VERSION = "0.7.0"
@@ -161,6 +163,43 @@ def oban_drain(python: Path, admin: str, jobs: int, *, limit: int, run_dir: Path
     if result.succeeded != jobs:
         raise DrainError(f"{result.succeeded} of {jobs} Oban jobs completed: see {log}")
     return result, (jobs / enqueue["seconds"] if enqueue["seconds"] > 0 else None)
+
+
+def oban_latency(python: Path, admin: str, samples: int, *, limit: int, run_dir: Path,
+                 database: str = DATABASE, timeout: float = 600) -> LatencyResult:
+    """Enqueue commit -> body start on an idle ``oban start`` (queue limit ``limit``), one
+    job at a time, ``samples`` times, as ``bench.core.latency`` measures akadze; in a fresh
+    database, dropped afterwards."""
+    url = fresh_database(admin, database)
+    log = run_dir / f"oban-latency-{limit}.log"
+    env = {**_env(), "BENCH_STAMP_DSN": url}
+    work = run_dir / "oban-latency"
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        done = procs.run([str(python), "-m", "oban", "install", "--dsn", url], log=log,
+                         env=env, cwd=work, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"oban install failed: see {log}")
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute("CREATE TABLE bench_stamps (job_id bigint PRIMARY KEY,"
+                               " started float8 NOT NULL)")
+        process = procs.start([str(python), "-m", "oban", "start", "--dsn", url, "--queues",
+                               f"{QUEUE}:{limit}"], log=log, env=env, cwd=work)
+        try:
+            done = procs.run([str(python), "-m", "oban_bench_latency", "--dsn", url,
+                              "--samples", str(samples)], log=log, env=env, cwd=work,
+                             timeout=timeout)
+        finally:
+            procs.stop(process)
+        if done.returncode != 0:
+            raise RuntimeError(f"the Oban latency run failed: see {log}")
+    finally:
+        db.drop(admin, database)
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    delays, enqueue = figures["delays_ms"], figures["enqueue_ms"]
+    return LatencyResult(samples=len(delays), p50=percentile(delays, 0.5),
+                         p99=percentile(delays, 0.99), max=max(delays),
+                         mean=statistics.fmean(delays), enqueue_p50=percentile(enqueue, 0.5))
 
 
 def unfinished(connection: psycopg.Connection) -> bool:

@@ -340,6 +340,13 @@ class Bench:
                         lambda turn=turn: core.core_drain(
                             self.url, jobs, slots=limit, run_dir=self.run_dir,
                             label=f"akadze-vs-oban-r{turn}"))
+        # Enqueue commit -> body start on an idle worker, the latency workload's way.
+        samples = self.sizes.latency_samples
+        results["Oban latency"] = _attempt(lambda: oban_side.oban_latency(
+            python, self.admin, samples, limit=limit, run_dir=self.run_dir,
+            database=f"{self.options.database}_oban"))
+        results["akadze latency"] = _attempt(lambda: core.latency(
+            self.url, samples, slots=limit, run_dir=self.run_dir))
 
     def _oban_round(self, results: dict[str, Any], python: Path, jobs: int, limit: int,
                     turn: int) -> DrainResult:

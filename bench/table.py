@@ -206,6 +206,24 @@ def _oban_rows(results: dict[str, Any], options: argparse.Namespace) -> list[Row
         found.append(Row(f"(info) Oban `enqueue_many`, 1,000 per call, {jobs:,} jobs (its "
                          "open-source engine inserts row by row in one transaction)",
                          "—", rate(statistics.median(enqueued))))
+    found += _oban_latency_rows(value, limit)
+    return found
+
+
+def _oban_latency_rows(value: dict[str, Any], limit: int) -> list[Row]:
+    ours, theirs = value.get("akadze latency"), value.get("Oban latency")
+    if ours is None and theirs is None:
+        return []
+    found = []
+    for name in ("p50", "p99"):
+        row = Row(f"latency enqueue commit → task start, idle worker: `akadze worker --slots "
+                  f"{limit}` vs `oban start --queues bench:{limit}`, {name}",
+                  _failed(ours) or ms(getattr(ours, name, None)),
+                  _failed(theirs) or ms(getattr(theirs, name, None)))
+        if _failed(ours) is None and _failed(theirs) is None and ours and theirs:
+            row.ratio = times(getattr(ours, name) / getattr(theirs, name))
+            row.comparison += f" ({theirs.samples} samples, max {ms(theirs.max)})"
+        found.append(row)
     return found
 
 
