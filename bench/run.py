@@ -89,7 +89,7 @@ FULL = Sizes(drain_jobs=200_000, memory_jobs=1_000_000, sweep_jobs=20_000, compa
              claim_future=100_000, claims=300, canvas_members=10_000, canvas_steps=1_000,
              canvas_chord=10_000, schedules=10_000, schedule_seconds=125,
              metrics_jobs=1_000_000, metrics_failed=10_000, metrics_renders=200,
-             metrics_drain=30_000, dashboard_jobs=1_000_000, oban_jobs=50_000,
+             metrics_drain=30_000, dashboard_jobs=1_000_000, oban_jobs=20_000,
              oban_rounds=3)
 
 
