@@ -52,6 +52,11 @@ def _checked(name: str) -> str:
     return name
 
 
+def checked_name(name: str) -> str:
+    """``name`` if it is a benchmark database's name, else ValueError."""
+    return _checked(name)
+
+
 def recreate(admin: str, name: str = DEFAULT_NAME) -> str:
     """Drop and create database ``name`` with the akadze schema; returns its URL."""
     drop(admin, _checked(name))

@@ -32,6 +32,7 @@ from . import (
     db,
     enqueue,
     metrics,
+    oban_side,
     pgbouncer,
     procs,
     schedules,
@@ -41,7 +42,7 @@ from .drain import DrainResult
 
 RESULTS = Path(__file__).resolve().parent / "results.md"
 WORKLOADS = ("enqueue", "bulk", "latency", "claim", "core", "pgbouncer", "memory", "sweep",
-             "compat", "celery", "canvas", "schedules", "metrics", "dashboard")
+             "compat", "celery", "oban", "canvas", "schedules", "metrics", "dashboard")
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ class Sizes:
     metrics_renders: int    # render_metrics calls timed
     metrics_drain: int      # no-ops drained per phase, with and without scrapes
     dashboard_jobs: int     # the dashboard's table (1% of them failed)
+    oban_jobs: int          # Oban's drain and akadze's beside it, per round
+    oban_rounds: int        # ... taking turns, the figures are medians
 
 
 QUICK = Sizes(drain_jobs=20_000, memory_jobs=20_000, sweep_jobs=5_000, compat_jobs=5_000,
@@ -79,14 +82,15 @@ QUICK = Sizes(drain_jobs=20_000, memory_jobs=20_000, sweep_jobs=5_000, compat_jo
               claim_future=100_000, claims=200, canvas_members=5_000, canvas_steps=300,
               canvas_chord=2_000, schedules=10_000, schedule_seconds=65,
               metrics_jobs=1_000_000, metrics_failed=10_000, metrics_renders=50,
-              metrics_drain=10_000, dashboard_jobs=200_000)
+              metrics_drain=10_000, dashboard_jobs=200_000, oban_jobs=10_000, oban_rounds=1)
 FULL = Sizes(drain_jobs=200_000, memory_jobs=1_000_000, sweep_jobs=20_000, compat_jobs=50_000,
              celery_jobs=20_000, single_enqueue=10_000, bulk_jobs=200_000, bulk_batch=10_000,
              latency_samples=200, claim_small=10_000, claim_large=1_000_000,
              claim_future=100_000, claims=300, canvas_members=10_000, canvas_steps=1_000,
              canvas_chord=10_000, schedules=10_000, schedule_seconds=125,
              metrics_jobs=1_000_000, metrics_failed=10_000, metrics_renders=200,
-             metrics_drain=30_000, dashboard_jobs=1_000_000)
+             metrics_drain=30_000, dashboard_jobs=1_000_000, oban_jobs=20_000,
+             oban_rounds=3)
 
 
 @dataclass
@@ -130,6 +134,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--wide-threads", type=int, default=50, metavar="N",
                         help="one more akadze-compat threads drain at this concurrency "
                              "(default 50; 0 skips it)")
+    parser.add_argument("--oban-limit", type=int, default=64, metavar="N",
+                        help="Oban's queue limit (`oban start --queues bench:N`) and the "
+                             "--slots of the akadze drain beside it (default 64)")
     parser.add_argument("--canvas-slots", type=int, default=10, metavar="N",
                         help="--slots of the canvas workload's idle worker (default 10)")
     parser.add_argument("--admin-url", help=f"Postgres admin URL (default ${db.ADMIN_URL_ENV} "
@@ -310,6 +317,46 @@ class Bench:
                                             python, url, pool, concurrency,
                                             self.sizes.celery_jobs, self.run_dir)))
 
+    def _oban(self) -> None:
+        try:
+            python = oban_side.oban_python(self.run_dir / "oban-venv.log")
+        except oban_side.ObanUnavailable as exc:
+            print(f"[oban] skipped: {exc}", flush=True)
+            self.results["oban"] = Skipped(str(exc))
+            return
+        results: dict[str, Any] = {}
+        self.results["oban"] = results
+        jobs, limit = self.sizes.oban_jobs, self.options.oban_limit
+        # Turns, the order swapped every round, so that a change of load hits both alike.
+        for turn in range(1, self.sizes.oban_rounds + 1):
+            sides = ["Oban", "akadze"] if turn % 2 else ["akadze", "Oban"]
+            for side in sides:
+                if side == "Oban":
+                    results[f"Oban round {turn}"] = _attempt(
+                        lambda turn=turn: self._oban_round(results, python, jobs, limit,
+                                                           turn))
+                else:
+                    results[f"akadze round {turn}"] = _attempt(
+                        lambda turn=turn: core.core_drain(
+                            self.url, jobs, slots=limit, run_dir=self.run_dir,
+                            label=f"akadze-vs-oban-r{turn}"))
+        # Enqueue commit -> body start on an idle worker, the latency workload's way.
+        samples = self.sizes.latency_samples
+        results["Oban latency"] = _attempt(lambda: oban_side.oban_latency(
+            python, self.admin, samples, limit=limit, run_dir=self.run_dir,
+            database=f"{self.options.database}_oban"))
+        results["akadze latency"] = _attempt(lambda: core.latency(
+            self.url, samples, slots=limit, run_dir=self.run_dir))
+
+    def _oban_round(self, results: dict[str, Any], python: Path, jobs: int, limit: int,
+                    turn: int) -> DrainResult:
+        """One Oban drain in its fresh database; its enqueue rate goes beside it."""
+        drain, enqueue_rate = oban_side.oban_drain(python, self.admin, jobs, limit=limit,
+                                                   run_dir=self.run_dir,
+                                                   label=f"oban-drain-r{turn}",
+                                                   database=f"{self.options.database}_oban")
+        results[f"Oban enqueue_many round {turn}"] = enqueue_rate
+        return drain
 
     def _canvas(self) -> None:
         results: dict[str, Any] = {}

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import statistics
 import sys
 from typing import Any
 
-from . import celery_side
+from . import celery_side, oban_side
 from . import metrics as metrics_workload
 from .compat import pools
 from .dashboard import METRICS_TARGET_MS, TARGET_MS
@@ -29,6 +30,7 @@ def rows(results: dict[str, Any], sizes: Any, options: argparse.Namespace) -> li
     found: list[Row] = []
     found += _core_rows(results, options)
     found += _compat_rows(results, options)
+    found += _oban_rows(results, options)
     found += _enqueue_rows(results, sizes)
     found += _latency_rows(results)
     found += _claim_rows(results)
@@ -160,6 +162,68 @@ def _compat_rows(results: dict[str, Any], options: argparse.Namespace) -> list[R
         found.append(Row(f"(info) core async drain vs Celery + Redis `-P prefork -c "
                          f"{options.prefork}`", rate(core.rate), rate(redis.rate),
                          times(core.rate / redis.rate)))
+    return found
+
+
+def _oban_rows(results: dict[str, Any], options: argparse.Namespace) -> list[Row]:
+    """Oban for Python beside akadze's core worker: the same no-ops, the same concurrency,
+    taking turns; medians of the rounds."""
+    if "oban" not in results:
+        return []
+    value = results["oban"]
+    limit, jobs = options.oban_limit, options.sizes.oban_jobs
+    label = (f"core `akadze worker --slots {limit}` vs Oban {oban_side.OBAN_VERSION} (Python) "
+             f"`oban start --queues bench:{limit}`, async no-op, {jobs:,} jobs")
+    if not isinstance(value, dict):
+        return [Row(label, "—", _failed(value) or "?")]
+
+    def drains(side: str) -> list[DrainResult]:
+        return [v for k, v in value.items()
+                if k.startswith(f"{side} round") and isinstance(v, DrainResult)]
+
+    def failures(side: str) -> str | None:
+        reasons = [r for k, v in value.items()
+                   if k.startswith(f"{side} round") and (r := _failed(v)) is not None]
+        return reasons[0] if reasons else None
+
+    def median_text(found: list[DrainResult]) -> str:
+        text = rate(statistics.median(d.rate for d in found))
+        if len(found) > 1:
+            text += f" (median of {len(found)}: " + ", ".join(
+                f"{d.rate:,.0f}" for d in found) + ")"
+        return text
+
+    ours, theirs = drains("akadze"), drains("Oban")
+    row = Row(label, median_text(ours) if ours else failures("akadze") or "—",
+              median_text(theirs) if theirs else failures("Oban") or "—")
+    if ours and theirs:
+        row.ratio = times(statistics.median(d.rate for d in ours)
+                          / statistics.median(d.rate for d in theirs))
+    found = [row]
+    enqueued = [v for k, v in value.items()
+                if k.startswith("Oban enqueue_many") and isinstance(v, float)]
+    if enqueued:
+        found.append(Row(f"(info) Oban `enqueue_many`, 1,000 per call, {jobs:,} jobs (its "
+                         "open-source engine inserts row by row in one transaction)",
+                         "—", rate(statistics.median(enqueued))))
+    found += _oban_latency_rows(value, limit)
+    return found
+
+
+def _oban_latency_rows(value: dict[str, Any], limit: int) -> list[Row]:
+    ours, theirs = value.get("akadze latency"), value.get("Oban latency")
+    if ours is None and theirs is None:
+        return []
+    found = []
+    for name in ("p50", "p99"):
+        row = Row(f"latency enqueue commit → task start, idle worker: `akadze worker --slots "
+                  f"{limit}` vs `oban start --queues bench:{limit}`, {name}",
+                  _failed(ours) or ms(getattr(ours, name, None)),
+                  _failed(theirs) or ms(getattr(theirs, name, None)))
+        if _failed(ours) is None and _failed(theirs) is None and ours and theirs:
+            row.ratio = times(getattr(ours, name) / getattr(theirs, name))
+            row.comparison += f" ({theirs.samples} samples, max {ms(theirs.max)})"
+        found.append(row)
     return found
 
 
@@ -394,6 +458,9 @@ def document(table_rows: list[Row], results: dict[str, Any], facts: dict[str, st
     lines += [f"- {key}: {value}" for key, value in facts.items() if key != "date"]
     lines += [f"- Celery: {celery_side.CELERY_VERSION} in its own virtualenv; brokers "
               + ", ".join(f"{name} {url}" for name, url in celery_side.BROKERS.items()),
+              *([f"- Oban: {oban_side.OBAN_VERSION} (Python) in its own virtualenv, "
+                 "`oban start` with the CLI's defaults (INFO log, pool of 10), its own "
+                 "database per drain"] if "oban" in results else []),
               f"- load average (1, 5, 15 min) at start: {load_before}; at end: {load_after}",
               "", "## Per workload", "",
               "| workload | took | load before | load after |", "|---|---|---|---|"]

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import oban_side
 from bench.pgjqb.table import render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,7 +184,8 @@ def run_cell(cell: dict[str, Any], system: str, args: argparse.Namespace, python
     spec = {**cell, "system": system, "sample_every": args.sample_every}
     argv = [str(python), str(ROOT / "bench" / "pgjqb" / "native.py"), "--harness",
             str(harness), "--akadze-root", str(ROOT), "--akadze-python", args.akadze_python,
-            "--pg-bin", args.pg_bin, "--pg-root", str(pg_root), "--out", str(out),
+            "--oban-python", args.oban_python, "--pg-bin", args.pg_bin, "--pg-root",
+            str(pg_root), "--out", str(out),
             "--cell", json.dumps(spec)]
     if args.plots:
         argv.append("--plots")
@@ -253,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the harness: bare git dir, checkout or clone URL "
                              "(default $PGJQB_HARNESS, else %(default)s)")
     parser.add_argument("--systems", default="akadze,procrastinate",
-                        help="comma-separated: akadze, procrastinate, awa-python")
+                        help="comma-separated: akadze, procrastinate, awa-python, "
+                             "oban-python")
     parser.add_argument("--cells", default=",".join(DEFAULT_CELLS),
                         help="comma-separated cells (also: active_readers); default "
                              "%(default)s")
@@ -296,6 +299,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pgjqb: no initdb in {args.pg_bin} (--pg-bin)", file=sys.stderr)
         return 2
     python = ensure_venv(Path(args.venv), "awa-python" in systems)
+    args.oban_python = ""
+    if "oban-python" in systems:
+        try:
+            args.oban_python = str(oban_side.oban_python(work / "oban-venv.log"))
+        except oban_side.ObanUnavailable as exc:
+            print(f"pgjqb: oban-python skipped: {exc}", file=sys.stderr, flush=True)
+            systems = [s for s in systems if s != "oban-python"]
     total = sum(phase_seconds(table[c]) for c in wanted) * len(systems)
     print(f"pgjqb: harness {harness_revision(harness)[:12]} from {args.harness}; "
           f"{len(wanted)} cells x {len(systems)} systems, ~{total / 60:.0f} min of phases; "

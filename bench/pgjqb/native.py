@@ -11,7 +11,8 @@ events, summary.json) and replaces only what the orchestrator does with Docker:
   non-``--fast`` mode does, stopped and started on the same data directory for the
   ``postgres-restart`` chaos phase.
 - Adapters: ``docker build`` / ``docker run`` become a plain subprocess: the harness's
-  Procrastinate adapter under this interpreter, our akadze adapter under ``--akadze-python``.
+  Procrastinate adapter under this interpreter, our akadze adapter under ``--akadze-python``,
+  the Oban for Python adapter under ``--oban-python`` (Oban needs Python >= 3.12).
 """
 
 from __future__ import annotations
@@ -195,6 +196,14 @@ def install(args: argparse.Namespace, pg: NativePostgres) -> Any:
                                       / "awa_adapter" / "main.py")],
             env=adapters_mod._base_env(manifest, overrides))
 
+    def launch_oban_python(manifest: Any, overrides: dict[str, str]) -> Any:
+        if not args.oban_python:
+            raise RuntimeError("oban-python needs --oban-python (Oban's virtualenv)")
+        return adapters_mod.LaunchSpec(
+            argv=[args.oban_python, str(Path(args.akadze_root) / "bench" / "pgjqb"
+                                        / "oban_adapter" / "main.py")],
+            env=adapters_mod._base_env(manifest, overrides))
+
     here = Path(args.akadze_root) / "bench" / "pgjqb"
     adapters_mod.ADAPTERS["procrastinate"] = adapters_mod.AdapterEntry(
         bench_dir=Path(args.harness) / "procrastinate-bench", builder=no_build,
@@ -203,6 +212,8 @@ def install(args: argparse.Namespace, pg: NativePostgres) -> Any:
         bench_dir=here / "akadze_adapter", builder=no_build, launcher=launch_akadze)
     adapters_mod.ADAPTERS["awa-python"] = adapters_mod.AdapterEntry(
         bench_dir=here / "awa_adapter", builder=no_build, launcher=launch_awa)
+    adapters_mod.ADAPTERS["oban-python"] = adapters_mod.AdapterEntry(
+        bench_dir=here / "oban_adapter", builder=no_build, launcher=launch_oban_python)
     return orch
 
 
@@ -212,6 +223,8 @@ def main() -> int:
     parser.add_argument("--harness", required=True)
     parser.add_argument("--akadze-root", required=True)
     parser.add_argument("--akadze-python", required=True)
+    parser.add_argument("--oban-python", default="",
+                        help="the interpreter of Oban's virtualenv (for oban-python)")
     parser.add_argument("--pg-bin", required=True)
     parser.add_argument("--pg-root", required=True)
     parser.add_argument("--out", required=True)

@@ -88,3 +88,34 @@ def test_the_dashboard_workload_times_every_page(admin_url: str, tmp_path: Path)
     table = results.read_text()
     assert "dashboard, 2,000 jobs (20 failed): overview" in table
     assert "dashboard, 2,000 jobs (20 failed): a failed job" in table
+
+
+def test_the_oban_workload_drains_beside_akadze(admin_url: str, tmp_path: Path) -> None:
+    from bench import oban_side
+
+    try:
+        oban_side.oban_python(tmp_path / "oban-venv.log")
+    except oban_side.ObanUnavailable as exc:
+        pytest.skip(f"Oban's virtualenv cannot be built here: {exc}")
+    results = tmp_path / "results.md"
+    run_dir = tmp_path / "run"
+    options = bench_run.parse([
+        "--only", "oban", "--oban-jobs", "200", "--oban-limit", "8", "--latency-samples", "5",
+        "--admin-url", admin_url, "--database", f"akadze_bench_test_{uuid.uuid4().hex[:8]}",
+        "--results", str(results), "--run-dir", str(run_dir)])
+
+    assert bench_run.Bench(options).run() == 0
+
+    figures = json.loads((run_dir / "results.json").read_text())["oban"]
+    assert figures["Oban round 1"]["succeeded"] == 200
+    assert figures["Oban round 1"]["rate"] > 0
+    assert figures["akadze round 1"]["succeeded"] == 200
+    assert figures["Oban enqueue_many round 1"] > 0
+    for side in ("Oban latency", "akadze latency"):
+        assert figures[side]["samples"] == 5
+        assert 0 < figures[side]["p50"] <= figures[side]["p99"]
+    table = results.read_text()
+    assert ("core `akadze worker --slots 8` vs Oban 0.7.0 (Python) `oban start --queues "
+            "bench:8`, async no-op, 200 jobs") in table
+    assert ("latency enqueue commit → task start, idle worker: `akadze worker --slots 8` vs "
+            "`oban start --queues bench:8`, p99") in table

@@ -61,14 +61,36 @@ def test_the_akadze_adapter_speaks_the_jsonl_contract(empty_database_url: str,
         _check_the_adapter(proc)
 
 
-def _check_the_adapter(proc: subprocess.Popen[str]) -> None:
+@pytest.mark.slow
+def test_the_oban_adapter_speaks_the_jsonl_contract(empty_database_url: str,
+                                                      tmp_path: Path) -> None:
+    from bench import oban_side
+
+    try:
+        python = oban_side.oban_python(tmp_path / "oban-venv.log")
+    except oban_side.ObanUnavailable as exc:
+        pytest.skip(f"Oban's virtualenv cannot be built here: {exc}")
+    control = tmp_path / "rate.txt"
+    control.write_text("300")
+    env = {**os.environ, "DATABASE_URL": empty_database_url, "SCENARIO": "long_horizon",
+           "PRODUCER_MODE": "fixed", "PRODUCER_RATE": "300", "PRODUCER_PACING": "adapter",
+           "PRODUCER_RATE_CONTROL_FILE": str(control), "WORKER_COUNT": "8",
+           "SAMPLE_EVERY_S": "1", "PYTHONPATH": str(ROOT)}
+    with (tmp_path / "stderr.log").open("w") as log, subprocess.Popen(
+            [str(python), str(ROOT / "bench/pgjqb/oban_adapter/main.py")], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True) as proc:
+        _check_the_adapter(proc, "oban-python", "oban_adapter", keeps_up=False)
+
+
+def _check_the_adapter(proc: subprocess.Popen[str], system: str = "akadze",
+                       directory: str = "akadze_adapter", keeps_up: bool = True) -> None:
     try:
         assert proc.stdout is not None
         descriptor = json.loads(proc.stdout.readline())
         assert descriptor["kind"] == "descriptor"
-        assert descriptor["system"] == "akadze"
-        assert {"akadze.jobs", "akadze.workers"} <= set(descriptor["event_tables"])
-        manifest = json.loads((ROOT / "bench/pgjqb/akadze_adapter/adapter.json").read_text())
+        assert descriptor["system"] == system
+        manifest = json.loads((ROOT / "bench/pgjqb" / directory / "adapter.json").read_text())
+        assert manifest["system"] == system
         assert set(manifest["event_tables"]) <= set(descriptor["event_tables"])
         samples: dict[str, list[float]] = {}
         deadline = time.monotonic() + 30
@@ -81,8 +103,12 @@ def _check_the_adapter(proc: subprocess.Popen[str]) -> None:
         assert set(samples) >= REQUIRED
         # The offered 300/s is met once the first (partial) second is behind.
         assert max(samples["enqueue_rate"][1:]) > 200
-        assert max(samples["completion_rate"][1:]) > 200
-        assert 0 < max(samples["claim_p99_ms"]) < 5000
+        if keeps_up:
+            assert max(samples["completion_rate"][1:]) > 200
+            assert 0 < max(samples["claim_p99_ms"]) < 5000
+        else:  # a peer is held to the contract, not to a speed on a shared machine
+            assert max(samples["completion_rate"][1:]) > 0
+            assert max(samples["claim_p99_ms"]) > 0
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
