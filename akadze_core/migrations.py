@@ -138,7 +138,7 @@ def _apply_versioned(connection: psycopg.Connection, done: set[int]) -> list[int
 
 
 def _apply_repeatable(connection: psycopg.Connection) -> list[str]:
-    recorded = dict(connection.execute(
+    recorded: dict[str, str] = dict(connection.execute(
         "SELECT name, checksum FROM akadze.repeatable_migrations").fetchall())
     applied: list[str] = []
     for name, checksum, sql in repeatable_migrations():
@@ -252,7 +252,7 @@ def dump_schema(url: str) -> str:
     if password is not None:
         env["PGPASSWORD"] = str(password)
     command = ["--schema-only", "--schema=akadze", "--no-owner", "--no-privileges",
-               "--no-tablespaces", f"--dbname={make_conninfo(**params)}"]
+               "--no-tablespaces", f"--dbname={make_conninfo('', **params)}"]
     failures = []
     for program in pg_dump_candidates():
         completed = subprocess.run([program, *command], env=env, capture_output=True,
