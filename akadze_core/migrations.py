@@ -8,8 +8,10 @@ under one advisory lock:
 * ``functions.sql``, repeatable: the SQL functions (``akadze.settle`` and its kin), each
   defined once, edited in place. It runs again whenever its text changes: its sha256 is
   recorded in ``akadze.repeatable_migrations``, and a database whose recorded checksum differs
-  from this code's file gets the whole file re-applied. An edited function is thus never
-  left stale in a migrated database, and no migration restates a function.
+  from this code's file gets the whole file re-applied (so does any database a versioned
+  migration was just applied to, whose DDL may have dropped what the file creates). An
+  edited function is thus never left stale in a migrated database, and no migration
+  restates a function.
 
 Order: the repeatable file runs after every versioned migration (as Flyway's do). On a fresh
 database the functions are then created once the tables they read exist, and on a database
@@ -21,8 +23,9 @@ already migrated the versioned step has nothing left to do. What that asks of a 
   writes its SQL inline; a function an index expression reads belongs to the migration that
   creates the index (an index must never see its function change meaning).
 * ``CREATE OR REPLACE FUNCTION`` cannot rename a function or change its arguments or return
-  type: a versioned migration drops the old one (``DROP FUNCTION``) and ``functions.sql``
-  creates the new one right after. Deleting a function from the file does not drop it.
+  type: a versioned migration drops the old one (``DROP FUNCTION IF EXISTS``: on a fresh
+  database it does not exist yet) and ``functions.sql`` creates the new one right after.
+  Deleting a function from the file does not drop it: a migration does.
 * Versioned migrations written before ``functions.sql`` existed created functions of their
   own; those statements were removed from them, which is safe for every database: one
   migrated before gets ``functions.sql`` re-applied by its first ``migrate`` of this code
@@ -120,7 +123,9 @@ def apply_migrations(connection: psycopg.Connection) -> Applied:
                            "its functions are left as the newer akadze made them",
                            max(done), latest_version())
             return Applied(versions, [])
-        return Applied(versions, _apply_repeatable(connection))
+        # After a versioned migration the repeatable files run whatever their checksum: its
+        # DDL may have dropped what they create (a DROP ... CASCADE, a DROP FUNCTION).
+        return Applied(versions, _apply_repeatable(connection, always=bool(versions)))
 
 
 def _apply_versioned(connection: psycopg.Connection, done: set[int]) -> list[int]:
@@ -137,12 +142,12 @@ def _apply_versioned(connection: psycopg.Connection, done: set[int]) -> list[int
     return applied
 
 
-def _apply_repeatable(connection: psycopg.Connection) -> list[str]:
+def _apply_repeatable(connection: psycopg.Connection, *, always: bool) -> list[str]:
     recorded: dict[str, str] = dict(connection.execute(
         "SELECT name, checksum FROM akadze.repeatable_migrations").fetchall())
     applied: list[str] = []
     for name, checksum, sql in repeatable_migrations():
-        if recorded.get(name) == checksum:
+        if recorded.get(name) == checksum and not always:
             continue
         connection.execute(sql.encode())
         connection.execute(

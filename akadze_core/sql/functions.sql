@@ -6,7 +6,7 @@
 -- Every statement must be safe to run again on a database that already has it: CREATE OR
 -- REPLACE FUNCTION (or CREATE OR REPLACE TRIGGER for a trigger binding one of them). A
 -- function's name, arguments or return type cannot change that way: a versioned migration
--- drops the old one first (DROP FUNCTION), and this file then creates the new one.
+-- drops the old one first (DROP FUNCTION IF EXISTS), and this file then creates the new one.
 
 -- Raise a clear error from inside a statement (a refused workflow inserts nothing).
 CREATE OR REPLACE FUNCTION akadze.refuse(message text) RETURNS boolean

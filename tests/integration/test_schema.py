@@ -15,6 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+import akadze_core.migrations as akadze_migrations
 from akadze_core.migrations import (
     SCHEMA_FILE,
     Applied,
@@ -152,6 +153,16 @@ def test_an_edited_functions_file_is_re_applied_once(db: psycopg.Connection) -> 
                              " WHERE name = 'functions.sql'").fetchone() or (None,)
     assert checksum == repeatable_migrations()[0][1]
     assert apply_migrations(db) == Applied([], [])
+
+
+def test_a_versioned_migration_re_applies_the_functions_whatever_their_checksum(
+        db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A migration's DDL may drop a function (here, before creating it with another
+    signature would): functions.sql, unchanged, still runs after it."""
+    dropping = (latest_version() + 1, "drop_settle", "DROP FUNCTION akadze.settle(bigint[])")
+    monkeypatch.setattr(akadze_migrations, "migrations", lambda: [*migrations(), dropping])
+    assert apply_migrations(db) == Applied([dropping[0]], ["functions.sql"])
+    assert settle_source(db).strip() != "SELECT 0"
 
 
 def test_concurrent_migrates_re_apply_a_changed_functions_file_once(database_url: str) -> None:
