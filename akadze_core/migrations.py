@@ -35,7 +35,7 @@ An older akadze run against a database a newer one migrated (a rolling upgrade) 
 functions alone: they belong to the newer code.
 
 ``sql/schema.sql`` is the current truth of the whole schema, dumped from a freshly migrated
-database (:func:`dump_schema`); ``python tools/schema_dump.py`` regenerates it after a
+database (:func:`dump_schema`); ``python -m tests.schema_dump`` regenerates it after a
 migration or ``functions.sql`` changes, and the tests check the migrations add up to it.
 """
 
@@ -186,7 +186,7 @@ def check_version(version: int | None) -> None:
 
 # --- the schema as one file --------------------------------------------------------------------
 
-#: Where the current schema is written (``python tools/schema_dump.py``).
+#: Where the current schema is written (``python -m tests.schema_dump``).
 SCHEMA_FILE = Path(__file__).resolve().parent / "sql" / "schema.sql"
 
 _SCHEMA_HEADER = """\
@@ -194,7 +194,7 @@ _SCHEMA_HEADER = """\
 -- tables, indexes, sequences and functions, dumped by pg_dump from a freshly migrated
 -- database. Generated, not applied by anything: edit a migration or sql/functions.sql, then
 -- regenerate it with
---     python tools/schema_dump.py
+--     python -m tests.schema_dump
 -- (tests/integration/test_schema.py checks that the migrations add up to it).
 
 """

@@ -2,7 +2,7 @@
 -- tables, indexes, sequences and functions, dumped by pg_dump from a freshly migrated
 -- database. Generated, not applied by anything: edit a migration or sql/functions.sql, then
 -- regenerate it with
---     python tools/schema_dump.py
+--     python -m tests.schema_dump
 -- (tests/integration/test_schema.py checks that the migrations add up to it).
 
 CREATE SCHEMA akadze;

@@ -32,7 +32,7 @@ from tests.conftest import create_database, database_url_for, drop_database
 #: must upgrade to schema.sql.
 PREVIOUS_MAIN = "a4032db"
 MIGRATIONS_DIR = "akadze_core/sql/migrations"
-REGENERATE = "python tools/schema_dump.py"
+REGENERATE = "python -m tests.schema_dump"
 
 needs_pg_dump = pytest.mark.skipif(not pg_dump_candidates(), reason="no pg_dump found")
 

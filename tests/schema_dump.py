@@ -1,7 +1,7 @@
 """Regenerate akadze_core/sql/schema.sql: migrate a scratch database, dump its akadze schema.
 
-    python tools/schema_dump.py            # rewrite schema.sql
-    python tools/schema_dump.py --check    # exit 1 if schema.sql is not what migrate makes
+    python -m tests.schema_dump            # rewrite schema.sql
+    python -m tests.schema_dump --check    # exit 1 if schema.sql is not what migrate makes
 
 The scratch database is created (and dropped) on the server of ``--admin-url``, else
 ``AKADZE_TEST_DATABASE_URL``, else the local Postgres the tests use; pg_dump comes from PATH,
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.writelines(difflib.unified_diff(
             old.splitlines(keepends=True), text.splitlines(keepends=True),
             "schema.sql", "migrated"))
-        print(f"{SCHEMA_FILE} is out of date: run `python tools/schema_dump.py`",
+        print(f"{SCHEMA_FILE} is out of date: run `python -m tests.schema_dump`",
               file=sys.stderr)
         return 1
     SCHEMA_FILE.write_text(text, "utf-8")
