@@ -202,8 +202,8 @@ class DatabaseBackend:
                 "exc_module": cls.__module__}
 
     def exception_to_python(self, exc: Any) -> BaseException | None:
-        """An exception from Celery's JSON form (never unpickled, never imported beyond
-        an exception class); an exception is returned as it is."""
+        """An exception from Celery's JSON form (never unpickled; its module is looked up
+        among those already imported, never imported); an exception is returned as it is."""
         if not exc:
             return None
         if isinstance(exc, BaseException):
