@@ -31,6 +31,7 @@ from .cli_support import (
     Secrets,
     exit_now,
     logging_to_stderr,
+    printable,
 )
 from .control import request_cancel_sync, requeue_sync, signal_number
 from .dberrors import fatal_message
@@ -203,14 +204,16 @@ def _when(value: datetime | None) -> str:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(cell) for cell in row] for row in [headers, *rows]]
+    # Cells hold names and texts from rows: control characters shown escaped.
+    cells = [[printable(cell) for cell in row] for row in [headers, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
                      .rstrip() for row in cells)
 
 
 def _dump(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return printable(json.dumps(value, indent=2, ensure_ascii=False, default=str),
+                     json_text=True)
 
 
 @jobs_group.command("list")
@@ -264,13 +267,13 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
     for name, value in data.items():
         text = json.dumps(value, ensure_ascii=False) if name in ("args", "result", "meta") \
             else ("-" if value is None else str(value))
-        click.echo(f"{name.ljust(width)}  {text}")
+        click.echo(f"{name.ljust(width)}  {printable(text)}")
     click.echo(f"{'errors'.ljust(width)}  {len(errors)}")
     for error in errors:
-        click.echo(f"  attempt {error.get('attempt')} at {error.get('at')}: "
-                   f"{error.get('type')}: {error.get('message')}")
-        for line in (error.get("traceback") or "").rstrip().splitlines():
-            click.echo(f"    {line}")
+        click.echo(printable(f"  attempt {error.get('attempt')} at {error.get('at')}: "
+                             f"{error.get('type')}: {error.get('message')}"))
+        for line in str(error.get("traceback") or "").rstrip().split("\n"):
+            click.echo(f"    {printable(line)}")
 
 
 def _signal_label(signum: int) -> str:
@@ -507,8 +510,8 @@ def schedules_add(ctx: click.Context, name: str, task: str, cron: str | None, tz
     assert clock is not None
     following = stored.next_run(clock["now"])
     when = "paused" if following is None else f"next run {_when(_utc(following))}"
-    click.echo(f"schedule {name} {'stored' if replace else 'added'}: {stored.task} at "
-               f"{stored.trigger}, queue {stored.queue} ({when})")
+    click.echo(printable(f"schedule {name} {'stored' if replace else 'added'}: {stored.task} "
+                         f"at {stored.trigger}, queue {stored.queue} ({when})"))
 
 
 def _runtime_change(ctx: click.Context, name: str, verb: str) -> None:
@@ -517,7 +520,7 @@ def _runtime_change(ctx: click.Context, name: str, verb: str) -> None:
         change = getattr(app.runtime_schedules, verb)
         if change(name, session=connection):
             done = {"pause": "paused", "resume": "resumed", "remove": "removed"}[verb]
-            click.echo(f"schedule {name} {done}")
+            click.echo(printable(f"schedule {name} {done}"))
             return
         owner = database.fetch_one(connection, "schedule_owner", name=name)
     if owner is not None:

@@ -8,6 +8,7 @@ import atexit
 import contextlib
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -91,6 +92,28 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
+# Every control character: C0 (ESC, BEL, CR, ...), DEL and C1 (CSI and OSC as one byte).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+_HIGH_CONTROL = re.compile(r"[\x7f-\x9f]")
+
+
+def printable(value: Any, *, lines: bool = False, json_text: bool = False) -> str:
+    """``str(value)`` safe to print on a terminal: every control character written as its
+    Python escape (``\\x1b``, ``\\r``, ``\\n``), so names and messages taken from rows show
+    what they hold instead of retitling the window, writing the clipboard (OSC 52) or
+    rewriting lines. ``lines``: newlines are kept (a traceback, a table). ``json_text``:
+    ``value`` is JSON text; DEL and C1, the only controls ``json.dumps`` leaves raw, are
+    written as ``\\u00XX`` so that it stays valid JSON."""
+    text = value if isinstance(value, str) else str(value)
+    if json_text:
+        return _HIGH_CONTROL.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+    pattern = _CONTROL_BUT_NEWLINE if lines else _CONTROL
+    if pattern.search(text) is None:
+        return text
+    return pattern.sub(lambda match: repr(match.group())[1:-1], text)
+
+
 def one_line(text: str) -> str:
     """``text`` with every run of whitespace (newlines included) made one space."""
     return " ".join(text.split())
@@ -151,8 +174,9 @@ class ScrubbingFormatter(logging.Formatter):
         self.secrets = secrets
 
     def format(self, record: logging.LogRecord) -> str:
-        """The record's line, scrubbed."""
-        return self.secrets.scrub(super().format(record))
+        """The record's line, scrubbed, its control characters (but newlines) escaped:
+        lines quote task and queue names from rows, and tasks' own output."""
+        return printable(self.secrets.scrub(super().format(record)), lines=True)
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         """``logging.Formatter.formatTime``'s text, the seconds part made once a second."""
@@ -209,7 +233,8 @@ class OneLineErrorGroup(click.Group):
         ``join`` is false. A classmethod, so that code outside an invocation (a worker's
         last error) prints the same line."""
         text = one_line(message) if join else message
-        return f"{cls.prog_name}: error: {cls.secrets.scrub(text)}"
+        # Messages may quote names from rows: no control character reaches the terminal.
+        return f"{cls.prog_name}: error: {printable(cls.secrets.scrub(text), lines=not join)}"
 
     def report(self, exc: Exception) -> int:
         """Print the one line for an exception click does not know; returns the exit code."""
