@@ -32,6 +32,7 @@ from .cli_support import (
     exit_now,
     logging_to_stderr,
     printable,
+    scrubbed_stdio,
 )
 from .control import request_cancel_sync, requeue_sync, signal_number
 from .dberrors import fatal_message
@@ -746,6 +747,9 @@ def worker_command(ctx: click.Context, app_spec: str, queues: tuple[str, ...],
     with _logging_to_stderr(log_level.upper()):
         app = load_app(app_spec)
         _secrets.redactors.append(app.redact)
+        # What the tasks print goes out scrubbed of passwords, as the log lines do (a pool
+        # child runs this too: its prints are its own).
+        ctx.with_resource(scrubbed_stdio(_secrets.scrub))
         options = _options(ctx)
         if options.url_from_command_line and options.url:
             app.set_database_url(options.url)
