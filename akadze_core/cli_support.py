@@ -175,6 +175,8 @@ def printable(value: Any, *, lines: bool = False, json_text: bool = False) -> st
     ``value`` is JSON text; DEL and C1, the only controls ``json.dumps`` leaves raw, are
     written as ``\\u00XX`` so that it stays valid JSON."""
     text = value if isinstance(value, str) else str(value)
+    if text.isprintable():  # the common case, scanned in C: no control character
+        return text
     if json_text:
         return _HIGH_CONTROL.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
     pattern = _CONTROL_BUT_NEWLINE if lines else _CONTROL

@@ -8,6 +8,8 @@ password (``akadze jobs show`` and the dashboard with another role's URL, a clie
 from __future__ import annotations
 
 import json
+import urllib.request
+from pathlib import Path
 
 import psycopg
 from click.testing import CliRunner
@@ -15,6 +17,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from akadze_core import App
 from akadze_core.cli import cli
+from tests.dashboard.support import dashboard
 from tests.helpers import job
 from tests.integration.outcome_helpers import ran, run_until
 
@@ -34,7 +37,7 @@ def as_uri(url: str) -> str:
 
 
 async def test_a_task_error_quoting_the_dsn_is_stored_and_shown_without_the_password(
-        database_url: str, db: psycopg.Connection) -> None:
+        database_url: str, db: psycopg.Connection, tmp_path: Path) -> None:
     url = with_password(database_url)
     uri = as_uri(url)
     app = App(url)
@@ -78,6 +81,11 @@ async def test_a_task_error_quoting_the_dsn_is_stored_and_shown_without_the_pass
         cli, ["jobs", "show", str(job_id), "--json"],
         env={"AKADZE_DATABASE_URL": database_url}).stdout)
     assert "RuntimeError" in shown_json["errors"][-1]["traceback"]
+    # The dashboard's job page, served with that other URL.
+    with dashboard(database_url, tmp_path) as served:
+        page = urllib.request.urlopen(f"{served.base}/jobs/{job_id}", timeout=10).read()
+    assert b"cannot reach postgresql://postgres:***@" in page
+    assert PASSWORD.encode() not in page
 
 
 async def test_a_celery_tasks_failure_reads_back_without_the_password(
