@@ -204,9 +204,10 @@ _BY_SETTING: dict[str, Support] = {
     "worker_log_format": _h(), "worker_log_datefmt": _h(),
     "worker_task_log_format": _h(), "worker_task_log_datefmt": _h(),
     "worker_log_color": _i("worker output is never colored"),
-    "worker_redirect_stdouts": _i("print() output goes to the worker's stdout/stderr as is"),
+    "worker_redirect_stdouts": _i("print() output goes to the worker's stdout/stderr as is, "
+                                  "but scrubbed of the database password"),
     "worker_redirect_stdouts_level": _i("print() output goes to the worker's stdout/stderr "
-                                        "as is"),
+                                        "as is, but scrubbed of the database password"),
     "worker_send_task_events": _i(_NO_EVENTS),
     "worker_enable_remote_control": _i("every worker answers remote control (it goes "
                                        "through the database, not a broker queue)"),

@@ -403,7 +403,9 @@ class App:
 
     def redact(self, text: str) -> str:
         """``text`` with this app's database password scrubbed out."""
-        url = self._url or self._explicit_url or ""
+        # Before the app has connected (a pool child whose task never touched the database)
+        # its URL is still the one it will use: the explicit one, else the environment's.
+        url = self._url or configured_url(self._explicit_url) or ""
         if url != self._redact_url:  # parse the DSN once, not on every log line
             self._redact_url, self._redact_password = url, password_of(url)
         return redact_password(text, self._redact_password)

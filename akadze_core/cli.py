@@ -31,6 +31,8 @@ from .cli_support import (
     Secrets,
     exit_now,
     logging_to_stderr,
+    printable,
+    scrubbed_stdio,
 )
 from .control import request_cancel_sync, requeue_sync, signal_number
 from .dberrors import fatal_message
@@ -206,14 +208,16 @@ def _when(value: datetime | None) -> str:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(cell) for cell in row] for row in [headers, *rows]]
+    # Cells hold names and texts from rows: control characters shown escaped.
+    cells = [[printable(cell) for cell in row] for row in [headers, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
                      .rstrip() for row in cells)
 
 
 def _dump(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return printable(json.dumps(value, indent=2, ensure_ascii=False, default=str),
+                     json_text=True)
 
 
 @jobs_group.command("list")
@@ -267,13 +271,13 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
     for name, value in data.items():
         text = json.dumps(value, ensure_ascii=False) if name in ("args", "result", "meta") \
             else ("-" if value is None else str(value))
-        click.echo(f"{name.ljust(width)}  {text}")
+        click.echo(f"{name.ljust(width)}  {printable(text)}")
     click.echo(f"{'errors'.ljust(width)}  {len(errors)}")
     for error in errors:
-        click.echo(f"  attempt {error.get('attempt')} at {error.get('at')}: "
-                   f"{error.get('type')}: {error.get('message')}")
-        for line in (error.get("traceback") or "").rstrip().splitlines():
-            click.echo(f"    {line}")
+        click.echo(printable(f"  attempt {error.get('attempt')} at {error.get('at')}: "
+                             f"{error.get('type')}: {error.get('message')}"))
+        for line in str(error.get("traceback") or "").rstrip().split("\n"):
+            click.echo(f"    {printable(line)}")
 
 
 def _signal_label(signum: int) -> str:
@@ -510,8 +514,8 @@ def schedules_add(ctx: click.Context, name: str, task: str, cron: str | None, tz
     assert clock is not None
     following = stored.next_run(clock["now"])
     when = "paused" if following is None else f"next run {_when(_utc(following))}"
-    click.echo(f"schedule {name} {'stored' if replace else 'added'}: {stored.task} at "
-               f"{stored.trigger}, queue {stored.queue} ({when})")
+    click.echo(printable(f"schedule {name} {'stored' if replace else 'added'}: {stored.task} "
+                         f"at {stored.trigger}, queue {stored.queue} ({when})"))
 
 
 def _runtime_change(ctx: click.Context, name: str, verb: str) -> None:
@@ -520,7 +524,7 @@ def _runtime_change(ctx: click.Context, name: str, verb: str) -> None:
         change = getattr(app.runtime_schedules, verb)
         if change(name, session=connection):
             done = {"pause": "paused", "resume": "resumed", "remove": "removed"}[verb]
-            click.echo(f"schedule {name} {done}")
+            click.echo(printable(f"schedule {name} {done}"))
             return
         owner = database.fetch_one(connection, "schedule_owner", name=name)
     if owner is not None:
@@ -746,6 +750,9 @@ def worker_command(ctx: click.Context, app_spec: str, queues: tuple[str, ...],
     with _logging_to_stderr(log_level.upper()):
         app = load_app(app_spec)
         _secrets.redactors.append(app.redact)
+        # What the tasks print goes out scrubbed of passwords, as the log lines do (a pool
+        # child runs this too: its prints are its own).
+        ctx.with_resource(scrubbed_stdio(_secrets.scrub))
         options = _options(ctx)
         if options.url_from_command_line and options.url:
             app.set_database_url(options.url)

@@ -44,19 +44,22 @@ class Completer:
     """Batches outcomes and writes them with ``job_complete_many``.
 
     ``deadline()``, if given, bounds each write in seconds: one the database does not answer
-    in time (a partition) abandons its connection and is retried like a lost one."""
+    in time (a partition) abandons its connection and is retried like a lost one.
+    ``redact`` scrubs the error entry of an outcome that could not be stored."""
 
     def __init__(self, connection: Connect, on_written: Written, max_batch: int = 1000,
                  retry_cap: float = 5.0, gather: float = GATHER,
                  lock_timeout: float | None = None,
                  on_lock: Callable[[str, bool], None] | None = None,
-                 deadline: Callable[[], float] | None = None) -> None:
+                 deadline: Callable[[], float] | None = None,
+                 redact: Callable[[str], str] | None = None) -> None:
         self._connection = connection
         # Each write gives up on a lock after this many seconds (None: waits as long as the
         # session would) and reports it to on_lock(step, locked) instead of a line per try.
         self._lock_timeout = lock_timeout
         self._on_lock = on_lock
         self._deadline = deadline
+        self._redact = redact
         self._gather = gather
         self._on_written = on_written
         self._max_batch = max_batch
@@ -147,7 +150,7 @@ class Completer:
         except psycopg.DataError as exc:
             error = UnstorableOutcome(f"the outcome could not be stored: {exc}")
             failed = Outcome(outcome.job_id, outcome.run_count, FAIL,
-                             error=error_entry(error))
+                             error=error_entry(error, redact=self._redact))
             return await database.complete_many(connection, [failed])
 
     async def close(self, timeout: float | None = None) -> bool:

@@ -71,12 +71,13 @@ def _prepare(
     task = app.tasks.get(job.task)
     if task is None:
         error = Fail(f"unknown task {job.task!r}: it is not registered in this worker")
-        return outcomes.Outcome(job.id, job.run_count, outcomes.FAIL,
-                                error=outcomes.error_entry(error, "NotRegistered")), None, None
+        entry = outcomes.error_entry(error, "NotRegistered", app.redact)
+        return outcomes.Outcome(job.id, job.run_count, outcomes.FAIL, error=entry), None, None
     if decode_error is not None:
         return outcomes.Outcome(
             job.id, job.run_count, outcomes.FAIL,
-            error=outcomes.error_entry(Fail(decode_error), "ArgsDecodeError")), None, None
+            error=outcomes.error_entry(Fail(decode_error), "ArgsDecodeError", app.redact)), \
+            None, None
     last_error = row.get("last_error")
     context = JobContext(app, job, worker_id,
                          json.loads(last_error) if isinstance(last_error, str) else None)
@@ -88,7 +89,8 @@ def _raised(context: JobContext, task: Any, exc: BaseException) -> outcomes.Outc
     if context.completed:
         logger.warning("job %s raised after complete_tx committed it: %r", job.id, exc)
         return None
-    return outcomes.raised(job.id, job.run_count, job.attempt, exc, task.backoff)
+    return outcomes.raised(job.id, job.run_count, job.attempt, exc, task.backoff,
+                           context.app.redact)
 
 
 def _returned(app: App, context: JobContext, task: Any, value: Any) -> outcomes.Outcome | None:

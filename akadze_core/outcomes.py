@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import dsn
 from .errors import Cancel, Fail, JobOutcome, JobTimeout, ResultNotJson, Retry, Snooze
 from .retry import BackoffPolicy, backoff_delay
 from .serialization import check_storable, sanitize_text, strict_dumps
@@ -42,12 +43,18 @@ class Outcome:
     max_attempts: int | None = None
 
 
-def error_entry(exc: BaseException, type_name: str | None = None) -> str:
+def error_entry(exc: BaseException, type_name: str | None = None,
+                redact: Callable[[str], str] | None = None) -> str:
     """The JSON of one ``errors`` entry; the database adds attempt and time.
 
     ``raise Fail(...) from error`` (or Retry) records the error it was raised from: its
     type, module, message and traceback, with the outcome's own message as ``reason``.
+    ``redact`` scrubs the texts and arguments stored (the app's ``redact``, which knows its
+    database password); without it, DSN-shaped passwords are scrubbed all the same.
     """
+    # Scrubbed as it is stored: the row is shown by ``akadze jobs show``, the dashboard
+    # and ``AsyncResult.result``, none of which knows the worker's password.
+    scrub = redact or dsn.redact
     source = exc
     if isinstance(exc, JobOutcome) and exc.__cause__ is not None:
         source = exc.__cause__
@@ -57,12 +64,12 @@ def error_entry(exc: BaseException, type_name: str | None = None) -> str:
     entry: dict[str, Any] = {
         "type": sanitize_text(type_name or type(source).__name__),
         "module": sanitize_text(str(type(source).__module__)),
-        "message": sanitize_text(str(source)),
-        "traceback": sanitize_text(formatted),
+        "message": scrub(sanitize_text(str(source))),
+        "traceback": scrub(sanitize_text(formatted)),
     }
     if source is not exc:
-        entry["reason"] = sanitize_text(str(exc))
-    args = _storable_args(source.args)
+        entry["reason"] = scrub(sanitize_text(str(exc)))
+    args = _storable_args(source.args, scrub)
     if args is not None and args != [entry["message"]]:
         # What the exception was built with, for a reader rebuilding it by class and
         # arguments (Celery's exc_message) rather than from its message alone.
@@ -70,25 +77,26 @@ def error_entry(exc: BaseException, type_name: str | None = None) -> str:
     return strict_dumps(entry)
 
 
-def _storable_args(args: Any) -> list[Any] | None:
+def _storable_args(args: Any, scrub: Callable[[str], str]) -> list[Any] | None:
     """An exception's ``args`` as JSON an entry can hold: each kept when it encodes and
-    Postgres can store it, else its ``repr``; None when there are none, or too many."""
+    Postgres can store it, else its ``repr``; every text in them scrubbed; None when there
+    are none, or too many."""
     if not isinstance(args, tuple) or not args:
         return None
     kept: list[Any] = []
     for arg in args:
         if isinstance(arg, str):
-            kept.append(sanitize_text(arg))
+            kept.append(scrub(sanitize_text(arg)))
             continue
         try:
             check_storable(strict_dumps(arg), "the arguments")
         except Exception:  # not JSON (TypeError, ValueError, RecursionError...) or a NUL
             try:
-                kept.append(sanitize_text(repr(arg)))
+                kept.append(scrub(sanitize_text(repr(arg))))
             except Exception:
                 kept.append(f"<unrepresentable {type(arg).__name__}>")
         else:
-            kept.append(arg)
+            kept.append(dsn.redact_json(arg, scrub))
     try:
         if len(strict_dumps(kept)) > ARGS_LIMIT:
             return None
@@ -146,18 +154,20 @@ def succeeded(
 
 
 def raised(
-    job_id: int, run_count: int, attempt: int, exc: BaseException, policy: BackoffPolicy | None
+    job_id: int, run_count: int, attempt: int, exc: BaseException, policy: BackoffPolicy | None,
+    redact: Callable[[str], str] | None = None,
 ) -> Outcome:
-    """The outcome of a body that raised ``exc``."""
+    """The outcome of a body that raised ``exc``; ``redact`` scrubs its error entry (see
+    ``error_entry``)."""
     if isinstance(exc, Snooze):
         return Outcome(job_id, run_count, SNOOZE, delay=exc.delay)
     if isinstance(exc, Retry):
-        return Outcome(job_id, run_count, RETRY, delay=exc.delay, error=error_entry(exc),
-                       max_attempts=exc.max_attempts)
+        return Outcome(job_id, run_count, RETRY, delay=exc.delay,
+                       error=error_entry(exc, redact=redact), max_attempts=exc.max_attempts)
     if isinstance(exc, Fail):
-        return Outcome(job_id, run_count, FAIL, error=error_entry(exc))
+        return Outcome(job_id, run_count, FAIL, error=error_entry(exc, redact=redact))
     if isinstance(exc, Cancel):
-        return Outcome(job_id, run_count, CANCEL, error=error_entry(exc))
+        return Outcome(job_id, run_count, CANCEL, error=error_entry(exc, redact=redact))
     type_name = "JobTimeout" if isinstance(exc, JobTimeout) else None
     return Outcome(job_id, run_count, RETRY, delay=backoff_delay(policy, attempt),
-                   error=error_entry(exc, type_name))
+                   error=error_entry(exc, type_name, redact))

@@ -288,10 +288,11 @@ class ProcessPool:
         (the attempt is given back, as a cancel was requested); a timeout or a lost process
         spends the attempt, like any exception."""
         if isinstance(exc, Terminated):
-            return Outcome(row["id"], row["run_count"], CANCEL, error=error_entry(exc))
+            return Outcome(row["id"], row["run_count"], CANCEL,
+                           error=error_entry(exc, redact=app.redact))
         task = app.tasks.get(row["task"])
         return raised(row["id"], row["run_count"], row["attempt"], exc,
-                      task.backoff if task else None)
+                      task.backoff if task else None, app.redact)
 
     async def run(self, row: Mapping[str, Any], worker_id: int | None,
                   timeout: float | None, soft: float | None = None) -> Outcome | None:

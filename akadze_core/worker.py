@@ -399,7 +399,7 @@ class Worker:
         await self.app.use_async_pool(self._pool)
         self._completer = Completer(self._connection, self._outcomes_written,
                                     lock_timeout=self.lock_timeout, on_lock=self._lock_seen,
-                                    deadline=self._lease_left)
+                                    deadline=self._lease_left, redact=self.app.redact)
         self._completer_task = asyncio.create_task(self._completer.run(), name="completer")
         self._listener_task = asyncio.create_task(
             listen_for_jobs(listen_url(url), self._watched, self._wake.set, self._backoff,
@@ -1026,11 +1026,13 @@ class Worker:
             if self._stop.is_set():
                 return  # stopping: the job goes back to the queue unspent
             # The body cancelled itself (not us): an exception like any other.
-            outcome = raised(row["id"], row["run_count"], row["attempt"], exc, None)
+            outcome = raised(row["id"], row["run_count"], row["attempt"], exc, None,
+                             self.app.redact)
         except Exception as exc:  # a bug in akadze itself: keep the job, spend the attempt
             logger.exception("job %s: internal error while running it", row["id"])
             outcome = Outcome(row["id"], row["run_count"], RETRY,
-                              delay=default_backoff(row["attempt"]), error=error_entry(exc))
+                              delay=default_backoff(row["attempt"]),
+                              error=error_entry(exc, redact=self.app.redact))
         finally:
             run = self._running.pop(row["id"], None)
             self._terminating.discard(row["id"])

@@ -17,6 +17,7 @@ import click
 
 from akadze_core import run_schedules
 from akadze_core.cli import dashboard_options, run_dashboard
+from akadze_core.cli_support import printable
 
 from .. import states
 from ..beat import warn_unhonoured_scheduler
@@ -48,7 +49,7 @@ def _plural(count: int, word: str) -> str:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, default=str, ensure_ascii=False)
+    return printable(json.dumps(value, default=str, ensure_ascii=False), json_text=True)
 
 
 # --- reading the database -------------------------------------------------------------------
@@ -64,9 +65,11 @@ def _say(replies: dict[str, Any]) -> None:
     """Celery's chat format: ``->  node: OK`` (or ``ERROR``), then the reply, indented."""
     for node, reply in replies.items():
         status, body = _pretty(reply)
-        click.echo(f"->  {node}: {status}")
+        click.echo(printable(f"->  {node}: {status}"))
         if body:
-            click.echo("\n".join(f"    {line}" for line in body.splitlines()))
+            # Replies carry task names, arguments and queue names from rows: control
+            # characters are shown escaped, never sent to the terminal.
+            click.echo("\n".join(f"    {printable(line)}" for line in body.split("\n")))
 
 
 def _pretty(reply: Any) -> tuple[str, str]:
@@ -195,7 +198,7 @@ def status_command(ctx: click.Context, timeout: float, destination: tuple[str, .
 
     def say(reply: dict[str, Any]) -> None:
         for node in reply:
-            click.echo(f"->  {node}: OK")
+            click.echo(printable(f"->  {node}: OK"))
 
     replies = app.control.inspect(timeout=timeout,
                                   destination=split_names(destination) or None,
@@ -228,7 +231,7 @@ def purge_command(ctx: click.Context, force: bool, queues: tuple[str, ...],
     if not names:
         click.echo("No messages purged: no queue has waiting tasks.")
         return
-    headline = f"{'queue' if len(names) == 1 else 'queues'}: {', '.join(names)}"
+    headline = printable(f"{'queue' if len(names) == 1 else 'queues'}: {', '.join(names)}")
     if not force:
         click.confirm(f"WARNING: This will remove all tasks from {headline}.\n"
                       "         There is no undo for this operation!\n\n"
@@ -309,7 +312,7 @@ def result_command(ctx: click.Context, task_id: str, task: str | None, show_trac
     app = _existing(_state(ctx).load_app(required=False))
     result = app.AsyncResult(task_id, task_name=task)
     if show_traceback:
-        click.echo(result.traceback)
+        click.echo(_shown(result.traceback))
         return
     try:
         value = result.get(timeout=timeout, propagate=False)
@@ -319,7 +322,17 @@ def result_command(ctx: click.Context, task_id: str, task: str | None, show_trac
     state = result.state
     if state in states.PROPAGATE_STATES:
         raise CliError(f"task {task_id} ended {state}: {type(value).__name__}: {value}")
-    click.echo(value)
+    click.echo(_shown(value))
+
+
+def _shown(value: Any) -> str | None:
+    """What ``click.echo(value)`` prints (None: an empty line), control characters escaped:
+    a result and a traceback are row data."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return printable(value, lines=True)
 
 
 # --- migrate / beat ---------------------------------------------------------------------------

@@ -424,7 +424,8 @@ def _core_outcome(run: _Run, result: TraceResult) -> outcomes.Outcome:
     try:
         value = _outcome(run, result)
     except BaseException as exc:
-        return outcomes.raised(job.id, job.run_count, job.attempt, exc, backoff)
+        return outcomes.raised(job.id, job.run_count, job.attempt, exc, backoff,
+                               context.app.redact)
     return outcomes.succeeded(job.id, job.run_count, job.attempt, value, backoff,
                               context.app.json_dumps)
 
