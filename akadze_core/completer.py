@@ -147,7 +147,7 @@ class Completer:
         except psycopg.DataError as exc:
             error = UnstorableOutcome(f"the outcome could not be stored: {exc}")
             failed = Outcome(outcome.job_id, outcome.run_count, FAIL,
-                             error=error_entry(error))
+                             error=error_entry(error), claim_token=outcome.claim_token)
             return await database.complete_many(connection, [failed])
 
     async def close(self, timeout: float | None = None) -> bool:
