@@ -133,10 +133,8 @@ async def test_a_lost_claims_complete_tx_and_hand_over_raise_not_owner(
 
     with pytest.raises(NotOwner):
         await commit(late, "A")
-    with pytest.raises(NotOwner):
-        with late.complete_tx() as connection:
-            replacement = noop.enqueue()
-            late.hand_over(connection, replacement)
+    with pytest.raises(NotOwner), late.complete_tx() as connection:
+        late.hand_over(connection, noop.enqueue())
     assert job(db, job_id)["state"] == "running"
     assert "replaced_by" not in job(db, job_id)["meta"]
     await commit(owner, "B")
