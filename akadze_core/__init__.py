@@ -1,7 +1,8 @@
 """akadze_core: a Postgres-backed job queue.
 
 Jobs are rows; workers claim them with ``FOR UPDATE SKIP LOCKED``, heartbeat, rescue each
-other's lost jobs, and write outcomes fenced by ``run_count`` so a late run never wins.
+other's lost jobs, and write outcomes fenced by ``run_count`` and the claim's random token so
+a late run never wins.
 """
 
 from .app import App

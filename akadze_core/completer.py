@@ -150,7 +150,8 @@ class Completer:
         except psycopg.DataError as exc:
             error = UnstorableOutcome(f"the outcome could not be stored: {exc}")
             failed = Outcome(outcome.job_id, outcome.run_count, FAIL,
-                             error=error_entry(error, redact=self._redact))
+                             error=error_entry(error, redact=self._redact),
+                             claim_token=outcome.claim_token)
             return await database.complete_many(connection, [failed])
 
     async def close(self, timeout: float | None = None) -> bool:

@@ -41,6 +41,10 @@ class Outcome:
     error: str | None = None
     #: Raise the job's attempt budget to at least this before deciding (``Retry``).
     max_attempts: int | None = None
+    #: The claim's fencing token (the row's ``claim_token``), checked with ``run_count``:
+    #: without the token the run was claimed with, the write changes nothing. Last, so a
+    #: process child's answer (every field in order) carries it.
+    claim_token: int | None = None
 
 
 def error_entry(exc: BaseException, type_name: str | None = None,
@@ -138,36 +142,42 @@ def parse_error(error: str | None) -> dict[str, Any]:
 def succeeded(
     job_id: int, run_count: int, attempt: int, value: Any,
     policy: BackoffPolicy | None, dumps: Callable[[Any], str] = strict_dumps,
+    *, claim_token: int | None = None,
 ) -> Outcome:
-    """The outcome of a body that returned ``value``."""
+    """The outcome of a body that returned ``value`` (``claim_token``: the run's, see
+    ``Outcome``)."""
     try:
         text = dumps(value)
     except Exception as exc:  # TypeError, ValueError, RecursionError, an encoder's own error
         error = ResultNotJson(f"the task returned a value that is not JSON: {exc}")
         return Outcome(job_id, run_count, RETRY, delay=backoff_delay(policy, attempt),
-                       error=error_entry(error))
+                       error=error_entry(error), claim_token=claim_token)
     try:
         check_storable(text, "the result")
     except ValueError as exc:
-        return Outcome(job_id, run_count, FAIL, error=error_entry(exc, "UnstorableOutcome"))
-    return Outcome(job_id, run_count, SUCCESS, result=text)
+        return Outcome(job_id, run_count, FAIL, error=error_entry(exc, "UnstorableOutcome"),
+                       claim_token=claim_token)
+    return Outcome(job_id, run_count, SUCCESS, claim_token=claim_token, result=text)
 
 
 def raised(
     job_id: int, run_count: int, attempt: int, exc: BaseException, policy: BackoffPolicy | None,
-    redact: Callable[[str], str] | None = None,
+    redact: Callable[[str], str] | None = None, *, claim_token: int | None = None,
 ) -> Outcome:
     """The outcome of a body that raised ``exc``; ``redact`` scrubs its error entry (see
-    ``error_entry``)."""
+    ``error_entry``); ``claim_token``: the run's, see ``Outcome``."""
     if isinstance(exc, Snooze):
-        return Outcome(job_id, run_count, SNOOZE, delay=exc.delay)
+        return Outcome(job_id, run_count, SNOOZE, claim_token=claim_token, delay=exc.delay)
     if isinstance(exc, Retry):
         return Outcome(job_id, run_count, RETRY, delay=exc.delay,
-                       error=error_entry(exc, redact=redact), max_attempts=exc.max_attempts)
+                       error=error_entry(exc, redact=redact), max_attempts=exc.max_attempts,
+                       claim_token=claim_token)
     if isinstance(exc, Fail):
-        return Outcome(job_id, run_count, FAIL, error=error_entry(exc, redact=redact))
+        return Outcome(job_id, run_count, FAIL, claim_token=claim_token,
+                       error=error_entry(exc, redact=redact))
     if isinstance(exc, Cancel):
-        return Outcome(job_id, run_count, CANCEL, error=error_entry(exc, redact=redact))
+        return Outcome(job_id, run_count, CANCEL, claim_token=claim_token,
+                       error=error_entry(exc, redact=redact))
     type_name = "JobTimeout" if isinstance(exc, JobTimeout) else None
     return Outcome(job_id, run_count, RETRY, delay=backoff_delay(policy, attempt),
-                   error=error_entry(exc, type_name, redact))
+                   error=error_entry(exc, type_name, redact), claim_token=claim_token)

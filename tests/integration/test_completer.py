@@ -39,7 +39,8 @@ async def _flushes(app: App, database_url: str, db: psycopg.Connection, *,
     runner = asyncio.create_task(completer.run())
     await asyncio.sleep(0.05)  # idle before the first outcome, as in a worker
     for row in rows:
-        completer.submit(succeeded(row["id"], row["run_count"], row["attempt"], None, None))
+        completer.submit(succeeded(row["id"], row["run_count"], row["attempt"], None, None,
+                                   claim_token=row["claim_token"]))
         await asyncio.sleep(0.03)
     assert await completer.close(timeout=10)
     await runner
