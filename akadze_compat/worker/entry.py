@@ -426,7 +426,7 @@ def _core_outcome(run: _Run, result: TraceResult) -> outcomes.Outcome:
     except BaseException as exc:
         return outcomes.raised(job.id, job.run_count, job.attempt, exc, backoff)
     return outcomes.succeeded(job.id, job.run_count, job.attempt, value, backoff,
-                              context.app.json_dumps)
+                              context.app.json_dumps, context.app.max_result_bytes)
 
 
 def _stored(run: _Run, written: bool) -> None:
