@@ -28,7 +28,14 @@ from .migrations import MIGRATE_COMMAND, migrate
 from .retry import BackoffPolicy
 from .runtime_schedules import RuntimeSchedules
 from .schedules import Schedule, ScheduleSource
-from .serialization import DEFAULT_MAX_ARGS_BYTES, Dumps, Loads, strict_dumps
+from .serialization import (
+    DEFAULT_MAX_ARGS_BYTES,
+    DEFAULT_MAX_RESULT_BYTES,
+    MAX_RESULT_BYTES_CEILING,
+    Dumps,
+    Loads,
+    strict_dumps,
+)
 from .task_ids import TaskIds
 from .tasks import Task
 from .triggers import Trigger
@@ -172,6 +179,28 @@ def _left(timeout: float | None, deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
+#: Sets ``App.max_result_bytes`` when ``App(max_result_bytes=...)`` does not.
+MAX_RESULT_BYTES_VAR = "AKADZE_MAX_RESULT_BYTES"
+
+
+def resolve_max_result_bytes(value: int | None) -> int:
+    """``value``, else ``$AKADZE_MAX_RESULT_BYTES``, else ``DEFAULT_MAX_RESULT_BYTES``;
+    ValueError unless between 1 and ``MAX_RESULT_BYTES_CEILING`` (Postgres refuses a jsonb
+    value of 256 MiB)."""
+    if value is None:
+        text = os.environ.get(MAX_RESULT_BYTES_VAR, "").strip()
+        try:
+            value = int(text) if text else DEFAULT_MAX_RESULT_BYTES
+        except ValueError:
+            raise ValueError(f"{MAX_RESULT_BYTES_VAR}={text!r} is not a number of bytes") \
+                from None
+    if type(value) is not int or not 0 < value <= MAX_RESULT_BYTES_CEILING:
+        raise ValueError(f"max_result_bytes must be an int from 1 to "
+                         f"{MAX_RESULT_BYTES_CEILING} (Postgres refuses a jsonb value of "
+                         f"256 MiB), not {value!r}")
+    return value
+
+
 class App:
     """Tasks and the database that queues them.
 
@@ -188,6 +217,7 @@ class App:
         *,
         default_queue: str = "default",
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+        max_result_bytes: int | None = None,
         succeeded_retention: timedelta | float = timedelta(days=1),
         failed_retention: timedelta | float = timedelta(days=7),
         json_dumps: Dumps = strict_dumps,
@@ -199,6 +229,10 @@ class App:
         self._url: str | None = None
         self.default_queue = default_queue
         self.max_args_bytes = max_args_bytes
+        #: A task's result as JSON may be this many bytes; a larger one fails its job at once
+        #: with ``ResultTooLarge`` (no more attempts): ``max_result_bytes=`` if given, else
+        #: ``$AKADZE_MAX_RESULT_BYTES`` (the Celery facade's way to set it), else 16 MiB.
+        self.max_result_bytes = resolve_max_result_bytes(max_result_bytes)
         self.succeeded_retention = _seconds(succeeded_retention) or 0.0
         self.failed_retention = _seconds(failed_retention) or 0.0
         self.json_dumps = json_dumps

@@ -20,6 +20,7 @@ from .migrations import SCHEMA_EXISTS, SCHEMA_VERSION, check_version
 from .outcomes import Outcome
 from .queries import query
 from .retry import DEFAULT_BACKOFF_CAP
+from .serialization import check_name
 
 NOTIFY_CHANNEL = "akadze_jobs"
 #: request_cancel of a running job notifies it with the job id (see job_request_cancel).
@@ -46,6 +47,14 @@ class JobRequest:
     expires_at: datetime | None = None
     unique_key: str | None = None
     meta: str = "{}"
+
+    def __post_init__(self) -> None:
+        # Every path that builds a row checks its names before anything is inserted: one
+        # Postgres cannot index or notify would fail the insert (or, for a workflow's later
+        # step, the write of its upstream's outcome) with a raw error.
+        check_name(self.task, "a task name")
+        check_name(self.queue, "a queue name")
+        check_name(self.unique_key, "a unique key", key=True)
 
     def params(self) -> dict[str, Any]:
         params = {

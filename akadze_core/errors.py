@@ -64,6 +64,10 @@ class UnstorableOutcome(Exception):
     """The outcome can never be stored (e.g. a NUL character in the result): the job fails."""
 
 
+class ResultTooLarge(UnstorableOutcome):
+    """The result, as JSON, is over ``App(max_result_bytes=...)``: the job fails at once."""
+
+
 class JobTimeout(Exception):
     """The run took longer than the task's ``timeout``; the attempt is spent."""
 
@@ -73,7 +77,9 @@ class AkadzeError(Exception):
 
 
 class InvalidArgs(AkadzeError, ValueError):
-    """Job arguments that cannot be stored: not JSON, NUL characters, lone surrogates, too big."""
+    """Job arguments that cannot be stored (not JSON, nested too deeply, NUL characters, lone
+    surrogates, too big), or a queue name, task name, unique key or task id that is empty,
+    too long (``MAX_NAME_LENGTH``) or unstorable."""
 
 
 class UpstreamFailed(AkadzeError, ValueError):

@@ -99,7 +99,7 @@ def _returned(app: App, context: JobContext, task: Any, value: Any) -> outcomes.
         return None
     job = context.job
     return outcomes.succeeded(job.id, job.run_count, job.attempt, value, task.backoff,
-                              app.json_dumps, claim_token=job.claim_token)
+                              app.json_dumps, app.max_result_bytes, claim_token=job.claim_token)
 
 
 async def execute(

@@ -9,9 +9,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import dsn
-from .errors import Cancel, Fail, JobOutcome, JobTimeout, ResultNotJson, Retry, Snooze
+from .errors import (
+    Cancel,
+    Fail,
+    JobOutcome,
+    JobTimeout,
+    ResultNotJson,
+    ResultTooLarge,
+    Retry,
+    Snooze,
+    UnstorableOutcome,
+)
 from .retry import BackoffPolicy, backoff_delay
-from .serialization import check_storable, sanitize_text, strict_dumps
+from .serialization import (
+    DEFAULT_MAX_RESULT_BYTES,
+    check_storable,
+    sanitize_text,
+    strict_dumps,
+)
 
 #: An exception's arguments bigger than this (as JSON) are left out of its errors entry: the
 #: message and traceback still say what happened.
@@ -142,22 +157,43 @@ def parse_error(error: str | None) -> dict[str, Any]:
 def succeeded(
     job_id: int, run_count: int, attempt: int, value: Any,
     policy: BackoffPolicy | None, dumps: Callable[[Any], str] = strict_dumps,
-    *, claim_token: int | None = None,
+    max_bytes: int = DEFAULT_MAX_RESULT_BYTES, *, claim_token: int | None = None,
 ) -> Outcome:
-    """The outcome of a body that returned ``value`` (``claim_token``: the run's, see
-    ``Outcome``)."""
+    """The outcome of a body that returned ``value``: a result that can never be stored (a
+    NUL, a lone surrogate, over ``max_bytes`` as JSON) fails the job, with no retry
+    (``claim_token``: the run's, see ``Outcome``)."""
     try:
         text = dumps(value)
     except Exception as exc:  # TypeError, ValueError, RecursionError, an encoder's own error
         error = ResultNotJson(f"the task returned a value that is not JSON: {exc}")
         return Outcome(job_id, run_count, RETRY, delay=backoff_delay(policy, attempt),
                        error=error_entry(error), claim_token=claim_token)
+    refusal = result_refusal(text, max_bytes)
+    if refusal is not None:
+        return Outcome(job_id, run_count, FAIL, error=error_entry(refusal),
+                       claim_token=claim_token)
+    return Outcome(job_id, run_count, SUCCESS, claim_token=claim_token, result=text)
+
+
+def result_refusal(text: str, max_bytes: int) -> UnstorableOutcome | None:
+    """Why the encoded result ``text`` can never be stored (None: it can): a NUL or a lone
+    surrogate (``UnstorableOutcome``), or more than ``max_bytes`` bytes of UTF-8
+    (``ResultTooLarge``). Checked where the result is encoded, before it reaches a process
+    pool's pipe or a batched write, which a value Postgres refuses would fail whole."""
+    # A character takes one to four bytes: len() alone decides most texts, without encoding.
+    if len(text) > max_bytes:
+        return ResultTooLarge(f"the result is over {max_bytes} bytes as JSON, the limit "
+                              "(max_result_bytes)")
     try:
         check_storable(text, "the result")
     except ValueError as exc:
-        return Outcome(job_id, run_count, FAIL, error=error_entry(exc, "UnstorableOutcome"),
-                       claim_token=claim_token)
-    return Outcome(job_id, run_count, SUCCESS, claim_token=claim_token, result=text)
+        return UnstorableOutcome(str(exc))
+    if len(text) * 4 > max_bytes and not text.isascii():
+        size = len(text.encode("utf-8"))
+        if size > max_bytes:
+            return ResultTooLarge(f"the result is {size} bytes as JSON, over the limit of "
+                                  f"{max_bytes} bytes (max_result_bytes)")
+    return None
 
 
 def raised(
