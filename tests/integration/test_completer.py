@@ -93,7 +93,8 @@ async def test_a_batch_postgres_refuses_is_split_until_the_bad_outcomes_fail_alo
     for job_id in ids:
         row = rows[job_id]
         result = bad.get(job_id, filler)  # 10 fillers a write, or the deep one and 2
-        completer.submit(Outcome(job_id, row["run_count"], SUCCESS, result=result))
+        completer.submit(Outcome(job_id, row["run_count"], SUCCESS, result=result,
+                                 claim_token=row["claim_token"]))
     assert await completer.close(timeout=30)
     await runner
     assert max(flushes[:-1]) <= 10 and sum(flushes) == 40, flushes
