@@ -386,20 +386,28 @@ class App:
                                   ) -> bool:
         """Whether ``exc`` says a prepared statement is missing on (or already on) the server
         connection, as behind PgBouncer in transaction mode; then this app stops preparing
-        statements (one WARNING naming the setting that says so up front) and the caller may
-        run the statement again on ``connection``: that error comes from Parse or Bind,
-        before anything ran. False for any other error, and once preparing is off already
-        on this connection (the error is then not the pooler's)."""
+        statements (``stop_preparing``) and the caller may run the statement again on
+        ``connection``: that error comes from Parse or Bind, before anything ran. False for
+        any other error, and once preparing is off already on this connection (the error is
+        then not the pooler's)."""
         if exc.sqlstate not in PREPARED_STATEMENT_LOST or connection.prepare_threshold is None:
             return False
-        if self.prepare_threshold is not None:
-            logger.warning("a prepared statement was lost between transactions (PgBouncer in "
-                           "transaction mode?): this process stops preparing statements; set "
-                           "AKADZE_PREPARE_THRESHOLD=off to say so up front")
-            self.prepare_threshold = None
-            self.connection_kwargs["prepare_threshold"] = None
+        self.stop_preparing()
         connection.prepare_threshold = None
         return True
+
+    def stop_preparing(self) -> None:
+        """Send every statement of this app unprepared from now on, on every connection:
+        new ones are opened so, and a pooled one is switched when next handed out
+        (``live_pooled``). Called when a transaction pooler lost a prepared statement;
+        one WARNING names the setting that says so up front."""
+        if self.prepare_threshold is None:
+            return
+        logger.warning("a prepared statement was lost between transactions (PgBouncer in "
+                       "transaction mode?): this process stops preparing statements; set "
+                       "AKADZE_PREPARE_THRESHOLD=off to say so up front")
+        self.prepare_threshold = None
+        self.connection_kwargs["prepare_threshold"] = None
 
     def redact(self, text: str) -> str:
         """``text`` with this app's database password scrubbed out."""
@@ -481,6 +489,8 @@ class App:
                     f"no live connection in pool {pool.name!r} within {pool.timeout:g}s")
             connection = pool.getconn(left)
             if not found_dead(connection):
+                if self.prepare_threshold is None and connection.prepare_threshold is not None:
+                    connection.prepare_threshold = None  # opened before stop_preparing
                 return connection
             connection.close()
             pool.putconn(connection)  # closed: discarded, and a new one is opened
@@ -500,6 +510,8 @@ class App:
                     f"no live connection in pool {pool.name!r} within {limit:g}s")
             connection = await pool.getconn(left)
             if not found_dead(connection):
+                if self.prepare_threshold is None and connection.prepare_threshold is not None:
+                    connection.prepare_threshold = None  # opened before stop_preparing
                 return connection
             if on_dead is not None:
                 on_dead()

@@ -60,8 +60,12 @@ _FATAL_CONNECT_MESSAGES = (
 
 
 def is_transient(exc: BaseException) -> bool:
-    """True for errors a worker should log and retry with backoff."""
+    """True for errors a worker should log and retry with backoff. A lost prepared
+    statement is one: it ran nothing, and the retry goes unprepared (``App.stop_preparing``,
+    called where the error is met)."""
     if isinstance(exc, psycopg_pool.PoolTimeout | TimeoutError | ConnectionError):
+        return True
+    if is_prepared_statement_lost(exc):
         return True
     if not isinstance(exc, psycopg.Error) or isinstance(exc, psycopg.ProgrammingError):
         return False
@@ -72,6 +76,14 @@ def is_transient(exc: BaseException) -> bool:
         message = str(exc).lower()
         return not any(fatal in message for fatal in _FATAL_CONNECT_MESSAGES)
     return False
+
+
+def is_prepared_statement_lost(exc: BaseException) -> bool:
+    """True when a prepared statement was missing on (or already on) the server connection
+    (26000 / 42P05): a transaction pooler gave the session another server connection. The
+    error comes from Parse or Bind, so the statement ran nothing and may be sent again,
+    unprepared."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate in PREPARED_STATEMENT_LOST
 
 
 def is_lock_timeout(exc: BaseException) -> bool:
