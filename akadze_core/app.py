@@ -18,11 +18,11 @@ import psycopg
 import psycopg_pool
 
 from . import lookup
-from .dberrors import PREPARED_STATEMENT_LOST, is_transient
+from .dberrors import PREPARED_STATEMENT_LOST, is_too_many_connections, is_transient
 from .dsn import configured_url, listen_url, password_of, redact_password
 from .dsn import prepare_threshold as resolve_prepare_threshold
 from .embedded import embedded_url
-from .errors import ConfigurationError, ConnectionLost
+from .errors import AkadzeError, ConfigurationError, ConnectionLost, DatabaseUnavailable
 from .jobs import Job
 from .migrations import MIGRATE_COMMAND, migrate
 from .retry import BackoffPolicy
@@ -467,10 +467,22 @@ class App:
                 return psycopg.connect(url, **self.connection_kwargs)
             except psycopg.Error as exc:
                 if not is_transient(exc) or time.monotonic() + delay > deadline:
-                    message = self.redact(f"cannot connect to Postgres: {exc}")
-                    raise ConfigurationError(message) from None
+                    raise self._connect_error(exc) from None
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+    def _connect_error(self, exc: psycopg.Error) -> AkadzeError:
+        """What a refused connection raises (password redacted): ``DatabaseUnavailable``
+        when waiting may fix it (down, starting, full), else ``ConfigurationError`` (a wrong
+        URL or password, no such database or role)."""
+        if is_too_many_connections(exc):
+            return DatabaseUnavailable(self.redact(
+                "cannot connect to Postgres: the server has no free connections "
+                f"(max_connections is reached): {' '.join(str(exc).split())}"))
+        message = self.redact(f"cannot connect to Postgres: {exc}")
+        if is_transient(exc):
+            return DatabaseUnavailable(message)
+        return ConfigurationError(message)
 
     def live_pooled(self, pool: psycopg_pool.ConnectionPool) -> psycopg.Connection:
         """A connection of ``pool`` not ``found_dead`` (the caller puts it back).
@@ -578,8 +590,7 @@ class App:
                     await (await psycopg.AsyncConnection.connect(
                         self.database_url, connect_timeout=10)).close()
                 except psycopg.Error as exc:
-                    raise ConfigurationError(
-                        self.redact(f"cannot connect to Postgres: {exc}")) from None
+                    raise self._connect_error(exc) from None
                 raise
         return pool
 
@@ -702,8 +713,7 @@ class App:
                 return await psycopg.AsyncConnection.connect(url, **self.connection_kwargs)
             except psycopg.Error as exc:
                 if not is_transient(exc) or time.monotonic() + delay > deadline:
-                    message = self.redact(f"cannot connect to Postgres: {exc}")
-                    raise ConfigurationError(message) from None
+                    raise self._connect_error(exc) from None
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 

@@ -37,7 +37,7 @@ from .cli_support import (
 from .control import request_cancel_sync, requeue_sync, signal_number
 from .dberrors import fatal_message
 from .dsn import ENV_VAR, LISTEN_VAR, prepare_threshold
-from .errors import AkadzeError
+from .errors import AkadzeError, DatabaseUnavailable
 from .jobs import JOB_STATES, Job
 from .migrations import latest_version, migrate
 from .processes import ProcessPool, serve
@@ -97,7 +97,9 @@ class _AkadzeGroup(OneLineErrorGroup):
 
 def _report(exc: Exception) -> None:
     """Print the one error line for ``exc`` (after a scrubbed traceback if it is a bug)."""
-    if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
+    if isinstance(exc, DatabaseUnavailable):
+        line = str(exc)  # says "cannot connect to Postgres" itself
+    elif isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
         line = f"cannot connect to Postgres: {exc}"
     elif isinstance(exc, psycopg.Error):
         line = fatal_message(exc)  # schema missing, permission denied, ...

@@ -92,12 +92,23 @@ def is_lock_timeout(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.Error) and exc.sqlstate == "55P03"
 
 
+#: What the server says when it refuses a connection for want of a free slot (53300): to
+#: anyone when ``max_connections`` is reached, and to a role without the right to the
+#: reserved slots when only those are left (``superuser_reserved_connections``; Postgres
+#: 16's ``reserved_connections``); also a role's own ``CONNECTION LIMIT``.
+_NO_FREE_SLOT_MESSAGES = ("too many clients already", "remaining connection slots are reserved",
+                          "too many connections for role")
+
+
 def is_too_many_connections(exc: BaseException) -> bool:
-    """True when the server refused a connection because ``max_connections`` is reached
+    """True when the server refused a connection because it has no free slot for this role
     (53300; on a refused connection psycopg has only the server's message)."""
     if not isinstance(exc, psycopg.Error):
         return False
-    return exc.sqlstate == "53300" or "too many clients already" in str(exc)
+    if exc.sqlstate == "53300":
+        return True
+    message = str(exc)
+    return any(text in message for text in _NO_FREE_SLOT_MESSAGES)
 
 
 def fatal_message(exc: BaseException) -> str:
