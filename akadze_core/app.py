@@ -477,8 +477,9 @@ class App:
         URL or password, no such database or role)."""
         if is_too_many_connections(exc):
             return DatabaseUnavailable(self.redact(
-                "cannot connect to Postgres: the server has no free connections "
-                f"(max_connections is reached): {' '.join(str(exc).split())}"))
+                "cannot connect to Postgres: the server has no free connections for this "
+                "role (max_connections, or the role's connection limit, is reached): "
+                f"{' '.join(str(exc).split())}"))
         message = self.redact(f"cannot connect to Postgres: {exc}")
         if is_transient(exc):
             return DatabaseUnavailable(message)
