@@ -18,11 +18,11 @@ import psycopg
 import psycopg_pool
 
 from . import lookup
-from .dberrors import PREPARED_STATEMENT_LOST, is_transient
+from .dberrors import PREPARED_STATEMENT_LOST, is_too_many_connections, is_transient
 from .dsn import configured_url, listen_url, password_of, redact_password
 from .dsn import prepare_threshold as resolve_prepare_threshold
 from .embedded import embedded_url
-from .errors import ConfigurationError, ConnectionLost
+from .errors import AkadzeError, ConfigurationError, ConnectionLost, DatabaseUnavailable
 from .jobs import Job
 from .migrations import MIGRATE_COMMAND, migrate
 from .retry import BackoffPolicy
@@ -420,20 +420,28 @@ class App:
                                   ) -> bool:
         """Whether ``exc`` says a prepared statement is missing on (or already on) the server
         connection, as behind PgBouncer in transaction mode; then this app stops preparing
-        statements (one WARNING naming the setting that says so up front) and the caller may
-        run the statement again on ``connection``: that error comes from Parse or Bind,
-        before anything ran. False for any other error, and once preparing is off already
-        on this connection (the error is then not the pooler's)."""
+        statements (``stop_preparing``) and the caller may run the statement again on
+        ``connection``: that error comes from Parse or Bind, before anything ran. False for
+        any other error, and once preparing is off already on this connection (the error is
+        then not the pooler's)."""
         if exc.sqlstate not in PREPARED_STATEMENT_LOST or connection.prepare_threshold is None:
             return False
-        if self.prepare_threshold is not None:
-            logger.warning("a prepared statement was lost between transactions (PgBouncer in "
-                           "transaction mode?): this process stops preparing statements; set "
-                           "AKADZE_PREPARE_THRESHOLD=off to say so up front")
-            self.prepare_threshold = None
-            self.connection_kwargs["prepare_threshold"] = None
+        self.stop_preparing()
         connection.prepare_threshold = None
         return True
+
+    def stop_preparing(self) -> None:
+        """Send every statement of this app unprepared from now on, on every connection:
+        new ones are opened so, and a pooled one is switched when next handed out
+        (``live_pooled``). Called when a transaction pooler lost a prepared statement;
+        one WARNING names the setting that says so up front."""
+        if self.prepare_threshold is None:
+            return
+        logger.warning("a prepared statement was lost between transactions (PgBouncer in "
+                       "transaction mode?): this process stops preparing statements; set "
+                       "AKADZE_PREPARE_THRESHOLD=off to say so up front")
+        self.prepare_threshold = None
+        self.connection_kwargs["prepare_threshold"] = None
 
     def redact(self, text: str) -> str:
         """``text`` with this app's database password scrubbed out."""
@@ -495,10 +503,23 @@ class App:
                 return psycopg.connect(url, **self.connection_kwargs)
             except psycopg.Error as exc:
                 if not is_transient(exc) or time.monotonic() + delay > deadline:
-                    message = self.redact(f"cannot connect to Postgres: {exc}")
-                    raise ConfigurationError(message) from None
+                    raise self._connect_error(exc) from None
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+    def _connect_error(self, exc: psycopg.Error) -> AkadzeError:
+        """What a refused connection raises (password redacted): ``DatabaseUnavailable``
+        when waiting may fix it (down, starting, full), else ``ConfigurationError`` (a wrong
+        URL or password, no such database or role)."""
+        if is_too_many_connections(exc):
+            return DatabaseUnavailable(self.redact(
+                "cannot connect to Postgres: the server has no free connections for this "
+                "role (max_connections, or the role's connection limit, is reached): "
+                f"{' '.join(str(exc).split())}"))
+        message = self.redact(f"cannot connect to Postgres: {exc}")
+        if is_transient(exc):
+            return DatabaseUnavailable(message)
+        return ConfigurationError(message)
 
     def live_pooled(self, pool: psycopg_pool.ConnectionPool) -> psycopg.Connection:
         """A connection of ``pool`` not ``found_dead`` (the caller puts it back).
@@ -517,6 +538,8 @@ class App:
                     f"no live connection in pool {pool.name!r} within {pool.timeout:g}s")
             connection = pool.getconn(left)
             if not found_dead(connection):
+                if self.prepare_threshold is None and connection.prepare_threshold is not None:
+                    connection.prepare_threshold = None  # opened before stop_preparing
                 return connection
             connection.close()
             pool.putconn(connection)  # closed: discarded, and a new one is opened
@@ -536,6 +559,8 @@ class App:
                     f"no live connection in pool {pool.name!r} within {limit:g}s")
             connection = await pool.getconn(left)
             if not found_dead(connection):
+                if self.prepare_threshold is None and connection.prepare_threshold is not None:
+                    connection.prepare_threshold = None  # opened before stop_preparing
                 return connection
             if on_dead is not None:
                 on_dead()
@@ -602,8 +627,7 @@ class App:
                     await (await psycopg.AsyncConnection.connect(
                         self.database_url, connect_timeout=10)).close()
                 except psycopg.Error as exc:
-                    raise ConfigurationError(
-                        self.redact(f"cannot connect to Postgres: {exc}")) from None
+                    raise self._connect_error(exc) from None
                 raise
         return pool
 
@@ -726,8 +750,7 @@ class App:
                 return await psycopg.AsyncConnection.connect(url, **self.connection_kwargs)
             except psycopg.Error as exc:
                 if not is_transient(exc) or time.monotonic() + delay > deadline:
-                    message = self.redact(f"cannot connect to Postgres: {exc}")
-                    raise ConfigurationError(message) from None
+                    raise self._connect_error(exc) from None
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import ipaddress
 import json
 import os
 import signal
+import socket
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
@@ -37,7 +39,7 @@ from .cli_support import (
 from .control import request_cancel_sync, requeue_sync, signal_number
 from .dberrors import fatal_message
 from .dsn import ENV_VAR, LISTEN_VAR, prepare_threshold
-from .errors import AkadzeError
+from .errors import AkadzeError, DatabaseUnavailable
 from .jobs import JOB_STATES, Job
 from .migrations import apply_migrations, latest_version
 from .processes import ProcessPool, serve
@@ -97,7 +99,9 @@ class _AkadzeGroup(OneLineErrorGroup):
 
 def _report(exc: Exception) -> None:
     """Print the one error line for ``exc`` (after a scrubbed traceback if it is a bug)."""
-    if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
+    if isinstance(exc, DatabaseUnavailable):
+        line = str(exc)  # says "cannot connect to Postgres" itself
+    elif isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
         line = f"cannot connect to Postgres: {exc}"
     elif isinstance(exc, psycopg.Error):
         line = fatal_message(exc)  # schema missing, permission denied, ...
@@ -567,6 +571,9 @@ def _utc(value: datetime | None) -> datetime | None:
 #: (which other users of the host can read).
 BASIC_AUTH_VAR = "AKADZE_DASHBOARD_BASIC_AUTH"
 TOKEN_VAR = "AKADZE_DASHBOARD_TOKEN"
+#: Serve a non-loopback address without credentials on purpose (e.g. behind an
+#: authenticating proxy); otherwise that is refused.
+UNAUTHENTICATED_VAR = "AKADZE_DASHBOARD_UNAUTHENTICATED"
 
 
 def dashboard_options(command: Any) -> Any:
@@ -584,6 +591,11 @@ def dashboard_options(command: Any) -> Any:
                                            "its actions (header, or the login form)."),
         click.option("--read-only", is_flag=True,
                      help="No actions (retry, cancel, purge), whatever the credentials."),
+        click.option("--unauthenticated", is_flag=True, envvar=UNAUTHENTICATED_VAR,
+                     show_envvar=True,
+                     help="Serve the pages without credentials on an address other than "
+                          "loopback (behind a proxy that authenticates); refused "
+                          "otherwise."),
         click.option("--url-prefix", default="", metavar="PREFIX",
                      help="Serve under this path, e.g. /flower behind a proxy."),
     ]):
@@ -591,11 +603,32 @@ def dashboard_options(command: Any) -> Any:
     return command
 
 
+def is_loopback(address: str) -> bool:
+    """True when ``address`` (an IP or a host name) listens on loopback only: every address
+    it resolves to is one. ``""`` and ``0.0.0.0`` are every interface."""
+    host = address.strip().strip("[]")
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return bool(infos) and all(
+        ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
+
+
 def run_dashboard(app: App, *, port: int, address: str, basic_auth: str | None,
                   tokens: Sequence[str], read_only: bool, url_prefix: str,
-                  log_level: str, secrets: Secrets) -> None:
+                  log_level: str, secrets: Secrets, unauthenticated: bool = False) -> None:
     """Serve the dashboard of ``app`` (shared by ``akadze dashboard`` and
-    ``akadze-compat flower``); expected errors raise ``CliError``."""
+    ``akadze-compat flower``); expected errors raise ``CliError``.
+
+    Without credentials the pages are open (the actions off): refused on an address other
+    than loopback unless ``unauthenticated`` says that is meant."""
     try:
         from .dashboard.server import parse_basic_auth, serve
         from .dashboard.web import DashboardConfig
@@ -611,6 +644,11 @@ def run_dashboard(app: App, *, port: int, address: str, basic_auth: str | None,
     tokens = [token for token in tokens if token]
     for token in tokens:
         secrets.passwords.add(token)
+    if not users and not tokens and not unauthenticated and not is_loopback(address):
+        raise CliError(f"refusing to serve the dashboard on {address or 'every interface'} "
+                       "without credentials: give --basic-auth user:password or --token, or "
+                       f"--unauthenticated ({UNAUTHENTICATED_VAR}=1) if a proxy in front "
+                       "authenticates")
     secrets.redactors.append(app.redact)
     url = app.resolve_database_url(create=False)
     secrets.add_url(url)
@@ -632,16 +670,17 @@ def run_dashboard(app: App, *, port: int, address: str, basic_auth: str | None,
               default="INFO", show_default=True)
 @click.pass_context
 def dashboard_command(ctx: click.Context, port: int, address: str, basic_auth: str | None,
-                      tokens: tuple[str, ...], read_only: bool, url_prefix: str,
-                      app_spec: str | None, log_level: str) -> None:
+                      tokens: tuple[str, ...], read_only: bool, unauthenticated: bool,
+                      url_prefix: str, app_spec: str | None, log_level: str) -> None:
     """Serve the web dashboard: queues, jobs, workers, schedules, and (with credentials)
     retry, cancel and purge. Listens on 127.0.0.1 unless --address says otherwise; without
-    --basic-auth or --token the pages are open and the actions off."""
+    --basic-auth or --token the pages are open and the actions off (refused on an address
+    other than loopback unless --unauthenticated)."""
     with _logging_to_stderr(log_level.upper()):
         app = _schedules_app(ctx, app_spec)
         run_dashboard(app, port=port, address=address, basic_auth=basic_auth, tokens=tokens,
                       read_only=read_only, url_prefix=url_prefix, log_level=log_level,
-                      secrets=_secrets)
+                      secrets=_secrets, unauthenticated=unauthenticated)
 
 
 # --- worker --------------------------------------------------------------------------------------

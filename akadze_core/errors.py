@@ -114,3 +114,15 @@ class ConnectionLost(AkadzeError, psycopg.OperationalError):
     caller. A subclass of ``psycopg.OperationalError`` too, the error these calls raised
     before, so handlers written for that keep working. The psycopg error is chained.
     """
+
+
+class DatabaseUnavailable(AkadzeError, psycopg.OperationalError):
+    """Postgres could not be reached, or refused the connection for a reason that passes
+    (the server is down, starting, shutting down, or has no free connections:
+    ``max_connections`` reached): nothing was sent, so the call may be retried as it is.
+
+    Not a ``ConfigurationError``: a wrong URL, a failed password, a missing database or role
+    still raise that, since waiting does not fix them. A subclass of
+    ``psycopg.OperationalError``, as ``ConnectionLost`` is; the facade raises it as kombu's
+    ``OperationalError`` too, after Celery's publish retry policy.
+    """

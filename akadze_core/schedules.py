@@ -51,7 +51,7 @@ import psycopg
 
 from . import database
 from .database import JobRequest
-from .dberrors import is_transient
+from .dberrors import is_prepared_statement_lost, is_transient
 from .deadlines import cancel_and_wait
 from .dsn import listen_url
 from .listener import listen_for_jobs
@@ -487,6 +487,8 @@ async def run_schedules(app: App, stop: asyncio.Event) -> None:
             except Exception as exc:
                 if not is_transient(exc):
                     raise
+                if is_prepared_statement_lost(exc):
+                    app.stop_preparing()  # the next connection runs it unprepared
                 failures += 1
                 delay = _backoff(failures)
                 logger.warning("scheduler lost the database (%s); retrying in %.1fs",

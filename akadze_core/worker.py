@@ -27,7 +27,13 @@ import psycopg_pool
 
 from . import database, fair_index, lookup
 from .completer import Completer
-from .dberrors import fatal_message, is_lock_timeout, is_too_many_connections, is_transient
+from .dberrors import (
+    fatal_message,
+    is_lock_timeout,
+    is_prepared_statement_lost,
+    is_too_many_connections,
+    is_transient,
+)
 from .deadlines import cancel_and_wait, within
 from .dsn import listen_url
 from .errors import AkadzeError, SchemaMissing
@@ -678,6 +684,13 @@ class Worker:
         try:
             async with connection:  # what pool.connection() does: commit or roll back
                 yield connection
+        except psycopg.Error as exc:
+            # Behind a transaction pooler: the statement ran nothing; every step and write
+            # retries a transient error, and the retry goes unprepared.
+            if is_prepared_statement_lost(exc):
+                self.app.stop_preparing()
+                connection.prepare_threshold = None
+            raise
         finally:
             await self._pool.putconn(connection)
 

@@ -25,6 +25,7 @@ from ..django_beat import names_database_scheduler
 from ..exceptions import TimeoutError as CeleryTimeout
 from ..worker.control import Panel
 from .base import CliError, cli_state, secrets, split_names, warn
+from .flower import read_flower_options
 from .logs import setup_command_logging
 
 __all__ = ["COMMANDS"]
@@ -391,18 +392,38 @@ def beat_command(ctx: click.Context, loglevel: str, scheduler: str | None) -> No
               help="Logging level.")
 @click.pass_context
 def flower_command(ctx: click.Context, port: int, address: str, basic_auth: str | None,
-                   tokens: tuple[str, ...], read_only: bool, url_prefix: str,
-                   loglevel: str) -> None:
+                   tokens: tuple[str, ...], read_only: bool, unauthenticated: bool,
+                   url_prefix: str, loglevel: str) -> None:
     """Serve akadze's web dashboard where Flower would run: Flower's --port, --address,
-    --basic-auth and --url-prefix; its other options are ignored with a warning."""
-    for extra in ctx.args:
+    --basic-auth (also --basic_auth=, FLOWER_BASIC_AUTH, flowerconfig.py), --url-prefix and
+    --read-only; its other options are ignored with a warning, except OAuth (--auth) and
+    TLS, which stop it."""
+    flower = read_flower_options(ctx.args)
+    for extra in flower.ignored:
         warn(f"flower: ignoring unsupported option {extra}")
+
+    def given(name: str) -> bool:
+        # Flower's order: its command line over its config file over FLOWER_*; click's own
+        # parse of the same option counts as the command line, its AKADZE_* variable as
+        # the environment.
+        return ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+
+    if flower.basic_auth is not None and not given("basic_auth"):
+        basic_auth = flower.basic_auth
+    if flower.port is not None and not given("port"):
+        port = flower.port
+    if flower.address is not None and not given("address"):
+        address = flower.address
+    if flower.url_prefix is not None and not given("url_prefix"):
+        url_prefix = flower.url_prefix
+    if flower.read_only is not None and not given("read_only"):
+        read_only = flower.read_only
     app = _existing(_state(ctx).load_app())
     setup_command_logging(logging.getLevelName(loglevel.upper()))
     core = app.core
     run_dashboard(core, port=port, address=address, basic_auth=basic_auth, tokens=tokens,
                   read_only=read_only, url_prefix=url_prefix, log_level=loglevel,
-                  secrets=secrets)
+                  secrets=secrets, unauthenticated=unauthenticated)
 
 
 COMMANDS: tuple[click.Command, ...] = (beat_command, call_command, control_command,
