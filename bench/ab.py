@@ -15,9 +15,10 @@ virtualenv's console scripts with only this tree's ``bench`` package on their pa
 a symlink, so its own ``akadze_core`` cannot shadow the base's); the database of a base
 drain is migrated and filled by the base's interpreter (its schema, its ``delay()`` row).
 
-Per round it prints each drain's jobs/s; at the end the medians, their ratio work/base
-and the ratio within each round. The exit code is 1 when a median ratio of jobs/s is
-below ``--threshold`` (0.95), 2 when a drain failed. The round order alternates (base
+Per round it prints each drain's jobs/s and CPU per job (worker and its Postgres
+backends); at the end the medians, their ratios work/base and the ratio within each
+round. The exit code is 1 when a median ratio of jobs/s is below ``--threshold`` (0.95),
+2 when a drain failed. The round order alternates (base
 first, then work first) so a change of machine load hits both builds alike; on a busy
 machine use more rounds (``--rounds 5``) and read the ratios, not the absolute figures.
 
@@ -144,9 +145,20 @@ def prepare(url: str, kind: str, jobs: int) -> None:
 
         db.fill(url, jobs, task=NOOP)
     else:
-        from . import compat
+        from .apps.celery_app import NOOP as COMPAT_NOOP
+        from .apps.celery_app import make_app
 
-        compat.fill(url, jobs)
+        app = make_app(url)
+        try:
+            app.tasks[COMPAT_NOOP].delay(0)
+        finally:
+            app.close()
+        # The one row in this fresh database (how a result names its job id has changed
+        # between versions; the table has not).
+        with psycopg.connect(url, autocommit=True) as connection:
+            row = connection.execute("SELECT max(id) FROM akadze.jobs").fetchone()
+        assert row is not None and row[0] is not None
+        db.clone_job(url, int(row[0]), jobs - 1)
 
 
 def worker_argv(build: Build, kind: str, url: str, slots: int, prefork: int,
@@ -199,23 +211,33 @@ class Runner:
 
 # --- the run -------------------------------------------------------------------------------
 
+def cpu_us(result: DrainResult) -> float:
+    """CPU per job succeeded, microseconds: the worker (its process tree) over the drain's
+    window, sampled every 0.25 s, plus its Postgres backends over their lives (coarse on a
+    short drain; less moved by the machine's load than the wall-clock rate)."""
+    spent = (result.worker_cpu or 0.0) + (result.postgres_cpu or 0.0)
+    return 1e6 * spent / max(result.succeeded, 1)
+
+
 def summarize(figures: dict[str, dict[str, list[DrainResult]]], labels: Sequence[str],
               threshold: float) -> tuple[list[str], bool]:
     """The table of medians and ratios, and whether every ratio holds ``threshold``."""
     base, work = labels
     lines = [f"{'drain':8} {'base jobs/s':>12} {'work jobs/s':>12} {'ratio':>7}"
-             f"  {'ratios by round':}"]
+             f" {'cpu us/job':>17} {'ratio':>6}  ratios of jobs/s by round"]
     held = True
     for kind, sides in figures.items():
         if not sides[base] or not sides[work]:
             continue
         rates = [statistics.median(r.rate for r in sides[side]) for side in (base, work)]
         ratio = rates[1] / rates[0]
+        cpus = [statistics.median(cpu_us(r) for r in sides[side]) for side in (base, work)]
         rounds = " ".join(f"{w.rate / b.rate:.2f}" for b, w in zip(sides[base], sides[work],
                                                                  strict=False))
         held = held and ratio >= threshold
         flag = "" if ratio >= threshold else f"  < {threshold}: REGRESSION"
         lines.append(f"{kind:8} {rates[0]:12,.0f} {rates[1]:12,.0f} {ratio:7.3f}"
+                     f" {cpus[0]:8,.0f}→{cpus[1]:<8,.0f} {cpus[1] / cpus[0]:6.3f}"
                      f"  {rounds}{flag}")
     return lines, held
 
@@ -287,6 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     continue
                 figures[kind][build.label].append(result)
                 print(f"round {number + 1} {kind:6} {build.label:24} {result.rate:10,.0f} jobs/s"
+                      f"  cpu {cpu_us(result):5,.0f} us/job"
                       f"  ({result.succeeded}/{result.jobs} in {result.seconds:.2f}s)",
                       flush=True)
     lines, held = summarize(figures, labels, options.threshold)
