@@ -237,7 +237,7 @@ def summarize(figures: dict[str, dict[str, list[DrainResult]]], labels: Sequence
         held = held and ratio >= threshold
         flag = "" if ratio >= threshold else f"  < {threshold}: REGRESSION"
         lines.append(f"{kind:8} {rates[0]:12,.0f} {rates[1]:12,.0f} {ratio:7.3f}"
-                     f" {cpus[0]:8,.0f}→{cpus[1]:<8,.0f} {cpus[1] / cpus[0]:6.3f}"
+                     f" {cpus[0]:8,.0f}→{cpus[1]:<8,.0f} {cpus[1] / (cpus[0] or 1):6.3f}"
                      f"  {rounds}{flag}")
     return lines, held
 

@@ -54,3 +54,16 @@ def test_a_ratio_below_the_threshold_fails_the_run() -> None:
 def test_an_unknown_ref_is_refused() -> None:
     with pytest.raises(SystemExit, match="not a commit"):
         ab.resolve("no-such-ref-anywhere")
+
+
+def test_the_suspects_measure_each_side(admin_url: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import suspects
+
+    suspects.main(["--blocks", "2", "--admin-url", admin_url])
+
+    out = capsys.readouterr().out
+    assert re.search(r"^convert: with comments \(\d+ chars\): \d+ us; sent today", out, re.M)
+    assert re.search(r"^lock: plain: wall \d+ us, client CPU \d+ us per claim; lock bound",
+                     out, re.M)
+    assert re.search(r"^task-id: with task id: backend CPU \d+ us per job; without", out, re.M)
