@@ -202,9 +202,12 @@ class Runner:
                 raise DrainError(f"preparing failed: see {self.run_dir}/{tag}-prepare.log")
             argv = worker_argv(build, kind, url, self.options.slots, self.options.prefork,
                                self.options.log_level)
-            return drain(url, argv, jobs=self.options.jobs, log=self.run_dir / f"{tag}.log",
-                         timeout=self.options.timeout, whole_tree=kind == "compat",
-                         env=build.env(url), cwd=build.path)
+            try:
+                return drain(url, argv, jobs=self.options.jobs,
+                             log=self.run_dir / f"{tag}.log", timeout=self.options.timeout,
+                             whole_tree=kind == "compat", env=build.env(url), cwd=build.path)
+            except OSError as exc:  # e.g. a base too old to have this console script
+                raise DrainError(f"cannot start {argv[0]}: {exc}") from exc
         finally:
             db.drop(self.admin, name)
 
