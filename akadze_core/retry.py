@@ -4,11 +4,12 @@
 Celery facade (through ``akadze_core.integration``): what ``Retry``/``Fail``/``Snooze``/
 ``Cancel`` and any other exception mean, the delay before the next attempt (the task's
 backoff policy, else the default curve) and whether an attempt is left
-(``attempts_left``). Two places in SQL apply the same rule to rows, mechanically, because
-only the database can: ``job_complete_many`` re-checks ``attempt >= budget`` on the row it
-locks (the row is the truth when the outcome lands; under the claim's fence its attempt is
-the one the run saw), and ``job_rescue`` retries the runs of a dead worker, for which no
-Python runs, on the default curve (``DEFAULT_BACKOFF_CAP``).
+(``attempts_left``). Two places in SQL apply the same rule to rows, because only the
+database can: ``job_complete_many`` writes the decision on the row it locks, where a cancel
+request or an expiry that landed while the body ran still turns it into ``cancelled``, and
+out of attempts (``attempts_left``'s comparison, on the row's counts, which the claim's
+fence keeps equal to the run's) a retry into ``failed``; ``job_rescue`` retries the runs of
+a dead worker, for which no Python runs, on the default curve (``DEFAULT_BACKOFF_CAP``).
 """
 
 from __future__ import annotations
