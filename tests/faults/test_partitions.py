@@ -89,13 +89,15 @@ def test_a_partition_shorter_than_the_ttl_changes_nothing(
     options = ("--heartbeat-interval", "0.5", "--heartbeat-ttl", str(ttl))
     partitioned = spawn_worker(with_application_name(proxy.url()), *options, "--slots", "3")
     partitioned.wait_started()
+    # Idle (its queue stays empty), and heartbeating every 0.5 s: it would rescue the jobs
+    # if the TTL ran out. Started before the jobs: a start that takes longer than the
+    # 1 s job under load must not end that job before the partition begins.
+    watcher = spawn_worker(cluster.url(password=False), *options, "--queue", "watch")
+    watcher.wait_started()
     # One ends during the partition (its outcome write waits in it), two after it.
     ids = [app.tasks["sleep"].enqueue(seconds=seconds) for seconds in (1.0, 4.0, 4.0)]
     wait_until(lambda: all(len(runs(direct, job_id)) == 1 for job_id in ids),
                what="the three runs to start")
-    # Idle, and heartbeating every 0.5 s: it would rescue the jobs if the TTL ran out.
-    watcher = spawn_worker(cluster.url(password=False), *options)
-    watcher.wait_started()
     proxy.pause()
     paused = time.monotonic()
     time.sleep(2.0)
@@ -144,11 +146,13 @@ def test_a_partition_longer_than_the_ttl_stops_the_worker_and_its_late_writes_ch
     ids = [long_job, short_job]
     wait_until(lambda: all(len(runs(direct, job_id)) == 1 for job_id in ids),
                what="both first runs to start")
-    rescuer = spawn_worker(cluster.url(password=False), *options)
-    rescuer.wait_started()
     proxy.pause()
     paused = time.monotonic()
     assert all(row["state"] == "running" for row in rows_by_id(direct, ids).values())
+    # Started once the partition began (it connects directly): a start that takes longer
+    # than the 1.5 s run under load must not let that run end before the partition.
+    rescuer = spawn_worker(cluster.url(password=False), *options)
+    rescuer.wait_started()
     during = app.tasks["quick"].enqueue()  # only the rescuer can claim it
 
     code, ended = partitioned.wait_exit(timeout=ttl + 15)
