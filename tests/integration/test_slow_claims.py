@@ -7,11 +7,14 @@ and the claim is waited for. Abandoning it made the worker log "no claims until 
 succeeds", drop the connection, and claim nothing more until the orphan check had run.
 
 The delay is a trigger that sleeps in the claim's UPDATE of one job (the heartbeats touch
-akadze.workers and are not delayed), longer than the test worker's two-second TTL.
+akadze.workers and are not delayed), longer than the test worker's two-second TTL. Below,
+``within_lease`` itself: renewed, a call is waited for; unrenewed (a partition: the
+heartbeats get no answer either), or past the cap, it is abandoned.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -20,6 +23,7 @@ import pytest
 from psycopg import sql
 
 from akadze_core import App
+from akadze_core.deadlines import NoAnswer, within_lease
 from tests.helpers import job
 from tests.integration.outcome_helpers import run_until
 
@@ -75,3 +79,57 @@ async def test_a_slow_claim_on_a_live_server_is_waited_for_and_claims_go_on(
     lines = [record.getMessage() for record in caplog.records]
     assert not [line for line in lines if "no claims until" in line or "no answer" in line
                 or "claimed by a query whose answer was lost" in line], lines
+
+
+class Lease:
+    """A lease as the worker keeps one: ``end`` moves on with each renewal."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def renew(self) -> None:
+        self.end = time.monotonic() + self.seconds
+
+    async def renew_every(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            self.renew()
+
+
+async def sleep_on(database_url: str, lease: Lease, cap: float, seconds: float,
+                   renew: bool) -> float:
+    """``pg_sleep(seconds)`` under ``within_lease``; returns how long it waited."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        renewer = asyncio.create_task(lease.renew_every(0.1)) if renew else None
+        started = time.monotonic()
+        try:
+            await within_lease(lambda: lease.end, cap, conn,
+                               conn.execute("SELECT pg_sleep(%s)", (seconds,)), "the sleep")
+        finally:
+            if renewer is not None:
+                renewer.cancel()
+        return time.monotonic() - started
+
+
+async def test_a_call_outliving_its_first_lease_is_waited_for_while_the_lease_is_renewed(
+    database_url: str
+) -> None:
+    waited = await sleep_on(database_url, Lease(0.3), cap=30, seconds=1.5, renew=True)
+    assert waited >= 1.5
+
+
+async def test_a_call_is_abandoned_when_the_lease_runs_out_unrenewed(database_url: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(NoAnswer, match="nor to the heartbeats"):
+        await sleep_on(database_url, Lease(0.3), cap=30, seconds=20, renew=False)
+    assert time.monotonic() - started < 10  # the lease (0.3 s) and a grace, not the 20 s
+
+
+async def test_a_call_is_abandoned_at_the_cap_however_often_the_lease_is_renewed(
+    database_url: str
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(NoAnswer, match="answers other calls"):
+        await sleep_on(database_url, Lease(0.3), cap=1.0, seconds=20, renew=True)
+    assert 1.0 <= time.monotonic() - started < 10
