@@ -149,10 +149,6 @@ def test_a_partition_longer_than_the_ttl_stops_the_worker_and_its_late_writes_ch
     proxy.pause()
     paused = time.monotonic()
     assert all(row["state"] == "running" for row in rows_by_id(direct, ids).values())
-    # Started once the partition began (it connects directly): a start that takes longer
-    # than the 1.5 s run under load must not let that run end before the partition.
-    rescuer = spawn_worker(cluster.url(password=False), *options)
-    rescuer.wait_started()
     during = app.tasks["quick"].enqueue()  # only the rescuer can claim it
 
     code, ended = partitioned.wait_exit(timeout=ttl + 15)
@@ -164,6 +160,11 @@ def test_a_partition_longer_than_the_ttl_stops_the_worker_and_its_late_writes_ch
     # then the shutdown's tries: 1 s each for the outcome flush, the hand-back and the pool
     # (min(5, max(1, heartbeat_interval)) for the first two), and 1.5 s of slack.
     assert ttl - interval - 0.2 <= took < ttl + 4.5, (took, partitioned.log())
+    # Started only now (it connects directly, the partition goes on): a start that takes
+    # longer than the 1.5 s run under load must neither let that run end before the
+    # partition nor delay the moment the exit above is seen.
+    rescuer = spawn_worker(cluster.url(password=False), *options)
+    rescuer.wait_started()
 
     wait_until(lambda: all(r["state"] == "succeeded"
                            for r in rows_by_id(direct, [*ids, during]).values()),
