@@ -240,8 +240,8 @@ async def test_the_workflow_example_runs_as_written(tmp_path: Path, database_url
     spec.loader.exec_module(module)
     try:
         end_id = module.enqueue()
-        counts = dict(db.execute("SELECT state, count(*) FROM akadze.jobs GROUP BY state"
-                                 ).fetchall())
+        counts: dict[str, int] = dict(db.execute(
+            "SELECT state, count(*) FROM akadze.jobs GROUP BY state").fetchall())
         assert counts == {"queued": 3, "waiting": 4}
         await run_until(module.app, lambda: db.execute(
             "SELECT state FROM akadze.jobs WHERE id = %s", (end_id,)).fetchone()
