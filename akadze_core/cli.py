@@ -37,7 +37,7 @@ from .dberrors import fatal_message
 from .dsn import ENV_VAR, LISTEN_VAR, prepare_threshold
 from .errors import AkadzeError
 from .jobs import JOB_STATES, Job
-from .migrations import latest_version, migrate
+from .migrations import apply_migrations, latest_version
 from .processes import ProcessPool, serve
 from .processes import is_child as is_pool_child
 from .triggers import Cron, Every, Trigger
@@ -183,10 +183,13 @@ def _connection(ctx: click.Context, *, check_schema: bool = True, app: App | Non
 def migrate_command(ctx: click.Context) -> None:
     """Create or upgrade the akadze schema (idempotent, safe to run concurrently)."""
     with _connection(ctx, check_schema=False, create=True) as connection:
-        applied = migrate(connection)
-    if applied:
-        versions = ", ".join(str(version) for version in applied)
+        applied = apply_migrations(connection)
+    if applied.versions:
+        versions = ", ".join(str(version) for version in applied.versions)
         click.echo(f"applied migrations {versions}: schema at version {latest_version()}")
+    elif applied.repeatable:
+        click.echo(f"re-applied {', '.join(applied.repeatable)}: schema at version "
+                   f"{latest_version()}")
     else:
         click.echo(f"schema already at version {latest_version()}: nothing to do")
 

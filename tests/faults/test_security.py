@@ -228,6 +228,7 @@ DDL = [
     "CREATE SCHEMA intruder",
     "INSERT INTO akadze.migrations (version, name) VALUES (999, 'intruder')",
     "DELETE FROM akadze.migrations",
+    "UPDATE akadze.repeatable_migrations SET checksum = 'intruder'",
 ]
 
 

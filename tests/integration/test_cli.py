@@ -85,6 +85,15 @@ def test_migrate_applies_the_schema_and_is_idempotent(empty_database_url: str) -
     assert run("jobs", "list", url=empty_database_url).exit_code == 0
 
 
+def test_migrate_says_it_re_applied_a_changed_functions_file(database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute("UPDATE akadze.repeatable_migrations SET checksum = 'older'")
+    result = run("migrate", url=database_url)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("re-applied functions.sql: schema at version"), result.stdout
+    assert "nothing to do" in run("migrate", url=database_url).stdout
+
+
 def test_database_url_option_beats_the_environment(
         database_url: str, empty_database_url: str) -> None:
     result = CliRunner().invoke(cli, ["--database-url", empty_database_url, "migrate"],

@@ -4,8 +4,6 @@
 -- (after a unit separator) the priority and scheduled_at in microseconds since the epoch.
 -- Postgres still folds identical notifications of a transaction into one: the enqueues of
 -- one transaction share its now() and so, at one priority, their payload.
-CREATE FUNCTION akadze.job_notice(queue text, priority integer, scheduled_at timestamptz)
-RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE
-RETURN queue || chr(31) || priority::text || chr(31)
-       || (extract(epoch FROM scheduled_at) * 1000000)::bigint::text;
+--
+-- The function it added (akadze.job_notice) lives in sql/functions.sql,
+-- which `akadze migrate` re-applies after the versioned migrations whenever it changes.

@@ -1,0 +1,427 @@
+-- The akadze schema as the migrations leave a database (akadze_core/migrations.py): its
+-- tables, indexes, sequences and functions, dumped by pg_dump from a freshly migrated
+-- database. Generated, not applied by anything: edit a migration or sql/functions.sql, then
+-- regenerate it with
+--     python -m tests.schema_dump
+-- (tests/integration/test_schema.py checks that the migrations add up to it).
+
+CREATE SCHEMA akadze;
+
+CREATE FUNCTION akadze.doom_depth_passed(flow jsonb, depth integer) RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN flow->>'on_upstream_failure' IS DISTINCT FROM 'fail'
+                THEN depth + coalesce((flow->>'enters')::integer, 0)
+                WHEN depth = 0 THEN 0
+                ELSE depth - 1 + coalesce((flow->>'enters')::integer, 0)
+           END
+$$;
+
+CREATE FUNCTION akadze.job_notice(queue text, priority integer, scheduled_at timestamp with time zone) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    RETURN ((((queue || chr(31)) || (priority)::text) || chr(31)) || (((EXTRACT(epoch FROM scheduled_at) * (1000000)::numeric))::bigint)::text);
+
+CREATE FUNCTION akadze.refuse(message text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION USING MESSAGE = message, ERRCODE = 'AKZ01';
+END
+$$;
+
+CREATE FUNCTION akadze.settle(finished bigint[]) RETURNS integer
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_generic_plan'
+    AS $$
+DECLARE
+    -- The finished jobs that count down dependents, that doom them, that have errbacks.
+    succeeded bigint[];
+    doomed_by bigint[];
+    failed bigint[];
+    ready bigint[];
+    ended bigint[];
+    touched integer := 0;
+BEGIN
+    -- These rows were finished by the calling statement, which holds their locks: their
+    -- state cannot change under us.
+    SELECT array_agg(j.id) FILTER (WHERE j.state = 'succeeded' AND j.dependents IS NOT NULL),
+           array_agg(j.id) FILTER (WHERE j.state IN ('failed', 'cancelled')
+                                   AND j.dependents IS NOT NULL),
+           array_agg(j.id) FILTER (WHERE j.state = 'failed' AND j.on_failure IS NOT NULL)
+    INTO succeeded, doomed_by, failed
+    FROM (SELECT DISTINCT f.id FROM unnest(finished) AS f(id)) AS f
+    CROSS JOIN LATERAL (SELECT x.id, x.state, x.dependents, x.on_failure
+                        FROM akadze.jobs AS x WHERE x.id = f.id LIMIT 1) AS j;
+
+    -- Successes and failures together (one flush of a busy worker): lock everything this
+    -- call may change first, in one statement and in id order -- the successes'
+    -- dependents and what waits downstream of the failures. Locked by the two steps below
+    -- one after the other, two flushes could deadlock: each holding a dependent of its
+    -- success that the other's failure dooms.
+    IF succeeded IS NOT NULL AND doomed_by IS NOT NULL THEN
+        PERFORM 1 FROM akadze.jobs AS w
+        WHERE w.id IN (
+            WITH RECURSIVE doomed(id) AS (
+                SELECT d.id
+                FROM akadze.jobs AS j CROSS JOIN LATERAL unnest(j.dependents) AS d(id)
+                WHERE j.id = ANY(doomed_by)
+                UNION
+                SELECT d.id
+                FROM doomed JOIN akadze.jobs AS x ON x.id = doomed.id
+                CROSS JOIN LATERAL unnest(x.dependents) AS d(id)
+                WHERE x.state = 'waiting'
+            )
+            SELECT id FROM doomed
+            UNION
+            SELECT d.id
+            FROM akadze.jobs AS j CROSS JOIN LATERAL unnest(j.dependents) AS d(id)
+            WHERE j.id = ANY(succeeded))
+          AND w.state = 'waiting'
+        ORDER BY w.id
+        FOR UPDATE OF w;
+    END IF;
+
+    IF succeeded IS NOT NULL THEN
+        -- Successes count down their dependents, once per dependent and statement, in id
+        -- order (two settles locking the same dependents cannot deadlock).
+        WITH counted AS (
+            SELECT d.id, count(*)::integer AS n
+            FROM akadze.jobs AS j CROSS JOIN LATERAL unnest(j.dependents) AS d(id)
+            WHERE j.id = ANY(succeeded)
+            GROUP BY d.id
+        ), locked AS (
+            SELECT w.id FROM akadze.jobs AS w JOIN counted AS c ON c.id = w.id
+            WHERE w.state = 'waiting' ORDER BY w.id FOR UPDATE OF w
+        ), updated AS (
+            UPDATE akadze.jobs AS w SET waiting_for = w.waiting_for - c.n
+            FROM counted AS c
+            WHERE w.id = c.id AND w.id IN (SELECT id FROM locked) AND w.state = 'waiting'
+            RETURNING w.id, w.waiting_for
+        )
+        -- RETURNING gives the new count: only the jobs at zero go on to the release.
+        SELECT array_agg(id) FILTER (WHERE waiting_for <= 0) INTO ready FROM updated;
+    END IF;
+
+    IF ready IS NOT NULL THEN
+        -- Release the ones at zero. A new statement: its snapshot is taken after the locks
+        -- above were granted, so every upstream's result is visible here.
+        WITH released AS (
+            UPDATE akadze.jobs AS w
+            SET state = 'queued',
+                scheduled_at = greatest(w.scheduled_at,
+                    now() + coalesce((w.flow->>'delay')::float8, 0) * interval '1 second'),
+                upstream_results = CASE w.flow->>'pass'
+                    WHEN 'one' THEN (SELECT u.result FROM akadze.jobs AS u
+                                     WHERE u.id = w.upstreams[1])
+                    WHEN 'list' THEN (SELECT coalesce(jsonb_agg(u.result ORDER BY o.ord), '[]')
+                                      FROM unnest(w.upstreams) WITH ORDINALITY AS o(id, ord)
+                                      JOIN akadze.jobs AS u ON u.id = o.id)
+                    END
+            WHERE w.id = ANY(ready) AND w.state = 'waiting' AND w.waiting_for <= 0
+            RETURNING w.queue, w.scheduled_at <= now() AS due
+        )
+        SELECT touched + count(*) INTO touched
+        FROM (SELECT pg_notify('akadze_jobs', queue) FROM released WHERE due GROUP BY queue) AS n;
+    END IF;
+
+    IF doomed_by IS NOT NULL THEN
+        -- Failures and cancellations end everything waiting downstream of them, never run.
+        -- The waiting rows read here cannot change meanwhile but by another settle of the
+        -- same failure's descendants, which the UPDATE's state = 'waiting' re-check then
+        -- skips.
+        -- depth: how many fan-ins' inputs (Workflow.mark_inputs: each input's flow
+        -- 'enters' counts the fan-ins it opens) the failure entered from outside, and has
+        -- not closed, on its way to the job. A fail-on-upstream job reached at depth 0 is
+        -- a fan-in whose own inputs failed: it fails, and what follows it sees a failure
+        -- from inside (depth 0; `via` names the fan-in), so that a fan-in among whose
+        -- inputs it is fails too (a chord in the body of a chord whose header failed, as
+        -- Celery's error handling fails it). Reached at a greater depth, the failure came
+        -- from before its inputs: it closes one of those fan-ins, is cancelled, and passes
+        -- the rest of the depth on, plus the fan-ins it opens.
+        WITH RECURSIVE doomed(id, culprit, depth, via) AS (
+            SELECT d.id, j.id, 0, NULL::bigint
+            FROM akadze.jobs AS j CROSS JOIN LATERAL unnest(j.dependents) AS d(id)
+            WHERE j.id = ANY(doomed_by)
+            UNION
+            SELECT d.id, doomed.culprit,
+                   akadze.doom_depth_passed(w.flow, doomed.depth),
+                   CASE WHEN w.flow->>'on_upstream_failure' = 'fail' AND doomed.depth = 0
+                        THEN w.id ELSE doomed.via END
+            FROM doomed JOIN akadze.jobs AS w ON w.id = doomed.id
+            CROSS JOIN LATERAL unnest(w.dependents) AS d(id)
+            WHERE w.state = 'waiting'
+        ), first_culprit AS (
+            -- Reached along several paths, a job takes the least depth: a failure inside
+            -- a fan-in's inputs fails it whatever else reached it from outside.
+            SELECT DISTINCT ON (id) id, culprit, depth, via
+            FROM doomed ORDER BY id, depth, culprit, via
+        ), locked AS (
+            SELECT w.id FROM akadze.jobs AS w JOIN first_culprit AS f ON f.id = w.id
+            WHERE w.state = 'waiting' ORDER BY w.id FOR UPDATE OF w
+        ), decided AS (
+            SELECT f.id, f.via, c.id AS culprit, c.state AS culprit_state,
+                   c.errors -> -1 AS culprit_error,
+                   w.flow->>'on_upstream_failure' = 'fail' AND f.depth = 0 AS fails,
+                   akadze.doom_depth_passed(w.flow, f.depth) AS entered
+            FROM first_culprit AS f JOIN akadze.jobs AS w ON w.id = f.id
+            JOIN akadze.jobs AS c ON c.id = f.culprit
+        ), ended_rows AS (
+            -- The entry names the job that stopped this one: the failed or cancelled
+            -- culprit, or for a job cancelled after a fan-in that failed in this walk that
+            -- fan-in (its entry, which is written by this same statement, rebuilt). A
+            -- fan-in that fails names the culprit among its inputs. `entered`: the depth
+            -- the job passes on; above 0 it lies inside inputs the failure came from
+            -- outside of (akadze_compat: a Celery task never sent).
+            UPDATE akadze.jobs AS w
+            SET state = CASE WHEN d.fails THEN 'failed' ELSE 'cancelled' END,
+                finished_at = now(),
+                errors = w.errors || jsonb_build_array(CASE
+                    WHEN d.via IS NULL OR d.fails THEN jsonb_build_object(
+                        'type', 'UpstreamFailed',
+                        'message', format('upstream job %s %s', d.culprit, d.culprit_state),
+                        'traceback', NULL, 'attempt', w.attempt, 'at', now(),
+                        'upstream', d.culprit, 'upstream_state', d.culprit_state,
+                        'upstream_error', d.culprit_error, 'entered', d.entered)
+                    ELSE jsonb_build_object(
+                        'type', 'UpstreamFailed',
+                        'message', format('upstream job %s failed', d.via),
+                        'traceback', NULL, 'attempt', w.attempt, 'at', now(),
+                        'upstream', d.via, 'upstream_state', 'failed',
+                        'upstream_error', jsonb_build_object(
+                            'type', 'UpstreamFailed',
+                            'message', format('upstream job %s %s', d.culprit,
+                                              d.culprit_state),
+                            'traceback', NULL, 'at', now(),
+                            'upstream', d.culprit, 'upstream_state', d.culprit_state,
+                            'upstream_error', d.culprit_error),
+                        'entered', d.entered)
+                    END)
+            FROM decided AS d
+            WHERE w.id = d.id AND w.id IN (SELECT id FROM locked) AND w.state = 'waiting'
+            RETURNING w.id, w.state, w.on_failure IS NOT NULL AS has_errbacks
+        )
+        SELECT array_agg(id), failed || array_agg(id) FILTER (WHERE state = 'failed'
+                                                              AND has_errbacks)
+        INTO ended, failed FROM ended_rows;
+
+        IF ended IS NOT NULL THEN
+            PERFORM pg_notify('akadze_done', string_agg(id::text, ','))
+            FROM (SELECT id, (row_number() OVER ()) / 500 AS chunk
+                  FROM unnest(ended) AS e(id)) AS x
+            GROUP BY chunk;
+            touched := touched + cardinality(ended);
+        END IF;
+    END IF;
+
+    IF failed IS NOT NULL THEN
+        -- Errbacks of the jobs that ended failed (their own failure, or a failed chord
+        -- body).
+        WITH inserted AS (
+            INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts,
+                                     expires_at, meta, upstreams, flow, upstream_results)
+            SELECT s.task, s.queue, coalesce(s.args, '{}'), coalesce(s.priority, 0),
+                   now() + coalesce(s.delay, 0) * interval '1 second',
+                   coalesce(s.max_attempts, 3), s.expires_at, coalesce(s.meta, '{}'),
+                   ARRAY[f.id], s.flow, CASE WHEN s.flow ? 'pass' THEN f.errors -> -1 END
+            FROM akadze.jobs AS f
+            CROSS JOIN LATERAL jsonb_to_recordset(f.on_failure) AS s(
+                task text, queue text, args jsonb, priority integer, max_attempts integer,
+                meta jsonb, flow jsonb, delay float8, expires_at timestamptz)
+            WHERE f.id = ANY(failed)
+            RETURNING queue, scheduled_at <= now() AS due
+        )
+        SELECT touched + count(*) INTO touched
+        FROM (SELECT pg_notify('akadze_jobs', queue) FROM inserted WHERE due GROUP BY queue)
+            AS n;
+    END IF;
+
+    RETURN touched;
+END
+$$;
+
+CREATE TABLE akadze.control_replies (
+    request_id bigint NOT NULL,
+    worker_id bigint NOT NULL,
+    worker_name text NOT NULL,
+    reply jsonb,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE akadze.control_requests (
+    id bigint NOT NULL,
+    command text NOT NULL,
+    arguments jsonb DEFAULT '{}'::jsonb NOT NULL,
+    targets bigint[] NOT NULL,
+    reply boolean NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone NOT NULL
+);
+
+ALTER TABLE akadze.control_requests ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME akadze.control_requests_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE akadze.jobs (
+    id bigint NOT NULL,
+    task text NOT NULL,
+    queue text NOT NULL,
+    args jsonb DEFAULT '{}'::jsonb NOT NULL,
+    state text DEFAULT 'queued'::text NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    scheduled_at timestamp with time zone DEFAULT now() NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 3 NOT NULL,
+    run_count integer DEFAULT 0 NOT NULL,
+    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    result jsonb,
+    meta jsonb DEFAULT '{}'::jsonb NOT NULL,
+    expires_at timestamp with time zone,
+    cancel_requested boolean DEFAULT false NOT NULL,
+    unique_key text,
+    worker_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    upstreams bigint[],
+    waiting_for integer,
+    dependents bigint[],
+    flow jsonb,
+    on_failure jsonb,
+    upstream_results jsonb,
+    cancel_signal smallint,
+    "position" integer,
+    CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
+)
+WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.02', autovacuum_analyze_scale_factor='0.02');
+
+COMMENT ON COLUMN akadze.jobs."position" IS 'The job''s index in the fan-out it was added with (Workflow.add_many(first_position=)), else NULL';
+
+ALTER TABLE akadze.jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME akadze.jobs_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE akadze.migrations (
+    version integer NOT NULL,
+    name text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE akadze.repeatable_migrations (
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE akadze.saved_groups (
+    id text NOT NULL,
+    result jsonb NOT NULL,
+    saved_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE SEQUENCE akadze.schedule_versions
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+CREATE TABLE akadze.schedules (
+    name text NOT NULL,
+    spec text NOT NULL,
+    last_tick timestamp with time zone NOT NULL,
+    last_run timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    source text DEFAULT 'code'::text NOT NULL,
+    task text,
+    args jsonb,
+    queue text,
+    priority integer,
+    max_attempts integer,
+    expires interval,
+    meta jsonb,
+    paused boolean DEFAULT false NOT NULL,
+    version bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    changed_at timestamp with time zone,
+    CONSTRAINT schedules_runtime_definition CHECK (((source = 'code'::text) OR ((task IS NOT NULL) AND (args IS NOT NULL) AND (queue IS NOT NULL) AND (priority IS NOT NULL) AND (max_attempts >= 1) AND (meta IS NOT NULL) AND (version IS NOT NULL) AND (changed_at IS NOT NULL)))),
+    CONSTRAINT schedules_source_check CHECK ((source = ANY (ARRAY['code'::text, 'runtime'::text])))
+);
+
+CREATE TABLE akadze.task_id_key (
+    one boolean DEFAULT true NOT NULL,
+    key text DEFAULT md5((gen_random_uuid())::text) NOT NULL,
+    CONSTRAINT task_id_key_one_check CHECK (one)
+);
+
+CREATE TABLE akadze.workers (
+    id bigint NOT NULL,
+    name text NOT NULL,
+    hostname text NOT NULL,
+    pid integer NOT NULL,
+    queues text[] NOT NULL,
+    heartbeat_ttl interval NOT NULL,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
+    slots integer[]
+);
+
+ALTER TABLE akadze.workers ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME akadze.workers_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+ALTER TABLE ONLY akadze.control_replies
+    ADD CONSTRAINT control_replies_pkey PRIMARY KEY (request_id, worker_id);
+
+ALTER TABLE ONLY akadze.control_requests
+    ADD CONSTRAINT control_requests_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY akadze.jobs
+    ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY akadze.migrations
+    ADD CONSTRAINT migrations_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY akadze.repeatable_migrations
+    ADD CONSTRAINT repeatable_migrations_pkey PRIMARY KEY (name);
+
+ALTER TABLE ONLY akadze.saved_groups
+    ADD CONSTRAINT saved_groups_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY akadze.schedules
+    ADD CONSTRAINT schedules_pkey PRIMARY KEY (name);
+
+ALTER TABLE ONLY akadze.task_id_key
+    ADD CONSTRAINT task_id_key_pkey PRIMARY KEY (one);
+
+ALTER TABLE ONLY akadze.workers
+    ADD CONSTRAINT workers_pkey PRIMARY KEY (id);
+
+CREATE INDEX jobs_claim_idx ON akadze.jobs USING btree (queue, priority, scheduled_at, id) WHERE (state = 'queued'::text);
+
+CREATE INDEX jobs_failed_queue_idx ON akadze.jobs USING btree (queue, id) WHERE (state = 'failed'::text);
+
+CREATE INDEX jobs_finished_idx ON akadze.jobs USING btree (state, finished_at) WHERE (state = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text]));
+
+CREATE INDEX jobs_meta_task_id_idx ON akadze.jobs USING btree (((meta ->> 'task_id'::text))) WHERE (meta ? 'task_id'::text);
+
+CREATE INDEX jobs_running_idx ON akadze.jobs USING btree (worker_id) WHERE (state = 'running'::text);
+
+CREATE INDEX jobs_state_queue_idx ON akadze.jobs USING btree (state, queue) WHERE (state = ANY (ARRAY['waiting'::text, 'failed'::text, 'cancelled'::text]));
+
+CREATE UNIQUE INDEX jobs_unique_key_idx ON akadze.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (state = ANY (ARRAY['queued'::text, 'running'::text])));
