@@ -56,6 +56,9 @@ def _i(note: str) -> Support:
     return Support(IGNORED, note)
 
 
+_PUBLISH_RETRY = ("retried while the database cannot be reached or has no free connection "
+                  "(nothing was sent), then kombu's OperationalError; as apply_async(retry=, "
+                  "retry_policy=); a connection lost after the insert was sent is not retried")
 _RESULTS_IN_POSTGRES = ("results live in the queue's Postgres database, as the job's state and "
                         "value; cleanup follows result_expires")
 _NO_BROKER = ("there is no broker connection to tune: the queue is the Postgres database of "
@@ -175,8 +178,8 @@ _BY_SETTING: dict[str, Support] = {
     "task_ignore_result": _d("the state (SUCCESS, FAILURE) is still recorded; only the "
                              "return value is dropped"),
     "task_inherit_parent_priority": _h(_LOW_FIRST),
-    "task_publish_retry": _i("sending is one INSERT: it commits or raises"),
-    "task_publish_retry_policy": _i("sending is one INSERT: it commits or raises"),
+    "task_publish_retry": _h(_PUBLISH_RETRY),
+    "task_publish_retry_policy": _h(_PUBLISH_RETRY),
     "task_queue_max_priority": _i(f"any integer priority works; {_LOW_FIRST}"),
     "task_queues": _h("the queue names only (exchanges, bindings and queue arguments do not "
                       "apply); the worker's default -Q"),
@@ -204,9 +207,10 @@ _BY_SETTING: dict[str, Support] = {
     "worker_log_format": _h(), "worker_log_datefmt": _h(),
     "worker_task_log_format": _h(), "worker_task_log_datefmt": _h(),
     "worker_log_color": _i("worker output is never colored"),
-    "worker_redirect_stdouts": _i("print() output goes to the worker's stdout/stderr as is"),
+    "worker_redirect_stdouts": _i("print() output goes to the worker's stdout/stderr as is, "
+                                  "but scrubbed of the database password"),
     "worker_redirect_stdouts_level": _i("print() output goes to the worker's stdout/stderr "
-                                        "as is"),
+                                        "as is, but scrubbed of the database password"),
     "worker_send_task_events": _i(_NO_EVENTS),
     "worker_enable_remote_control": _i("every worker answers remote control (it goes "
                                        "through the database, not a broker queue)"),

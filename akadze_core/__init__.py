@@ -1,7 +1,8 @@
 """akadze_core: a Postgres-backed job queue.
 
 Jobs are rows; workers claim them with ``FOR UPDATE SKIP LOCKED``, heartbeat, rescue each
-other's lost jobs, and write outcomes fenced by ``run_count`` so a late run never wins.
+other's lost jobs, and write outcomes fenced by ``run_count`` and the claim's random token so
+a late run never wins.
 """
 
 from .app import App
@@ -20,12 +21,14 @@ from .errors import (
     Cancel,
     ConfigurationError,
     ConnectionLost,
+    DatabaseUnavailable,
     Fail,
     InvalidArgs,
     JobTimeout,
     NoDatabaseError,
     NotOwner,
     ResultNotJson,
+    ResultTooLarge,
     Retry,
     SchemaMissing,
     Snooze,
@@ -51,6 +54,7 @@ __all__ = [
     "ConnectionLost",
     "ControlReply",
     "Cron",
+    "DatabaseUnavailable",
     "Every",
     "Fail",
     "InvalidArgs",
@@ -62,6 +66,7 @@ __all__ = [
     "NotOwner",
     "OnFailure",
     "ResultNotJson",
+    "ResultTooLarge",
     "Retry",
     "RuntimeSchedules",
     "Schedule",

@@ -18,17 +18,24 @@ import psycopg
 import psycopg_pool
 
 from . import lookup
-from .dberrors import PREPARED_STATEMENT_LOST, is_transient
+from .dberrors import PREPARED_STATEMENT_LOST, is_too_many_connections, is_transient
 from .dsn import configured_url, listen_url, password_of, redact_password
 from .dsn import prepare_threshold as resolve_prepare_threshold
 from .embedded import embedded_url
-from .errors import ConfigurationError, ConnectionLost
+from .errors import AkadzeError, ConfigurationError, ConnectionLost, DatabaseUnavailable
 from .jobs import Job
 from .migrations import MIGRATE_COMMAND, migrate
 from .retry import BackoffPolicy
 from .runtime_schedules import RuntimeSchedules
 from .schedules import Schedule, ScheduleSource
-from .serialization import DEFAULT_MAX_ARGS_BYTES, Dumps, Loads, strict_dumps
+from .serialization import (
+    DEFAULT_MAX_ARGS_BYTES,
+    DEFAULT_MAX_RESULT_BYTES,
+    MAX_RESULT_BYTES_CEILING,
+    Dumps,
+    Loads,
+    strict_dumps,
+)
 from .task_ids import TaskIds
 from .tasks import Task
 from .triggers import Trigger
@@ -172,6 +179,28 @@ def _left(timeout: float | None, deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
+#: Sets ``App.max_result_bytes`` when ``App(max_result_bytes=...)`` does not.
+MAX_RESULT_BYTES_VAR = "AKADZE_MAX_RESULT_BYTES"
+
+
+def resolve_max_result_bytes(value: int | None) -> int:
+    """``value``, else ``$AKADZE_MAX_RESULT_BYTES``, else ``DEFAULT_MAX_RESULT_BYTES``;
+    ValueError unless between 1 and ``MAX_RESULT_BYTES_CEILING`` (Postgres refuses a jsonb
+    value of 256 MiB)."""
+    if value is None:
+        text = os.environ.get(MAX_RESULT_BYTES_VAR, "").strip()
+        try:
+            value = int(text) if text else DEFAULT_MAX_RESULT_BYTES
+        except ValueError:
+            raise ValueError(f"{MAX_RESULT_BYTES_VAR}={text!r} is not a number of bytes") \
+                from None
+    if type(value) is not int or not 0 < value <= MAX_RESULT_BYTES_CEILING:
+        raise ValueError(f"max_result_bytes must be an int from 1 to "
+                         f"{MAX_RESULT_BYTES_CEILING} (Postgres refuses a jsonb value of "
+                         f"256 MiB), not {value!r}")
+    return value
+
+
 class App:
     """Tasks and the database that queues them.
 
@@ -188,6 +217,7 @@ class App:
         *,
         default_queue: str = "default",
         max_args_bytes: int = DEFAULT_MAX_ARGS_BYTES,
+        max_result_bytes: int | None = None,
         succeeded_retention: timedelta | float = timedelta(days=1),
         failed_retention: timedelta | float = timedelta(days=7),
         json_dumps: Dumps = strict_dumps,
@@ -199,6 +229,10 @@ class App:
         self._url: str | None = None
         self.default_queue = default_queue
         self.max_args_bytes = max_args_bytes
+        #: A task's result as JSON may be this many bytes; a larger one fails its job at once
+        #: with ``ResultTooLarge`` (no more attempts): ``max_result_bytes=`` if given, else
+        #: ``$AKADZE_MAX_RESULT_BYTES`` (the Celery facade's way to set it), else 16 MiB.
+        self.max_result_bytes = resolve_max_result_bytes(max_result_bytes)
         self.succeeded_retention = _seconds(succeeded_retention) or 0.0
         self.failed_retention = _seconds(failed_retention) or 0.0
         self.json_dumps = json_dumps
@@ -386,24 +420,34 @@ class App:
                                   ) -> bool:
         """Whether ``exc`` says a prepared statement is missing on (or already on) the server
         connection, as behind PgBouncer in transaction mode; then this app stops preparing
-        statements (one WARNING naming the setting that says so up front) and the caller may
-        run the statement again on ``connection``: that error comes from Parse or Bind,
-        before anything ran. False for any other error, and once preparing is off already
-        on this connection (the error is then not the pooler's)."""
+        statements (``stop_preparing``) and the caller may run the statement again on
+        ``connection``: that error comes from Parse or Bind, before anything ran. False for
+        any other error, and once preparing is off already on this connection (the error is
+        then not the pooler's)."""
         if exc.sqlstate not in PREPARED_STATEMENT_LOST or connection.prepare_threshold is None:
             return False
-        if self.prepare_threshold is not None:
-            logger.warning("a prepared statement was lost between transactions (PgBouncer in "
-                           "transaction mode?): this process stops preparing statements; set "
-                           "AKADZE_PREPARE_THRESHOLD=off to say so up front")
-            self.prepare_threshold = None
-            self.connection_kwargs["prepare_threshold"] = None
+        self.stop_preparing()
         connection.prepare_threshold = None
         return True
 
+    def stop_preparing(self) -> None:
+        """Send every statement of this app unprepared from now on, on every connection:
+        new ones are opened so, and a pooled one is switched when next handed out
+        (``live_pooled``). Called when a transaction pooler lost a prepared statement;
+        one WARNING names the setting that says so up front."""
+        if self.prepare_threshold is None:
+            return
+        logger.warning("a prepared statement was lost between transactions (PgBouncer in "
+                       "transaction mode?): this process stops preparing statements; set "
+                       "AKADZE_PREPARE_THRESHOLD=off to say so up front")
+        self.prepare_threshold = None
+        self.connection_kwargs["prepare_threshold"] = None
+
     def redact(self, text: str) -> str:
         """``text`` with this app's database password scrubbed out."""
-        url = self._url or self._explicit_url or ""
+        # Before the app has connected (a pool child whose task never touched the database)
+        # its URL is still the one it will use: the explicit one, else the environment's.
+        url = self._url or configured_url(self._explicit_url) or ""
         if url != self._redact_url:  # parse the DSN once, not on every log line
             self._redact_url, self._redact_password = url, password_of(url)
         return redact_password(text, self._redact_password)
@@ -459,10 +503,23 @@ class App:
                 return psycopg.connect(url, **self.connection_kwargs)
             except psycopg.Error as exc:
                 if not is_transient(exc) or time.monotonic() + delay > deadline:
-                    message = self.redact(f"cannot connect to Postgres: {exc}")
-                    raise ConfigurationError(message) from None
+                    raise self._connect_error(exc) from None
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+    def _connect_error(self, exc: psycopg.Error) -> AkadzeError:
+        """What a refused connection raises (password redacted): ``DatabaseUnavailable``
+        when waiting may fix it (down, starting, full), else ``ConfigurationError`` (a wrong
+        URL or password, no such database or role)."""
+        if is_too_many_connections(exc):
+            return DatabaseUnavailable(self.redact(
+                "cannot connect to Postgres: the server has no free connections for this "
+                "role (max_connections, or the role's connection limit, is reached): "
+                f"{' '.join(str(exc).split())}"))
+        message = self.redact(f"cannot connect to Postgres: {exc}")
+        if is_transient(exc):
+            return DatabaseUnavailable(message)
+        return ConfigurationError(message)
 
     def live_pooled(self, pool: psycopg_pool.ConnectionPool) -> psycopg.Connection:
         """A connection of ``pool`` not ``found_dead`` (the caller puts it back).
@@ -481,6 +538,8 @@ class App:
                     f"no live connection in pool {pool.name!r} within {pool.timeout:g}s")
             connection = pool.getconn(left)
             if not found_dead(connection):
+                if self.prepare_threshold is None and connection.prepare_threshold is not None:
+                    connection.prepare_threshold = None  # opened before stop_preparing
                 return connection
             connection.close()
             pool.putconn(connection)  # closed: discarded, and a new one is opened
@@ -500,6 +559,8 @@ class App:
                     f"no live connection in pool {pool.name!r} within {limit:g}s")
             connection = await pool.getconn(left)
             if not found_dead(connection):
+                if self.prepare_threshold is None and connection.prepare_threshold is not None:
+                    connection.prepare_threshold = None  # opened before stop_preparing
                 return connection
             if on_dead is not None:
                 on_dead()
@@ -566,8 +627,7 @@ class App:
                     await (await psycopg.AsyncConnection.connect(
                         self.database_url, connect_timeout=10)).close()
                 except psycopg.Error as exc:
-                    raise ConfigurationError(
-                        self.redact(f"cannot connect to Postgres: {exc}")) from None
+                    raise self._connect_error(exc) from None
                 raise
         return pool
 
@@ -690,8 +750,7 @@ class App:
                 return await psycopg.AsyncConnection.connect(url, **self.connection_kwargs)
             except psycopg.Error as exc:
                 if not is_transient(exc) or time.monotonic() + delay > deadline:
-                    message = self.redact(f"cannot connect to Postgres: {exc}")
-                    raise ConfigurationError(message) from None
+                    raise self._connect_error(exc) from None
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import ipaddress
 import json
 import os
 import signal
+import socket
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
@@ -31,11 +33,13 @@ from .cli_support import (
     Secrets,
     exit_now,
     logging_to_stderr,
+    printable,
+    scrubbed_stdio,
 )
 from .control import request_cancel_sync, requeue_sync, signal_number
 from .dberrors import fatal_message
 from .dsn import ENV_VAR, LISTEN_VAR, prepare_threshold
-from .errors import AkadzeError
+from .errors import AkadzeError, DatabaseUnavailable
 from .jobs import JOB_STATES, Job
 from .migrations import apply_migrations, latest_version
 from .processes import ProcessPool, serve
@@ -95,7 +99,9 @@ class _AkadzeGroup(OneLineErrorGroup):
 
 def _report(exc: Exception) -> None:
     """Print the one error line for ``exc`` (after a scrubbed traceback if it is a bug)."""
-    if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
+    if isinstance(exc, DatabaseUnavailable):
+        line = str(exc)  # says "cannot connect to Postgres" itself
+    elif isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
         line = f"cannot connect to Postgres: {exc}"
     elif isinstance(exc, psycopg.Error):
         line = fatal_message(exc)  # schema missing, permission denied, ...
@@ -206,14 +212,16 @@ def _when(value: datetime | None) -> str:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(cell) for cell in row] for row in [headers, *rows]]
+    # Cells hold names and texts from rows: control characters shown escaped.
+    cells = [[printable(cell) for cell in row] for row in [headers, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
                      .rstrip() for row in cells)
 
 
 def _dump(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return printable(json.dumps(value, indent=2, ensure_ascii=False, default=str),
+                     json_text=True)
 
 
 @jobs_group.command("list")
@@ -267,13 +275,13 @@ def jobs_show(ctx: click.Context, job_id: int, as_json: bool) -> None:
     for name, value in data.items():
         text = json.dumps(value, ensure_ascii=False) if name in ("args", "result", "meta") \
             else ("-" if value is None else str(value))
-        click.echo(f"{name.ljust(width)}  {text}")
+        click.echo(f"{name.ljust(width)}  {printable(text)}")
     click.echo(f"{'errors'.ljust(width)}  {len(errors)}")
     for error in errors:
-        click.echo(f"  attempt {error.get('attempt')} at {error.get('at')}: "
-                   f"{error.get('type')}: {error.get('message')}")
-        for line in (error.get("traceback") or "").rstrip().splitlines():
-            click.echo(f"    {line}")
+        click.echo(printable(f"  attempt {error.get('attempt')} at {error.get('at')}: "
+                             f"{error.get('type')}: {error.get('message')}"))
+        for line in str(error.get("traceback") or "").rstrip().split("\n"):
+            click.echo(f"    {printable(line)}")
 
 
 def _signal_label(signum: int) -> str:
@@ -510,8 +518,8 @@ def schedules_add(ctx: click.Context, name: str, task: str, cron: str | None, tz
     assert clock is not None
     following = stored.next_run(clock["now"])
     when = "paused" if following is None else f"next run {_when(_utc(following))}"
-    click.echo(f"schedule {name} {'stored' if replace else 'added'}: {stored.task} at "
-               f"{stored.trigger}, queue {stored.queue} ({when})")
+    click.echo(printable(f"schedule {name} {'stored' if replace else 'added'}: {stored.task} "
+                         f"at {stored.trigger}, queue {stored.queue} ({when})"))
 
 
 def _runtime_change(ctx: click.Context, name: str, verb: str) -> None:
@@ -520,7 +528,7 @@ def _runtime_change(ctx: click.Context, name: str, verb: str) -> None:
         change = getattr(app.runtime_schedules, verb)
         if change(name, session=connection):
             done = {"pause": "paused", "resume": "resumed", "remove": "removed"}[verb]
-            click.echo(f"schedule {name} {done}")
+            click.echo(printable(f"schedule {name} {done}"))
             return
         owner = database.fetch_one(connection, "schedule_owner", name=name)
     if owner is not None:
@@ -563,6 +571,9 @@ def _utc(value: datetime | None) -> datetime | None:
 #: (which other users of the host can read).
 BASIC_AUTH_VAR = "AKADZE_DASHBOARD_BASIC_AUTH"
 TOKEN_VAR = "AKADZE_DASHBOARD_TOKEN"
+#: Serve a non-loopback address without credentials on purpose (e.g. behind an
+#: authenticating proxy); otherwise that is refused.
+UNAUTHENTICATED_VAR = "AKADZE_DASHBOARD_UNAUTHENTICATED"
 
 
 def dashboard_options(command: Any) -> Any:
@@ -580,6 +591,11 @@ def dashboard_options(command: Any) -> Any:
                                            "its actions (header, or the login form)."),
         click.option("--read-only", is_flag=True,
                      help="No actions (retry, cancel, purge), whatever the credentials."),
+        click.option("--unauthenticated", is_flag=True, envvar=UNAUTHENTICATED_VAR,
+                     show_envvar=True,
+                     help="Serve the pages without credentials on an address other than "
+                          "loopback (behind a proxy that authenticates); refused "
+                          "otherwise."),
         click.option("--url-prefix", default="", metavar="PREFIX",
                      help="Serve under this path, e.g. /flower behind a proxy."),
     ]):
@@ -587,11 +603,32 @@ def dashboard_options(command: Any) -> Any:
     return command
 
 
+def is_loopback(address: str) -> bool:
+    """True when ``address`` (an IP or a host name) listens on loopback only: every address
+    it resolves to is one. ``""`` and ``0.0.0.0`` are every interface."""
+    host = address.strip().strip("[]")
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return bool(infos) and all(
+        ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
+
+
 def run_dashboard(app: App, *, port: int, address: str, basic_auth: str | None,
                   tokens: Sequence[str], read_only: bool, url_prefix: str,
-                  log_level: str, secrets: Secrets) -> None:
+                  log_level: str, secrets: Secrets, unauthenticated: bool = False) -> None:
     """Serve the dashboard of ``app`` (shared by ``akadze dashboard`` and
-    ``akadze-compat flower``); expected errors raise ``CliError``."""
+    ``akadze-compat flower``); expected errors raise ``CliError``.
+
+    Without credentials the pages are open (the actions off): refused on an address other
+    than loopback unless ``unauthenticated`` says that is meant."""
     try:
         from .dashboard.server import parse_basic_auth, serve
         from .dashboard.web import DashboardConfig
@@ -607,6 +644,11 @@ def run_dashboard(app: App, *, port: int, address: str, basic_auth: str | None,
     tokens = [token for token in tokens if token]
     for token in tokens:
         secrets.passwords.add(token)
+    if not users and not tokens and not unauthenticated and not is_loopback(address):
+        raise CliError(f"refusing to serve the dashboard on {address or 'every interface'} "
+                       "without credentials: give --basic-auth user:password or --token, or "
+                       f"--unauthenticated ({UNAUTHENTICATED_VAR}=1) if a proxy in front "
+                       "authenticates")
     secrets.redactors.append(app.redact)
     url = app.resolve_database_url(create=False)
     secrets.add_url(url)
@@ -628,16 +670,17 @@ def run_dashboard(app: App, *, port: int, address: str, basic_auth: str | None,
               default="INFO", show_default=True)
 @click.pass_context
 def dashboard_command(ctx: click.Context, port: int, address: str, basic_auth: str | None,
-                      tokens: tuple[str, ...], read_only: bool, url_prefix: str,
-                      app_spec: str | None, log_level: str) -> None:
+                      tokens: tuple[str, ...], read_only: bool, unauthenticated: bool,
+                      url_prefix: str, app_spec: str | None, log_level: str) -> None:
     """Serve the web dashboard: queues, jobs, workers, schedules, and (with credentials)
     retry, cancel and purge. Listens on 127.0.0.1 unless --address says otherwise; without
-    --basic-auth or --token the pages are open and the actions off."""
+    --basic-auth or --token the pages are open and the actions off (refused on an address
+    other than loopback unless --unauthenticated)."""
     with _logging_to_stderr(log_level.upper()):
         app = _schedules_app(ctx, app_spec)
         run_dashboard(app, port=port, address=address, basic_auth=basic_auth, tokens=tokens,
                       read_only=read_only, url_prefix=url_prefix, log_level=log_level,
-                      secrets=_secrets)
+                      secrets=_secrets, unauthenticated=unauthenticated)
 
 
 # --- worker --------------------------------------------------------------------------------------
@@ -746,6 +789,9 @@ def worker_command(ctx: click.Context, app_spec: str, queues: tuple[str, ...],
     with _logging_to_stderr(log_level.upper()):
         app = load_app(app_spec)
         _secrets.redactors.append(app.redact)
+        # What the tasks print goes out scrubbed of passwords, as the log lines do (a pool
+        # child runs this too: its prints are its own).
+        ctx.with_resource(scrubbed_stdio(_secrets.scrub))
         options = _options(ctx)
         if options.url_from_command_line and options.url:
             app.set_database_url(options.url)

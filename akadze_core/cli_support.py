@@ -8,7 +8,9 @@ import atexit
 import contextlib
 import logging
 import os
+import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar, NoReturn
@@ -61,18 +63,86 @@ def cache_pid_in_log_records() -> Callable[[], None]:
 
 
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever ``sys.stderr`` is at emit time (test runners swap it)."""
+    """Writes to whatever ``sys.stderr`` is at emit time (test runners swap it); past a
+    ``ScrubbedOutput`` in its place (log lines are scrubbed by their formatter already)."""
 
     def __init__(self) -> None:
         super().__init__(sys.stderr)
 
     @property  # type: ignore[override]
     def stream(self) -> Any:
-        return sys.stderr
+        stream = sys.stderr
+        return stream.unscrubbed if isinstance(stream, ScrubbedOutput) else stream
 
     @stream.setter
     def stream(self, value: Any) -> None:
         pass  # always sys.stderr
+
+
+class ScrubbedOutput:
+    """A worker's ``sys.stdout`` / ``sys.stderr``: what tasks ``print()`` goes out line by
+    line through ``scrub`` (passwords removed), as the worker's log lines do.
+
+    A line is held until its newline (a password split over two ``write`` calls, as
+    ``print(a, b)`` makes, is still seen whole); a ``flush()`` writes a partial line out,
+    and so does a line longer than ``LIMIT`` characters.
+    """
+
+    LIMIT = 65536
+
+    def __init__(self, stream: Any, scrub: Callable[[str], str]) -> None:
+        self.unscrubbed = stream
+        self._scrub = scrub
+        self._pending = ""
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        """Queue ``text``; write the complete lines it ends, scrubbed."""
+        with self._lock:
+            pending = self._pending + text
+            if "\n" in text:
+                head, _, tail = pending.rpartition("\n")
+                out, self._pending = head + "\n", tail
+            elif len(pending) > self.LIMIT:
+                out, self._pending = pending, ""
+            else:
+                self._pending = pending
+                return len(text)
+            self.unscrubbed.write(self._scrub(out))
+        return len(text)
+
+    def flush(self) -> None:
+        """Write the partial line held, scrubbed, and flush the stream."""
+        with self._lock:
+            pending, self._pending = self._pending, ""
+            if pending:
+                self.unscrubbed.write(self._scrub(pending))
+        self.unscrubbed.flush()
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        """``write`` each of ``lines``."""
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        # fileno, isatty, encoding, buffer...: the stream's own.
+        return getattr(self.unscrubbed, name)
+
+
+@contextlib.contextmanager
+def scrubbed_stdio(scrub: Callable[[str], str]) -> Iterator[None]:
+    """``sys.stdout`` and ``sys.stderr`` scrubbed by ``scrub`` until the block ends (a
+    worker that ends with ``exit_now`` keeps them: it flushes them on its way out)."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout = ScrubbedOutput(saved[0], scrub)  # type: ignore[assignment]
+    sys.stderr = ScrubbedOutput(saved[1], scrub)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        sys.stdout, sys.stderr = saved
 
 
 def exit_now(code: int) -> NoReturn:
@@ -89,6 +159,30 @@ def exit_now(code: int) -> NoReturn:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)
+
+
+# Every control character: C0 (ESC, BEL, CR, ...), DEL and C1 (CSI and OSC as one byte).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+_HIGH_CONTROL = re.compile(r"[\x7f-\x9f]")
+
+
+def printable(value: Any, *, lines: bool = False, json_text: bool = False) -> str:
+    """``str(value)`` safe to print on a terminal: every control character written as its
+    Python escape (``\\x1b``, ``\\r``, ``\\n``), so names and messages taken from rows show
+    what they hold instead of retitling the window, writing the clipboard (OSC 52) or
+    rewriting lines. ``lines``: newlines are kept (a traceback, a table). ``json_text``:
+    ``value`` is JSON text; DEL and C1, the only controls ``json.dumps`` leaves raw, are
+    written as ``\\u00XX`` so that it stays valid JSON."""
+    text = value if isinstance(value, str) else str(value)
+    if text.isprintable():  # the common case, scanned in C: no control character
+        return text
+    if json_text:
+        return _HIGH_CONTROL.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+    pattern = _CONTROL_BUT_NEWLINE if lines else _CONTROL
+    if pattern.search(text) is None:
+        return text
+    return pattern.sub(lambda match: repr(match.group())[1:-1], text)
 
 
 def one_line(text: str) -> str:
@@ -151,8 +245,9 @@ class ScrubbingFormatter(logging.Formatter):
         self.secrets = secrets
 
     def format(self, record: logging.LogRecord) -> str:
-        """The record's line, scrubbed."""
-        return self.secrets.scrub(super().format(record))
+        """The record's line, scrubbed, its control characters (but newlines) escaped:
+        lines quote task and queue names from rows, and tasks' own output."""
+        return printable(self.secrets.scrub(super().format(record)), lines=True)
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         """``logging.Formatter.formatTime``'s text, the seconds part made once a second."""
@@ -209,7 +304,8 @@ class OneLineErrorGroup(click.Group):
         ``join`` is false. A classmethod, so that code outside an invocation (a worker's
         last error) prints the same line."""
         text = one_line(message) if join else message
-        return f"{cls.prog_name}: error: {cls.secrets.scrub(text)}"
+        # Messages may quote names from rows: no control character reaches the terminal.
+        return f"{cls.prog_name}: error: {printable(cls.secrets.scrub(text), lines=not join)}"
 
     def report(self, exc: Exception) -> int:
         """Print the one line for an exception click does not know; returns the exit code."""

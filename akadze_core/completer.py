@@ -39,24 +39,46 @@ GATHER = 0.002
 #: The completer's step, as ``on_lock`` names it.
 WRITING = "writing outcomes"
 
+#: Characters of results and errors one write sends at most (but for a single outcome
+#: larger than this): each outcome is bounded by ``App(max_result_bytes)``, a batch of them
+#: is bounded here, far below the 1 GiB Postgres allows a statement's parameter.
+MAX_BATCH_CHARS = 64 * 1024 * 1024
+
+
+def is_unstorable(exc: BaseException) -> bool:
+    """Whether a write of outcomes failed because a value in it can never be stored: a data
+    error (class 22: a NUL, text that is not JSON) or a program limit (class 54: a jsonb
+    string of 256 MiB or more, nesting too deep for the server's stack). Retrying the same
+    batch cannot help; splitting it finds the culprit."""
+    if isinstance(exc, psycopg.DataError):
+        return True
+    return isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("54")
+
+
+def _size(outcome: Outcome) -> int:
+    return len(outcome.result or "") + len(outcome.error or "")
+
 
 class Completer:
     """Batches outcomes and writes them with ``job_complete_many``.
 
     ``deadline()``, if given, bounds each write in seconds: one the database does not answer
-    in time (a partition) abandons its connection and is retried like a lost one."""
+    in time (a partition) abandons its connection and is retried like a lost one.
+    ``redact`` scrubs the error entry of an outcome that could not be stored."""
 
     def __init__(self, connection: Connect, on_written: Written, max_batch: int = 1000,
                  retry_cap: float = 5.0, gather: float = GATHER,
                  lock_timeout: float | None = None,
                  on_lock: Callable[[str, bool], None] | None = None,
-                 deadline: Callable[[], float] | None = None) -> None:
+                 deadline: Callable[[], float] | None = None,
+                 redact: Callable[[str], str] | None = None) -> None:
         self._connection = connection
         # Each write gives up on a lock after this many seconds (None: waits as long as the
         # session would) and reports it to on_lock(step, locked) instead of a line per try.
         self._lock_timeout = lock_timeout
         self._on_lock = on_lock
         self._deadline = deadline
+        self._redact = redact
         self._gather = gather
         self._on_written = on_written
         self._max_batch = max_batch
@@ -98,7 +120,7 @@ class Completer:
                 if self._gather > 0 and not self._closing and not self._urgent:
                     await asyncio.sleep(self._gather)
                 continue
-            batch = self._pending[: self._max_batch]
+            batch = self._next_batch()
             self._urgent = False
             try:
                 await self._write(batch)
@@ -120,6 +142,17 @@ class Completer:
             if self._on_lock is not None:
                 self._on_lock(WRITING, False)
 
+    def _next_batch(self) -> list[Outcome]:
+        """The pending outcomes the next write sends: at most ``max_batch`` of them, with at
+        most ``MAX_BATCH_CHARS`` of results and errors (but the first, whatever its size)."""
+        batch = self._pending[: self._max_batch]
+        total = 0
+        for index, outcome in enumerate(batch):
+            total += _size(outcome)
+            if total > MAX_BATCH_CHARS and index > 0:
+                return batch[:index]
+        return batch
+
     async def _write(self, batch: list[Outcome]) -> None:
         async with self._connection() as connection:
             with database.lock_timeout(self._lock_timeout):
@@ -133,22 +166,29 @@ class Completer:
     async def _store(self, connection: Any, batch: list[Outcome]) -> list[dict[str, Any]]:
         try:
             return await database.complete_many(connection, batch)
-        except psycopg.DataError:
-            # Something in the batch cannot be stored: write the rows one by one so only
-            # the offending outcome is replaced by a failure.
-            rows = []
-            for outcome in batch:
-                rows.extend(await self._write_one(connection, outcome))
-            return rows
+        except psycopg.Error as exc:
+            if not is_unstorable(exc):
+                raise
+            if len(batch) == 1:
+                return await self._write_failure(connection, batch[0], exc)
+            # Something in the batch cannot be stored: write each half on its own, down to
+            # the offending outcomes, each replaced by a failure; the others are stored.
+            # Each statement is its own transaction (autocommit): the failed one wrote nothing.
+            middle = len(batch) // 2
+            return [*await self._store(connection, batch[:middle]),
+                    *await self._store(connection, batch[middle:])]
 
-    async def _write_one(self, connection: Any, outcome: Outcome) -> list[dict[str, Any]]:
-        try:
-            return await database.complete_many(connection, [outcome])
-        except psycopg.DataError as exc:
-            error = UnstorableOutcome(f"the outcome could not be stored: {exc}")
-            failed = Outcome(outcome.job_id, outcome.run_count, FAIL,
-                             error=error_entry(error))
-            return await database.complete_many(connection, [failed])
+    async def _write_failure(self, connection: Any, outcome: Outcome,
+                             exc: Exception) -> list[dict[str, Any]]:
+        """Fail the job of ``outcome``, which Postgres refused with ``exc``, at once: the
+        same outcome would be refused again on every attempt."""
+        error = UnstorableOutcome(f"the outcome could not be stored: {exc}")
+        failed = Outcome(outcome.job_id, outcome.run_count, FAIL,
+                         error=error_entry(error, redact=self._redact),
+                         claim_token=outcome.claim_token)
+        logger.warning("job %s: its outcome could not be stored (%s): failing it",
+                       outcome.job_id, type(exc).__name__)
+        return await database.complete_many(connection, [failed])
 
     async def close(self, timeout: float | None = None) -> bool:
         """Stop after writing what is pending; returns False if that did not finish in time."""

@@ -52,7 +52,8 @@ class JobContext:
 
     @property
     def run_count(self) -> int:
-        """How many times the job was claimed, this run included (the fencing token)."""
+        """How many times the job was claimed, this run included (with the claim's random
+        token, the run's fencing token)."""
         return self.job.run_count
 
     @property
@@ -83,7 +84,7 @@ class JobContext:
 
         async def run(connection: psycopg.AsyncConnection) -> bool:
             return await database.update_job_meta_async(connection, self.id, self.run_count,
-                                                        patch_text)
+                                                        patch_text, self.job.claim_token)
 
         return bool(await self.app.run_pooled_async(run))
 
@@ -91,7 +92,7 @@ class JobContext:
         """Sync twin of ``update_meta`` (for plain ``def`` tasks)."""
         patch_text = self._encode(patch)
         return bool(self.app.run_pooled(lambda connection: database.update_job_meta(
-            connection, self.id, self.run_count, patch_text)))
+            connection, self.id, self.run_count, patch_text, self.job.claim_token)))
 
     def hand_over(self, connection: psycopg.Connection, to: int) -> None:
         """Pass what waits on this job (a chain's next step, a fan-in's callback, link
@@ -101,7 +102,8 @@ class JobContext:
         not at all (a run killed before the commit leaves nothing; its rerun replaces
         again). Raises ``NotOwner`` when this run no longer owns the job."""
         row = database.fetch_one(connection, "job_hand_over", id=self.id,
-                                 run_count=self.run_count, to=to)
+                                 run_count=self.run_count,
+                                 claim_token=self.job.claim_token, to=to)
         if row is None:
             raise NotOwner(f"job {self.id} run {self.run_count} no longer owns the job; "
                            "nothing was handed over")
@@ -109,7 +111,8 @@ class JobContext:
     async def hand_over_async(self, connection: psycopg.AsyncConnection, to: int) -> None:
         """Async twin of ``hand_over``."""
         row = await database.fetch_one_async(connection, "job_hand_over", id=self.id,
-                                             run_count=self.run_count, to=to)
+                                             run_count=self.run_count,
+                                             claim_token=self.job.claim_token, to=to)
         if row is None:
             raise NotOwner(f"job {self.id} run {self.run_count} no longer owns the job; "
                            "nothing was handed over")
@@ -157,7 +160,8 @@ class CompleteTx:
             if exc is None:
                 try:
                     if not await database.complete_job_in_tx_async(
-                            self._connection, self._context.id, self._context.run_count):
+                            self._connection, self._context.id, self._context.run_count,
+                            self._context.job.claim_token):
                         raise self._owner_lost()
                 except BaseException as error:
                     await self._tx.__aexit__(type(error), error, error.__traceback__)
@@ -189,7 +193,8 @@ class CompleteTx:
             if exc is None:
                 try:
                     if not database.complete_job_in_tx(
-                            self._sync_connection, self._context.id, self._context.run_count):
+                            self._sync_connection, self._context.id, self._context.run_count,
+                            self._context.job.claim_token):
                         raise self._owner_lost()
                 except BaseException as error:
                     self._tx.__exit__(type(error), error, error.__traceback__)

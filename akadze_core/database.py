@@ -20,6 +20,7 @@ from .migrations import SCHEMA_EXISTS, SCHEMA_VERSION, check_version
 from .outcomes import Outcome
 from .queries import query
 from .retry import DEFAULT_BACKOFF_CAP
+from .serialization import check_name
 
 NOTIFY_CHANNEL = "akadze_jobs"
 #: request_cancel of a running job notifies it with the job id (see job_request_cancel).
@@ -47,6 +48,14 @@ class JobRequest:
     unique_key: str | None = None
     meta: str = "{}"
 
+    def __post_init__(self) -> None:
+        # Every path that builds a row checks its names before anything is inserted: one
+        # Postgres cannot index or notify would fail the insert (or, for a workflow's later
+        # step, the write of its upstream's outcome) with a raw error.
+        check_name(self.task, "a task name")
+        check_name(self.queue, "a queue name")
+        check_name(self.unique_key, "a unique key", key=True)
+
     def params(self) -> dict[str, Any]:
         params = {
             "task": self.task, "queue": self.queue, "args": self.args,
@@ -70,6 +79,7 @@ def _many_params(template: JobRequest, arrays: Sequence[str]) -> dict[str, Any]:
 def _outcome_params(outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:
     return {
         "id": [o.job_id for o in outcomes], "run_count": [o.run_count for o in outcomes],
+        "claim_token": [o.claim_token for o in outcomes],
         "kind": [o.kind for o in outcomes], "result": [o.result for o in outcomes],
         "delay": [o.delay for o in outcomes], "error": [o.error for o in outcomes],
         "max_attempts": [o.max_attempts for o in outcomes],
@@ -138,18 +148,21 @@ def complete_many_sync(connection: psycopg.Connection,
 
 
 def update_job_meta(connection: psycopg.Connection, job_id: int, run_count: int,
-                    patch: str) -> bool:
-    """Merge the JSON object ``patch`` into the job's meta while run ``run_count`` owns it;
-    False when it no longer does (nothing written)."""
+                    patch: str, claim_token: int | None = None) -> bool:
+    """Merge the JSON object ``patch`` into the job's meta while run ``run_count``, claimed
+    with ``claim_token``, owns it; False when it no longer does (nothing written)."""
     return connection.execute(query("job_update_meta"), {
-        "id": job_id, "run_count": run_count, "patch": patch}).fetchone() is not None
+        "id": job_id, "run_count": run_count, "claim_token": claim_token,
+        "patch": patch}).fetchone() is not None
 
 
-def complete_job_in_tx(connection: psycopg.Connection, job_id: int, run_count: int) -> bool:
-    """Move the job to succeeded in the caller's transaction while run ``run_count`` owns it;
-    False when it no longer does."""
+def complete_job_in_tx(connection: psycopg.Connection, job_id: int, run_count: int,
+                       claim_token: int | None = None) -> bool:
+    """Move the job to succeeded in the caller's transaction while run ``run_count``,
+    claimed with ``claim_token``, owns it; False when it no longer does."""
     return connection.execute(query("job_complete_in_tx"), {
-        "id": job_id, "run_count": run_count, "result": None}).fetchone() is not None
+        "id": job_id, "run_count": run_count, "claim_token": claim_token,
+        "result": None}).fetchone() is not None
 
 
 def cancel_job(connection: psycopg.Connection, job_id: int, signal: int | None = None) -> bool:
@@ -310,18 +323,19 @@ async def check_schema_async(connection: psycopg.AsyncConnection) -> None:
 
 
 async def update_job_meta_async(connection: psycopg.AsyncConnection, job_id: int,
-                                run_count: int, patch: str) -> bool:
+                                run_count: int, patch: str,
+                                claim_token: int | None = None) -> bool:
     """Async twin of ``update_job_meta``."""
     cursor = await connection.execute(query("job_update_meta"), {
-        "id": job_id, "run_count": run_count, "patch": patch})
+        "id": job_id, "run_count": run_count, "claim_token": claim_token, "patch": patch})
     return await cursor.fetchone() is not None
 
 
 async def complete_job_in_tx_async(connection: psycopg.AsyncConnection, job_id: int,
-                                   run_count: int) -> bool:
+                                   run_count: int, claim_token: int | None = None) -> bool:
     """Async twin of ``complete_job_in_tx``."""
     cursor = await connection.execute(query("job_complete_in_tx"), {
-        "id": job_id, "run_count": run_count, "result": None})
+        "id": job_id, "run_count": run_count, "claim_token": claim_token, "result": None})
     return await cursor.fetchone() is not None
 
 
@@ -426,12 +440,13 @@ async def complete_many(
 
 
 async def return_many(
-    connection: psycopg.AsyncConnection, runs: Sequence[tuple[int, int]]
+    connection: psycopg.AsyncConnection, runs: Sequence[tuple[int, int, int | None]]
 ) -> list[dict[str, Any]]:
     """Put unfinished runs back in the queue without spending their attempt."""
     return await fetch_all_async(
         connection, "job_return_many",
-        id=[job_id for job_id, _ in runs], run_count=[run_count for _, run_count in runs],
+        id=[run[0] for run in runs], run_count=[run[1] for run in runs],
+        claim_token=[run[2] for run in runs],
     )
 
 
@@ -445,24 +460,26 @@ async def return_orphans(
 
 
 async def list_revoked(
-    connection: psycopg.AsyncConnection, runs: Sequence[tuple[int, int]]
+    connection: psycopg.AsyncConnection, runs: Sequence[tuple[int, int, int | None]]
 ) -> list[int]:
-    """Of ``runs`` (job id, run count), the jobs still running under that run and cancelled
-    or expired on the database clock."""
+    """Of ``runs`` (job id, run count, claim token), the jobs still running under that run
+    and cancelled or expired on the database clock."""
     rows = await fetch_all_async(
         connection, "job_list_revoked",
-        id=[job_id for job_id, _ in runs], run_count=[run_count for _, run_count in runs])
+        id=[run[0] for run in runs], run_count=[run[1] for run in runs],
+        claim_token=[run[2] for run in runs])
     return [int(row["id"]) for row in rows]
 
 
 async def list_terminating(
-    connection: psycopg.AsyncConnection, runs: Sequence[tuple[int, int]]
+    connection: psycopg.AsyncConnection, runs: Sequence[tuple[int, int, int | None]]
 ) -> list[tuple[int, int]]:
-    """Of ``runs`` (job id, run count), the jobs still running under that run and asked to
-    be terminated: (job id, signal number) each."""
+    """Of ``runs`` (job id, run count, claim token), the jobs still running under that run
+    and asked to be terminated: (job id, signal number) each."""
     rows = await fetch_all_async(
         connection, "job_list_terminating",
-        id=[job_id for job_id, _ in runs], run_count=[run_count for _, run_count in runs])
+        id=[run[0] for run in runs], run_count=[run[1] for run in runs],
+        claim_token=[run[2] for run in runs])
     return [(int(row["id"]), int(row["cancel_signal"])) for row in rows]
 
 

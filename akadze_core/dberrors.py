@@ -60,8 +60,12 @@ _FATAL_CONNECT_MESSAGES = (
 
 
 def is_transient(exc: BaseException) -> bool:
-    """True for errors a worker should log and retry with backoff."""
+    """True for errors a worker should log and retry with backoff. A lost prepared
+    statement is one: it ran nothing, and the retry goes unprepared (``App.stop_preparing``,
+    called where the error is met)."""
     if isinstance(exc, psycopg_pool.PoolTimeout | TimeoutError | ConnectionError):
+        return True
+    if is_prepared_statement_lost(exc):
         return True
     if not isinstance(exc, psycopg.Error) or isinstance(exc, psycopg.ProgrammingError):
         return False
@@ -74,18 +78,37 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+def is_prepared_statement_lost(exc: BaseException) -> bool:
+    """True when a prepared statement was missing on (or already on) the server connection
+    (26000 / 42P05): a transaction pooler gave the session another server connection. The
+    error comes from Parse or Bind, so the statement ran nothing and may be sent again,
+    unprepared."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate in PREPARED_STATEMENT_LOST
+
+
 def is_lock_timeout(exc: BaseException) -> bool:
     """True when a statement gave up waiting for a lock (55P03, after ``lock_timeout``): it
     changed nothing and its connection is fine."""
     return isinstance(exc, psycopg.Error) and exc.sqlstate == "55P03"
 
 
+#: What the server says when it refuses a connection for want of a free slot (53300): to
+#: anyone when ``max_connections`` is reached, and to a role without the right to the
+#: reserved slots when only those are left (``superuser_reserved_connections``; Postgres
+#: 16's ``reserved_connections``); also a role's own ``CONNECTION LIMIT``.
+_NO_FREE_SLOT_MESSAGES = ("too many clients already", "remaining connection slots are reserved",
+                          "too many connections for role")
+
+
 def is_too_many_connections(exc: BaseException) -> bool:
-    """True when the server refused a connection because ``max_connections`` is reached
+    """True when the server refused a connection because it has no free slot for this role
     (53300; on a refused connection psycopg has only the server's message)."""
     if not isinstance(exc, psycopg.Error):
         return False
-    return exc.sqlstate == "53300" or "too many clients already" in str(exc)
+    if exc.sqlstate == "53300":
+        return True
+    message = str(exc)
+    return any(text in message for text in _NO_FREE_SLOT_MESSAGES)
 
 
 def fatal_message(exc: BaseException) -> str:

@@ -11,8 +11,8 @@ cancel request and then waiting up to 10 s for the query to end, both through th
 network. The socket is shut down instead (``shutdown(SHUT_RDWR)``; the descriptor stays
 psycopg's): the read in flight ends at once with an ``OperationalError``, the connection is
 broken and the pool discards it. What was sent may still reach the server later, exactly as
-with a connection that broke after sending: every outcome write is fenced by run_count, and a
-claim whose answer was lost is handed back by the orphans check.
+with a connection that broke after sending: every outcome write is fenced by run_count and
+the claim token, and a claim whose answer was lost is handed back by the orphans check.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
+from typing import Any
 
 import psycopg.conninfo
 
@@ -37,6 +39,17 @@ def redact_password(text: str, password: str | None) -> str:
     if password:
         text = text.replace(password, "***")
     return text
+
+
+def redact_json(value: Any, scrub: Callable[[str], str] = redact) -> Any:
+    """A decoded JSON value with ``scrub`` applied to every string in it (keys included)."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, list):
+        return [redact_json(item, scrub) for item in value]
+    if isinstance(value, dict):
+        return {redact_json(key, scrub): redact_json(item, scrub) for key, item in value.items()}
+    return value
 
 
 def password_of(dsn: str) -> str | None:

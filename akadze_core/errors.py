@@ -64,6 +64,10 @@ class UnstorableOutcome(Exception):
     """The outcome can never be stored (e.g. a NUL character in the result): the job fails."""
 
 
+class ResultTooLarge(UnstorableOutcome):
+    """The result, as JSON, is over ``App(max_result_bytes=...)``: the job fails at once."""
+
+
 class JobTimeout(Exception):
     """The run took longer than the task's ``timeout``; the attempt is spent."""
 
@@ -73,7 +77,9 @@ class AkadzeError(Exception):
 
 
 class InvalidArgs(AkadzeError, ValueError):
-    """Job arguments that cannot be stored: not JSON, NUL characters, lone surrogates, too big."""
+    """Job arguments that cannot be stored (not JSON, nested too deeply, NUL characters, lone
+    surrogates, too big), or a queue name, task name, unique key or task id that is empty,
+    too long (``MAX_NAME_LENGTH``) or unstorable."""
 
 
 class UpstreamFailed(AkadzeError, ValueError):
@@ -107,4 +113,16 @@ class ConnectionLost(AkadzeError, psycopg.OperationalError):
     ``pg_terminate_backend``) is replaced and the call runs on the new one, unseen by the
     caller. A subclass of ``psycopg.OperationalError`` too, the error these calls raised
     before, so handlers written for that keep working. The psycopg error is chained.
+    """
+
+
+class DatabaseUnavailable(AkadzeError, psycopg.OperationalError):
+    """Postgres could not be reached, or refused the connection for a reason that passes
+    (the server is down, starting, shutting down, or has no free connections:
+    ``max_connections`` reached): nothing was sent, so the call may be retried as it is.
+
+    Not a ``ConfigurationError``: a wrong URL, a failed password, a missing database or role
+    still raise that, since waiting does not fix them. A subclass of
+    ``psycopg.OperationalError``, as ``ConnectionLost`` is; the facade raises it as kombu's
+    ``OperationalError`` too, after Celery's publish retry policy.
     """

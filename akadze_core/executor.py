@@ -60,7 +60,7 @@ def _claimed_job(row: dict[str, Any], args: Any, upstream_results: Any = None) -
                cancel_requested=row.get("cancel_requested", False),
                created_at=row.get("created_at"), started_at=row.get("started_at"),
                upstreams=row.get("upstreams"), upstream_results=upstream_results,
-               position=row.get("position"))
+               position=row.get("position"), claim_token=row.get("claim_token"))
 
 
 def _prepare(
@@ -71,12 +71,14 @@ def _prepare(
     task = app.tasks.get(job.task)
     if task is None:
         error = Fail(f"unknown task {job.task!r}: it is not registered in this worker")
-        return outcomes.Outcome(job.id, job.run_count, outcomes.FAIL,
-                                error=outcomes.error_entry(error, "NotRegistered")), None, None
+        entry = outcomes.error_entry(error, "NotRegistered", app.redact)
+        return outcomes.Outcome(job.id, job.run_count, outcomes.FAIL, error=entry,
+                                claim_token=job.claim_token), None, None
     if decode_error is not None:
         return outcomes.Outcome(
             job.id, job.run_count, outcomes.FAIL,
-            error=outcomes.error_entry(Fail(decode_error), "ArgsDecodeError")), None, None
+            error=outcomes.error_entry(Fail(decode_error), "ArgsDecodeError", app.redact),
+            claim_token=job.claim_token), None, None
     last_error = row.get("last_error")
     context = JobContext(app, job, worker_id,
                          json.loads(last_error) if isinstance(last_error, str) else None)
@@ -88,7 +90,8 @@ def _raised(context: JobContext, task: Any, exc: BaseException) -> outcomes.Outc
     if context.completed:
         logger.warning("job %s raised after complete_tx committed it: %r", job.id, exc)
         return None
-    return outcomes.raised(job.id, job.run_count, job.attempt, exc, task.backoff)
+    return outcomes.raised(job.id, job.run_count, job.attempt, exc, task.backoff,
+                           context.app.redact, claim_token=job.claim_token)
 
 
 def _returned(app: App, context: JobContext, task: Any, value: Any) -> outcomes.Outcome | None:
@@ -96,7 +99,7 @@ def _returned(app: App, context: JobContext, task: Any, value: Any) -> outcomes.
         return None
     job = context.job
     return outcomes.succeeded(job.id, job.run_count, job.attempt, value, task.backoff,
-                              app.json_dumps)
+                              app.json_dumps, app.max_result_bytes, claim_token=job.claim_token)
 
 
 async def execute(

@@ -48,6 +48,9 @@ class Job:
     #: The job's index in the fan-out it was added with (``Workflow.add_many``'s
     #: ``first_position``; a Celery group member's ``group_index``), else None.
     position: int | None = None
+    #: The fencing token of the claim that holds the job (with ``run_count``); None on a
+    #: job not read from a claim.
+    claim_token: int | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:

@@ -8,9 +8,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import Cancel, Fail, JobOutcome, JobTimeout, ResultNotJson, Retry, Snooze
+from . import dsn
+from .errors import (
+    Cancel,
+    Fail,
+    JobOutcome,
+    JobTimeout,
+    ResultNotJson,
+    ResultTooLarge,
+    Retry,
+    Snooze,
+    UnstorableOutcome,
+)
 from .retry import BackoffPolicy, backoff_delay
-from .serialization import check_storable, sanitize_text, strict_dumps
+from .serialization import (
+    DEFAULT_MAX_RESULT_BYTES,
+    check_storable,
+    sanitize_text,
+    strict_dumps,
+)
 
 #: An exception's arguments bigger than this (as JSON) are left out of its errors entry: the
 #: message and traceback still say what happened.
@@ -40,14 +56,24 @@ class Outcome:
     error: str | None = None
     #: Raise the job's attempt budget to at least this before deciding (``Retry``).
     max_attempts: int | None = None
+    #: The claim's fencing token (the row's ``claim_token``), checked with ``run_count``:
+    #: without the token the run was claimed with, the write changes nothing. Last, so a
+    #: process child's answer (every field in order) carries it.
+    claim_token: int | None = None
 
 
-def error_entry(exc: BaseException, type_name: str | None = None) -> str:
+def error_entry(exc: BaseException, type_name: str | None = None,
+                redact: Callable[[str], str] | None = None) -> str:
     """The JSON of one ``errors`` entry; the database adds attempt and time.
 
     ``raise Fail(...) from error`` (or Retry) records the error it was raised from: its
     type, module, message and traceback, with the outcome's own message as ``reason``.
+    ``redact`` scrubs the texts and arguments stored (the app's ``redact``, which knows its
+    database password); without it, DSN-shaped passwords are scrubbed all the same.
     """
+    # Scrubbed as it is stored: the row is shown by ``akadze jobs show``, the dashboard
+    # and ``AsyncResult.result``, none of which knows the worker's password.
+    scrub = redact or dsn.redact
     source = exc
     if isinstance(exc, JobOutcome) and exc.__cause__ is not None:
         source = exc.__cause__
@@ -57,12 +83,12 @@ def error_entry(exc: BaseException, type_name: str | None = None) -> str:
     entry: dict[str, Any] = {
         "type": sanitize_text(type_name or type(source).__name__),
         "module": sanitize_text(str(type(source).__module__)),
-        "message": sanitize_text(str(source)),
-        "traceback": sanitize_text(formatted),
+        "message": scrub(sanitize_text(str(source))),
+        "traceback": scrub(sanitize_text(formatted)),
     }
     if source is not exc:
-        entry["reason"] = sanitize_text(str(exc))
-    args = _storable_args(source.args)
+        entry["reason"] = scrub(sanitize_text(str(exc)))
+    args = _storable_args(source.args, scrub)
     if args is not None and args != [entry["message"]]:
         # What the exception was built with, for a reader rebuilding it by class and
         # arguments (Celery's exc_message) rather than from its message alone.
@@ -70,25 +96,26 @@ def error_entry(exc: BaseException, type_name: str | None = None) -> str:
     return strict_dumps(entry)
 
 
-def _storable_args(args: Any) -> list[Any] | None:
+def _storable_args(args: Any, scrub: Callable[[str], str]) -> list[Any] | None:
     """An exception's ``args`` as JSON an entry can hold: each kept when it encodes and
-    Postgres can store it, else its ``repr``; None when there are none, or too many."""
+    Postgres can store it, else its ``repr``; every text in them scrubbed; None when there
+    are none, or too many."""
     if not isinstance(args, tuple) or not args:
         return None
     kept: list[Any] = []
     for arg in args:
         if isinstance(arg, str):
-            kept.append(sanitize_text(arg))
+            kept.append(scrub(sanitize_text(arg)))
             continue
         try:
             check_storable(strict_dumps(arg), "the arguments")
         except Exception:  # not JSON (TypeError, ValueError, RecursionError...) or a NUL
             try:
-                kept.append(sanitize_text(repr(arg)))
+                kept.append(scrub(sanitize_text(repr(arg))))
             except Exception:
                 kept.append(f"<unrepresentable {type(arg).__name__}>")
         else:
-            kept.append(arg)
+            kept.append(dsn.redact_json(arg, scrub))
     try:
         if len(strict_dumps(kept)) > ARGS_LIMIT:
             return None
@@ -130,34 +157,63 @@ def parse_error(error: str | None) -> dict[str, Any]:
 def succeeded(
     job_id: int, run_count: int, attempt: int, value: Any,
     policy: BackoffPolicy | None, dumps: Callable[[Any], str] = strict_dumps,
+    max_bytes: int = DEFAULT_MAX_RESULT_BYTES, *, claim_token: int | None = None,
 ) -> Outcome:
-    """The outcome of a body that returned ``value``."""
+    """The outcome of a body that returned ``value``: a result that can never be stored (a
+    NUL, a lone surrogate, over ``max_bytes`` as JSON) fails the job, with no retry
+    (``claim_token``: the run's, see ``Outcome``)."""
     try:
         text = dumps(value)
     except Exception as exc:  # TypeError, ValueError, RecursionError, an encoder's own error
         error = ResultNotJson(f"the task returned a value that is not JSON: {exc}")
         return Outcome(job_id, run_count, RETRY, delay=backoff_delay(policy, attempt),
-                       error=error_entry(error))
+                       error=error_entry(error), claim_token=claim_token)
+    refusal = result_refusal(text, max_bytes)
+    if refusal is not None:
+        return Outcome(job_id, run_count, FAIL, error=error_entry(refusal),
+                       claim_token=claim_token)
+    return Outcome(job_id, run_count, SUCCESS, claim_token=claim_token, result=text)
+
+
+def result_refusal(text: str, max_bytes: int) -> UnstorableOutcome | None:
+    """Why the encoded result ``text`` can never be stored (None: it can): a NUL or a lone
+    surrogate (``UnstorableOutcome``), or more than ``max_bytes`` bytes of UTF-8
+    (``ResultTooLarge``). Checked where the result is encoded, before it reaches a process
+    pool's pipe or a batched write, which a value Postgres refuses would fail whole."""
+    # A character takes one to four bytes: len() alone decides most texts, without encoding.
+    if len(text) > max_bytes:
+        return ResultTooLarge(f"the result is over {max_bytes} bytes as JSON, the limit "
+                              "(max_result_bytes)")
     try:
         check_storable(text, "the result")
     except ValueError as exc:
-        return Outcome(job_id, run_count, FAIL, error=error_entry(exc, "UnstorableOutcome"))
-    return Outcome(job_id, run_count, SUCCESS, result=text)
+        return UnstorableOutcome(str(exc))
+    if len(text) * 4 > max_bytes and not text.isascii():
+        size = len(text.encode("utf-8"))
+        if size > max_bytes:
+            return ResultTooLarge(f"the result is {size} bytes as JSON, over the limit of "
+                                  f"{max_bytes} bytes (max_result_bytes)")
+    return None
 
 
 def raised(
-    job_id: int, run_count: int, attempt: int, exc: BaseException, policy: BackoffPolicy | None
+    job_id: int, run_count: int, attempt: int, exc: BaseException, policy: BackoffPolicy | None,
+    redact: Callable[[str], str] | None = None, *, claim_token: int | None = None,
 ) -> Outcome:
-    """The outcome of a body that raised ``exc``."""
+    """The outcome of a body that raised ``exc``; ``redact`` scrubs its error entry (see
+    ``error_entry``); ``claim_token``: the run's, see ``Outcome``."""
     if isinstance(exc, Snooze):
-        return Outcome(job_id, run_count, SNOOZE, delay=exc.delay)
+        return Outcome(job_id, run_count, SNOOZE, claim_token=claim_token, delay=exc.delay)
     if isinstance(exc, Retry):
-        return Outcome(job_id, run_count, RETRY, delay=exc.delay, error=error_entry(exc),
-                       max_attempts=exc.max_attempts)
+        return Outcome(job_id, run_count, RETRY, delay=exc.delay,
+                       error=error_entry(exc, redact=redact), max_attempts=exc.max_attempts,
+                       claim_token=claim_token)
     if isinstance(exc, Fail):
-        return Outcome(job_id, run_count, FAIL, error=error_entry(exc))
+        return Outcome(job_id, run_count, FAIL, claim_token=claim_token,
+                       error=error_entry(exc, redact=redact))
     if isinstance(exc, Cancel):
-        return Outcome(job_id, run_count, CANCEL, error=error_entry(exc))
+        return Outcome(job_id, run_count, CANCEL, claim_token=claim_token,
+                       error=error_entry(exc, redact=redact))
     type_name = "JobTimeout" if isinstance(exc, JobTimeout) else None
     return Outcome(job_id, run_count, RETRY, delay=backoff_delay(policy, attempt),
-                   error=error_entry(exc, type_name))
+                   error=error_entry(exc, type_name, redact), claim_token=claim_token)

@@ -288,10 +288,13 @@ class ProcessPool:
         (the attempt is given back, as a cancel was requested); a timeout or a lost process
         spends the attempt, like any exception."""
         if isinstance(exc, Terminated):
-            return Outcome(row["id"], row["run_count"], CANCEL, error=error_entry(exc))
+            return Outcome(row["id"], row["run_count"], CANCEL,
+                           error=error_entry(exc, redact=app.redact),
+                           claim_token=row.get("claim_token"))
         task = app.tasks.get(row["task"])
         return raised(row["id"], row["run_count"], row["attempt"], exc,
-                      task.backoff if task else None)
+                      task.backoff if task else None, app.redact,
+                      claim_token=row.get("claim_token"))
 
     async def run(self, row: Mapping[str, Any], worker_id: int | None,
                   timeout: float | None, soft: float | None = None) -> Outcome | None:
@@ -327,7 +330,8 @@ class ProcessPool:
         try:
             return await self.run(row, worker_id, hard, soft)
         except NotStarted:
-            return Outcome(row["id"], row["run_count"], UNSTARTED)
+            return Outcome(row["id"], row["run_count"], UNSTARTED,
+                           claim_token=row.get("claim_token"))
         except (JobTimeout, ProcessLost, Terminated) as exc:
             return self.lost_outcome(app, row, exc)
 

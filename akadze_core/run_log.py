@@ -28,9 +28,16 @@ class Run:
     max_attempts: int
     started: float
     future: asyncio.Task[None]
+    #: The claim's fencing token (the row's claim_token).
+    claim_token: int | None = None
     # Fires when the job expires (a job with expires_at only): if it still waits, it is
     # dropped unstarted.
     timer: asyncio.TimerHandle | None = None
+
+    @property
+    def fence(self) -> tuple[int, int, int | None]:
+        """(job id, run count, claim token): what a write for this run must match."""
+        return self.job_id, self.run_count, self.claim_token
 
 
 def log_outcomes(batch: Iterable[Outcome], rows: list[dict[str, Any]],

@@ -51,12 +51,12 @@ import psycopg
 
 from . import database
 from .database import JobRequest
-from .dberrors import is_transient
+from .dberrors import is_prepared_statement_lost, is_transient
 from .deadlines import cancel_and_wait
 from .dsn import listen_url
 from .listener import listen_for_jobs
 from .maintenance import first_of
-from .serialization import check_storable, encode_args
+from .serialization import check_name, check_storable, encode_args
 from .tasks import Task
 from .timetable import Timetable
 from .triggers import EPOCH, LastRunTrigger, Trigger, as_trigger
@@ -150,6 +150,10 @@ class Schedule:
             priority=priority, max_attempts=max_attempts, expires=_expires(expires),
             meta=dict(meta or {}), task_ids=bool(task_ids), task_object=task_object,
         )
+        # Every name is indexed (a schedule's, in its table's key): the enqueue's limits.
+        check_name(schedule.name, "a schedule name")
+        check_name(schedule.task, "a task name")
+        check_name(schedule.resolved_queue(app), "a queue name")
         schedule.args_json(app)
         schedule.meta_json(app, EPOCH)
         # A task named by string may live in another process; a Task's function is here.
@@ -483,6 +487,8 @@ async def run_schedules(app: App, stop: asyncio.Event) -> None:
             except Exception as exc:
                 if not is_transient(exc):
                     raise
+                if is_prepared_statement_lost(exc):
+                    app.stop_preparing()  # the next connection runs it unprepared
                 failures += 1
                 delay = _backoff(failures)
                 logger.warning("scheduler lost the database (%s); retrying in %.1fs",

@@ -16,6 +16,15 @@ Dumps = Callable[[Any], str]
 Loads = Callable[[str], Any]
 
 DEFAULT_MAX_ARGS_BYTES = 1024 * 1024
+#: ``App(max_result_bytes=...)`` by default: a task's result, as JSON, up to 16 MiB.
+DEFAULT_MAX_RESULT_BYTES = 16 * 1024 * 1024
+#: The largest ``max_result_bytes``: Postgres refuses a jsonb value (and a string inside
+#: one) of 256 MiB or more, and one larger result would have to cross a process pool's pipe.
+MAX_RESULT_BYTES_CEILING = 256 * 1024 * 1024 - 1
+#: Characters of a queue name, task name, unique key or task id. Two names share a row of
+#: the fair-claim index (at most 2704 bytes in Postgres) and a queue name travels in every
+#: NOTIFY payload (at most 8000 bytes): 255 characters of up to 4 bytes each fit both.
+MAX_NAME_LENGTH = 255
 
 # An escaped NUL preceded by an even number of backslashes (an odd number would mean the
 # backslash itself was escaped, i.e. the text "\u0000" and not the character).
@@ -89,6 +98,8 @@ def encode_args(
         text = dumps(args)
     except (TypeError, ValueError) as exc:
         raise InvalidArgs(f"job arguments are not JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidArgs("job arguments are not JSON: nested too deeply to encode") from exc
     try:
         check_storable(text, "job arguments")
     except ValueError as exc:
@@ -102,3 +113,33 @@ def encode_args(
 def sanitize_text(text: str) -> str:
     """Make any text storable in jsonb: NULs and lone surrogates become U+FFFD."""
     return _UNSTORABLE_CHARACTER.sub("\ufffd", text)
+
+
+# Names checked once already: a producer enqueues to a handful of queues over and over.
+_GOOD_NAMES: set[str] = set()
+_GOOD_NAMES_LIMIT = 4096
+
+
+def check_name(value: Any, what: str, *, key: bool = False) -> None:
+    """Raise ``InvalidArgs`` unless ``value`` can name a queue or task (``what`` says which):
+    a non-empty str of at most ``MAX_NAME_LENGTH`` characters with no NUL or lone
+    surrogate. ``key``: a unique key or task id, which may also be None or empty."""
+    if type(value) is str and value in _GOOD_NAMES:
+        return
+    if key and not value and (value is None or value == ""):
+        return
+    from .errors import InvalidArgs
+
+    if not isinstance(value, str):
+        raise InvalidArgs(f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise InvalidArgs(f"{what} must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise InvalidArgs(f"{what} is {len(value)} characters long, over the limit of "
+                          f"{MAX_NAME_LENGTH}")
+    if _UNSTORABLE_CHARACTER.search(value):
+        raise InvalidArgs(f"{what} contains a NUL or a lone surrogate, which Postgres "
+                          "cannot store")
+    if len(_GOOD_NAMES) >= _GOOD_NAMES_LIMIT:
+        _GOOD_NAMES.clear()
+    _GOOD_NAMES.add(str(value))

@@ -22,7 +22,9 @@ from .migrations import schema_missing
 from .retry import BackoffPolicy
 from .serialization import (
     DEFAULT_MAX_ARGS_BYTES,
+    MAX_NAME_LENGTH,
     Dumps,
+    check_name,
     encode_args,
     is_strict,
     strict_dumps,
@@ -87,7 +89,7 @@ def _encode(args: Mapping[str, Any], dumps: Dumps, limit: int) -> str:
     if type(args) is dict and all(type(key) is str for key in args):
         try:
             text = dumps(args)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             pass  # encode_args raises the InvalidArgs with its message
         else:
             if _storable(text, limit):
@@ -121,7 +123,7 @@ def _encode_chunk_items(chunk: list[Mapping[str, Any]], dumps: Dumps,
                 text = strict_dumps(jobs)  # what dumps gives (is_strict)
                 if _storable(text, limit):
                     return text, None
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             pass  # one by one below, where the first bad job raises its own error
     # Job by job (any other dumps may encode an item differently inside an array): _encode
     # returns what encode_args returns, or raises what it raises, in input order.
@@ -146,7 +148,7 @@ def _encode_pairs(chunk: list[Mapping[str, Any]], metas: list[Mapping[str, Any]]
                 text = strict_dumps(pairs)
                 if _storable(text, limit):
                     return text, None
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             pass
     items = [(_encode(args, dumps, limit), _encode(meta, dumps, limit))
              for args, meta in zip(chunk, metas, strict=True)]
@@ -402,6 +404,8 @@ class TaskCall:
             head = self._meta_head = (text, len(text.encode("utf-8")))
         if type(task_id) is not str:
             raise InvalidArgs(f"a task id must be a str, not {type(task_id).__name__}")
+        if len(task_id) > MAX_NAME_LENGTH:  # it is indexed (jobs_meta_task_id_idx)
+            check_name(task_id, "a task id", key=True)
         limit = app.max_args_bytes
         if not _storable(task_id, limit):  # NUL, a lone surrogate or too long: its error
             encode_args({"task_id": task_id}, app.json_dumps, limit)
@@ -431,6 +435,11 @@ class TaskCall:
 
     def _fixed_params(self) -> dict[str, Any]:
         task, options = self.task, self.options
+        # Checked here, once per call object and task defaults (see _insert_params): a name
+        # Postgres cannot index or notify would otherwise fail the insert with a raw error.
+        check_name(task.name, "a task name")
+        check_name(options.queue or task.queue, "a queue name")
+        check_name(options.unique_key, "a unique key", key=True)
         params = {
             "task": task.name, "queue": options.queue or task.queue, "args": None,
             "priority": task.priority if options.priority is None else options.priority,

@@ -27,7 +27,13 @@ import psycopg_pool
 
 from . import database, fair_index, lookup
 from .completer import Completer
-from .dberrors import fatal_message, is_lock_timeout, is_too_many_connections, is_transient
+from .dberrors import (
+    fatal_message,
+    is_lock_timeout,
+    is_prepared_statement_lost,
+    is_too_many_connections,
+    is_transient,
+)
 from .deadlines import cancel_and_wait, within
 from .dsn import listen_url
 from .errors import AkadzeError, SchemaMissing
@@ -399,7 +405,7 @@ class Worker:
         await self.app.use_async_pool(self._pool)
         self._completer = Completer(self._connection, self._outcomes_written,
                                     lock_timeout=self.lock_timeout, on_lock=self._lock_seen,
-                                    deadline=self._lease_left)
+                                    deadline=self._lease_left, redact=self.app.redact)
         self._completer_task = asyncio.create_task(self._completer.run(), name="completer")
         self._listener_task = asyncio.create_task(
             listen_for_jobs(listen_url(url), self._watched, self._wake.set, self._backoff,
@@ -524,7 +530,7 @@ class Worker:
         flushed = await self._completer.close(timeout=timeout)
         await cancel_and_wait(self._completer_task)
         returned = await self._return_jobs(
-            [(run.job_id, run.run_count) for run in held_back + unfinished], timeout)
+            [run.fence for run in held_back + unfinished], timeout)
         if flushed and returned:
             await self._unregister(timeout)
         else:
@@ -536,7 +542,8 @@ class Worker:
             await asyncio.sleep(max(0.0, self._next_heartbeat - time.monotonic()))
             await self._heartbeat()
 
-    async def _return_jobs(self, runs: list[tuple[int, int]], timeout: float) -> bool:
+    async def _return_jobs(self, runs: list[tuple[int, int, int | None]],
+                           timeout: float) -> bool:
         if not runs:
             return True
         try:
@@ -677,6 +684,13 @@ class Worker:
         try:
             async with connection:  # what pool.connection() does: commit or roll back
                 yield connection
+        except psycopg.Error as exc:
+            # Behind a transaction pooler: the statement ran nothing; every step and write
+            # retries a transient error, and the retry goes unprepared.
+            if is_prepared_statement_lost(exc):
+                self.app.stop_preparing()
+                connection.prepare_threshold = None
+            raise
         finally:
             await self._pool.putconn(connection)
 
@@ -968,10 +982,10 @@ class Worker:
     async def _check_waiting(self) -> None:
         """Every heartbeat, while runs wait: one statement finds those cancelled or expired
         meanwhile, in case a notification was lost with the LISTEN connection."""
-        waiting = [(run.job_id, run.run_count) for run in self._running.values()
+        waiting = [run.fence for run in self._running.values()
                    if self._waiting(run.job_id)]
         # A process pool's running bodies: terminate requests missed the same way.
-        started = [(run.job_id, run.run_count) for run in self._running.values()
+        started = [run.fence for run in self._running.values()
                    if self.process_pool is not None and not self._waiting(run.job_id)
                    and run.job_id not in self._terminating]
         if not waiting and not started:
@@ -1000,7 +1014,7 @@ class Worker:
         future = asyncio.create_task(self._run_job(row), name=f"job-{row['id']}")
         run = self._running[row["id"]] = _Run(row["id"], row["run_count"], queue, row["task"],
                                               row["attempt"], row["max_attempts"],
-                                              time.monotonic(), future)
+                                              time.monotonic(), future, row["claim_token"])
         expires_at = row.get("expires_at")
         if expires_at is not None:
             # Both times are the database's (the claim's now() is started_at): only the
@@ -1019,18 +1033,22 @@ class Worker:
                     finally:
                         self._bodies.release()
                 else:  # dropped while it waited: cancelled or expired
-                    outcome = Outcome(row["id"], row["run_count"], UNSTARTED)
+                    outcome = Outcome(row["id"], row["run_count"], UNSTARTED,
+                                      claim_token=row["claim_token"])
             else:
                 outcome = await execute(self.app, row, self.worker_id, self._threads)
         except asyncio.CancelledError as exc:
             if self._stop.is_set():
                 return  # stopping: the job goes back to the queue unspent
             # The body cancelled itself (not us): an exception like any other.
-            outcome = raised(row["id"], row["run_count"], row["attempt"], exc, None)
+            outcome = raised(row["id"], row["run_count"], row["attempt"], exc, None,
+                             self.app.redact, claim_token=row["claim_token"])
         except Exception as exc:  # a bug in akadze itself: keep the job, spend the attempt
             logger.exception("job %s: internal error while running it", row["id"])
             outcome = Outcome(row["id"], row["run_count"], RETRY,
-                              delay=default_backoff(row["attempt"]), error=error_entry(exc))
+                              delay=default_backoff(row["attempt"]),
+                              error=error_entry(exc, redact=self.app.redact),
+                              claim_token=row["claim_token"])
         finally:
             run = self._running.pop(row["id"], None)
             self._terminating.discard(row["id"])

@@ -16,16 +16,19 @@ import contextvars
 import logging
 import os
 import socket
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import psycopg
+import psycopg_pool
 from kombu import Exchange, Queue
 from kombu.exceptions import EncodeError, OperationalError
+from kombu.utils.functional import fxrange
 
-from akadze_core import ConnectionLost, InvalidArgs
+from akadze_core import ConnectionLost, DatabaseUnavailable, InvalidArgs
 from akadze_core import Task as CoreTask
 
 from .. import _state, serialization, signals
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
     from .task import Task
 
 __all__ = ["AMQP", "FOREVER", "MESSAGE_PROPERTIES", "ROUTE_KEYS", "STANDARD_HEADERS", "Message",
-           "PublishConnectionLost", "current_session",
+           "PublishConnectionLost", "PublishUnavailable", "current_session",
            "enclosing_session", "max_attempts_for", "message_meta", "prepare", "to_datetime",
            "transaction"]
 
@@ -72,6 +75,57 @@ class PublishConnectionLost(ConnectionLost, OperationalError):
     Also kombu's ``OperationalError``, what Celery raises when publishing to a broker it
     cannot reach, so ``except kombu.exceptions.OperationalError`` keeps catching it.
     """
+
+
+class PublishUnavailable(DatabaseUnavailable, OperationalError):
+    """``DatabaseUnavailable`` from ``delay``/``apply_async``/``send_task`` and canvases,
+    after Celery's publish retry policy: the database could not be reached or had no free
+    connection, and nothing was sent.
+
+    Also kombu's ``OperationalError``, what Celery raises when it cannot publish to its
+    broker, so ``except kombu.exceptions.OperationalError`` catches it as before.
+    """
+
+
+T = TypeVar("T")
+
+#: Failures before anything was sent: retried under the publish retry policy. A pool timeout
+#: is one (no connection was handed out, so no statement went).
+_UNSENT = (DatabaseUnavailable, psycopg_pool.PoolTimeout)
+
+
+def publish_with_retry(app: Celery, send: Callable[[], T], retry: Any = None,
+                       retry_policy: Mapping[str, Any] | None = None) -> T:
+    """``send()``, retried as Celery retries a publish while the database is unreachable
+    or full: ``retry`` (``apply_async(retry=)``, else ``task_publish_retry``) and the
+    policy (``retry_policy=`` over ``task_publish_retry_policy``: ``max_retries``,
+    ``interval_start``, ``interval_step``, ``interval_max``, as kombu reads them). The
+    last failure raises ``PublishUnavailable``. A connection lost after the insert was
+    sent is never retried (``PublishConnectionLost``, raised by the caller)."""
+    try:
+        return send()  # the first try costs nothing more than this try
+    except _UNSENT as exc:
+        error: Exception = exc
+    conf = app.conf
+    if retry is None:
+        retry = conf["task_publish_retry"]
+    if retry:
+        policy = {**(conf["task_publish_retry_policy"] or {}), **(retry_policy or {})}
+        max_retries = policy.get("max_retries", 3)
+        start = float(policy.get("interval_start", 0) or 0)
+        intervals = fxrange(start, float(policy.get("interval_max", 1) or 0) + start,
+                            float(policy.get("interval_step", 0.2) or 0), repeatlast=True)
+        retries = 0
+        while max_retries is None or retries < max_retries:
+            retries += 1
+            delay = float(next(intervals))
+            logger.warning("cannot publish: %s; retry %d in %.2fs", error, retries, delay)
+            time.sleep(delay)
+            try:
+                return send()
+            except _UNSENT as exc:
+                error = exc
+    raise PublishUnavailable(str(error)) from error
 
 
 # --- the caller's transaction -------------------------------------------------------------

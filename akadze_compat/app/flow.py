@@ -30,7 +30,7 @@ from ..backends.base import GROUP_BODY
 from ..canvas.signatures import Signature, alike_plain, listed, maybe_signature
 from ..result import AsyncResult, derived_results
 from ..utils import uuid
-from .amqp import Message, PublishConnectionLost, current_session, prepare
+from .amqp import Message, PublishConnectionLost, current_session, prepare, publish_with_retry
 from .routes import settings_router_state
 
 if TYPE_CHECKING:
@@ -256,13 +256,15 @@ class Builder:
                           extra_meta={ERRBACK: {"immutable": bool(sig.immutable)}})
         return OnFailure.from_request(message.request(), pass_error=True)
 
-    def enqueue(self) -> None:
-        """Insert every node in one statement; the results learn their job ids."""
+    def enqueue(self, retry: Any = None, retry_policy: Any = None) -> None:
+        """Insert every node in one statement; the results learn their job ids. While the
+        database cannot be reached the insert is retried as Celery retries a publish
+        (``retry``, ``retry_policy``: ``apply_async``'s, else the settings)."""
         workflow = self.workflow
         if self.session is not None:
             workflow = workflow.using(session=self.session)
         try:
-            workflow.enqueue()
+            publish_with_retry(self.app, workflow.enqueue, retry, retry_policy)
         except InvalidArgs as exc:
             raise EncodeError(str(exc)) from exc
         except ConnectionLost as exc:
@@ -502,12 +504,13 @@ def send_canvas(app: Celery, sig: Signature, args: Any, kwargs: Any,
 
 
 def send_linked(message: Message, task_id: str, link: Any, link_error: Any,
-                task_type: Task | None) -> AsyncResult:
+                task_type: Task | None, retry: Any = None,
+                retry_policy: Any = None) -> AsyncResult:
     """Send one call with ``link=``/``link_error=`` (``apply_async``'s): a workflow of the
     call, its callbacks after it and its errbacks on its row."""
     builder = Builder(message.app)
     _, result = builder.add_message(message, task_id, task_type, listed(link),
                                     listed(link_error), after=[], many=False,
                                     failure="cancel")
-    builder.enqueue()
+    builder.enqueue(retry, retry_policy)
     return result

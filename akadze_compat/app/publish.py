@@ -36,11 +36,13 @@ from .amqp import (
     ROUTE_KEYS,
     STANDARD_HEADERS,
     PublishConnectionLost,
+    PublishUnavailable,
     current_session,
     enclosing_session,
     max_attempts_for,
     message_meta,
     prepare,
+    publish_with_retry,
     to_datetime,
     transaction,
 )
@@ -52,9 +54,9 @@ if TYPE_CHECKING:
     from .task import Task
 
 __all__ = ["EXEC_OPTIONS", "FOREVER", "PLAIN_CALL", "ROUTE_KEYS", "STANDARD_HEADERS",
-           "PublishConnectionLost", "apply_async", "apply_on_commit", "current_session",
-           "exec_options", "max_attempts_for", "message_meta", "send_plain", "send_task",
-           "to_datetime", "transaction"]
+           "PublishConnectionLost", "PublishUnavailable", "apply_async", "apply_on_commit",
+           "current_session", "exec_options", "max_attempts_for", "message_meta", "send_plain",
+           "send_task", "to_datetime", "transaction"]
 
 #: Options that may be set on a task and apply to each call (Celery's exec options).
 EXEC_OPTIONS = ("queue", "routing_key", "exchange", "priority", "expires", "serializer",
@@ -206,9 +208,9 @@ def send_plain(task: Task, kept: _Plain, args: Any, kwargs: Any) -> AsyncResult 
     task_id = uuid()
     try:
         # Tuples encode as the lists Celery sends; nothing here keeps or changes them.
-        job_id = int(kept.call.enqueue_with_task_id(
+        job_id = int(publish_with_retry(app, lambda: kept.call.enqueue_with_task_id(
             task_id, args=args if args is not None else (),
-            kwargs=kwargs if kwargs is not None else {}))
+            kwargs=kwargs if kwargs is not None else {})))
     except InvalidArgs as exc:
         raise EncodeError(str(exc)) from exc
     except ConnectionLost as exc:
@@ -354,11 +356,14 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
     no task id (``enqueue_with_task_id`` adds each call's)."""
     task_id = uuid() if task_id is None else str(task_id)
     linked = link is not None or link_error is not None
+    # Celery's publish retry options: what to do while the database cannot be reached.
+    retry, retry_policy = options.pop("retry", None), options.pop("retry_policy", None)
     message = prepare(app, name, args, kwargs, options, task_id=task_id, link=link,
                       link_error=link_error, shadow=shadow, task_type=task_type,
                       id_in_meta=linked)
     if linked:
-        return flow.send_linked(message, task_id, link, link_error, task_type)
+        return flow.send_linked(message, task_id, link, link_error, task_type,
+                                retry=retry, retry_policy=retry_policy)
     call = message.call
     session = message.session
     if plain_key is not None and task_type is not None and session is None \
@@ -372,8 +377,10 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
     if session is not None:
         call = call.using(session=session)
     try:
-        job_id = int(call.enqueue_with_task_id(task_id, args=list(message.args),
-                                               kwargs=dict(message.kwargs)))
+        job_id = int(publish_with_retry(
+            app, lambda: call.enqueue_with_task_id(task_id, args=list(message.args),
+                                                   kwargs=dict(message.kwargs)),
+            retry, retry_policy))
     except InvalidArgs as exc:
         raise EncodeError(str(exc)) from exc
     except ConnectionLost as exc:

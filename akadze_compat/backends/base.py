@@ -2,12 +2,12 @@
 
 There is no separate result store: the state is derived from the job's columns (see
 ``job_state``), the return value is the job's result, and a failure's exception is rebuilt
-from the job's last error entry by type and module only (never unpickled).
+from the job's last error entry by type and module only: never unpickled, and its module
+never imported (only one already imported is looked in).
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import re
 import sys
@@ -105,20 +105,22 @@ _ENGINE_ERRORS = {
 
 
 def _exception_type(module: str | None, name: str) -> type[Exception]:
-    """The exception class called ``name`` in ``module``, or a stand-in of that name."""
+    """The exception class called ``name`` in ``module``, or a stand-in of that name.
+
+    ``module`` comes from a row, so it is only looked up among the modules this process has
+    already imported (``sys.modules``), never imported: an import runs the module's code,
+    and a row naming ``unittest.__main__`` or a project script would run it here (Celery
+    5.7 does the same since CVE-2021-23727). The attribute is read from the module's own
+    namespace, not with ``getattr``, so a module ``__getattr__`` (a lazy importer) is not
+    called either; and only an ``Exception`` subclass is used (a ``SystemExit`` named by a
+    row would stop the reader)."""
     if name in _ENGINE_ERRORS and (not module or module.startswith("akadze_core")):
         return getattr(exceptions, _ENGINE_ERRORS[name])  # type: ignore[no-any-return]
-    candidates = [module] if module else ["builtins"]
-    for module_name in candidates:
-        if not module_name or not _MODULE_NAME.match(module_name):
-            continue
+    module_name = module or "builtins"
+    if _MODULE_NAME.match(module_name):
         found = sys.modules.get(module_name)
-        if found is None:
-            try:
-                found = importlib.import_module(module_name)
-            except Exception:  # any import failure: fall back to a stand-in type
-                found = None
-        cls = getattr(found, name, None) if found is not None else None
+        namespace = getattr(found, "__dict__", None) if found is not None else None
+        cls = namespace.get(name) if isinstance(namespace, dict) else None
         if isinstance(cls, type) and issubclass(cls, Exception):
             return cls
     return _stand_in(module, name)
@@ -260,7 +262,7 @@ def custom_result(state: str, meta: Any) -> Any:
     an exception state (FAILURE, RETRY, REVOKED) with Celery's ``{"exc_type": ...,
     "exc_message": ..., "exc_module": ...}`` metadata, that exception, rebuilt as Celery
     does: the class named (a stand-in of that name when it cannot be found) called with
-    the message's arguments. Never an import of anything but an exception class."""
+    the message's arguments. Nothing is imported (see ``_exception_type``)."""
     if state not in states.EXCEPTION_STATES or not isinstance(meta, dict) \
             or not isinstance(meta.get("exc_type"), str):
         return meta

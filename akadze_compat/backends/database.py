@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from akadze_core.dsn import redact_json
+
 from .. import _state, serialization, states
 from ..exceptions import TaskRevokedError
 from .base import custom_result
@@ -137,7 +139,9 @@ class DatabaseBackend:
         """A result as stored: an exception as Celery's JSON ``{"exc_type", "exc_message",
         "exc_module"}``."""
         if isinstance(result, BaseException):
-            return self.prepare_exception(result)
+            # Stored in the job, where readers that do not know this worker's database
+            # password see it: scrubbed of it, as a failure's error entry is.
+            return redact_json(self.prepare_exception(result), self.app.core.redact)
         return result
 
     def mark_as_started(self, task_id: Any, **meta: Any) -> Any:
@@ -202,8 +206,8 @@ class DatabaseBackend:
                 "exc_module": cls.__module__}
 
     def exception_to_python(self, exc: Any) -> BaseException | None:
-        """An exception from Celery's JSON form (never unpickled, never imported beyond
-        an exception class); an exception is returned as it is."""
+        """An exception from Celery's JSON form (never unpickled; its module is looked up
+        among those already imported, never imported); an exception is returned as it is."""
         if not exc:
             return None
         if isinstance(exc, BaseException):

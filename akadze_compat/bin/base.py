@@ -24,7 +24,7 @@ import click
 import psycopg
 
 from akadze_core import AkadzeError
-from akadze_core.cli_support import OneLineErrorGroup, Secrets, exit_now, one_line
+from akadze_core.cli_support import OneLineErrorGroup, Secrets, exit_now, one_line, printable
 from akadze_core.dberrors import SCHEMA_ERRORS
 from akadze_core.migrations import MIGRATE_COMMAND, schema_missing
 
@@ -81,7 +81,7 @@ class CompatGroup(OneLineErrorGroup):
 
 def warn(message: str) -> None:
     """Print one ``akadze-compat: warning: ...`` line on stderr."""
-    click.echo(f"{PROG_NAME}: warning: {secrets.scrub(one_line(message))}", err=True)
+    click.echo(f"{PROG_NAME}: warning: {printable(secrets.scrub(one_line(message)))}", err=True)
 
 
 def report(exc: BaseException) -> int:

@@ -17,6 +17,7 @@ import click
 
 from akadze_core import run_schedules
 from akadze_core.cli import dashboard_options, run_dashboard
+from akadze_core.cli_support import printable
 
 from .. import states
 from ..beat import warn_unhonoured_scheduler
@@ -24,6 +25,7 @@ from ..django_beat import names_database_scheduler
 from ..exceptions import TimeoutError as CeleryTimeout
 from ..worker.control import Panel
 from .base import CliError, cli_state, secrets, split_names, warn
+from .flower import read_flower_options
 from .logs import setup_command_logging
 
 __all__ = ["COMMANDS"]
@@ -48,7 +50,7 @@ def _plural(count: int, word: str) -> str:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, default=str, ensure_ascii=False)
+    return printable(json.dumps(value, default=str, ensure_ascii=False), json_text=True)
 
 
 # --- reading the database -------------------------------------------------------------------
@@ -64,9 +66,11 @@ def _say(replies: dict[str, Any]) -> None:
     """Celery's chat format: ``->  node: OK`` (or ``ERROR``), then the reply, indented."""
     for node, reply in replies.items():
         status, body = _pretty(reply)
-        click.echo(f"->  {node}: {status}")
+        click.echo(printable(f"->  {node}: {status}"))
         if body:
-            click.echo("\n".join(f"    {line}" for line in body.splitlines()))
+            # Replies carry task names, arguments and queue names from rows: control
+            # characters are shown escaped, never sent to the terminal.
+            click.echo("\n".join(f"    {printable(line)}" for line in body.split("\n")))
 
 
 def _pretty(reply: Any) -> tuple[str, str]:
@@ -195,7 +199,7 @@ def status_command(ctx: click.Context, timeout: float, destination: tuple[str, .
 
     def say(reply: dict[str, Any]) -> None:
         for node in reply:
-            click.echo(f"->  {node}: OK")
+            click.echo(printable(f"->  {node}: OK"))
 
     replies = app.control.inspect(timeout=timeout,
                                   destination=split_names(destination) or None,
@@ -228,7 +232,7 @@ def purge_command(ctx: click.Context, force: bool, queues: tuple[str, ...],
     if not names:
         click.echo("No messages purged: no queue has waiting tasks.")
         return
-    headline = f"{'queue' if len(names) == 1 else 'queues'}: {', '.join(names)}"
+    headline = printable(f"{'queue' if len(names) == 1 else 'queues'}: {', '.join(names)}")
     if not force:
         click.confirm(f"WARNING: This will remove all tasks from {headline}.\n"
                       "         There is no undo for this operation!\n\n"
@@ -309,7 +313,7 @@ def result_command(ctx: click.Context, task_id: str, task: str | None, show_trac
     app = _existing(_state(ctx).load_app(required=False))
     result = app.AsyncResult(task_id, task_name=task)
     if show_traceback:
-        click.echo(result.traceback)
+        click.echo(_shown(result.traceback))
         return
     try:
         value = result.get(timeout=timeout, propagate=False)
@@ -319,7 +323,17 @@ def result_command(ctx: click.Context, task_id: str, task: str | None, show_trac
     state = result.state
     if state in states.PROPAGATE_STATES:
         raise CliError(f"task {task_id} ended {state}: {type(value).__name__}: {value}")
-    click.echo(value)
+    click.echo(_shown(value))
+
+
+def _shown(value: Any) -> str | None:
+    """What ``click.echo(value)`` prints (None: an empty line), control characters escaped:
+    a result and a traceback are row data."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return printable(value, lines=True)
 
 
 # --- migrate / beat ---------------------------------------------------------------------------
@@ -378,18 +392,38 @@ def beat_command(ctx: click.Context, loglevel: str, scheduler: str | None) -> No
               help="Logging level.")
 @click.pass_context
 def flower_command(ctx: click.Context, port: int, address: str, basic_auth: str | None,
-                   tokens: tuple[str, ...], read_only: bool, url_prefix: str,
-                   loglevel: str) -> None:
+                   tokens: tuple[str, ...], read_only: bool, unauthenticated: bool,
+                   url_prefix: str, loglevel: str) -> None:
     """Serve akadze's web dashboard where Flower would run: Flower's --port, --address,
-    --basic-auth and --url-prefix; its other options are ignored with a warning."""
-    for extra in ctx.args:
+    --basic-auth (also --basic_auth=, FLOWER_BASIC_AUTH, flowerconfig.py), --url-prefix and
+    --read-only; its other options are ignored with a warning, except OAuth (--auth) and
+    TLS, which stop it."""
+    flower = read_flower_options(ctx.args)
+    for extra in flower.ignored:
         warn(f"flower: ignoring unsupported option {extra}")
+
+    def given(name: str) -> bool:
+        # Flower's order: its command line over its config file over FLOWER_*; click's own
+        # parse of the same option counts as the command line, its AKADZE_* variable as
+        # the environment.
+        return ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+
+    if flower.basic_auth is not None and not given("basic_auth"):
+        basic_auth = flower.basic_auth
+    if flower.port is not None and not given("port"):
+        port = flower.port
+    if flower.address is not None and not given("address"):
+        address = flower.address
+    if flower.url_prefix is not None and not given("url_prefix"):
+        url_prefix = flower.url_prefix
+    if flower.read_only is not None and not given("read_only"):
+        read_only = flower.read_only
     app = _existing(_state(ctx).load_app())
     setup_command_logging(logging.getLevelName(loglevel.upper()))
     core = app.core
     run_dashboard(core, port=port, address=address, basic_auth=basic_auth, tokens=tokens,
                   read_only=read_only, url_prefix=url_prefix, log_level=loglevel,
-                  secrets=secrets)
+                  secrets=secrets, unauthenticated=unauthenticated)
 
 
 COMMANDS: tuple[click.Command, ...] = (beat_command, call_command, control_command,

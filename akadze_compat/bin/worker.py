@@ -31,6 +31,7 @@ from typing import Any
 import click
 
 from akadze_core import Worker, WorkerConfig
+from akadze_core.cli_support import scrubbed_stdio
 from akadze_core.processes import ProcessPool, serve
 from akadze_core.worker_config import DEFAULTS
 
@@ -95,6 +96,9 @@ def worker_command(ctx: click.Context, **options: Any) -> None:
         warn_unsupported(options, ctx.args)
     state = cli_state(ctx)
     app = state.load_app()
+    # What the tasks print goes out scrubbed of passwords, as the log lines do (Celery
+    # sends it to the log instead: worker_redirect_stdouts is not honoured).
+    ctx.with_resource(scrubbed_stdio(secrets.scrub))
     settings = settings_from_options(app, options, child, quiet=state.quiet)
     instance = WorkController(app, settings)
     if child is not None:
@@ -131,6 +135,8 @@ def _init(app: Any, settings: WorkerSettings, instance: WorkController, *,
         beat.warn_unhonoured_scheduler(app, settings.options.get("scheduler"))
     core = app.prepare_worker()
     _ = core.database_url  # a bad broker URL fails here, once, as one line
+    if core.redact not in secrets.redactors:
+        secrets.redactors.append(core.redact)  # its password, however the URL was given
     if main_process:
         # Celery sends it once the worker is set up (queues, logging), before it starts.
         signals.celeryd_after_setup.send(sender=settings.hostname, instance=instance,

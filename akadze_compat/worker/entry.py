@@ -424,9 +424,11 @@ def _core_outcome(run: _Run, result: TraceResult) -> outcomes.Outcome:
     try:
         value = _outcome(run, result)
     except BaseException as exc:
-        return outcomes.raised(job.id, job.run_count, job.attempt, exc, backoff)
+        return outcomes.raised(job.id, job.run_count, job.attempt, exc, backoff,
+                               context.app.redact, claim_token=job.claim_token)
     return outcomes.succeeded(job.id, job.run_count, job.attempt, value, backoff,
-                              context.app.json_dumps)
+                              context.app.json_dumps, context.app.max_result_bytes,
+                              claim_token=job.claim_token)
 
 
 def _stored(run: _Run, written: bool) -> None:

@@ -149,7 +149,9 @@ class CeleryProcessPool(ProcessPool):
                 logger.error("Hard time limit (%ss) exceeded for %s[%s]", hard, task.name,
                              request.id)
                 _failure_hooks(task, request, args, kwargs, limit)
-            return Outcome(row["id"], row["run_count"], FAIL, error=error_entry(limit))
+            return Outcome(row["id"], row["run_count"], FAIL,
+                           error=error_entry(limit, redact=app.redact),
+                           claim_token=row.get("claim_token"))
         if isinstance(exc, Terminated):
             call = self._call(app, row)
             if call is not None:

@@ -305,6 +305,9 @@ claimed AS (
         worker_id = CASE WHEN j.cancel_requested OR j.expires_at <= now()
                          THEN NULL ELSE %(worker_id)s END,
         started_at = now(),
+        -- The run's fencing token (with run_count): random, so a claim lost in a failover
+        -- and made again under the same run_count still gets a token of its own.
+        claim_token = (random() * 9007199254740992)::bigint,
         finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= now()
                            THEN now() END
     FROM chosen
@@ -317,8 +320,8 @@ settled AS (
     HAVING count(*) > 0
 )
 SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
-       max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
-       cancel_requested, (errors -> -1)::text AS last_error, upstreams,
+       max_attempts, run_count, claim_token, expires_at, meta::text AS meta, created_at,
+       started_at, cancel_requested, (errors -> -1)::text AS last_error, upstreams,
        upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg, position,
        -- Its outcome is flushed without waiting for company when it may release a job
        -- that waits on it: a chain's next step, a fan-in's body with few upstreams left
@@ -384,6 +387,9 @@ claimed AS (
         worker_id = CASE WHEN j.cancel_requested OR j.expires_at <= now()
                          THEN NULL ELSE %(worker_id)s END,
         started_at = now(),
+        -- The run's fencing token (with run_count): random, so a claim lost in a failover
+        -- and made again under the same run_count still gets a token of its own.
+        claim_token = (random() * 9007199254740992)::bigint,
         finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= now()
                            THEN now() END
     FROM picked
@@ -396,8 +402,8 @@ settled AS (
     HAVING count(*) > 0
 )
 SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
-       max_attempts, run_count, expires_at, meta::text AS meta, created_at, started_at,
-       cancel_requested, (errors -> -1)::text AS last_error, upstreams,
+       max_attempts, run_count, claim_token, expires_at, meta::text AS meta, created_at,
+       started_at, cancel_requested, (errors -> -1)::text AS last_error, upstreams,
        upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg, position,
        -- Its outcome is flushed without waiting for company when it may release a job
        -- that waits on it: a chain's next step, a fan-in's body with few upstreams left
@@ -416,18 +422,19 @@ ORDER BY turn, priority, wrapped, task, scheduled_at, id;
 -- name: job_complete_many
 -- Write a batch of run outcomes in one statement (the arrays go in binary: their text form
 -- costs psycopg a quoting pass per element, a tenth of a busy worker's time). Every row is
--- fenced: it changes only while the job is still running under the run_count it was
--- claimed with, so a late run changes nothing. Outcome kinds: success, retry (spends the
+-- fenced: it changes only while the job is still running under the run_count and
+-- claim_token it was claimed with, so a late run changes nothing (run_count alone repeats
+-- when a claim is lost in a failover; the token does not). Outcome kinds: success, retry (spends the
 -- attempt), snooze (gives it back), fail, cancel. A run that raised while cancel was requested or the job expired ends
 -- cancelled without spending its attempt; a returned value still wins (side effects happened).
 -- unstarted: a run claimed ahead that the worker dropped before its body started, having
 -- heard of a cancel request or its expiry: cancelled when the row says so (cancel_requested,
 -- or expires_at on this clock), else back to queued at once; the attempt is given back.
 WITH outcome AS (
-    SELECT * FROM unnest(%(id)b::bigint[], %(run_count)b::int[], %(kind)b::text[],
-                         %(result)b::text[], %(delay)b::float8[], %(error)b::text[],
-                         %(max_attempts)b::int[])
-        AS o(id, run_count, kind, result, delay, error, max_attempts)
+    SELECT * FROM unnest(%(id)b::bigint[], %(run_count)b::int[], %(claim_token)b::bigint[],
+                         %(kind)b::text[], %(result)b::text[], %(delay)b::float8[],
+                         %(error)b::text[], %(max_attempts)b::int[])
+        AS o(id, run_count, claim_token, kind, result, delay, error, max_attempts)
 ),
 decided AS (
     SELECT o.*, j.attempt,
@@ -456,7 +463,7 @@ decided AS (
     -- turning a flush into running x outcomes comparisons (seconds at 10,000 running).
     -- LIMIT 1 (ids are unique anyway) keeps the fence's quals from being pushed in here.
     CROSS JOIN LATERAL (SELECT * FROM akadze.jobs WHERE id = o.id LIMIT 1 FOR UPDATE) AS j
-    WHERE j.run_count = o.run_count AND j.state = 'running'
+    WHERE j.run_count = o.run_count AND j.claim_token = o.claim_token AND j.state = 'running'
 ),
 updated AS (
 UPDATE akadze.jobs AS j
@@ -508,7 +515,8 @@ WHERE (SELECT count(*) FROM finished) >= 0 AND (SELECT count(*) FROM settled) >=
 WITH done AS (
     UPDATE akadze.jobs
     SET state = 'succeeded', result = %(result)s::jsonb, worker_id = NULL, finished_at = now()
-    WHERE id = %(id)s AND run_count = %(run_count)s AND state = 'running'
+    WHERE id = %(id)s AND run_count = %(run_count)s AND claim_token = %(claim_token)s
+      AND state = 'running'
     RETURNING id, (dependents IS NOT NULL OR on_failure IS NOT NULL) AS settles
 ),
 settled AS (
@@ -521,8 +529,10 @@ WHERE (SELECT count(*) FROM settled) >= 0;
 -- Graceful stop: unfinished runs go back to queued, due now, without spending the attempt.
 UPDATE akadze.jobs AS j
 SET state = 'queued', attempt = j.attempt - 1, worker_id = NULL, scheduled_at = now()
-FROM unnest(%(id)s::bigint[], %(run_count)s::int[]) AS o(id, run_count)
-WHERE j.id = o.id AND j.run_count = o.run_count AND j.state = 'running'
+FROM unnest(%(id)s::bigint[], %(run_count)s::int[], %(claim_token)s::bigint[])
+     AS o(id, run_count, claim_token)
+WHERE j.id = o.id AND j.run_count = o.run_count AND j.claim_token = o.claim_token
+  AND j.state = 'running'
 RETURNING j.id, pg_notify('akadze_jobs', j.queue) IS NULL AS notified;
 
 -- name: job_return_orphans
@@ -627,8 +637,9 @@ WHERE (SELECT count(*) FROM settled) >= 0;
 -- connection). One statement for all of them, only while some wait.
 SELECT j.id
 FROM akadze.jobs AS j
-JOIN unnest(%(id)s::bigint[], %(run_count)s::int[]) AS o(id, run_count)
-  ON j.id = o.id AND j.run_count = o.run_count
+JOIN unnest(%(id)s::bigint[], %(run_count)s::int[], %(claim_token)s::bigint[])
+     AS o(id, run_count, claim_token)
+  ON j.id = o.id AND j.run_count = o.run_count AND j.claim_token = o.claim_token
 WHERE j.state = 'running' AND (j.cancel_requested OR j.expires_at <= now());
 
 -- name: job_list_terminating
@@ -636,8 +647,9 @@ WHERE j.state = 'running' AND (j.cancel_requested OR j.expires_at <= now());
 -- cancel_signal): the check for terminate notifications it may have missed.
 SELECT j.id, j.cancel_signal
 FROM akadze.jobs AS j
-JOIN unnest(%(id)s::bigint[], %(run_count)s::int[]) AS o(id, run_count)
-  ON j.id = o.id AND j.run_count = o.run_count
+JOIN unnest(%(id)s::bigint[], %(run_count)s::int[], %(claim_token)s::bigint[])
+     AS o(id, run_count, claim_token)
+  ON j.id = o.id AND j.run_count = o.run_count AND j.claim_token = o.claim_token
 WHERE j.state = 'running' AND j.cancel_signal IS NOT NULL;
 
 -- name: job_requeue
@@ -770,7 +782,8 @@ DELETE FROM akadze.workers WHERE id = %(id)s;
 -- name: job_update_meta
 -- Merge top-level keys into the running job's meta (custom progress states), fenced.
 UPDATE akadze.jobs SET meta = meta || %(patch)s::jsonb
-WHERE id = %(id)s AND run_count = %(run_count)s AND state = 'running'
+WHERE id = %(id)s AND run_count = %(run_count)s AND claim_token = %(claim_token)s
+      AND state = 'running'
 RETURNING id;
 
 -- name: job_hand_over
@@ -782,7 +795,8 @@ RETURNING id;
 -- run no longer owns the job. The settle of the job's success then finds no dependents.
 WITH original AS (
     SELECT id, dependents FROM akadze.jobs
-    WHERE id = %(id)s AND run_count = %(run_count)s AND state = 'running'
+    WHERE id = %(id)s AND run_count = %(run_count)s AND claim_token = %(claim_token)s
+      AND state = 'running'
     FOR UPDATE
 ), moved AS (
     UPDATE akadze.jobs AS w SET upstreams = array_replace(w.upstreams, o.id, %(to)s::bigint)

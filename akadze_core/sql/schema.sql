@@ -295,12 +295,15 @@ CREATE TABLE akadze.jobs (
     upstream_results jsonb,
     cancel_signal smallint,
     "position" integer,
+    claim_token bigint,
     CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['waiting'::text, 'queued'::text, 'running'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text])))
 )
 WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.02', autovacuum_analyze_scale_factor='0.02');
 
 COMMENT ON COLUMN akadze.jobs."position" IS 'The job''s index in the fan-out it was added with (Workflow.add_many(first_position=)), else NULL';
+
+COMMENT ON COLUMN akadze.jobs.claim_token IS 'Random per claim: with run_count, the fencing token of the run that holds the job';
 
 ALTER TABLE akadze.jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME akadze.jobs_id_seq

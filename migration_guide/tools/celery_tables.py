@@ -153,12 +153,13 @@ API_NOTES: dict[str, tuple[str, str]] = {
                                            "class (Celery drops the message)"),
     "celery.exceptions:ImproperlyConfigured": (S, "raised for a non-Postgres broker URL and "
                                                   "for serializers other than JSON"),
-    "celery.exceptions:OperationalError": (D, "kombu's class, for `except` clauses; a send "
-                                              "that cannot reach Postgres raises "
-                                              "`akadze_core.ConfigurationError`, "
-                                              "`psycopg.OperationalError` or "
-                                              "`psycopg_pool.PoolTimeout` instead, at once "
-                                              "(no publish retry)"),
+    "celery.exceptions:OperationalError": (S, "kombu's class: a send that cannot reach "
+                                              "Postgres, or finds it without a free "
+                                              "connection, raises it after the publish "
+                                              "retry policy (also "
+                                              "`akadze_core.DatabaseUnavailable`); a wrong "
+                                              "URL, password or database raises "
+                                              "`akadze_core.ConfigurationError` at once"),
     "celery.exceptions:WorkerShutdown": (D, "raised in a task it fails that task; the worker "
                                             "goes on"),
     "celery.exceptions:WorkerTerminate": (D, "raised in a task it fails that task; the worker "

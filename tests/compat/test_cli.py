@@ -453,3 +453,47 @@ def _worker_stops_cleanly(cli_worker: CompatWorker) -> Iterator[None]:
     yield
     cli_worker.terminate()
     assert cli_worker.wait_exit() == 0, cli_worker.log()
+
+
+PRINT_PASSWORD = "Pr1nt-S3cret"
+
+
+@pytest.mark.parametrize("pool", [["-P", "solo"], ["-P", "prefork", "-c", "1"]],
+                         ids=["solo", "prefork"])
+def test_what_a_task_prints_is_scrubbed_of_the_broker_password(
+        database_url: str, spawn_compat: SpawnCompat, tmp_path: Path, pool: list[str]) -> None:
+    """print() output goes to the worker's stdout as it is (worker_redirect_stdouts is not
+    honoured), but never with the database password in it."""
+    (tmp_path / "printproj.py").write_text(textwrap.dedent('''
+        import sys
+        from akadze_compat import Celery
+
+        app = Celery("printproj")
+
+        @app.task(name="printproj.show")
+        def show():
+            url = app.conf.broker_url
+            print("connecting to", url)
+            print("the secret is", url.split(":")[2].split("@")[0], file=sys.stderr)
+            print("done printing", flush=True)
+    '''))
+    params = psycopg.conninfo.conninfo_to_dict(database_url)
+    broker = (f"postgresql://{params['user']}:{PRINT_PASSWORD}@{params['host']}:"
+              f"{params.get('port', 5432)}/{params['dbname']}")
+    worker = spawn_compat("-b", broker, "-A", "printproj", "worker", *pool, "-l", "INFO",
+                          cwd=tmp_path)
+    worker.wait_ready()
+    from akadze_compat import Celery
+
+    client = Celery("client", broker=database_url, set_as_current=False)
+    try:
+        client.send_task("printproj.show")
+    finally:
+        if client._core is not None:
+            client._core.close()
+        client.close()
+    worker.wait_log("done printing")
+    worker.wait_log("the secret is ***")
+    log = worker.log()
+    assert PRINT_PASSWORD not in log, log
+    assert f"connecting to postgresql://{params['user']}:***@" in log

@@ -255,3 +255,34 @@ def test_terminate_before_start_keeps_it_from_running(
     time.sleep(0.5)
     assert not second.exists()
     assert job(db, waiting.job_id)["attempt"] == 0
+
+
+# --- results too large to store --------------------------------------------------------------
+
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_a_result_over_max_result_bytes_fails_that_task_alone_and_the_pool_goes_on(
+        limits: Any, module_database_url: str, spawn_compat: SpawnCompat,
+        db: psycopg.Connection, pool: str) -> None:
+    """Seed 000: a result that can never be stored fails its task at once (no retry, one
+    run); tasks beside it succeed, and the pool's children live on (a prefork child checks
+    the size before the result crosses its pipe). AKADZE_MAX_RESULT_BYTES sets the limit."""
+    worker, queue = worker_for(spawn_compat, module_database_url, pool,
+                               {"AKADZE_MAX_RESULT_BYTES": str(1024 * 1024)})
+    children = sorted(children_of(worker.pid)) if pool == "prefork" else []
+    big = limits.big_result.apply_async((2 * 1024 * 1024,), queue=queue)
+    beside = [limits.whoami.apply_async(queue=queue) for _ in range(3)]
+    fits = limits.big_result.apply_async((1024 * 1024 - 2,), queue=queue)
+    big.get(timeout=30, propagate=False)
+    assert big.state == states.FAILURE
+    row = job(db, big.job_id)
+    assert (row["state"], row["run_count"], row["result"]) == ("failed", 1, None), row
+    assert [entry["type"] for entry in row["errors"]] == ["ResultTooLarge"], row["errors"]
+    assert "max_result_bytes" in row["errors"][0]["message"]
+    for result in beside:
+        assert result.get(timeout=30)["retries"] == 0
+    assert len(fits.get(timeout=30)) == 1024 * 1024 - 2
+    after = limits.whoami.apply_async(queue=queue).get(timeout=30)
+    if pool == "prefork":
+        assert sorted(children_of(worker.pid)) == children  # no child died or was replaced
+        assert after["pid"] in children
+    assert worker.proc.poll() is None

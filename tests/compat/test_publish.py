@@ -538,3 +538,45 @@ def test_repeated_plain_calls_equal_the_full_path(database_url: str,
     finally:
         plain.close()
         forwarding.close()
+
+
+def _deep_list(depth: int) -> list[Any]:
+    outer: list[Any] = []
+    inner = outer
+    for _ in range(depth - 1):
+        inner.append([])
+        inner = inner[0]
+    return outer
+
+
+def test_names_and_args_past_the_limits_raise_encode_error_and_insert_nothing(
+        celery: Celery, db: psycopg.Connection) -> None:
+    """Deep args, and queue names, task names and task ids over 255 characters (or with a
+    NUL) raise kombu's EncodeError, as other bad arguments do, before anything is inserted:
+    every step of a canvas is checked before any is."""
+    from kombu.exceptions import EncodeError
+
+    from akadze_compat import chain, chord, group
+
+    @celery.task(name="proj.add")
+    def add(x: Any, y: Any) -> Any:
+        return x + y
+
+    deep, long = _deep_list(10_000), "q" * 8200
+    attempts: dict[str, Callable[[], Any]] = {
+        "delay deep": lambda: add.delay(deep, 1),
+        "queue of 8 KB": lambda: add.apply_async((1, 2), queue=long),
+        "queue with a NUL": lambda: add.apply_async((1, 2), queue="q\x00"),
+        "task id too long": lambda: add.apply_async((1, 2), task_id="i" * 256),
+        "task name too long": lambda: celery.send_task("n" * 256, (1,)),
+        "chain step": lambda: chain(add.s(1, 2), add.s(3).set(queue=long)).apply_async(),
+        "group member": lambda: group(add.s(1, 2), add.s(3, 4).set(queue=long)).apply_async(),
+        "chord body": lambda: chord([add.s(1, 2)], add.s(3).set(queue=long)).apply_async(),
+        "chain deep args": lambda: chain(add.s(1, 2), add.s(deep)).apply_async(),
+    }
+    for name, attempt in attempts.items():
+        with pytest.raises(EncodeError, match=r"limit of 255|NUL|nested too deeply"):
+            attempt()
+        assert db.execute("SELECT count(*) FROM akadze.jobs").fetchone() == (0,), name
+    add.apply_async((1, 2), queue="q" * 255, task_id="i" * 255)  # at the limit: fine
+    assert db.execute("SELECT queue FROM akadze.jobs").fetchone() == ("q" * 255,)

@@ -54,6 +54,9 @@ FLEET_RECORD_FOR = 60.0
 #: opened on first use, checks the URL with one direct connection and reports a refused one
 #: as ConfigurationError (a first connection to a wrong host fails at once).
 FLEET_OUTAGE = (psycopg.Error, psycopg_pool.PoolTimeout, ConfigurationError)
+#: ``App(max_result_bytes=...)`` of the worker and its pool's children, when set (the
+#: tests use a small one, for fast results over the limit).
+MAX_RESULT_BYTES_ENV = "FAULT_APP_MAX_RESULT_BYTES"
 #: What ``bad_error`` raises: a message with a NUL and a lone surrogate.
 BAD_MESSAGE = "bad\x00byte and a lone \ud800 surrogate"
 
@@ -68,6 +71,8 @@ def build_fault_app(url: str) -> App:
     """worker_app's App plus the fault tasks."""
     app = build_app(url)
     app.json_dumps = _dumps
+    if os.environ.get(MAX_RESULT_BYTES_ENV):
+        app.max_result_bytes = int(os.environ[MAX_RESULT_BYTES_ENV])
     register_workflow_tasks(app)
 
     @app.task("suicide", max_attempts=3)
@@ -108,6 +113,19 @@ def build_fault_app(url: str) -> App:
     async def raw_result() -> dict[str, str]:
         await asyncio.to_thread(_record_start, url)
         return {RAW_MARKER: "{this is not json"}
+
+    @app.task("big_result")
+    async def big_result(size: int, char: str = "x") -> str:
+        """A result of ``size`` times ``char`` (over the app's max_result_bytes in tests)."""
+        await asyncio.to_thread(_record_start, url)
+        return char * size
+
+    @app.task("deep_raw_result")
+    async def deep_raw_result(depth: int) -> dict[str, str]:
+        """A result written as is, small but nested ``depth`` levels deep: past the server's
+        stack (100,000 levels is 200 KB), Postgres refuses it with a class 54 error."""
+        await asyncio.to_thread(_record_start, url)
+        return {RAW_MARKER: "[" * depth + "]" * depth}
 
     @app.task("bad_error", backoff=lambda attempt: timedelta(seconds=0.1))
     async def bad_error() -> str:

@@ -82,7 +82,7 @@ class JobMachine(RuleBasedStateMachine):
         self.alive: list[int] = []
         self.dead: list[int] = []
         #: Every (job id, run_count) a claim handed out, current or stale.
-        self.tokens: list[tuple[int, int]] = []
+        self.tokens: list[tuple[int, int, int]] = []
 
     def teardown(self) -> None:
         self.loop.run_until_complete(self.aconn.close())
@@ -147,7 +147,7 @@ class JobMachine(RuleBasedStateMachine):
             expected.attempt += 1
             expected.worker_id = worker_id
             assert (row["state"], row["run_count"]) == ("running", expected.run_count)
-            self.tokens.append((row["id"], row["run_count"]))
+            self.tokens.append((row["id"], row["run_count"], row["claim_token"]))
 
     @precondition(lambda self: self.alive or self.dead)
     @rule(data=st.data())
@@ -162,10 +162,10 @@ class JobMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.tokens)
     @rule(data=st.data(), kind=st.sampled_from([SUCCESS, RETRY, SNOOZE, FAIL, CANCEL]))
     def outcome(self, data: st.DataObject, kind: str) -> None:
-        job_id, run_count = data.draw(st.sampled_from(self.tokens))
+        job_id, run_count, token = data.draw(st.sampled_from(self.tokens))
         error = None if kind in (SUCCESS, SNOOZE) else error_entry(ValueError("boom"))
         outcome = Outcome(job_id, run_count, kind, result="1" if kind == SUCCESS else None,
-                          delay=0.0, error=error)
+                          delay=0.0, error=error, claim_token=token)
         before = self.rows()
         current = self.owns(job_id, run_count)
         written = self.run(database.complete_many(self.aconn, [outcome]))
@@ -226,7 +226,7 @@ class JobMachine(RuleBasedStateMachine):
                                   unique=True))
         returned = self.run(database.return_many(self.aconn, runs))
         expected_ids = set()
-        for job_id, run_count in runs:
+        for job_id, run_count, _ in runs:
             if self.owns(job_id, run_count):
                 expected = self.jobs[job_id]
                 expected.state, expected.worker_id, expected.due = "queued", None, "now"

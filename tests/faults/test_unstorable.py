@@ -22,7 +22,7 @@ import pytest
 from akadze_core import App
 from akadze_core.serialization import sanitize_text
 from tests.faults.conftest import SpawnWorker
-from tests.faults.fault_app import BAD_MESSAGE
+from tests.faults.fault_app import BAD_MESSAGE, MAX_RESULT_BYTES_ENV
 from tests.faults.support import error_types, rows_by_id, wait_until
 from tests.workers.support import runs
 
@@ -78,6 +78,57 @@ def test_unstorable_results_fail_at_once_and_unstorable_errors_retry_sanitized(
     assert (entry["type"], entry["module"]) == ("Unstorable", "mod\ufffdule \ufffd"), entry
     assert entry["message"] == "the type is the problem"
 
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit()[0] == 0, worker.log()
+
+
+@pytest.mark.parametrize("pool", [(), ("--processes", "2")], ids=["worker", "process-pool"])
+def test_results_over_the_limit_or_refused_by_postgres_fail_alone_and_the_worker_goes_on(
+    app: App, database_url: str, runs_db: psycopg.Connection, spawn_worker: SpawnWorker,
+    pool: tuple[str, ...],
+) -> None:
+    """Seed 000: an outcome that can never be stored fails that job, with no more attempts;
+    nothing else. A result over max_result_bytes (1 MiB here) is refused before it is
+    written (or sent back from a pool's child); one that passes every check here but that
+    Postgres refuses with a program limit (class 54: nesting past the server's stack; a
+    jsonb string of 256 MiB is the same class) fails alone within its batch."""
+    big = app.tasks["big_result"].enqueue(size=2 * 1024 * 1024)
+    # 600 Ki characters, 1.2 MiB of UTF-8: over the limit by its bytes, not its length.
+    utf8 = app.tasks["big_result"].enqueue(size=600 * 1024, char="é")
+    deep = app.tasks["deep_raw_result"].enqueue(depth=100_000)
+    fine = app.tasks["quick"].enqueue_many([{}] * 6)  # share the completer's batches
+    just_under = app.tasks["big_result"].enqueue(size=1024 * 1024 - 2)  # with its quotes
+    worker = spawn_worker(database_url, *FAST, "--slots", "4", *pool,
+                          env={MAX_RESULT_BYTES_ENV: str(1024 * 1024)})
+    ids = [big, utf8, deep, *fine, just_under]
+
+    def settled() -> bool:
+        rows = rows_by_id(runs_db, ids)
+        return all(row["state"] in ("succeeded", "failed") for row in rows.values())
+
+    wait_until(settled, timeout=30, what="every job to succeed or fail")
+    rows = rows_by_id(runs_db, ids)
+    for job_id, kind in ((big, "ResultTooLarge"), (utf8, "ResultTooLarge"),
+                         (deep, "UnstorableOutcome")):
+        row = rows[job_id]
+        assert (row["state"], row["attempt"], row["result"]) == ("failed", 1, None), row
+        assert error_types(row) == [kind], row
+        assert len(runs(runs_db, job_id)) == 1, row  # no attempt re-spent
+    assert "max_result_bytes" in rows[big]["errors"][0]["message"]
+    assert "is 1228802 bytes as JSON, over the limit of 1048576" in \
+        rows[utf8]["errors"][0]["message"]
+    assert "could not be stored" in rows[deep]["errors"][0]["message"]
+    assert (rows[just_under]["state"], len(rows[just_under]["result"])) == \
+        ("succeeded", 1024 * 1024 - 2)
+    for job_id in fine:
+        assert (rows[job_id]["state"], rows[job_id]["result"]) == ("succeeded", "ok")
+
+    # The same worker (and pool) goes on: a job enqueued now runs.
+    later = app.tasks["quick"].enqueue()
+    wait_until(lambda: rows_by_id(runs_db, [later])[later]["state"] == "succeeded",
+               what="a later job to run")
+    log = worker.log()
+    assert "internal error" not in log and "Traceback" not in log, log
     worker.signal(signal.SIGTERM)
     assert worker.wait_exit()[0] == 0, worker.log()
 

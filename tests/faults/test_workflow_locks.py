@@ -54,13 +54,16 @@ async def test_two_flushes_settling_the_same_waiting_jobs_do_not_deadlock(
     try:
         claimed = await database.claim_jobs(connections[0], "default", 10, worker_id, False)
         run = {row["id"]: row["run_count"] for row in claimed}
+        token = {row["id"]: row["claim_token"] for row in claimed}
         assert set(run) == {a.id, b.id, c.id, d.id}
         failure = error_entry(Fail("no"))
 
         def flush(success: int | None, failed: int | None) -> list[Outcome]:
             assert success is not None and failed is not None
-            return [Outcome(success, run[success], "success", result="1"),
-                    Outcome(failed, run[failed], "fail", error=failure)]
+            return [Outcome(success, run[success], "success", result="1",
+                            claim_token=token[success]),
+                    Outcome(failed, run[failed], "fail", error=failure,
+                            claim_token=token[failed])]
 
         written = await asyncio.gather(
             database.complete_many(connections[1], flush(a.id, b.id)),

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from datetime import timedelta
+
+from psycopg.conninfo import conninfo_to_dict
 
 from akadze_core import App, Fail
 
@@ -46,6 +49,19 @@ def block(seconds: float) -> None:
 async def chatty() -> None:
     """Log the database URL, password included: the worker's log handler must scrub it."""
     logger.info("connected to %s", app.database_url)
+
+
+@app.task("cli.printer")
+def printer() -> None:
+    """print() the database URL and its bare password, to stdout and stderr, a piece at a
+    time too: the worker must scrub them from what the task prints."""
+    url = app.database_url
+    password = conninfo_to_dict(url).get("password")
+    print("connecting to", url)
+    print(f"the secret is {password}", file=sys.stderr)
+    sys.stdout.write("postgresql://postgres:")
+    sys.stdout.write(f"{password}@db.example/app\n")
+    print("done printing", flush=True)
 
 
 #: Not an App: `akadze worker tests.integration.cli_app:not_an_app` must refuse it.

@@ -494,7 +494,8 @@ async def test_an_unstarted_run_neither_cancelled_nor_expired_goes_back_unspent(
     [claimed] = await claim(database_url, fake_worker(db, ttl=60), 1)
     async with connect(database_url) as connection:
         rows = await database.complete_many(
-            connection, [Outcome(job_id, claimed["run_count"], UNSTARTED)])
+            connection, [Outcome(job_id, claimed["run_count"], UNSTARTED,
+                                 claim_token=claimed["claim_token"])])
     assert [row["state"] for row in rows] == ["queued"]
     row = job(db, job_id)
     assert (row["state"], row["attempt"], row["errors"], row["worker_id"]) == (

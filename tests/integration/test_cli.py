@@ -595,3 +595,21 @@ def test_worker_logs_an_unregistered_task_as_a_warning(
     assert len([line for line in worker.stderr.splitlines()
                 if f" job {job_id} " in line]) == 1, worker.stderr
     assert job(db, job_id)["errors"][-1]["type"] == "NotRegistered"
+
+
+@pytest.mark.parametrize("pool", [[], ["--processes", "1"]], ids=["threads", "processes"])
+def test_what_a_task_prints_is_scrubbed_of_the_password(
+        database_url: str, db: psycopg.Connection, enqueue: Any, spawn: Any,
+        pool: list[str]) -> None:
+    job_id = enqueue("cli.printer")
+    worker = spawn("--database-url", with_password(database_url), "worker",
+                   f"{APP_MODULE}:app", *pool, *FAST, env={})
+    worker.wait_log(rf"job {job_id} cli\.printer succeeded")
+    worker.proc.send_signal(signal.SIGINT)
+    assert worker.wait() == 0, worker.output
+    printed = worker.stdout_path.read_text("utf-8")
+    assert PASSWORD not in worker.output, worker.output
+    assert "connecting to " in printed and "password=***" in printed
+    assert "postgresql://postgres:***@db.example/app\n" in printed
+    assert "done printing" in printed
+    assert "the secret is ***" in worker.stderr

@@ -7,10 +7,12 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import psycopg
+import pytest
 
 from akadze_core import App
+from akadze_core import completer as completer_module
 from akadze_core.completer import Completer
-from akadze_core.outcomes import succeeded
+from akadze_core.outcomes import SUCCESS, Outcome, succeeded
 from tests.helpers import job
 from tests.integration.lease_support import claim, fake_worker
 
@@ -39,7 +41,8 @@ async def _flushes(app: App, database_url: str, db: psycopg.Connection, *,
     runner = asyncio.create_task(completer.run())
     await asyncio.sleep(0.05)  # idle before the first outcome, as in a worker
     for row in rows:
-        completer.submit(succeeded(row["id"], row["run_count"], row["attempt"], None, None))
+        completer.submit(succeeded(row["id"], row["run_count"], row["attempt"], None, None,
+                                   claim_token=row["claim_token"]))
         await asyncio.sleep(0.03)
     assert await completer.close(timeout=10)
     await runner
@@ -58,3 +61,47 @@ async def test_without_a_gather_window_the_first_outcome_is_written_alone(
     and holds it alone (the others arrive while it runs)."""
     flushes = await _flushes(app, database_url, db, gather=0.0)
     assert flushes[0] == 1 and sum(flushes) == 3
+
+
+async def test_a_batch_postgres_refuses_is_split_until_the_bad_outcomes_fail_alone(
+        app: App, database_url: str, db: psycopg.Connection,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Among 40 outcomes written together, two that Postgres refuses (text that is not JSON:
+    a data error; nesting past its stack: a program limit, class 54) fail their jobs at once
+    with UnstorableOutcome; the other 38 are stored. Results add up to at most
+    MAX_BATCH_CHARS per write (shrunk here), whatever max_batch allows."""
+    monkeypatch.setattr(completer_module, "MAX_BATCH_CHARS", 250_000)
+
+    @app.task("batch.noop")
+    async def noop() -> None: ...
+
+    ids = noop.enqueue_many([{}] * 40)
+    rows = {row["id"]: row for row in await claim(database_url, fake_worker(db), 40)}
+    bad = {ids[7]: "{not json", ids[31]: "[" * 100_000 + "]" * 100_000}
+
+    @contextlib.asynccontextmanager
+    async def connection() -> AsyncIterator[psycopg.AsyncConnection]:
+        async with await psycopg.AsyncConnection.connect(database_url,
+                                                         autocommit=True) as opened:
+            yield opened
+
+    flushes: list[int] = []
+    completer = Completer(connection, lambda batch, rows: flushes.append(len(batch)),
+                          gather=0.2)
+    filler = '"' + "r" * 24_998 + '"'
+    runner = asyncio.create_task(completer.run())
+    for job_id in ids:
+        row = rows[job_id]
+        result = bad.get(job_id, filler)  # 10 fillers a write, or the deep one and 2
+        completer.submit(Outcome(job_id, row["run_count"], SUCCESS, result=result,
+                                 claim_token=row["claim_token"]))
+    assert await completer.close(timeout=30)
+    await runner
+    assert max(flushes[:-1]) <= 10 and sum(flushes) == 40, flushes
+    for job_id in ids:
+        row = job(db, job_id)
+        if job_id in bad:
+            assert (row["state"], row["result"]) == ("failed", None), row
+            assert [entry["type"] for entry in row["errors"]] == ["UnstorableOutcome"]
+        else:
+            assert (row["state"], row["result"]) == ("succeeded", "r" * 24_998), row

@@ -610,6 +610,16 @@ async def test_enqueue_many_refuses_unique_keys(app: App, db: psycopg.Connection
 
 # --- bad input -----------------------------------------------------------------------------
 
+def deep_list(depth: int) -> list[Any]:
+    """``[[[...]]]``, ``depth`` lists deep (built without recursion)."""
+    outer: list[Any] = []
+    inner = outer
+    for _ in range(depth - 1):
+        inner.append([])
+        inner = inner[0]
+    return outer
+
+
 BAD_ARGS = {
     "set": {"x": {1, 2}},
     "bytes": {"x": b"raw"},
@@ -623,6 +633,7 @@ BAD_ARGS = {
     "nested nul key": {"x": {"\x00": 1}},
     "lone surrogate": {"x": "\ud800"},
     "surrogate key": {"\udc00": 1},
+    "nested 10,000 deep": {"x": deep_list(10_000)},
 }
 
 
@@ -643,6 +654,71 @@ async def test_bad_args_raise_invalid_args_and_insert_nothing(
             send.using(session=session).enqueue(**args)
         session.commit()
     assert job_count(db) == 0
+
+
+LONG = "q" * 256  # one character over MAX_NAME_LENGTH
+BAD_NAMES = {
+    "queue too long": ({"queue": LONG}, "a queue name is 256 characters long"),
+    "queue of 8 KB": ({"queue": "q" * 8200}, "over the limit of 255"),
+    "empty queue": ({"queue": ""}, None),  # "" is no queue: the task's own
+    "queue with a NUL": ({"queue": "q\x00"}, "NUL"),
+    "queue not a str": ({"queue": 7}, "must be a str"),
+    "unique key too long": ({"unique_key": "k" * 300}, "a unique key is 300 characters"),
+    "unique key with a surrogate": ({"unique_key": "k\ud800"}, "lone surrogate"),
+}
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_NAMES.values(), ids=BAD_NAMES.keys())
+async def test_bad_queue_names_and_keys_raise_invalid_args_and_insert_nothing(
+    app: App, db: psycopg.Connection, database_url: str, options: dict[str, Any],
+    message: str | None,
+) -> None:
+    send = make_tasks(app)
+    call = send.configure(**options)
+    if message is None:  # accepted, as every enqueue before this check: the task's queue
+        assert job(db, call.enqueue())["queue"] == "default"
+        return
+    with pytest.raises(InvalidArgs, match=message):
+        call.enqueue(x=1)
+    with pytest.raises(InvalidArgs, match=message):
+        await call.enqueue_async(x=1)
+    if "unique_key" not in options:  # bulk enqueue refuses unique keys on its own
+        with pytest.raises(InvalidArgs, match=message):
+            call.enqueue_many([{"x": 1}])
+    with psycopg.connect(database_url) as session:
+        with pytest.raises(InvalidArgs, match=message):
+            call.using(session=session).enqueue(x=1)
+        session.commit()
+    # A workflow whose last step is on such a queue inserts none of its steps, rather than
+    # inserting them and losing the upstream's result when the step is released.
+    flow = app.workflow()
+    first = flow.add(send, x=1)
+    with pytest.raises(InvalidArgs, match=message):
+        flow.add(call, after=first, x=2)
+        flow.enqueue()
+    assert job_count(db) == 0
+
+
+async def test_task_names_and_task_ids_have_the_same_limits(
+    app: App, db: psycopg.Connection
+) -> None:
+    edge = "t" * 255
+    long_named = app.task("t" * 256)(lambda: None)
+    with pytest.raises(InvalidArgs, match="a task name is 256 characters long"):
+        long_named.enqueue()
+    with pytest.raises(InvalidArgs, match="a task name"):
+        long_named.enqueue_many([{}])
+    send = make_tasks(app)
+    with pytest.raises(InvalidArgs, match="a task id is 256 characters long"):
+        send.configure().enqueue_with_task_id("i" * 256, x=1)
+    assert job_count(db) == 0
+    # At the limit, with four bytes a character, every name fits the indexes and notices.
+    wide = "\U0001f600" * 255
+    at_limit = app.task(edge, queue=wide)(lambda: None)
+    job_id = at_limit.configure(unique_key=wide).enqueue_with_task_id(wide)
+    row = job(db, job_id)
+    assert (row["task"], row["queue"], row["unique_key"]) == (edge, wide, wide)
+    assert row["meta"]["task_id"] == wide
 
 
 async def test_args_over_the_size_limit_are_refused(db: psycopg.Connection,
@@ -704,7 +780,8 @@ async def test_hostile_task_and_queue_names_are_stored_literally(
     tables = db.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'akadze' "
                         "ORDER BY tablename").fetchall()
     assert [row[0] for row in tables] == ["control_replies", "control_requests", "jobs",
-                                         "migrations", "saved_groups", "schedules",
+                                         "migrations", "repeatable_migrations",
+                                         "saved_groups", "schedules",
                                          "task_id_key", "workers"]
 
 

@@ -64,13 +64,16 @@ async def test_a_late_outcome_of_a_rescued_run_changes_nothing(
     second = await claim_one(database_url, fake_worker(db, ttl=60))
     assert second["run_count"] == 2
     before = job(db, job_id)
+    late, now = first["claim_token"], second["claim_token"]
 
     stale = [
-        Outcome(job_id, 1, SUCCESS, result='"late"'),
-        Outcome(job_id, 1, RETRY, delay=5, error='{"type": "X", "message": "late"}'),
-        Outcome(job_id, 1, SNOOZE, delay=5),
-        Outcome(job_id, 1, FAIL, error='{"type": "Fail", "message": "late"}'),
-        Outcome(job_id, 1, CANCEL, error='{"type": "Cancel", "message": "late"}'),
+        Outcome(job_id, 1, SUCCESS, result='"late"', claim_token=late),
+        Outcome(job_id, 1, RETRY, delay=5, error='{"type": "X", "message": "late"}',
+                claim_token=late),
+        Outcome(job_id, 1, SNOOZE, delay=5, claim_token=late),
+        Outcome(job_id, 1, FAIL, error='{"type": "Fail", "message": "late"}', claim_token=late),
+        Outcome(job_id, 1, CANCEL, error='{"type": "Cancel", "message": "late"}',
+                claim_token=late),
     ]
     for outcome in stale:
         assert await complete(database_url, [outcome]) == []
@@ -80,21 +83,25 @@ async def test_a_late_outcome_of_a_rescued_run_changes_nothing(
     other = noop.enqueue()
     current_run = await claim_one(database_url, fake_worker(db, ttl=60))
     rows = await complete(database_url, [
-        Outcome(job_id, 1, FAIL, error='{"type": "Fail", "message": "late"}'),
-        Outcome(other, current_run["run_count"], SUCCESS, result='"ok"'),
+        Outcome(job_id, 1, FAIL, error='{"type": "Fail", "message": "late"}', claim_token=late),
+        Outcome(other, current_run["run_count"], SUCCESS, result='"ok"',
+                claim_token=current_run["claim_token"]),
     ])
     assert [(row["id"], row["state"]) for row in rows] == [(other, "succeeded")]
     assert job(db, job_id) == before
 
     # The current run writes; afterwards even its own second write is rejected.
-    rows = await complete(database_url, [Outcome(job_id, 2, SUCCESS, result='"current"')])
+    rows = await complete(database_url, [
+        Outcome(job_id, 2, SUCCESS, result='"current"', claim_token=now)])
     assert [(row["id"], row["run_count"], row["state"]) for row in rows] == \
         [(job_id, 2, "succeeded")]
     done = job(db, job_id)
     assert (done["state"], done["result"], done["run_count"], done["attempt"]) == \
         ("succeeded", "current", 2, 2)
-    assert await complete(database_url, [Outcome(job_id, 2, FAIL, error='{"type": "X"}')]) == []
-    assert await complete(database_url, [Outcome(job_id, 1, SUCCESS, result='"late"')]) == []
+    assert await complete(database_url, [
+        Outcome(job_id, 2, FAIL, error='{"type": "X"}', claim_token=now)]) == []
+    assert await complete(database_url, [
+        Outcome(job_id, 1, SUCCESS, result='"late"', claim_token=late)]) == []
     assert job(db, job_id) == done
 
 

@@ -16,9 +16,11 @@ def test_complete_many_finds_jobs_by_primary_key_with_stale_statistics(
     db.execute("INSERT INTO akadze.jobs (task, queue, args) "
                "SELECT 't', 'q', '{}' FROM generate_series(1, 5000)")
     db.execute("ANALYZE akadze.jobs")
-    db.execute("UPDATE akadze.jobs SET state = 'running', run_count = 1, worker_id = 1")
+    db.execute("UPDATE akadze.jobs SET state = 'running', run_count = 1, claim_token = 7, "
+               "worker_id = 1")
     ids = [row[0] for row in db.execute("SELECT id FROM akadze.jobs LIMIT 500")]
-    params = {"id": ids, "run_count": [1] * len(ids), "kind": ["success"] * len(ids),
+    params = {"id": ids, "run_count": [1] * len(ids), "claim_token": [7] * len(ids),
+              "kind": ["success"] * len(ids),
               "result": ["null"] * len(ids), "delay": [0.0] * len(ids),
               "error": [None] * len(ids), "max_attempts": [None] * len(ids)}
     plan = "\n".join(row[0] for row in db.execute(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from akadze_core import Cancel, Fail, JobTimeout, Retry, Snooze
+from akadze_core import App, Cancel, Fail, JobTimeout, Retry, Snooze
 from akadze_core.outcomes import (
     CANCEL,
     FAIL,
@@ -127,6 +127,35 @@ def test_nul_in_result_fails_the_job_as_unstorable(value: Any) -> None:
     error = entry(outcome)
     assert error["type"] == "UnstorableOutcome"
     assert "NUL" in error["message"]
+
+
+@pytest.mark.parametrize(("value", "size"), [
+    ("x" * 99, None), ("x" * 98, 100), ("é" * 49, 100), ("é" * 50, 102), ("€" * 40, 122),
+    (["x" * 200], None),
+])
+def test_result_over_max_bytes_fails_at_once_as_result_too_large(
+    value: Any, size: int | None
+) -> None:
+    """At most max_bytes of UTF-8, counted on the JSON text (its quotes included)."""
+    outcome = succeeded(JOB, RUN, 1, value, None, max_bytes=100)
+    if size == 100:
+        assert (outcome.kind, outcome.result) == (SUCCESS, json.dumps(value, ensure_ascii=False))
+        return
+    assert (outcome.kind, outcome.result) == (FAIL, None)
+    error = entry(outcome)
+    assert error["type"] == "ResultTooLarge"
+    assert "max_result_bytes" in error["message"]
+    if size is not None:
+        assert f"is {size} bytes as JSON, over the limit of 100 bytes" in error["message"]
+
+
+def test_max_result_bytes_is_checked_when_the_app_is_made() -> None:
+    url = "postgresql://nobody@127.0.0.1:1/unused"
+    assert App(url).max_result_bytes == 16 * 1024 * 1024
+    assert App(url, max_result_bytes=5).max_result_bytes == 5
+    for bad in (0, -1, 256 * 1024 * 1024):
+        with pytest.raises(ValueError, match="max_result_bytes"):
+            App(url, max_result_bytes=bad)
 
 
 def test_lone_surrogate_in_result_fails_the_job_as_unstorable() -> None:

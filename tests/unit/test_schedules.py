@@ -118,6 +118,9 @@ def test_duplicate_names_raise(app: App) -> None:
     ({"trigger": Every(60), "args": {"nan": float("nan")}}, InvalidArgs),
     ({"trigger": Every(60), "meta": {"bytes": b"x"}}, InvalidArgs),
     ({"trigger": timedelta(minutes=5)}, ValueError),
+    ({"trigger": Every(60), "name": "n" * 256}, InvalidArgs),
+    ({"trigger": Every(60), "task": "t" * 256}, InvalidArgs),
+    ({"trigger": Every(60), "queue": "q" * 8200}, InvalidArgs),
 ])
 def test_invalid_declarations_raise_at_once(app: App, options: dict[str, Any],
                                             error: type[Exception]) -> None:

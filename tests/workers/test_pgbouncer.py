@@ -25,7 +25,6 @@ import pytest
 
 from akadze_compat import Celery
 from akadze_core import App, request_cancel_sync
-from akadze_core.dberrors import PREPARED_STATEMENT_HINT
 from tests.workers.support import (
     PrivateCluster,
     WorkerProcess,
@@ -160,10 +159,13 @@ async def _enqueue_async(app: App) -> None:
     await app.aclose()
 
 
+@pytest.mark.parametrize("setting", ["off", ""])
 def test_the_facade_through_pgbouncer_with_prepared_statements_off(
         bouncer: PgBouncer, direct: psycopg.Connection, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AKADZE_PREPARE_THRESHOLD", "off")
+        monkeypatch: pytest.MonkeyPatch, setting: str) -> None:
+    """Said up front (``off``) or not at all (``""``: the first lost prepared statement
+    switches each process to unprepared statements), every task runs."""
+    monkeypatch.setenv("AKADZE_PREPARE_THRESHOLD", setting)
     (tmp_path / "bouncedproj.py").write_text(
         "from akadze_compat import Celery\n"
         "app = Celery('bouncedproj')\n"
@@ -171,7 +173,7 @@ def test_the_facade_through_pgbouncer_with_prepared_statements_off(
         "def mul(x, y):\n"
         "    return x * y\n")
     env = {**os.environ, "AKADZE_DATABASE_URL": bouncer.url("postgres"),
-           "AKADZE_PREPARE_THRESHOLD": "off", "PYTHONUNBUFFERED": "1",
+           "AKADZE_PREPARE_THRESHOLD": setting, "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path.cwd())])}
     log = (tmp_path / "compat.log").open("wb")
     worker = subprocess.Popen([sys.executable, "-m", "akadze_compat", "-A", "bouncedproj",
@@ -183,12 +185,20 @@ def test_the_facade_through_pgbouncer_with_prepared_statements_off(
         results = [mul.delay(n, 2) for n in range(30)]
         assert [result.get(timeout=30) for result in results] == [n * 2 for n in range(30)]
         assert celery.send_task("bouncedproj.mul", (6, 7)).get(timeout=30) == 42
+        results = [mul.delay(n, 3) for n in range(60)]
+        assert [result.get(timeout=30) for result in results] == [n * 3 for n in range(60)]
         celery.close()
+        assert worker.poll() is None
     finally:
         worker.terminate()
         worker.wait(30)
         log.close()
-    assert "prepared statement" not in (tmp_path / "compat.log").read_text()
+    text = (tmp_path / "compat.log").read_text()
+    if setting == "off":
+        assert "prepared statement" not in text
+    # The switch leaves WARNING lines (psycopg's about the aborted pipeline among them);
+    # no error, no traceback.
+    assert "ERROR" not in text and "Traceback" not in text, text
 
 
 def test_without_the_setting_a_lost_prepared_statement_is_detected_and_run_unprepared(
@@ -220,17 +230,41 @@ def test_without_the_setting_a_lost_prepared_statement_is_detected_and_run_unpre
     assert "error" not in worker.log().lower(), worker.log()
 
 
-def test_without_the_setting_a_worker_stops_with_the_line_that_says_what_to_set(
-        bouncer: PgBouncer, direct: psycopg.Connection, tmp_path: Path) -> None:
-    worker = WorkerProcess(bouncer.url("postgres"), tmp_path / "worker.log",
-                           ["worker", APP, "--slots", "2", "--poll-interval", "0.05"],
+def test_without_the_setting_a_worker_and_a_producer_switch_to_unprepared_and_go_on(
+        bouncer: PgBouncer, direct: psycopg.Connection, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nobody said PgBouncer, to the worker or to the producer: the worker's first lost
+    prepared statement (its claims, heartbeats and outcome writes run many times each, so
+    psycopg prepares them) switches the worker to unprepared statements and the failed step
+    is retried. It keeps running, every job succeeds, none is left running."""
+    monkeypatch.delenv("AKADZE_PREPARE_THRESHOLD", raising=False)
+    url = bouncer.url("postgres")
+    worker = WorkerProcess(url, tmp_path / "worker.log",
+                           ["worker", APP, "--slots", "4", "--poll-interval", "0.05"],
                            module="akadze_core.cli", env={"AKADZE_PREPARE_THRESHOLD": ""})
+    app = App(url)
+    add = app.task("cli.add")(lambda a, b: a + b)
     try:
-        code, _ = worker.wait_exit(timeout=60)
+        worker.wait_started()
+        # In rounds, so that the worker claims, heartbeats and writes outcomes many times.
+        for round_ in range(10):
+            for n in range(20):
+                add.enqueue(a=round_, b=n)
+            time.sleep(0.1)
+        ids = add.enqueue_many([{"a": n, "b": 0} for n in range(100)])
+        wait_until(lambda: states(direct).get("succeeded") == 300, 90,
+                   "every job to succeed")
+        assert app.get_job(ids[-1]).result == 99  # type: ignore[union-attr]
+        time.sleep(1.0)
+        assert worker.proc.poll() is None, worker.log()
+        assert states(direct) == {"succeeded": 300}
     finally:
         worker.stop()
-    assert code == 1, worker.log()
-    assert worker.log().strip().splitlines()[-1] == f"akadze: error: {PREPARED_STATEMENT_HINT}"
+        app.close()
+    log = worker.log()
+    assert "this process stops preparing statements" in log, log
+    assert log.count("this process stops preparing statements") == 1, log
+    assert "akadze: error" not in log, log
 
 
 def test_a_direct_listen_url_wakes_a_worker_whose_queries_go_through_pgbouncer(

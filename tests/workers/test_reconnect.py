@@ -22,7 +22,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 import akadze_compat
 from akadze_compat import Celery
-from akadze_core import App, ConfigurationError, ConnectionLost, Task
+from akadze_core import App, ConnectionLost, DatabaseUnavailable, Task
 from tests.workers.support import (
     PrivateCluster,
     started_cluster,
@@ -205,7 +205,7 @@ async def test_an_async_pool_whose_first_open_failed_is_replaced_once_the_server
     send = make_task(app)
     await asyncio.to_thread(cluster.stop)
     try:
-        with pytest.raises((ConfigurationError, psycopg_pool.PoolTimeout)):
+        with pytest.raises((DatabaseUnavailable, psycopg_pool.PoolTimeout)):
             await send.enqueue_async(n=1)
         await asyncio.to_thread(cluster.start)
         await send.enqueue_async(n=2)  # before the fix: PoolClosed

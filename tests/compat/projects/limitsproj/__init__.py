@@ -86,6 +86,12 @@ def hard_sleeper(path):
     time.sleep(30)
 
 
+@app.task
+def big_result(size):
+    """A result of ``size`` characters (over AKADZE_MAX_RESULT_BYTES in the tests)."""
+    return "x" * size
+
+
 @app.task(bind=True)
 def whoami(self):
     return {"pid": os.getpid(), "retries": self.request.retries}
