@@ -439,10 +439,11 @@ def _settled_counters(url: str, timeout: float = 15) -> tuple[tuple[int, int, in
     return previous, readings * (step or 1)
 
 
-#: The first lines of the worker's outcome write and of the lock bound sent before each
-#: write and claim, as pg_stat_statements shows them (the named queries' leading comments).
-OUTCOME_WRITE = query("job_complete_many").splitlines()[0]
-LOCK_BOUND = query("statement_lock_timeout").splitlines()[0]
+#: How the worker's outcome write and the lock bound sent before each write and claim
+#: begin, as pg_stat_statements shows them: their first line up to any parameter (shown
+#: there as $1, $2...).
+OUTCOME_WRITE = query("job_complete_many").splitlines()[0].split("%(")[0]
+LOCK_BOUND = query("statement_lock_timeout").splitlines()[0].split("%(")[0]
 _STATEMENTS_CONF = ("shared_preload_libraries = 'pg_stat_statements'\n"
                     "pg_stat_statements.track = top\n")
 

@@ -83,12 +83,14 @@ def console_script(name: str, module: str) -> list[str]:
 
 def drain(url: str, argv: Sequence[str], *, jobs: int, log: Path, timeout: float,
           whole_tree: bool = False, env: dict[str, str] | None = None,
-          on_start: Callable[[subprocess.Popen[bytes]], None] | None = None) -> DrainResult:
+          on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+          cwd: Path | None = None) -> DrainResult:
     """Start ``argv`` on a database holding ``jobs`` queued jobs; return when all ended.
 
     ``on_start`` is called with the worker process at once (the profiler attaches there).
+    ``cwd`` (default: this repository) matters to an interpreter that puts it on its path.
     """
-    process = procs.start(argv, log=log, env=env or worker_env(url), cwd=REPO_ROOT)
+    process = procs.start(argv, log=log, env=env or worker_env(url), cwd=cwd or REPO_ROOT)
     try:
         if on_start is not None:
             on_start(process)

@@ -120,7 +120,10 @@ class CeleryProcessPool(ProcessPool):
         task = self.app.registry.get(row["task"])
         if task is None:
             return super().limits(app, row)
-        meta = _meta_of(row)
+        # Per job, in the worker process: the meta's JSON is parsed only when it can hold
+        # a limit ("soft_time_limit" contains "time_limit"); most calls set none.
+        text = row.get("meta")
+        meta = _meta_of(row) if not isinstance(text, str) or "time_limit" in text else {}
         hard = _seconds(meta.get("time_limit") or task.option("time_limit", "task_time_limit"))
         soft = _seconds(meta.get("soft_time_limit")
                         or task.option("soft_time_limit", "task_soft_time_limit"))

@@ -213,3 +213,25 @@ async def test_decimal_headers_and_retry_args_reach_the_body(celery: Celery) -> 
     await work(celery, result.ready)
     assert result.get() == "paid"
     assert seen == {"amount": Decimal("2.50"), "header": Decimal("9.99")}
+
+
+@pytest.mark.parametrize("meta", METAS)
+def test_the_pools_limits_skip_parsing_only_metas_without_limits(meta: Any) -> None:
+    import json
+
+    from akadze_compat.worker.pool import CeleryProcessPool, _meta_of
+
+    app = Celery("limits", set_as_current=False)
+    app.conf.task_time_limit = 60
+
+    @app.task(name="proj.add")
+    def add() -> None:
+        """Nothing."""
+
+    pool = CeleryProcessPool.__new__(CeleryProcessPool)  # no processes: limits() only
+    pool.app = app
+    row = {"task": "proj.add", "meta": json.dumps({"celery": meta, "task_id": "x"})}
+    parsed = _meta_of(row)
+    hard = parsed.get("time_limit") or 60
+    soft = parsed.get("soft_time_limit") or None
+    assert pool.limits(app.core, row) == (soft and float(soft), float(hard))

@@ -93,6 +93,8 @@ def test_a_full_server_is_unavailable_not_misconfigured(
         # The worker's own line for a full server, for this role too.
         worker = spawn_worker(url, "--heartbeat-interval", "1", "--heartbeat-ttl", "10")
         worker.wait_log(NO_FREE, timeout=20)
+        # Gone before slots are freed below: its retries would take them first.
+        worker.stop()
         # The facade: kombu's OperationalError, after the policy's retries.
         celery, add = _celery(url)
         started = time.monotonic()

@@ -1,0 +1,335 @@
+"""``python -m bench.ab BASE_REF``: the hot path of this tree against another commit's, in one run.
+
+Builds ``BASE_REF`` (any git ref) into a virtualenv of its own (``git archive`` of the commit,
+``pip install`` of that tree and its dependencies; cached per commit hash under
+``--cache``, default ``/tmp/akadze-ab``, so a second run starts at once), then drains the
+same backlogs with both builds, taking turns, each drain in a fresh database:
+
+- core: ``akadze worker bench.apps.core_app:app --slots 64`` on ``--jobs`` async no-ops;
+- compat: ``akadze-compat -A bench.apps.celery_app worker -P prefork -c 2`` on ``--jobs``
+  no-ops with their result ignored (one real ``delay()`` row, cloned).
+
+Both builds run the harness of this tree (``bench/``: the fill, the drain, the window read
+from the jobs table); only the package under test differs. The base's workers are its
+virtualenv's console scripts with only this tree's ``bench`` package on their path (through
+a symlink, so its own ``akadze_core`` cannot shadow the base's); the database of a base
+drain is migrated and filled by the base's interpreter (its schema, its ``delay()`` row).
+
+Per round it prints each drain's jobs/s and CPU per job (worker and its Postgres
+backends); at the end the medians, their ratios work/base and the ratio within each
+round. The exit code is 1 when a median ratio of jobs/s is below ``--threshold`` (0.95),
+2 when a drain failed. The round order alternates (base
+first, then work first) so a change of machine load hits both builds alike; on a busy
+machine use more rounds (``--rounds 5``) and read the ratios, not the absolute figures.
+
+``--work REF`` puts a second commit in place of the working tree (for bisecting:
+``python -m bench.ab c9aeb60 --work 77e3037``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from . import db, procs
+from .drain import REPO_ROOT, DrainError, DrainResult, drain
+
+DEFAULT_CACHE = Path("/tmp/akadze-ab")
+KINDS = ("core", "compat")
+_READY = ".ab-ready"
+
+
+@dataclass(frozen=True)
+class Build:
+    """One side of the comparison: where its interpreter and console scripts are, and the
+    directory its workers import ``bench`` (and, for the working tree, akadze) from."""
+
+    label: str
+    bin_dir: Path
+    path: Path
+
+    def script(self, name: str) -> str:
+        """The console script ``name`` of this build."""
+        return str(self.bin_dir / name)
+
+    def env(self, url: str) -> dict[str, str]:
+        """A worker's environment: the drain's database, this build's import path only."""
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+        env["AKADZE_DATABASE_URL"] = url
+        env["PYTHONPATH"] = str(self.path)
+        return env
+
+
+def work_build() -> Build:
+    """The working tree, run by this interpreter (its console scripts beside it)."""
+    return Build("work", Path(sys.executable).parent, REPO_ROOT)
+
+
+def resolve(ref: str) -> str:
+    """The full commit hash of ``ref``."""
+    done = subprocess.run(["git", "rev-parse", "--verify", f"{ref}^{{commit}}"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"bench.ab: not a commit: {ref!r} ({done.stderr.strip()})")
+    return done.stdout.strip()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # two runs building the same commit wait
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_ref(ref: str, cache: Path, run_dir: Path, label: str) -> Build:
+    """A virtualenv with commit ``ref`` installed (built once per commit hash)."""
+    commit = resolve(ref)
+    venv = cache / f"venv-{commit[:12]}"
+    with _locked(cache / f"venv-{commit[:12]}.lock"):
+        if not (venv / _READY).exists():
+            print(f"bench.ab: building {ref} ({commit[:12]}) into {venv}", flush=True)
+            shutil.rmtree(venv, ignore_errors=True)
+            source = cache / f"src-{commit[:12]}"
+            shutil.rmtree(source, ignore_errors=True)
+            source.mkdir(parents=True)
+            archive = subprocess.run(["git", "archive", "--format=tar", commit],
+                                     cwd=REPO_ROOT, capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(source)], input=archive, check=True)
+            log = run_dir / f"build-{commit[:12]}.log"
+            for argv in ([sys.executable, "-m", "venv", str(venv)],
+                         [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                          str(source)]):
+                done = procs.run(argv, log=log, timeout=900)
+                if done.returncode != 0:
+                    raise SystemExit(f"bench.ab: building {ref} failed: see {log}")
+            shutil.rmtree(source, ignore_errors=True)
+            (venv / _READY).write_text(commit + "\n")
+    # Only ``bench`` importable from here: the base's akadze comes from its site-packages.
+    harness = run_dir / f"harness-{commit[:12]}"
+    harness.mkdir(parents=True, exist_ok=True)
+    link = harness / "bench"
+    if not link.exists():
+        link.symlink_to(REPO_ROOT / "bench", target_is_directory=True)
+    return Build(f"{label} {ref}", venv / "bin", harness)
+
+
+# --- one drain -----------------------------------------------------------------------------
+
+def prepare(url: str, kind: str, jobs: int) -> None:
+    """Migrate the empty database ``url`` and fill it (run by the build's interpreter)."""
+    from akadze_core.migrations import migrate
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        migrate(connection)
+    if kind == "core":
+        from .apps.core_app import NOOP
+
+        db.fill(url, jobs, task=NOOP)
+    else:
+        from .apps.celery_app import NOOP as COMPAT_NOOP
+        from .apps.celery_app import make_app
+
+        app = make_app(url)
+        try:
+            app.tasks[COMPAT_NOOP].delay(0)
+        finally:
+            app.close()
+        # The one row in this fresh database (how a result names its job id has changed
+        # between versions; the table has not).
+        with psycopg.connect(url, autocommit=True) as connection:
+            row = connection.execute("SELECT max(id) FROM akadze.jobs").fetchone()
+        assert row is not None and row[0] is not None
+        db.clone_job(url, int(row[0]), jobs - 1)
+
+
+def worker_argv(build: Build, kind: str, url: str, slots: int, prefork: int,
+                log_level: str | None) -> list[str]:
+    """The worker command of ``kind`` for ``build``."""
+    if kind == "core":
+        argv = [build.script("akadze"), "--database-url", url, "worker",
+                "bench.apps.core_app:app", "--slots", str(slots)]
+    else:
+        argv = [build.script("akadze-compat"), "-A", "bench.apps.celery_app", "worker",
+                "-P", "prefork", "-c", str(prefork)]
+    if log_level:
+        argv += ["--log-level" if kind == "core" else "--loglevel", log_level]
+    return argv
+
+
+class Runner:
+    """Drains for the builds, each in a database of its own, dropped afterwards."""
+
+    def __init__(self, options: argparse.Namespace, run_dir: Path) -> None:
+        self.options = options
+        self.run_dir = run_dir
+        self.admin = db.admin_url(options.admin_url)
+        self.count = 0
+
+    def drain(self, build: Build, kind: str) -> DrainResult:
+        """One drain of ``kind`` by ``build``, in a fresh database."""
+        self.count += 1
+        name = f"akadze_bench_ab_{os.getpid()}_{self.count}"
+        db.drop(self.admin, name)
+        with psycopg.connect(self.admin, autocommit=True) as connection:
+            connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        url = db.url_for(self.admin, name)
+        tag = f"{self.count:03d}-{kind}-{build.label.split()[0]}"
+        try:
+            done = procs.run([build.script("python"), "-m", "bench.ab", "--prepare", kind,
+                              url, str(self.options.jobs)],
+                             log=self.run_dir / f"{tag}-prepare.log", env=build.env(url),
+                             cwd=build.path, timeout=600)
+            if done.returncode != 0:
+                raise DrainError(f"preparing failed: see {self.run_dir}/{tag}-prepare.log")
+            argv = worker_argv(build, kind, url, self.options.slots, self.options.prefork,
+                               self.options.log_level)
+            try:
+                return drain(url, argv, jobs=self.options.jobs,
+                             log=self.run_dir / f"{tag}.log", timeout=self.options.timeout,
+                             whole_tree=kind == "compat", env=build.env(url), cwd=build.path)
+            except OSError as exc:  # e.g. a base too old to have this console script
+                raise DrainError(f"cannot start {argv[0]}: {exc}") from exc
+        finally:
+            db.drop(self.admin, name)
+
+
+# --- the run -------------------------------------------------------------------------------
+
+def cpu_us(result: DrainResult) -> float:
+    """CPU per job succeeded, microseconds: the worker (its process tree) over the drain's
+    window, sampled every 0.25 s, plus its Postgres backends over their lives (coarse on a
+    short drain; less moved by the machine's load than the wall-clock rate)."""
+    spent = (result.worker_cpu or 0.0) + (result.postgres_cpu or 0.0)
+    return 1e6 * spent / max(result.succeeded, 1)
+
+
+def summarize(figures: dict[str, dict[str, list[DrainResult]]], labels: Sequence[str],
+              threshold: float) -> tuple[list[str], bool]:
+    """The table of medians and ratios, and whether every ratio holds ``threshold``."""
+    base, work = labels
+    lines = [f"{'drain':8} {'base jobs/s':>12} {'work jobs/s':>12} {'ratio':>7}"
+             f" {'cpu us/job':>17} {'ratio':>6}  ratios of jobs/s by round"]
+    held = True
+    for kind, sides in figures.items():
+        if not sides[base] or not sides[work]:
+            continue
+        rates = [statistics.median(r.rate for r in sides[side]) for side in (base, work)]
+        ratio = rates[1] / rates[0]
+        cpus = [statistics.median(cpu_us(r) for r in sides[side]) for side in (base, work)]
+        rounds = " ".join(f"{w.rate / b.rate:.2f}" for b, w in zip(sides[base], sides[work],
+                                                                 strict=False))
+        held = held and ratio >= threshold
+        flag = "" if ratio >= threshold else f"  < {threshold}: REGRESSION"
+        lines.append(f"{kind:8} {rates[0]:12,.0f} {rates[1]:12,.0f} {ratio:7.3f}"
+                     f" {cpus[0]:8,.0f}→{cpus[1]:<8,.0f} {cpus[1] / (cpus[0] or 1):6.3f}"
+                     f"  {rounds}{flag}")
+    return lines, held
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.ab", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("base", help="the git ref to compare against (e.g. main, c9aeb60)")
+    parser.add_argument("--work", metavar="REF",
+                        help="a second ref in place of the working tree (bisecting)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (≥ 3 to judge; 3)")
+    parser.add_argument("--jobs", type=int, default=5000, help="jobs per drain (5000)")
+    parser.add_argument("--only", default=",".join(KINDS), help="core,compat (both)")
+    parser.add_argument("--slots", type=int, default=64, help="core worker --slots (64)")
+    parser.add_argument("--prefork", type=int, default=2, help="compat prefork -c (2)")
+    parser.add_argument("--log-level", help="the workers' log level (their CLI default)")
+    parser.add_argument("--threshold", type=float, default=0.95,
+                        help="exit 1 below this median ratio of jobs/s (0.95)")
+    parser.add_argument("--timeout", type=float, default=600, help="per drain, seconds")
+    parser.add_argument("--admin-url", help="Postgres admin URL (local postgres)")
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE,
+                        help=f"where built virtualenvs are kept ({DEFAULT_CACHE})")
+    parser.add_argument("--run-dir", type=Path, help="logs (default /tmp/akadze-ab/run-<time>)")
+    parser.add_argument("--json", type=Path, help="also write every figure here")
+    options = parser.parse_args(argv)
+    kinds = [k for k in options.only.split(",") if k]
+    if not kinds or any(k not in KINDS for k in kinds):
+        parser.error(f"--only takes {','.join(KINDS)}")
+    options.kinds = kinds
+    if options.rounds < 1 or options.jobs < 1:
+        parser.error("--rounds and --jobs must be positive")
+    return options
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the comparison; see the module's docstring."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--prepare"]:  # inside a build's interpreter
+        prepare(args[2], args[1], int(args[3]))
+        return 0
+    options = parse(args)
+    stamp = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    run_dir = options.run_dir or options.cache / stamp
+    run_dir.mkdir(parents=True, exist_ok=True)
+    procs.install_cleanup()
+    base = build_ref(options.base, options.cache, run_dir, "base")
+    work = (build_ref(options.work, options.cache, run_dir, "work") if options.work
+            else work_build())
+    builds = (base, work)
+    labels = (base.label, work.label)
+    print(f"bench.ab: {base.label} vs {work.label}: {options.rounds} rounds of "
+          f"{options.jobs} jobs, load {procs.load_average()}; logs in {run_dir}", flush=True)
+    runner = Runner(options, run_dir)
+    figures: dict[str, dict[str, list[DrainResult]]] = {
+        kind: {label: [] for label in labels} for kind in options.kinds}
+    failed = False
+    for number in range(options.rounds):
+        order = builds if number % 2 == 0 else builds[::-1]
+        for kind in options.kinds:
+            for build in order:
+                try:
+                    result = runner.drain(build, kind)
+                except DrainError as exc:
+                    print(f"round {number + 1} {kind:6} {build.label}: FAILED {exc}",
+                          flush=True)
+                    failed = True
+                    continue
+                figures[kind][build.label].append(result)
+                print(f"round {number + 1} {kind:6} {build.label:24} {result.rate:10,.0f} jobs/s"
+                      f"  cpu {cpu_us(result):5,.0f} us/job"
+                      f"  ({result.succeeded}/{result.jobs} in {result.seconds:.2f}s)",
+                      flush=True)
+    lines, held = summarize(figures, labels, options.threshold)
+    print(f"\nmedians of {options.rounds} rounds, load {procs.load_average()}"
+          f" (ratio = {work.label} / {base.label}):")
+    print("\n".join(lines))
+    if options.json:
+        options.json.write_text(json.dumps({
+            "base": base.label, "work": work.label, "jobs": options.jobs,
+            "rounds": options.rounds,
+            "figures": {kind: {label: [r.as_dict() for r in results]
+                               for label, results in sides.items()}
+                        for kind, sides in figures.items()}}, indent=2))
+    if failed:
+        return 2
+    return 0 if held else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""``python -m bench.ab`` runs end to end at a tiny size: HEAD built into its own virtualenv
+against the working tree (no speed asserted: only that both builds drain and the summary
+parses)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import ab
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_head_against_the_working_tree_drains_both_and_prints_ratios(
+        admin_url: str, tmp_path: Path) -> None:
+    figures = tmp_path / "ab.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.ab", "HEAD", "--rounds", "1", "--jobs", "60",
+         "--threshold", "0", "--admin-url", admin_url, "--run-dir", str(tmp_path / "run"),
+         "--json", str(figures)],
+        cwd=REPO, capture_output=True, text=True, timeout=880, check=False)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    for kind in ("core", "compat"):
+        assert re.search(rf"^round 1 {kind} +base HEAD +[\d,]+ jobs/s", done.stdout, re.M)
+        assert re.search(rf"^round 1 {kind} +work +[\d,]+ jobs/s", done.stdout, re.M)
+        assert re.search(rf"^{kind} +[\d,]+ +[\d,]+ +\d+\.\d{{3}}", done.stdout, re.M)
+    saved = json.loads(figures.read_text())
+    for kind in ("core", "compat"):
+        for side in ("base HEAD", "work"):
+            assert [r["succeeded"] for r in saved["figures"][kind][side]] == [60]
+
+
+def test_a_ratio_below_the_threshold_fails_the_run() -> None:
+    def result(rate: float) -> ab.DrainResult:
+        return ab.DrainResult(jobs=10, succeeded=10, seconds=10 / rate, rate=rate)
+
+    figures = {"core": {"base": [result(100), result(110), result(90)],
+                        "work": [result(95), result(100), result(80)]}}
+    lines, held = ab.summarize(figures, ("base", "work"), 0.95)
+    assert held is True  # 95 / 100
+    lines, held = ab.summarize(figures, ("base", "work"), 0.96)
+    assert held is False and "REGRESSION" in lines[-1]
+
+
+def test_an_unknown_ref_is_refused() -> None:
+    with pytest.raises(SystemExit, match="not a commit"):
+        ab.resolve("no-such-ref-anywhere")
+
+
+def test_the_suspects_measure_each_side(admin_url: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import suspects
+
+    suspects.main(["--blocks", "2", "--admin-url", admin_url])
+
+    out = capsys.readouterr().out
+    assert re.search(r"^convert: with comments \(\d+ chars\): \d+ us; sent today", out, re.M)
+    assert re.search(r"^lock: plain: wall \d+ us, client CPU \d+ us per claim; lock bound",
+                     out, re.M)
+    assert re.search(r"^task-id: with task id: backend CPU \d+ us per job; without", out, re.M)
