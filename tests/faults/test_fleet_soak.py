@@ -1,4 +1,4 @@
-"""Fleet soak (issue 20, item 6): 16 mixed workers on one private Postgres under chaos.
+"""Fleet soak: 16 mixed workers on one private Postgres under chaos.
 
 Not run by default (``soak`` marker). ``AKADZE_SOAK_JOBS`` jobs (default 150,000, a few
 minutes on 2 cores), spread over 3 queues and two tasks (``fleet``: an async body;

@@ -1,4 +1,4 @@
-"""Workers that die or freeze mid-job (issue 5, scenarios 2, 3, 4 and 6).
+"""Workers that die or freeze mid-job.
 
 Seed 000, "Аренда": a worker that stops heartbeating for longer than its TTL is dead; a live
 worker returns its running jobs to the queue and spends their attempt (failed when none is

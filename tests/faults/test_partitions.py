@@ -1,4 +1,4 @@
-"""Network partitions without a reset (issue 20): a proxy between one worker and Postgres
+"""Network partitions without a reset: a proxy between one worker and Postgres
 stops forwarding, with no RST and no FIN, and later forwards again.
 
 Seed 000, "Аренда" and "Ошибки базы": a partition shorter than the TTL is a slow network

@@ -1,4 +1,4 @@
-"""Failover to a promoted replica (issue 20, item 3).
+"""Failover to a promoted replica.
 
 A primary and a streaming replica (pg_basebackup, both private clusters); a worker process
 and a producer in the test process run on one multi-host URL with
