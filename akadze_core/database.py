@@ -76,8 +76,10 @@ def _many_params(template: JobRequest, arrays: Sequence[str]) -> dict[str, Any]:
     return params
 
 
-def _outcome_params(outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:
+def _outcome_params(outcomes: Sequence[Outcome],
+                    lock_timeout: str | None = None) -> dict[str, Any]:
     return {
+        "lock_timeout": lock_timeout,
         "id": [o.job_id for o in outcomes], "run_count": [o.run_count for o in outcomes],
         "claim_token": [o.claim_token for o in outcomes],
         "kind": [o.kind for o in outcomes], "result": [o.result for o in outcomes],
@@ -213,9 +215,11 @@ def lock_timeout(seconds: float | None) -> Iterator[None]:
     """Within this block (this task and what it awaits), the async statements of this module
     give up waiting for a lock after ``seconds`` with 55P03 lock_not_available, so an
     operator's ``LOCK TABLE`` or a migration never leaves the worker's statements queued
-    behind it (and in front of everyone else's). Each statement is sent in a pipeline after
-    a transaction-local ``set_config``: one round trip, and nothing stays set on the
-    session (safe behind PgBouncer in transaction mode)."""
+    behind it (and in front of everyone else's). The claim and the outcome write pass the
+    bound to their SQL function (akadze.claim_jobs, akadze.complete_jobs), which sets it
+    before its statement takes any relation lock; every other statement is sent in a
+    pipeline after a transaction-local ``set_config``. One round trip either way, and
+    nothing stays set on the session (safe behind PgBouncer in transaction mode)."""
     token = _LOCK_TIMEOUT.set(seconds)
     try:
         yield
@@ -223,11 +227,17 @@ def lock_timeout(seconds: float | None) -> Iterator[None]:
         _LOCK_TIMEOUT.reset(token)
 
 
+def _bound() -> str | None:
+    """The lock timeout ``lock_timeout`` set, as a setting's text (None: no bound)."""
+    seconds = _LOCK_TIMEOUT.get()
+    return None if seconds is None else f"{max(1, round(seconds * 1000))}ms"
+
+
 async def _execute_async(cursor: psycopg.AsyncCursor[Any], statement: str,
                          params: dict[str, Any]) -> None:
     """``cursor.execute``, under the lock timeout of ``lock_timeout`` when one is set."""
-    seconds = _LOCK_TIMEOUT.get()
-    if seconds is None:
+    bound = _bound()
+    if bound is None:
         await cursor.execute(statement, params)
         return
     connection = cursor.connection
@@ -235,8 +245,7 @@ async def _execute_async(cursor: psycopg.AsyncCursor[Any], statement: str,
     # 7,500 claims/s on loopback; 1,800 vs 2,400 with 1,000 queued): two statements, one
     # round trip. BEGIN ... COMMIT instead would be two round trips (2,100 claims/s).
     async with connection.pipeline():
-        await connection.execute(query("statement_lock_timeout"),
-                                 {"timeout": f"{max(1, round(seconds * 1000))}ms"})
+        await connection.execute(query("statement_lock_timeout"), {"timeout": bound})
         await cursor.execute(statement, params)
 
 async def insert_job_params_async(connection: psycopg.AsyncConnection,
@@ -424,9 +433,12 @@ async def claim_jobs(
         return await fetch_all_async(connection, "job_claim_fair", queue=queue, limit=limit,
                                      worker_id=worker_id, after_task=after_task)
     priorities, ats, ids = floors.bounds(queue) if floors is not None else ([], [], [])
-    rows = await fetch_all_async(
-        connection, "job_claim", queue=queue, limit=limit, worker_id=worker_id,
-        floor_priority=priorities, floor_at=ats, floor_id=ids)
+    # The claim bounds its own lock waits (akadze.claim_jobs): one statement, no pipeline.
+    async with connection.cursor(row_factory=dict_row) as cursor:
+        await cursor.execute(query("job_claim"), {
+            "lock_timeout": _bound(), "queue": queue, "limit": limit, "worker_id": worker_id,
+            "floor_priority": priorities, "floor_at": ats, "floor_id": ids})
+        rows = await cursor.fetchall()
     if floors is not None:
         floors.claimed(queue, rows)
     return rows
@@ -436,7 +448,10 @@ async def complete_many(
     connection: psycopg.AsyncConnection, outcomes: Sequence[Outcome]
 ) -> list[dict[str, Any]]:
     """Write a batch of fenced outcomes; returns the rows that changed."""
-    return await fetch_all_async(connection, "job_complete_many", **_outcome_params(outcomes))
+    # The write bounds its own lock waits (akadze.complete_jobs): one statement, no pipeline.
+    async with connection.cursor(row_factory=dict_row) as cursor:
+        await cursor.execute(query("job_complete_many"), _outcome_params(outcomes, _bound()))
+        return await cursor.fetchall()
 
 
 async def return_many(
