@@ -382,6 +382,7 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
                       link_error=link_error, shadow=shadow, task_type=task_type,
                       id_in_meta=linked)
     if linked:
+        assert task_id is not None  # made above for every linked call
         return flow.send_linked(message, task_id, link, link_error, task_type,
                                 retry=retry, retry_policy=retry_policy)
     call = message.call

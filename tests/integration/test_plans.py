@@ -18,7 +18,8 @@ def test_complete_many_finds_jobs_by_primary_key_with_stale_statistics(
     db.execute("UPDATE akadze.jobs SET state = 'running', run_count = 1, claim_token = 7, "
                "worker_id = 1")
     ids = [row[0] for row in db.execute("SELECT id FROM akadze.jobs LIMIT 500")]
-    params = {"lock_timeout": None, "id": ids, "run_count": [1] * len(ids), "claim_token": [7] * len(ids),
+    params = {"lock_timeout": None, "id": ids, "run_count": [1] * len(ids),
+              "claim_token": [7] * len(ids),
               "kind": ["success"] * len(ids),
               "result": ["null"] * len(ids), "delay": [0.0] * len(ids),
               "error": [None] * len(ids), "max_attempts": [None] * len(ids)}
