@@ -15,8 +15,9 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from .errors import SchemaMissing
 from .floors import Floors
-from .migrations import SCHEMA_EXISTS, SCHEMA_VERSION, check_version
+from .migrations import MIGRATE_COMMAND, SCHEMA_EXISTS, SCHEMA_VERSION, check_version
 from .outcomes import Outcome
 from .queries import query
 from .retry import DEFAULT_BACKOFF_CAP
@@ -197,11 +198,25 @@ def listen(connection: psycopg.Connection, channels: Iterable[str]) -> None:
     connection.execute(_listen(channels))
 
 
+#: Whether the functions of functions.sql that this code's hot statements call exist: a
+#: database migrated by older code has the current schema version but lacks them until
+#: ``migrate`` re-applies the file (the version counts versioned migrations only).
+_FUNCTIONS_PRESENT = ("SELECT to_regproc('akadze.claim_jobs') IS NOT NULL"
+                      " AND to_regproc('akadze.complete_jobs') IS NOT NULL")
+
+
+def _check_functions(row: tuple[Any, ...] | None) -> None:
+    if not (row and row[0]):
+        raise SchemaMissing(f"the akadze functions of this database are older than this "
+                            f"code: run `{MIGRATE_COMMAND}`")
+
+
 def check_schema(connection: psycopg.Connection) -> None:
     """Raise ``SchemaMissing`` unless the schema is applied and current."""
     exists = connection.execute(SCHEMA_EXISTS).fetchone()
     version = connection.execute(SCHEMA_VERSION).fetchone() if exists and exists[0] else None
     check_version(version[0] if version else None)
+    _check_functions(connection.execute(_FUNCTIONS_PRESENT).fetchone())
 
 
 # --- async face (worker, async enqueue) ------------------------------------------------------
@@ -329,6 +344,7 @@ async def check_schema_async(connection: psycopg.AsyncConnection) -> None:
     if exists and exists[0]:
         version = await (await connection.execute(SCHEMA_VERSION)).fetchone()
     check_version(version[0] if version else None)
+    _check_functions(await (await connection.execute(_FUNCTIONS_PRESENT)).fetchone())
 
 
 async def update_job_meta_async(connection: psycopg.AsyncConnection, job_id: int,
