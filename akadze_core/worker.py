@@ -54,10 +54,14 @@ from .processes import ProcessPool, ProcessPoolError
 from .retry import default_backoff
 from .run_log import Run as _Run
 from .run_log import log_outcomes
-from .schedules import MIN_CHECK_INTERVAL, SCHEDULE_CHANGE_GRACE, Scheduler
+from .schedules import Scheduler
 from .threads import ThreadRunner
 from .worker_config import Hook, Seconds, WorkerConfig, seconds
 from .worker_metrics import WorkerMetrics
+from .worker_orphans import Orphans
+from .worker_prune import Prune
+from .worker_rescue import Rescue
+from .worker_schedules import Schedules
 
 if TYPE_CHECKING:
     from .app import App
@@ -407,11 +411,12 @@ class Worker:
                                     lock_timeout=self.lock_timeout, on_lock=self._lock_seen,
                                     deadline=self._lease_left, redact=self.app.redact)
         self._completer_task = asyncio.create_task(self._completer.run(), name="completer")
+        self._services = self._make_services()
         self._listener_task = asyncio.create_task(
             listen_for_jobs(listen_url(url), self._watched, self._wake.set, self._backoff,
                             self._cancelled, connect_kwargs=self._connect_kwargs(),
-                            schedules_changed=self._schedules_changed
-                            if self._scheduler is not None else None,
+                            schedules_changed=self._schedules.changed
+                            if self._schedules is not None else None,
                             control=self.control.heard, terminate=self._terminate,
                             jobs_heard=self._floors.heard, connected=self._floors.set_listening),
             name="listener")
@@ -419,10 +424,6 @@ class Worker:
         self._last_heartbeat_ok = time.monotonic()
         self._heartbeat_failures = 0
         self._next_heartbeat = time.monotonic() + self.heartbeat_interval
-        # Set by any connection error: a claim may have committed and lost its answer.
-        # Claims wait until the orphans service has handed such jobs back.
-        self._orphans_pending = False
-        self._services = self._make_services()
         self._services["rescue"].trigger()
         logger.info("worker %s (id %s) started: queues %s, slots %s%s", self.name,
                     self.worker_id, ",".join(self.queues), total_slots,
@@ -576,23 +577,21 @@ class Worker:
 
     def _make_services(self) -> dict[str, Service]:
         """The maintenance duties, each on its own clock (see ``maintenance``)."""
-        now = time.monotonic()
+        self._orphans = Orphans(worker_id=lambda: self.worker_id, known=self._known_jobs,
+                                claim_lock=self._claim_lock, wake=self._wake)
+        self._schedules = Schedules(self._scheduler) if self._scheduler is not None else None
         services = {
-            # After every heartbeat that succeeds.
-            "rescue": Service("rescue", self._rescue),
-            # After a database error, once healthy again; claims wait for it.
-            "orphan check": Service("orphan check", self._orphan_check),
-            # About once a minute, the first at a random point so workers spread out.
-            "prune": Service("prune", self._prune,
-                             first_due=now + random.uniform(0, self.prune_interval),
-                             interval=lambda: self.prune_interval * random.uniform(0.9, 1.1)),
+            "rescue": Rescue().service,
+            "orphan check": self._orphans.service,
+            "prune": Prune(self.app, interval=self.prune_interval, batch=self.prune_batch,
+                           extra=self.control.prune).service,
         }
-        if self._scheduler is not None:
-            # At most about once a second; the step moves it to the next tick.
-            services["schedules"] = Service(
-                "schedules", self._enqueue_schedules, first_due=now,
-                interval=lambda: MIN_CHECK_INTERVAL, enabled=self._scheduling)
+        if self._schedules is not None:
+            services["schedules"] = self._schedules.service
         return services
+
+    def _known_jobs(self) -> set[int]:
+        return set(self._running) | self._completer.pending_jobs()
 
     async def _loop(self) -> None:
         tasks = [asyncio.create_task(self._heartbeats(), name="heartbeat"),
@@ -633,7 +632,7 @@ class Worker:
     async def _round(self) -> None:
         # Maintenance runs in its services; this loop only claims, and only while healthy
         # and once jobs a lost claim answer left behind are handed back.
-        if not self._healthy or self._fatal or self._orphans_pending:
+        if not self._healthy or self._fatal or self._orphans.pending:
             return
         for hook in self.maintenance:
             await self._guard(hook, "maintenance")
@@ -679,8 +678,7 @@ class Worker:
         if dead:
             logger.warning("replaced %d dead connections of the pool (server restart or "
                            "terminated backends)", dead)
-            self._orphans_pending = True
-            self._services["orphan check"].trigger()
+            self._orphans.lost_answer()
         try:
             async with connection:  # what pool.connection() does: commit or roll back
                 yield connection
@@ -723,8 +721,7 @@ class Worker:
                            self.app.redact(" ".join(str(exc).split()) or type(exc).__name__))
             self._errors += 1
             self._health.clear()
-            self._orphans_pending = True
-            self._services["orphan check"].trigger()
+            self._orphans.lost_answer()
             self._next_heartbeat = min(self._next_heartbeat, time.monotonic()
                                        + self._backoff(self._heartbeat_failures + 1))
             self._beat_soon.set()
@@ -795,63 +792,6 @@ class Worker:
                 self.worker_id = await self._register(connection)
             logger.warning("worker id %s was declared dead by another worker and its jobs "
                            "rescued; continuing as worker id %s", old, self.worker_id)
-
-    async def _rescue(self, connection: psycopg.AsyncConnection) -> None:
-        rows = await database.rescue_jobs(connection)
-        for row in rows:
-            logger.warning("rescued job %s from a dead worker: now %s (%s)", row["id"],
-                           row["state"], _rescued(row))
-
-    async def _orphan_check(self, connection: psycopg.AsyncConnection) -> None:
-        async with self._claim_lock:
-            await self._return_orphans(connection)
-        self._wake.set()  # claims waited for this
-
-    async def _return_orphans(self, connection: psycopg.AsyncConnection) -> None:
-        """Hand back jobs the database says this worker runs but it never heard of: the
-        claim committed and its answer was lost with the connection. No rescue would touch
-        them while this worker heartbeats. Jobs whose outcome is still queued for writing
-        are known too. The caller holds the claim lock, so no claim is in flight meanwhile."""
-        assert self.worker_id is not None
-        known = set(self._running) | self._completer.pending_jobs()
-        rows = await database.return_orphans(connection, self.worker_id, sorted(known))
-        self._orphans_pending = False
-        for row in rows:
-            logger.warning("job %s was claimed by a query whose answer was lost: returned to "
-                           "the queue without spending an attempt", row["id"])
-
-    async def _prune(self, connection: psycopg.AsyncConnection) -> None:
-        await self.control.prune(connection)
-        for _ in range(10):  # bounded, so a huge backlog of old rows cannot stall the round
-            pruned = await database.prune_jobs(
-                connection, finished_retention=self.app.succeeded_retention,
-                failed_retention=self.app.failed_retention, limit=self.prune_batch)
-            if pruned < self.prune_batch:
-                break
-
-    def _scheduling(self) -> bool:
-        # Runtime schedules may appear at any time: a scheduling worker always looks (a
-        # clock read and, every RUNTIME_POLL_INTERVAL, one aggregate when there are none).
-        return self._scheduler is not None
-
-    def _schedules_changed(self, name: str) -> None:
-        """A runtime schedule changed (the listener heard it): take it in at once."""
-        if self._scheduler is None:
-            return
-        self._scheduler.changed(name)
-        service = getattr(self, "_services", {}).get("schedules")
-        if service is not None:
-            # A few milliseconds' grace: a burst of changes (a bulk add) makes one pass.
-            service.trigger(SCHEDULE_CHANGE_GRACE)
-
-    async def _enqueue_schedules(self, connection: psycopg.AsyncConnection) -> None:
-        assert self._scheduler is not None
-        # The scheduler says when its next tick is due (measured on the database clock, so
-        # only a duration is carried over to the monotonic clock here).
-        wait = await self._scheduler.enqueue_due(connection)
-        if self._scheduler.pending:  # heard of a change during the pass
-            wait = SCHEDULE_CHANGE_GRACE
-        self._services["schedules"].next_due = time.monotonic() + wait
 
     async def _claim(self) -> None:
         async with self._claim_lock:
@@ -1114,17 +1054,6 @@ class Worker:
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._stop.wait(), seconds)
-
-
-def _rescued(row: dict[str, Any]) -> str:
-    """What became of a rescued run, after the rescue line's "now <state>"."""
-    lost = (f"{row['task']} attempt {row['attempt']}/{row['max_attempts']} lost: WorkerLost: "
-            f"its worker stopped heartbeating")
-    if row["state"] == "queued":
-        return f"{lost}; retry in {max(0.0, row['retry_in']):.1f}s"
-    if row["state"] == "failed":
-        return f"{lost}; no attempts left"
-    return f"{lost}; a cancel was requested or it expired"
 
 
 async def _maybe_await(value: Any) -> None:
