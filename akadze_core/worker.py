@@ -105,6 +105,10 @@ class Worker:
         #: and wait for a free process; while its runs are short the worker may also take
         #: jobs beyond the slots (``ProcessPool.ahead``).
         self.process_pool = config.process_pool
+        #: Run with ``context`` before the first claim, and after the last run (integrations
+        #: add theirs here).
+        self.on_startup: list[Hook] = list(config.on_startup)
+        self.on_shutdown: list[Hook] = list(config.on_shutdown)
         #: Shared with the startup/shutdown hooks (ARQ's ctx): put your clients here.
         self.context: dict[str, Any] = {}
         #: Extra maintenance run each round while healthy (integrations hook in here).
@@ -188,11 +192,6 @@ class Worker:
     def poll_interval(self) -> float:
         """The most seconds between claims while slots are free (NOTIFY wakes it sooner)."""
         return seconds(self.config.poll_interval)
-
-    @property
-    def on_startup(self) -> list[Hook]:
-        """The hooks run with ``context`` before the first claim."""
-        return list(self.config.on_startup)
 
     def running(self) -> dict[int, bool]:
         """The jobs this worker holds, by id: True for those whose body runs, False for
@@ -388,7 +387,7 @@ class Worker:
             except ProcessPoolError as exc:
                 self._signals.fatal = self.app.redact(str(exc))
                 return False
-        for hook in self.config.on_startup:
+        for hook in self.on_startup:
             try:
                 await _maybe_await(hook(self.context))
             except Exception as exc:
@@ -422,7 +421,7 @@ class Worker:
         if started:
             assert self._pool is not None
             await self._drain()
-            for hook in self.config.on_shutdown:
+            for hook in self.on_shutdown:
                 try:
                     await _maybe_await(hook(self.context))
                 except Exception:
