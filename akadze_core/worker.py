@@ -477,39 +477,13 @@ class Worker:
             else min(5.0, max(1.0, self.heartbeat_interval))
         flushed = await self._completer.close(timeout=timeout)
         await cancel_and_wait(self._completer_task)
-        returned = await self._return_jobs(
+        returned = await self._lease.hand_back(
             [run.fence for run in held_back + unfinished], timeout)
         if flushed and returned:
-            await self._unregister(timeout)
+            await self._lease.unregister(timeout)
         else:
             logger.warning("could not hand back every job: they are rescued once this "
                            "worker's heartbeat is older than %gs", self.heartbeat_ttl)
-
-    async def _return_jobs(self, runs: list[tuple[int, int, int | None]],
-                           timeout: float) -> bool:
-        if not runs:
-            return True
-        try:
-            async with self._lease.connection(timeout) as connection:
-                with database.lock_timeout(min(timeout, self._lease.lock_timeout)):
-                    rows = await within(timeout, connection,
-                                        database.return_many(connection, runs), "the hand-back")
-        except Exception as exc:
-            logger.warning("returning %d jobs failed: %s", len(runs), type(exc).__name__)
-            return False
-        logger.info("returned %d unfinished jobs to the queue without spending an attempt",
-                    len(rows))
-        return True
-
-    async def _unregister(self, timeout: float) -> None:
-        try:
-            async with self._lease.connection(timeout) as connection:
-                with database.lock_timeout(min(timeout, self._lease.lock_timeout)):
-                    await within(timeout, connection,
-                                 database.unregister_worker(connection, self.worker_id),
-                                 "unregistering")
-        except Exception as exc:
-            logger.warning("unregistering failed: %s", type(exc).__name__)
 
     # --- the loop ----------------------------------------------------------------------------
 

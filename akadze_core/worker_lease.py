@@ -92,6 +92,36 @@ class Lease:
         self.worker_id = int(row["id"])
         return self.worker_id
 
+    async def hand_back(self, fences: list[tuple[int, int, int | None]],
+                        timeout: float) -> bool:
+        """Return the jobs of ``fences`` to the queue without spending an attempt (at a
+        stop); False when that failed (they are rescued once the lease runs out)."""
+        if not fences:
+            return True
+        try:
+            async with self.connection(timeout) as connection:
+                with database.lock_timeout(min(timeout, self.lock_timeout)):
+                    rows = await within(timeout, connection,
+                                        database.return_many(connection, fences),
+                                        "the hand-back")
+        except Exception as exc:
+            logger.warning("returning %d jobs failed: %s", len(fences), type(exc).__name__)
+            return False
+        logger.info("returned %d unfinished jobs to the queue without spending an attempt",
+                    len(rows))
+        return True
+
+    async def unregister(self, timeout: float) -> None:
+        """Leave akadze.workers (at a clean stop): the lease ends."""
+        try:
+            async with self.connection(timeout) as connection:
+                with database.lock_timeout(min(timeout, self.lock_timeout)):
+                    await within(timeout, connection,
+                                 database.unregister_worker(connection, self.worker_id),
+                                 "unregistering")
+        except Exception as exc:
+            logger.warning("unregistering failed: %s", type(exc).__name__)
+
     def open(self, pool: psycopg_pool.AsyncConnectionPool, *, beaten: Callable[[], None],
              lost: Callable[[], None]) -> None:
         """Start the lease (the registration just made counts as a heartbeat) on ``pool``."""
