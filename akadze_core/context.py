@@ -141,9 +141,9 @@ class CompleteTx:
 
     async def __aenter__(self) -> psycopg.AsyncConnection:
         app = self._context.app
-        pool = await app.opened_async_pool()
+        pool = await app.connections.opened_async_pool()
         # A connection a restart killed while idle is replaced before BEGIN is sent.
-        connection = await app.live_pooled_async(pool)
+        connection = await app.connections.live_pooled_async(pool)
         self._pool = pool
         self._tx = connection.transaction()
         try:
@@ -175,8 +175,8 @@ class CompleteTx:
 
     def __enter__(self) -> psycopg.Connection:
         app = self._context.app
-        pool = app.pool()
-        connection = app.live_pooled(pool)
+        pool = app.connections.pool()
+        connection = app.connections.live_pooled(pool)
         self._pool = pool
         self._tx = connection.transaction()
         try:

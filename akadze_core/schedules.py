@@ -488,7 +488,7 @@ async def run_schedules(app: App, stop: asyncio.Event) -> None:
                 if not is_transient(exc):
                     raise
                 if is_prepared_statement_lost(exc):
-                    app.stop_preparing()  # the next connection runs it unprepared
+                    app.connections.stop_preparing()  # the next connection runs it unprepared
                 failures += 1
                 delay = _backoff(failures)
                 logger.warning("scheduler lost the database (%s); retrying in %.1fs",

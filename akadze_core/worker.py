@@ -402,7 +402,7 @@ class Worker:
             kwargs=self._connect_kwargs(), name=f"akadze-worker-{self.worker_id}",
             open=False)
         await self._pool.open(wait=False)
-        await self.app.use_async_pool(self._pool)
+        await self.app.connections.use_async_pool(self._pool)
         self._completer = Completer(self._connection, self._outcomes_written,
                                     lock_timeout=self.lock_timeout, on_lock=self._lock_seen,
                                     deadline=self._lease_left, redact=self.app.redact)
@@ -487,7 +487,7 @@ class Worker:
             if self.process_pool is not None:
                 await self.process_pool.close()
             await cancel_and_wait(self._listener_task)
-            self.app.forget_async_pool(self._pool)
+            self.app.connections.forget_async_pool(self._pool)
             # After the heartbeat was lost, connection attempts may hang in a partition
             # until their connect_timeout: do not wait for them.
             await self._pool.close(timeout=5.0 if self._exit_code == 0 else 1.0)
@@ -675,7 +675,7 @@ class Worker:
             nonlocal dead
             dead += 1
 
-        connection = await self.app.live_pooled_async(self._pool, timeout, found)
+        connection = await self.app.connections.live_pooled_async(self._pool, timeout, found)
         if dead:
             logger.warning("replaced %d dead connections of the pool (server restart or "
                            "terminated backends)", dead)
@@ -688,7 +688,7 @@ class Worker:
             # Behind a transaction pooler: the statement ran nothing; every step and write
             # retries a transient error, and the retry goes unprepared.
             if is_prepared_statement_lost(exc):
-                self.app.stop_preparing()
+                self.app.connections.stop_preparing()
                 connection.prepare_threshold = None
             raise
         finally:
