@@ -19,7 +19,7 @@ from .jobs import Job
 from .migrations import MIGRATE_COMMAND, migrate
 from .retry import BackoffPolicy
 from .runtime_schedules import RuntimeSchedules
-from .schedules import Schedule, ScheduleSource
+from .schedules import Schedule, ScheduleSource, ScheduleSpec
 from .serialization import (
     DEFAULT_MAX_ARGS_BYTES,
     DEFAULT_MAX_RESULT_BYTES,
@@ -209,9 +209,13 @@ class App:
         ``meta["task_id"]`` (see ``find_job``). Raises ValueError on an invalid trigger or a
         duplicate name, ``InvalidArgs`` on arguments that are not JSON.
         """
-        schedule = Schedule.declare(
-            self, name, task, trigger=trigger, args=args, queue=queue, priority=priority,
-            max_attempts=max_attempts, expires=expires, meta=meta, task_ids=task_ids)
+        return self.declare_schedule(name, task, ScheduleSpec(
+            trigger=trigger, args=args, queue=queue, priority=priority,
+            max_attempts=max_attempts, expires=expires, meta=meta, task_ids=task_ids))
+
+    def declare_schedule(self, name: str, task: Task | str, spec: ScheduleSpec) -> Schedule:
+        """``add_schedule`` with its keywords held in a ``ScheduleSpec``."""
+        schedule = Schedule.from_spec(self, name, task, spec)
         with self._lock:
             if name in self.schedules:
                 raise ValueError(f"a schedule named {name!r} is already declared")
