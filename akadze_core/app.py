@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, TypeVar, overload
@@ -65,6 +66,19 @@ def resolve_max_result_bytes(value: int | None) -> int:
     return value
 
 
+def _after_fork() -> None:
+    """In a forked child every App gets a new lock: one held by another thread at the fork
+    would stay held (its connections are let go of by ``akadze_core.connections``)."""
+    for app in list(_APPS):
+        app._lock = threading.Lock()
+
+
+# Every App, so that _after_fork can find them (weak: an App may be dropped).
+_APPS: weakref.WeakSet[App] = weakref.WeakSet()
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere there is no fork
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 class App:
     """Tasks and the database that queues them.
 
@@ -110,9 +124,10 @@ class App:
         #: The command that applies the schema, named by ``SchemaMissing`` when an enqueue or
         #: a lookup finds no schema (the Celery facade names its own).
         self.migrate_command = MIGRATE_COMMAND
-        # Guards ``schedules`` (declared from any thread).
+        # Guards ``schedules`` (declared from any thread); a new one in a forked child.
         self._lock = threading.Lock()
         self._task_ids: TaskIds | None = None
+        _APPS.add(self)
 
     @property
     def pool_size(self) -> int:
