@@ -142,7 +142,7 @@ class ScheduleHost(Protocol):
 
 @dataclass(frozen=True)
 class ScheduleSpec:
-    """When and how a schedule runs its task, as given (validated by ``Schedule.declare``):
+    """When and how a schedule runs its task, as given (validated by ``Schedule.from_spec``):
     the keywords ``App.add_schedule``, ``Task.schedule`` and ``runtime_schedules.add``
     take, held once.
 
