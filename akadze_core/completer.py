@@ -20,7 +20,7 @@ import psycopg
 
 from . import database
 from .dberrors import is_lock_timeout, is_transient
-from .deadlines import within
+from .deadlines import within_lease
 from .errors import UnstorableOutcome
 from .outcomes import FAIL, Outcome, error_entry
 
@@ -62,22 +62,24 @@ def _size(outcome: Outcome) -> int:
 class Completer:
     """Batches outcomes and writes them with ``job_complete_many``.
 
-    ``deadline()``, if given, bounds each write in seconds: one the database does not answer
-    in time (a partition) abandons its connection and is retried like a lost one.
+    ``lease_end()``, if given, bounds each write (``deadlines.within_lease``, at most ``cap``
+    seconds): one the database does not answer while the lease holds (a partition) abandons
+    its connection and is retried like a lost one; a slow one on a live server is waited for.
     ``redact`` scrubs the error entry of an outcome that could not be stored."""
 
     def __init__(self, connection: Connect, on_written: Written, max_batch: int = 1000,
                  retry_cap: float = 5.0, gather: float = GATHER,
                  lock_timeout: float | None = None,
                  on_lock: Callable[[str, bool], None] | None = None,
-                 deadline: Callable[[], float] | None = None,
+                 lease_end: Callable[[], float] | None = None, cap: float = 60.0,
                  redact: Callable[[str], str] | None = None) -> None:
         self._connection = connection
         # Each write gives up on a lock after this many seconds (None: waits as long as the
         # session would) and reports it to on_lock(step, locked) instead of a line per try.
         self._lock_timeout = lock_timeout
         self._on_lock = on_lock
-        self._deadline = deadline
+        self._lease_end = lease_end
+        self._cap = cap
         self._redact = redact
         self._gather = gather
         self._on_written = on_written
@@ -156,11 +158,12 @@ class Completer:
     async def _write(self, batch: list[Outcome]) -> None:
         async with self._connection() as connection:
             with database.lock_timeout(self._lock_timeout):
-                if self._deadline is None:
+                if self._lease_end is None:
                     rows = await self._store(connection, batch)
                 else:
-                    rows = await within(self._deadline(), connection,
-                                        self._store(connection, batch), "the outcome write")
+                    rows = await within_lease(self._lease_end, self._cap, connection,
+                                              self._store(connection, batch),
+                                              "the outcome write")
         self._on_written(batch, rows)
 
     async def _store(self, connection: Any, batch: list[Outcome]) -> list[dict[str, Any]]:

@@ -13,6 +13,14 @@ psycopg's): the read in flight ends at once with an ``OperationalError``, the co
 broken and the pool discards it. What was sent may still reach the server later, exactly as
 with a connection that broke after sending: every outcome write is fenced by run_count and
 the claim token, and a claim whose answer was lost is handed back by the orphans check.
+
+A slow answer is not silence. Users' servers are busy: a claim may wait seconds for the
+CPU, the disk, or a vacuum while the server answers every other connection. So a worker's
+calls wait ``within_lease``: as long as its lease holds, the lease read again when it runs
+out. A heartbeat that got through on another connection meanwhile has moved it on (the server
+is alive, only slow) and the call goes on waiting; only a lease that ran out unrenewed (the
+heartbeats got no answer either: a partition or an outage) abandons it. A generous cap still
+bounds a call on a live server, for the one connection that went silent on its own.
 """
 
 from __future__ import annotations
@@ -20,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Awaitable
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
@@ -30,6 +39,9 @@ T = TypeVar("T")
 #: Seconds the abandoned call gets to notice its socket was shut down (it takes
 #: microseconds) before it is cancelled after all.
 GRACE = 1.0
+
+#: Seconds a call made at (or past) the end of its lease still gets to answer.
+LAST_CHANCE = 0.1
 
 
 class NoAnswer(TimeoutError):
@@ -53,6 +65,42 @@ async def within(seconds: float, connection: psycopg.AsyncConnection, call: Awai
     await _abandon(connection, task)
     raise NoAnswer(f"no answer from the database to {what} within {seconds:.1f}s "
                    "(network partition?); its connection was abandoned")
+
+
+async def within_lease(lease_end: Callable[[], float], cap: float,
+                       connection: psycopg.AsyncConnection, call: Awaitable[T],
+                       what: str = "the call") -> T:
+    """Await ``call`` (which uses ``connection``) while the caller's lease holds, and at most
+    ``cap`` seconds; then abandon the connection and raise ``NoAnswer``, as ``within`` does.
+
+    ``lease_end()`` is the ``time.monotonic()`` at which the lease ends. It is read again
+    each time the wait reaches it: renewed meanwhile (a heartbeat got through on another
+    connection, so the server answers and is only busy), the call goes on waiting; not
+    renewed (no answer to the heartbeats either), it is abandoned."""
+    task = asyncio.ensure_future(call)
+    started = time.monotonic()
+    give_up = started + cap
+    end = max(lease_end(), started + LAST_CHANCE)
+    while True:
+        try:
+            await asyncio.wait({task}, timeout=max(0.0, min(end, give_up) - time.monotonic()))
+        except asyncio.CancelledError:
+            await _abandon(connection, task)
+            raise
+        if task.done():
+            return task.result()
+        now = time.monotonic()
+        renewed = lease_end()
+        if now >= give_up or renewed <= now:
+            break
+        end = renewed
+    await _abandon(connection, task)
+    waited = time.monotonic() - started
+    if now >= give_up:
+        raise NoAnswer(f"no answer from the database to {what} within {waited:.1f}s, though "
+                       "the server answers other calls; its connection was abandoned")
+    raise NoAnswer(f"no answer from the database to {what} within {waited:.1f}s, nor to the "
+                   "heartbeats (network partition?); its connection was abandoned")
 
 
 async def _abandon(connection: psycopg.AsyncConnection, task: asyncio.Future[Any]) -> None:

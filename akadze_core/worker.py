@@ -34,7 +34,7 @@ from .dberrors import (
     is_too_many_connections,
     is_transient,
 )
-from .deadlines import cancel_and_wait, within
+from .deadlines import cancel_and_wait, within, within_lease
 from .dsn import listen_url
 from .errors import AkadzeError, SchemaMissing
 from .executor import execute
@@ -66,6 +66,12 @@ logger = logging.getLogger("akadze.worker")
 
 Maintenance = Callable[[psycopg.AsyncConnection], Awaitable[None]]
 
+#: Seconds a step waits for an answer while the heartbeats show the server alive (at least
+#: heartbeat_ttl). A slow answer is not an outage: a claim that waits on a busy server is
+#: waited for, and the worker goes on claiming. Only a connection that fails, or a lease that
+#: runs out because the heartbeats get no answer either, makes it stop claiming and back off.
+#: This bounds the rest: one connection gone silent alone, or a statement that never ends.
+SLOW_ANSWER_CAP = 60.0
 
 AUTOVACUUM_OFF = (
     "autovacuum does not run on akadze.jobs (autovacuum or track_counts is off on the "
@@ -405,7 +411,8 @@ class Worker:
         await self.app.connections.use_async_pool(self._pool)
         self._completer = Completer(self._connection, self._outcomes_written,
                                     lock_timeout=self.lock_timeout, on_lock=self._lock_seen,
-                                    deadline=self._lease_left, redact=self.app.redact)
+                                    lease_end=self._lease_end,
+                                    cap=self._answer_cap(), redact=self.app.redact)
         self._completer_task = asyncio.create_task(self._completer.run(), name="completer")
         self._listener_task = asyncio.create_task(
             listen_for_jobs(listen_url(url), self._watched, self._wake.set, self._backoff,
@@ -703,8 +710,13 @@ class Worker:
                 # No step outlives the lease: past it the jobs may be rescued elsewhere, and
                 # a step hung on a silent network (a partition) must not keep the worker
                 # from noticing that and stopping (the heartbeat's check runs after it).
+                # But the lease is read again when reached: a slow answer while heartbeats
+                # get through is a busy server, not an outage, and is waited for (up to
+                # SLOW_ANSWER_CAP) rather than abandoned, which stopped claims until the
+                # next heartbeat and the orphan check.
                 with database.lock_timeout(self.lock_timeout):
-                    await within(self._lease_left(), connection, step(connection), what)
+                    await within_lease(self._lease_end, self._answer_cap(), connection,
+                                       step(connection), what)
         except Exception as exc:
             if is_lock_timeout(exc):
                 # Not a connection problem: the statement gave up on a lock and changed
@@ -1102,6 +1114,14 @@ class Worker:
         """How long a step may wait for a pooled connection: at most 5 s, and never much
         past the heartbeat TTL, so a worker that lost the database notices in time."""
         return min(5.0, self._lease_left())
+
+    def _lease_end(self) -> float:
+        """The ``time.monotonic()`` at which the last good heartbeat is older than the TTL."""
+        return self._last_heartbeat_ok + self.heartbeat_ttl
+
+    def _answer_cap(self) -> float:
+        """How long a step waits for an answer while the lease holds (SLOW_ANSWER_CAP)."""
+        return max(SLOW_ANSWER_CAP, self.heartbeat_ttl)
 
     def _lease_left(self) -> float:
         """Seconds until the last good heartbeat is older than the TTL (at least 0.1 s, so

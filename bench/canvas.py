@@ -1,4 +1,4 @@
-"""Workflows (issue 16, item 5): a group enqueued in one statement, a fan-in (chord) of no-op
+"""Workflows: a group enqueued in one statement, a fan-in (chord) of no-op
 members against a plain group's drain, a chain's step-to-step latency, and what a chord adds
 to the completion path.
 

@@ -1,4 +1,4 @@
-"""The dashboard workload (issue 19, item 6): every page's server time on a big table.
+"""The dashboard workload: every page's server time on a big table.
 
 The table is filled in SQL (``dashboard_fill.sql``: 1,000,000 jobs by default, 10,000 of
 them failed, finished over the past week, a backlog and running jobs, 8 queues, 40 tasks),

@@ -1,4 +1,4 @@
-"""``python -m bench.hotpath``: the three hot-path figures of issue 21 (item 2).
+"""``python -m bench.hotpath``: the three hot-path figures.
 
 Each cell runs on a fresh private Postgres 15 cluster (``initdb`` in a temporary directory,
 a free port of 127.0.0.1, the server's stock postgresql.conf with only where it listens
@@ -602,7 +602,7 @@ def render(figures: dict[str, Any]) -> str:
     """The results as markdown: the summary, then each cell's series."""
     m = figures["machine"]
     lines = [
-        "# Hot-path figures (issue 21, item 2)",
+        "# Hot-path figures",
         "",
         f"Run {figures['when']} by `python -m bench.hotpath {' '.join(figures['argv'])}`"
         f" on {figures.get('commit', '?')}.",

@@ -1,4 +1,4 @@
-"""Issue 19, item 2: what a Prometheus scrape costs, behind 1,000,000 jobs.
+"""What a Prometheus scrape costs, behind 1,000,000 jobs.
 
 Its own database (``<bench database>_metrics``): ``jobs`` rows (``failed`` of them failed,
 2,000 cancelled, a backlog of 5,000 queued and 1,000 scheduled in 8 queues nobody serves, the

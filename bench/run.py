@@ -1,4 +1,4 @@
-"""``python -m bench``: run the workloads of issue 6 and print one table of figures and ratios.
+"""``python -m bench``: run the workloads and print one table of figures and ratios.
 
 Every figure and its comparison are measured in the same run, on this machine. Sizes are
 ``--quick`` (about two minutes) or the fuller defaults; each can be overridden. The
@@ -67,7 +67,7 @@ class Sizes:
     canvas_chord: int      # the chord of Celery and of akadze-compat (the same size)
     schedules: int          # runtime schedules of the schedules workload
     schedule_seconds: int   # each of its two phases (spans minute boundaries)
-    metrics_jobs: int       # the metrics workload's table (issue 19)
+    metrics_jobs: int       # the metrics workload's table
     metrics_failed: int     # ... of which failed
     metrics_renders: int    # render_metrics calls timed
     metrics_drain: int      # no-ops drained per phase, with and without scrapes

@@ -26,7 +26,7 @@ def _failed(value: Any) -> str | None:
 
 
 def rows(results: dict[str, Any], sizes: Any, options: argparse.Namespace) -> list[Row]:
-    """Every row, in the order of issue 6."""
+    """Every row, in the order the table prints them."""
     found: list[Row] = []
     found += _core_rows(results, options)
     found += _compat_rows(results, options)
@@ -287,7 +287,7 @@ def _latency_rows(results: dict[str, Any]) -> list[Row]:
                 verdict=verdict(value.p99 <= 15))]
 
 
-#: Issue 17: one worker's scheduling with 10,000 runtime schedules, per second of wall time.
+#: One worker's scheduling with 10,000 runtime schedules, per second of wall time.
 SCHEDULES_CPU_TARGET = 50.0
 #: "Never delays claims": the probes' p99 with the schedules within this of the one without.
 SCHEDULES_CLAIM_SLACK = 5.0
@@ -335,7 +335,7 @@ def _schedules_rows(results: dict[str, Any]) -> list[Row]:
 
 
 def _metrics_rows(results: dict[str, Any]) -> list[Row]:
-    """Issue 19, item 2: render_metrics' server time, and claims with and without scrapes."""
+    """render_metrics' server time, and claims with and without scrapes."""
     value = results.get("metrics")
     if value is None:
         return []
@@ -493,7 +493,7 @@ CHORD_VS_CELERY = 5.0
 
 
 def _canvas_rows(results: dict[str, Any], options: argparse.Namespace) -> list[Row]:
-    """Issue 16, item 5: a group's enqueue, a chord against a group's drain and against
+    """A group's enqueue, a chord against a group's drain and against
     Celery's chord, a chain's step latency, the statements of a chord's completion path."""
     value = results.get("canvas")
     if value is None:
@@ -644,7 +644,7 @@ def _chord_rows(value: dict[str, Any], core: Any, sizes: Any,
 
 
 def _dashboard_rows(results: dict[str, Any]) -> list[Row]:
-    """Issue 19, item 6: each dashboard page's server time (worst of its runs)."""
+    """Each dashboard page's server time (worst of its runs)."""
     value = results.get("dashboard")
     if value is None:
         return []

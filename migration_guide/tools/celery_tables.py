@@ -74,7 +74,7 @@ modules = {"celery": sorted(top)}
 for module in (celery.exceptions, celery.signals, celery.result, celery.schedules,
                celery.states, celery.utils.log):
     modules[module.__name__] = defined_in(module)
-# The deeper paths real projects import (issue 15); celery.contrib.pytest needs pytest in
+# The deeper paths real projects import; celery.contrib.pytest needs pytest in
 # Celery's interpreter and is covered by the guide's "Testing your tasks" instead.
 for name in sys.argv[1:]:  # DEEP_MODULES
     modules[name] = defined_in(importlib.import_module(name))
@@ -327,7 +327,7 @@ API_NOTES: dict[str, tuple[str, str]] = {
 }
 
 #: Where each Celery module lives in akadze_compat.
-#: Celery's module paths below the top level that real projects import (issue 15).
+#: Celery's module paths below the top level that real projects import.
 DEEP_MODULES = ("celery.app.task", "celery._state", "celery.app.control", "celery.app.trace",
                 "celery.beat", "celery.backends.base", "celery.worker.control",
                 "celery.worker.request", "celery.bootsteps", "celery.utils.time",

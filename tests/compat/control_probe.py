@@ -1,5 +1,5 @@
 """Remote control under Celery 5.7 (Redis) or akadze_compat (Postgres): one worker, then every
-``inspect`` / ``control`` call of issue 18, recorded as the replies' shapes.
+``inspect`` / ``control`` call, recorded as the replies' shapes.
 
 ``python control_probe.py celery|akadze_compat BROKER_URL OUT.json`` writes a small project
 (two tasks, a custom ``control_command`` and ``inspect_command``), starts its worker

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-#: The Celery release the facade is checked against (issue 3).
+#: The Celery release the facade is checked against.
 CELERY_SERIES = "5.7."
 #: The interpreter ``.ci/run`` (and the bench) build for Celery; CELERY_PYTHON overrides it.
 DEFAULT_CELERY_PYTHON = "/tmp/akadze-celery-venv/bin/python"

@@ -1,5 +1,5 @@
 """Canvas programs give the same values, states, exceptions and errback calls under Celery 5.7
-(Redis broker and result backend) and under akadze_compat (Postgres) (issue 16, item 3).
+(Redis broker and result backend) and under akadze_compat (Postgres).
 
 The programs are ``canvas_corpus.py``; ``canvas_differential.py`` runs them once per side per
 module, both sides at once, each with one real worker (``celery worker -P threads -c 4`` and
@@ -31,7 +31,7 @@ from tests.conftest import database_url_for
 PROGRAMS = diff.program_names()
 
 
-#: The message prefix of akadze_compat's canvas before issue 16 (``canvas._unsupported``).
+#: The message prefix of akadze_compat's canvas before it had one (``canvas._unsupported``).
 NOT_YET = "canvas: "
 
 
@@ -117,7 +117,7 @@ def test_same_as_celery(name: str, runs: tuple[dict[str, Any], dict[str, Any]]) 
     error = ours.get("program_error") or ours.get("setup_error")
     if error and error["type"] == "NotImplementedError" and error["message"].startswith(
             NOT_YET):
-        pytest.xfail(f"akadze_compat has no canvas yet (issue 16 item 2): {error['message']}")
+        pytest.xfail(f"akadze_compat has no canvas yet: {error['message']}")
     found = diff.differences(celery, ours)
     allowed = KNOWN_DIFFERENCES.get(name, {})
     unexplained = {path: values for path, values in found.items()

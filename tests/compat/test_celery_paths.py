@@ -20,7 +20,7 @@ from akadze_compat.utils import time as celery_time
 from akadze_compat.utils.unsupported import GUIDE, NotProvided
 from tests.compat.conftest import work
 
-#: The imports issue 15 lists, as a Celery project writes them after the rename.
+#: The deep imports real projects use, as a Celery project writes them after the rename.
 WORKING = [
     ("akadze_compat.app.task", ("Task", "Context")),
     ("akadze_compat._state", ("current_app", "get_current_task", "get_current_worker_task",

@@ -385,7 +385,9 @@ def test_inspect_ping_with_destination(url: str) -> None:
 
 
 def test_inspect_active_shows_the_running_task(url: str) -> None:
-    task_id = call(url, "plainproj.reports.tasks.nap", "-a", "[8]", "--queue", "clislow")
+    # Long enough to outlast the two inspect calls below, each a CLI start (8 s was not, on
+    # a loaded machine); short enough to end before the module's worker is stopped.
+    task_id = call(url, "plainproj.reports.tasks.nap", "-a", "[25]", "--queue", "clislow")
 
     def active() -> list[dict]:
         code, out, _ = cli(url, "inspect", "active", "--json")
@@ -395,7 +397,7 @@ def test_inspect_active_shows_the_running_task(url: str) -> None:
     assert isinstance(running, list)
     entry = next(item for item in running if item["id"] == task_id)
     assert entry["name"] == "plainproj.reports.tasks.nap"
-    assert entry["args"] == [8] and entry["hostname"] == NODE
+    assert entry["args"] == [25] and entry["hostname"] == NODE
     assert entry["delivery_info"]["routing_key"] == "clislow"
     code, out, _ = cli(url, "inspect", "active")
     assert code == 0

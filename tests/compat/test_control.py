@@ -1,4 +1,4 @@
-"""``app.control`` and ``inspect()`` answered by real worker processes (issue 18, item 1).
+"""``app.control`` and ``inspect()`` answered by real worker processes.
 
 Two ``akadze-compat worker`` processes (``c1`` on queue ``ca`` with one thread, ``c2`` on
 ``cb`` with two) run a project written here, with its own ``control_command`` and

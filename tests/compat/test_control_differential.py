@@ -1,4 +1,4 @@
-"""``app.control`` / ``inspect()`` replies have Celery 5.7's shapes (issue 18, item 1): the same
+"""``app.control`` / ``inspect()`` replies have Celery 5.7's shapes: the same
 calls (``control_probe.py``) against a real Celery worker on Redis and an akadze_compat worker
 on Postgres, each ``-P threads -c 1`` with one task running, one reserved behind it and one
 waiting for its eta; every reply's JSON shape (keys and value types) must match, except

@@ -289,7 +289,7 @@ def test_legacyproj_gets_every_problem_reported_and_exit_1() -> None:
         ("signals", "heartbeat_sent"): "missing",
         ("api", "app.control.*"): "missing",
         ("api", "app.control.inspect"): "different",
-        # Canvas runs (issue 16), with the differences the guide lists.
+        # Canvas runs, with the differences the guide lists.
         ("api", "celery.chain"): "different",
         ("api", "celery.group"): "different",
         ("api", "celery.result.GroupResult"): "different",
@@ -309,7 +309,7 @@ def test_legacyproj_gets_every_problem_reported_and_exit_1() -> None:
     assert found[("api", "celery.group")]["where"] == ["legacyproj/orders/tasks.py:3, 35"]
     assert found[("periodic tasks", "beat_schedule")]["subject"] == "nightly-report"
     # maintenance.py's AbortableTask is provided now (akadze_compat.contrib.abortable);
-    # app.control.inspect() and task_received are, differently (issue 18).
+    # app.control.inspect() and task_received are, differently.
     assert report["summary"] == {"missing": 4, "different": 10, "ignored": 7, "unknown": 1}
     # Passwords: the result backend's and the -b URL's are never shown.
     assert "legacy-s3cret" not in stdout and "Doct0r-pw" not in stdout

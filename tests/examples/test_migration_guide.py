@@ -1,4 +1,5 @@
-"""The migration guide stays true: generated tables up to date, relative links resolving."""
+"""The migration guide and docs/ stay true: generated tables up to date, relative links
+resolving, dotted names existing."""
 
 from __future__ import annotations
 
@@ -14,8 +15,13 @@ from tests.compat import differential
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 GUIDE = PROJECT_ROOT / "migration_guide"
 GENERATOR = GUIDE / "tools" / "celery_tables.py"
-DOCUMENTS = [PROJECT_ROOT / "README.md", *sorted(GUIDE.glob("*.md"))]
+DOCUMENTS = [PROJECT_ROOT / "README.md", *sorted(GUIDE.glob("*.md")),
+             *sorted((PROJECT_ROOT / "docs").rglob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _name(path: Path) -> str:
+    return path.relative_to(PROJECT_ROOT).as_posix()
 
 
 def test_the_generated_tables_are_up_to_date() -> None:
@@ -34,7 +40,7 @@ def test_the_generated_tables_are_up_to_date() -> None:
         f"`python migration_guide/tools/celery_tables.py`:\n{completed.stderr}")
 
 
-@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name)
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: _name(path))
 def test_relative_links_resolve(document: Path) -> None:
     broken = []
     for target in LINK.findall(document.read_text()):
@@ -62,7 +68,7 @@ def test_commands_the_guide_calls_missing_are_missing_and_the_others_exist() -> 
     assert renamed and set(renamed) <= set(cli.commands), set(renamed) - set(cli.commands)
 
 
-@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name)
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: _name(path))
 def test_dotted_names_the_guides_give_exist(document: Path) -> None:
     """Every ``akadze_core.…`` / ``akadze_compat.…`` name written in backticks resolves: a
     module that imports, or an attribute of one."""

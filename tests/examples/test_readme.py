@@ -4,9 +4,9 @@ database and on the embedded Postgres.
 Each quickstart is a ```python block whose first line names its file (``# tasks.py: ...``)
 and a ```sh block: what comes before ``# in another terminal:`` is the worker (started,
 left running), what comes after is the client, which must print the expected result. The
-core API sketch runs as a program (its top-level ``await`` included) against an empty
-database. The commands are the installed console scripts where they exist (.ci/run installs
-the project); otherwise small shims on PATH run the same entry points from this checkout.
+commands are the installed console scripts where they exist (.ci/run installs the project);
+otherwise small shims on PATH run the same entry points from this checkout. The code blocks
+of docs/ run in test_docs.py, with the helpers of this module.
 """
 
 from __future__ import annotations
@@ -18,12 +18,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -33,11 +31,13 @@ ANOTHER_TERMINAL = "# in another terminal:"
 pytestmark = pytest.mark.slow
 
 
-def section(title: str) -> str:
-    """The text of the README section headed ``## title``."""
-    text = README.read_text("utf-8")
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", text, re.MULTILINE | re.DOTALL)
-    assert match, f"README has no section {title!r}"
+def section(title: str, document: Path = README) -> str:
+    """The text of the section headed ``## title`` of ``document`` (the README by default),
+    up to the next ``## `` heading or the end of the file."""
+    text = document.read_text("utf-8")
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text,
+                      re.MULTILINE | re.DOTALL)
+    assert match, f"{document.name} has no section {title!r}"
     return match.group(1)
 
 
@@ -180,66 +180,3 @@ def test_the_celery_quickstart_on_the_embedded_postgres(newcomer_directory: Path
 
 def test_the_core_quickstart_on_the_embedded_postgres(newcomer_directory: Path) -> None:
     assert run_quickstart(CORE, newcomer_directory, None).strip() == CORE_RESULT
-
-
-def test_the_core_api_sketch_runs_as_written(tmp_path: Path, database_url: str,
-                                            db: psycopg.Connection) -> None:
-    """The sketch's Python, top-level await included, against a database with the schema
-    and the ``exports`` table its transactional enqueue writes to (the user's own table)."""
-    sketch = blocks(section("The core API at a glance"), "python")[0]
-    db.execute("CREATE TABLE exports (id text)")
-    program = tmp_path / "sketch.py"
-    program.write_text(textwrap.dedent(f"""
-        import ast, asyncio
-        source = {sketch!r}
-        code = compile(source, "README sketch", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-        namespace = {{"__name__": "sketch"}}
-        async def main():
-            result = eval(code, namespace)
-            if result is not None:
-                await result
-            await namespace["app"].close_async()
-        asyncio.run(main())
-    """))
-    started = time.monotonic()
-    done = subprocess.run([sys.executable, str(program)], cwd=tmp_path,
-                          env=environment(tmp_path, database_url), capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert time.monotonic() - started < 60
-    rows = db.execute("SELECT task, args, priority, unique_key FROM akadze.jobs "
-                      "ORDER BY id").fetchall()
-    assert len(rows) == 7, rows  # enqueue, enqueue_async, configure x2, enqueue_many x2, conn
-    assert {row[0] for row in rows} == {"export.poll"}
-    assert db.execute("SELECT id FROM exports").fetchall() == [("x",)]
-
-
-async def test_the_workflow_example_runs_as_written(tmp_path: Path, database_url: str,
-                                                   db: psycopg.Connection,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """The Workflows section's module: enqueued as its ``__main__`` does, drained by a
-    worker, the fan-in's result is the words of the three chains added up."""
-    import importlib.util
-
-    from tests.integration.outcome_helpers import run_until
-
-    source = blocks(section("Workflows: chains and fan-out/fan-in"), "python")[0]
-    assert source.startswith("# pipeline.py:")
-    (tmp_path / "pipeline.py").write_text(source)
-    monkeypatch.setenv("AKADZE_DATABASE_URL", database_url)
-    spec = importlib.util.spec_from_file_location("readme_pipeline", tmp_path / "pipeline.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    try:
-        end_id = module.enqueue()
-        counts = dict(db.execute("SELECT state, count(*) FROM akadze.jobs GROUP BY state"
-                                 ).fetchall())
-        assert counts == {"queued": 3, "waiting": 4}
-        await run_until(module.app, lambda: db.execute(
-            "SELECT state FROM akadze.jobs WHERE id = %s", (end_id,)).fetchone()
-            == ("succeeded",))
-        assert db.execute("SELECT result FROM akadze.jobs WHERE id = %s", (end_id,)
-                          ).fetchone() == ("words: 15",)
-    finally:
-        await module.app.close_async()

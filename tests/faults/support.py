@@ -6,6 +6,7 @@ Everything is asserted from the database; tests poll it (``wait_until``) instead
 from __future__ import annotations
 
 import signal
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -119,6 +120,14 @@ class Fleet:
         live = []
         for member in self.members:
             (live if member.proc.poll() is None else self.ended).append(member)
+        for member in live:
+            # A member restarted a moment ago may still be importing (seconds, under load),
+            # before it installs its SIGTERM handler: the default action would kill it (-15)
+            # instead of stopping it. Its start line comes after the handler.
+            deadline = time.monotonic() + timeout
+            while ") started: queues" not in member.log() and member.proc.poll() is None \
+                    and time.monotonic() < deadline:
+                time.sleep(0.02)
         for member in live:
             member.signal(signal.SIGTERM)
         return [member.wait_exit(timeout)[0] for member in live]

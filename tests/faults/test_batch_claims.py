@@ -1,4 +1,4 @@
-"""N worker processes x M jobs with batch claims (issue 5, scenario 7).
+"""N worker processes x M jobs with batch claims.
 
 Every claim takes up to the worker's free slots in one statement (FOR UPDATE SKIP LOCKED in a
 CTE). Run by real processes racing each other, no job is ever claimed twice under one

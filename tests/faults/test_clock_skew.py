@@ -1,4 +1,4 @@
-"""Workers whose clock is off by ten minutes (issue 5, scenario 18).
+"""Workers whose clock is off by ten minutes.
 
 SPEC: "Only the database clock (now() / clock_timestamp()) decides time; never the worker's
 clock." The worker processes run with ``AKADZE_FAKE_CLOCK_OFFSET`` (tests/faults/fake_clock.py:

@@ -1,4 +1,4 @@
-"""Fleet soak (issue 20, item 6): 16 mixed workers on one private Postgres under chaos.
+"""Fleet soak: 16 mixed workers on one private Postgres under chaos.
 
 Not run by default (``soak`` marker). ``AKADZE_SOAK_JOBS`` jobs (default 150,000, a few
 minutes on 2 cores), spread over 3 queues and two tasks (``fleet``: an async body;
@@ -25,7 +25,7 @@ Asserted, from the database:
   by a ``WorkerLost`` entry on that job naming a worker id of the same process (a trigger
   copies each ``akadze.workers`` row's id and pid into ``fleet_workers``), and that process
   is one the test SIGKILLed, or one that stopped with exit code 1 after logging that it had
-  no heartbeat for longer than its TTL (the database was gone, which the README counts as a
+  no heartbeat for longer than its TTL (the database was gone, which the docs count as a
   lost run), or one that logged it had been declared dead (it missed its TTL, e.g. during
   the restart, and was rescued while alive);
 - every worker process that ended is one the test killed or one of those exits 1; the rest
@@ -33,7 +33,8 @@ Asserted, from the database:
   worker stopped with 1 or was declared dead at all (the terminate storm leaves the server
   up: at a 3 s TTL, before the fix that ``test_stale_pool.py`` pins, workers stopped with 1
   or were declared dead after it, each step failing on the next dead pooled connection);
-- the client backends never exceeded the bound README's "Connections" gives for this fleet
+- the client backends never exceeded the bound that "How many connections"
+  (docs/reference/choices.md) gives for this fleet
   (``connection_budget``, summed, plus one more worker's for a killed worker's backends that
   may outlive it beside its replacement's, plus the test's own).
 
@@ -108,7 +109,8 @@ FLEET = (
 
 
 def connection_budget(shape: Shape) -> int:
-    """The most connections one worker process of ``shape`` holds (README "Connections").
+    """The most connections one worker process of ``shape`` holds (docs/reference/choices.md,
+    "How many connections").
 
     The worker's pool (min(slots, 16) + 6), its listener, its first connection (closed once
     registered); the bodies' connections: in process, ``fleet_sync`` uses the App's sync

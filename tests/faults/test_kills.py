@@ -1,4 +1,4 @@
-"""Workers that die or freeze mid-job (issue 5, scenarios 2, 3, 4 and 6).
+"""Workers that die or freeze mid-job.
 
 Seed 000, "Аренда": a worker that stops heartbeating for longer than its TTL is dead; a live
 worker returns its running jobs to the queue and spends their attempt (failed when none is
@@ -49,6 +49,7 @@ def test_sigkill_on_the_last_allowed_attempt_fails_the_job_and_never_reruns_it(
     assert doomed.wait_exit()[0] == -signal.SIGKILL
 
     rescuer = spawn_worker(database_url, *FAST)
+    rescuer.wait_started()  # its start, seconds under load, is not part of the 15 s
     wait_until(lambda: job(runs_db, job_id)["state"] == "failed", timeout=15,
                what="the rescue to fail the job")
     # The rescuer is alive and claiming: a job enqueued now runs; the failed one never does.

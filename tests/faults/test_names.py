@@ -1,4 +1,4 @@
-"""Hostile queue, task and schedule names are data (issue 5, scenario 17).
+"""Hostile queue, task and schedule names are data.
 
 Enqueue, claim and run with such names is tests/integration/test_enqueue.py::
 test_hostile_task_and_queue_names_are_stored_literally; schedules named like an injection are

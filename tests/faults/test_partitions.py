@@ -1,4 +1,4 @@
-"""Network partitions without a reset (issue 20): a proxy between one worker and Postgres
+"""Network partitions without a reset: a proxy between one worker and Postgres
 stops forwarding, with no RST and no FIN, and later forwards again.
 
 Seed 000, "Аренда" and "Ошибки базы": a partition shorter than the TTL is a slow network
@@ -89,13 +89,15 @@ def test_a_partition_shorter_than_the_ttl_changes_nothing(
     options = ("--heartbeat-interval", "0.5", "--heartbeat-ttl", str(ttl))
     partitioned = spawn_worker(with_application_name(proxy.url()), *options, "--slots", "3")
     partitioned.wait_started()
+    # Idle (its queue stays empty), and heartbeating every 0.5 s: it would rescue the jobs
+    # if the TTL ran out. Started before the jobs: a start that takes longer than the
+    # 1 s job under load must not end that job before the partition begins.
+    watcher = spawn_worker(cluster.url(password=False), *options, "--queue", "watch")
+    watcher.wait_started()
     # One ends during the partition (its outcome write waits in it), two after it.
     ids = [app.tasks["sleep"].enqueue(seconds=seconds) for seconds in (1.0, 4.0, 4.0)]
     wait_until(lambda: all(len(runs(direct, job_id)) == 1 for job_id in ids),
                what="the three runs to start")
-    # Idle, and heartbeating every 0.5 s: it would rescue the jobs if the TTL ran out.
-    watcher = spawn_worker(cluster.url(password=False), *options)
-    watcher.wait_started()
     proxy.pause()
     paused = time.monotonic()
     time.sleep(2.0)
@@ -144,8 +146,6 @@ def test_a_partition_longer_than_the_ttl_stops_the_worker_and_its_late_writes_ch
     ids = [long_job, short_job]
     wait_until(lambda: all(len(runs(direct, job_id)) == 1 for job_id in ids),
                what="both first runs to start")
-    rescuer = spawn_worker(cluster.url(password=False), *options)
-    rescuer.wait_started()
     proxy.pause()
     paused = time.monotonic()
     assert all(row["state"] == "running" for row in rows_by_id(direct, ids).values())
@@ -160,6 +160,11 @@ def test_a_partition_longer_than_the_ttl_stops_the_worker_and_its_late_writes_ch
     # then the shutdown's tries: 1 s each for the outcome flush, the hand-back and the pool
     # (min(5, max(1, heartbeat_interval)) for the first two), and 1.5 s of slack.
     assert ttl - interval - 0.2 <= took < ttl + 4.5, (took, partitioned.log())
+    # Started only now (it connects directly, the partition goes on): a start that takes
+    # longer than the 1.5 s run under load must neither let that run end before the
+    # partition nor delay the moment the exit above is seen.
+    rescuer = spawn_worker(cluster.url(password=False), *options)
+    rescuer.wait_started()
 
     wait_until(lambda: all(r["state"] == "succeeded"
                            for r in rows_by_id(direct, [*ids, during]).values()),

@@ -1,4 +1,4 @@
-"""Errors no retry can fix (issue 5, scenario 13): wrong password, permission denied.
+"""Errors no retry can fix: wrong password, permission denied.
 
 Seed 000, "Ошибки базы": other database errors (schema not applied) stop the worker. The real
 ``akadze`` command runs against a private cluster that checks passwords (scram-sha-256), as

@@ -1,4 +1,4 @@
-"""Security (issue 5): no pickle anywhere, passwords never shown, least-privilege roles.
+"""Security: no pickle anywhere, passwords never shown, least-privilege roles.
 
 See SECURITY.md; the least-privilege test runs that document's SQL blocks verbatim.
 """

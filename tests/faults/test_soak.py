@@ -1,4 +1,4 @@
-"""Soak under chaos (issue 5, scenario 19): not run by default.
+"""Soak under chaos: not run by default.
 
 ``AKADZE_SOAK_JOBS`` jobs (default 100,000) across 4 worker processes (8 slots each) while a
 chaos loop SIGKILLs a random worker every ``AKADZE_SOAK_KILL_EVERY`` seconds (default 3) and a

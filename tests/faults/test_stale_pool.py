@@ -1,4 +1,4 @@
-"""Connections a storm killed while they sat idle in the worker's pool (issue 20, item 6).
+"""Connections a storm killed while they sat idle in the worker's pool.
 
 ``pg_terminate_backend`` (or a server restart) kills every connection of a worker's pool at
 once; the idle ones are only found dead when next used. The worker's own steps (heartbeat,

@@ -1,4 +1,4 @@
-"""The job state machine against the real database, driven by hypothesis (issue 5, scenario 20).
+"""The job state machine against the real database, driven by hypothesis.
 
 Random sequences of enqueue, claim (plain and fair), heartbeat, outcome (of current and stale
 runs), rescue, graceful return, cancel, requeue, "time passes", ageing and prune steps run

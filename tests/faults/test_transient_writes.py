@@ -1,4 +1,4 @@
-"""Outcome writes and claims that fail transiently (issue 5, scenarios 11 and 12).
+"""Outcome writes and claims that fail transiently.
 
 Seed 000, "Ошибки базы": an outcome write that fails with a transient error is retried, same
 outcome, while the run still owns the job; the job is not run again. Deadlocks and

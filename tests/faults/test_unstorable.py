@@ -1,4 +1,4 @@
-"""Values Postgres cannot store, met by a real worker process (issue 5, scenarios 15 and 16).
+"""Values Postgres cannot store, met by a real worker process.
 
 Seed 000: "Исход, который сохранить нельзя вообще (например, символ NUL в результате),
 завершает задание в failed без новых попыток." An error whose text cannot be stored is not

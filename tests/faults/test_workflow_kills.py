@@ -1,4 +1,4 @@
-"""Workflows under SIGKILL (issue 16, item 4): worker processes killed mid-chain, mid-chord and
+"""Workflows under SIGKILL: worker processes killed mid-chain, mid-chord and
 mid-body, rescued and retried; revokes racing kills; two live workers finishing one chord.
 
 The next step of a chain and a chord's body are released by ``akadze.settle`` in the

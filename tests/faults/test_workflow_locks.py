@@ -1,4 +1,4 @@
-"""Two batched outcome writes settling the same waiting jobs do not deadlock (issue 16).
+"""Two batched outcome writes settling the same waiting jobs do not deadlock.
 
 A worker's flush writes many outcomes in one statement; ``akadze.settle`` then counts down
 the dependents of the successes and ends what waits downstream of the failures. Here X waits

@@ -1,4 +1,4 @@
-"""Random workflows on a real worker, checked against a reference model (issue 16, item 4).
+"""Random workflows on a real worker, checked against a reference model.
 
 Hypothesis draws small graphs: nodes waiting on earlier nodes (chains, fan-outs, fan-ins,
 diamonds, the same upstream twice) and on jobs enqueued just before (which the worker may

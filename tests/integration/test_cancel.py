@@ -300,9 +300,13 @@ async def test_expiry_while_running_behaves_like_cancel(
             raise Retry(1)
         return "made it"
 
-    job_id = expiring.configure(expires_at=db_now(db, "0.3 seconds")).enqueue()
+    # An expiry far enough off to be claimed first however slow the worker's start (0.3 s
+    # was not, on a loaded machine: the job expired unstarted); once the body runs, the
+    # expiry is brought to now, as if its time had come meanwhile.
+    job_id = expiring.configure(expires_at=db_now(db, "1 hour")).enqueue()
     async with running(fast_worker(app)):
         await wait_event(started, what="the body to start")
+        db.execute("UPDATE akadze.jobs SET expires_at = now() WHERE id = %s", (job_id,))
         await wait_until(lambda: db.execute(
             "SELECT expires_at <= now() FROM akadze.jobs WHERE id = %s",
             (job_id,)).fetchone() == (True,), what="the expiry")

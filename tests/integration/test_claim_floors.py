@@ -1,4 +1,4 @@
-"""Claim floors (issue 21, akadze_core/floors.py): a claim reads the claim index only above
+"""Claim floors (akadze_core/floors.py): a claim reads the claim index only above
 the last key its worker claimed, so the entries of jobs claimed before -- which VACUUM cannot
 remove while a transaction pins the horizon -- cost it nothing; and no job is ever left
 below a floor unseen."""

@@ -1,6 +1,6 @@
 """Seed 000's claim rule under short drains: claim again at once after a full claim, and as
 soon as a slot frees or the outcome backlog shrinks; never wait a poll interval while jobs are
-queued and slots are free (issue 21: 1 drain in 4 of 5,000 no-ops slept ~910 ms mid-drain
+queued and slots are free ( 1 drain in 4 of 5,000 no-ops slept ~910 ms mid-drain
 because claims held back at ``max_pending_outcomes`` were never woken)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A Worker started in the producer's event loop hands the app its own pool
 (``Connections.use_async_pool``) while the producer's first enqueue may still be opening the app's
-pool: that enqueue must be served, not left waiting on a pool closed under it (issue 21:
+pool: that enqueue must be served, not left waiting on a pool closed under it (
 6 of 40 enqueues 4-8 ms after ``Worker.run()`` failed with "PoolTimeout: pool
 initialization incomplete after 10 sec")."""
 

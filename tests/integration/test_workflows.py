@@ -401,14 +401,20 @@ def test_every_node_gets_the_row_its_call_would_insert_alone(
     flow.enqueue()
     columns = "task, queue, args, priority, max_attempts, meta, expires_at, state"
     for i, node in enumerate(nodes):
-        alone = calls[(i // 3) % 4].enqueue(x=i)
+        call = calls[(i // 3) % 4]
+        alone = call.enqueue(x=i)
         mine, theirs = (db.execute(
-            f"SELECT {columns}, scheduled_at - created_at FROM akadze.jobs WHERE id = %s",
-            (job_id,)).fetchone() for job_id in (node.id, alone))
+            f"SELECT {columns}, scheduled_at - created_at, scheduled_at FROM akadze.jobs "
+            "WHERE id = %s", (job_id,)).fetchone() for job_id in (node.id, alone))
         assert mine is not None and theirs is not None
-        assert mine[:-1] == theirs[:-1], i
-        # The same delay (30 s) or time (at) from each insert's own now().
-        assert abs((mine[-1] - theirs[-1]).total_seconds()) < 5, i
+        assert mine[:-2] == theirs[:-2], i
+        if call is calls[2]:
+            # The same time (at): the late inserts of this loop are seconds after the
+            # workflow's on a loaded machine, so compare the time, not the delay to it.
+            assert mine[-1] == theirs[-1] == at, i
+        else:
+            # The same delay (30 s, or none) from each insert's own now().
+            assert abs((mine[-2] - theirs[-2]).total_seconds()) < 1, i
 
 
 @pytest.mark.parametrize("body", [False, True], ids=["rows", "graph"])

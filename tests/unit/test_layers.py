@@ -3,7 +3,7 @@
 Bottom to top; a module imports (when it is imported) only from its own layer or those below,
 never from a function body (a late import is a cycle hidden from import time), and never
 another module's private attributes. Imports under ``if TYPE_CHECKING:`` are free: they do not
-run. A new module must be given a layer here (README, "Layout", says the same in words).
+run. A new module must be given a layer here (docs/reference/layout.md says the same in words).
 """
 
 from __future__ import annotations

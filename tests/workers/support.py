@@ -83,8 +83,10 @@ class WorkerProcess:
         """Everything the process wrote so far."""
         return self.log_path.read_text("utf-8", errors="replace")
 
-    def wait_log(self, text: str, timeout: float = 15.0) -> None:
-        """Wait until ``text`` appears in the log (fails early if the process died)."""
+    def wait_log(self, text: str, timeout: float = 60.0) -> None:
+        """Wait until ``text`` appears in the log (fails early if the process died). The
+        timeout is generous: a worker's start (interpreter, imports, the schema check)
+        takes over 10 s on a loaded machine, and a line that comes costs no more."""
         deadline = time.monotonic() + timeout
         while text not in self.log():
             if self.proc.poll() is not None and text not in self.log():
@@ -95,7 +97,7 @@ class WorkerProcess:
                                      f"{self.log()}")
             time.sleep(0.02)
 
-    def wait_started(self, timeout: float = 15.0) -> None:
+    def wait_started(self, timeout: float = 60.0) -> None:
         """Wait until the worker registered and logged its start line."""
         self.wait_log(") started: queues", timeout)
 

@@ -1,4 +1,4 @@
-"""A server whose ``max_connections`` others have used up (issue 20, item 4): a starting
+"""A server whose ``max_connections`` others have used up: a starting
 worker says so in a clear line and backs off (no tight loop, no crash), then starts and runs
 jobs once connections are free; a running worker whose pool cannot grow goes on with the
 connections it has; ``max_connections=`` bounds what a worker opens."""

@@ -1,4 +1,4 @@
-"""Failover to a promoted replica (issue 20, item 3).
+"""Failover to a promoted replica.
 
 A primary and a streaming replica (pg_basebackup, both private clusters); a worker process
 and a producer in the test process run on one multi-host URL with
@@ -10,8 +10,8 @@ jobs that were running at the stop finish under the same worker, and nothing run
 The stop is ``pg_ctl stop -m fast``: a clean shutdown sends the connected standby all the WAL
 up to the shutdown checkpoint, and waits for it to be flushed there, before the server
 exits, so an asynchronous replica loses nothing acknowledged. A crash (``-m immediate``, a
-host lost) can lose the last commits the replica had not received yet; see the README's
-Guarantees.
+host lost) can lose the last commits the replica had not received yet; see
+docs/reference/guarantees.md.
 """
 
 from __future__ import annotations

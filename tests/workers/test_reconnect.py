@@ -1,4 +1,4 @@
-"""An App rides through a server restart (issue 14, item 7).
+"""An App rides through a server restart.
 
 One process, one App, a private cluster restarted (``pg_ctl restart -m fast``) or its
 backends terminated between two calls: the second call reconnects and succeeds, and no job

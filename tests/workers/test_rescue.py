@@ -48,10 +48,12 @@ def test_sigkill_mid_job_is_rescued_after_the_ttl_and_run_again(
     wait_until(lambda: len(runs(runs_db, job_id)) == 1, what="the first run to start")
     (doomed_worker,) = worker_ids(runs_db)
     assert job(runs_db, job_id)["worker_id"] == doomed_worker
-    rescuer = spawn_worker(database_url, *HEARTBEAT)
-    rescuer.wait_started()
     doomed.signal(signal.SIGKILL)
     assert doomed.wait_exit()[0] == -signal.SIGKILL
+    # Started after the kill: a start that takes longer than the 2 s run under load must
+    # not let that run end (and the job succeed) before the worker dies.
+    rescuer = spawn_worker(database_url, *HEARTBEAT)
+    rescuer.wait_started()
     (last_beat,) = runs_db.execute("SELECT heartbeat_at FROM akadze.workers WHERE id = %s",
                                    (doomed_worker,)).fetchone()
 

@@ -10,7 +10,7 @@ harness's other Python adapters read their own tables.
 
 - The producer has its own ``App`` (and so its own pool): a ``Worker`` starting in the
   same event loop replaces its app's pool there, and an enqueue still waiting for the old
-  pool then fails (issue 21, item 4). Two apps sidestep that without touching akadze.
+  pool then fails. Two apps sidestep that without touching akadze.
 - ``Worker.run()`` returns 1 when the database was gone longer than ``heartbeat_ttl`` (the
   seeds require it); a deployment's supervisor starts it again. This process plays that
   supervisor: it logs the exit on stderr and starts a new ``Worker``; the count is the
