@@ -52,12 +52,14 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from akadze_core import Every, Trigger
-from akadze_core.database import run_statement
-from akadze_core.dberrors import is_transient
-from akadze_core.queries import load_queries
-from akadze_core.schedules import MIN_CHECK_INTERVAL, Schedule
-from akadze_core.triggers import EPOCH
+from akadze_core import Every, Schedule, Trigger
+from akadze_core.integration import (
+    EPOCH,
+    MIN_CHECK_INTERVAL,
+    is_transient,
+    load_queries,
+    run_statement,
+)
 
 from . import beat, serialization
 from ._triggers import schedule_timezone

@@ -16,7 +16,7 @@ from typing import Any
 
 from kombu.utils import json as kombu_json
 
-from akadze_core.serialization import extends_strict_dumps, strict_dumps
+from akadze_core.integration import extends_strict_dumps, strict_dumps
 
 from .exceptions import ImproperlyConfigured
 

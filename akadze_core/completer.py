@@ -14,7 +14,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
@@ -53,6 +53,62 @@ def is_unstorable(exc: BaseException) -> bool:
     if isinstance(exc, psycopg.DataError):
         return True
     return isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("54")
+
+
+def _failure(outcome: Outcome, exc: Exception,
+             redact: Callable[[str], str] | None) -> Outcome:
+    """The failure written instead of ``outcome``, which Postgres refused with ``exc``."""
+    error = UnstorableOutcome(f"the outcome could not be stored: {exc}")
+    logger.warning("job %s: its outcome could not be stored (%s): failing it",
+                   outcome.job_id, type(exc).__name__)
+    return Outcome(outcome.job_id, outcome.run_count, FAIL,
+                   error=error_entry(error, redact=redact), claim_token=outcome.claim_token)
+
+
+class Pooled(Protocol):
+    """What ``store_outcome_sync`` needs of an ``App``: its pooled connections and its
+    redaction (a protocol, so this module does not depend on the app's)."""
+
+    def run_pooled(self, call: Callable[[psycopg.Connection], Any]) -> Any: ...
+    async def run_pooled_async(self, call: Callable[[psycopg.AsyncConnection], Any]) \
+        -> Any: ...
+    def redact(self, text: str) -> str: ...
+
+
+def store_outcome_sync(app: Pooled, outcome: Outcome) -> bool:
+    """Write one run's outcome at once, outside the worker's batches (for a framework that
+    must see it stored before it goes on: the Celery facade's ``task_postrun``): the
+    completer's write, fenced by the run's ``run_count`` and claim token, and an outcome
+    Postgres refuses as unstorable failing the job as a batch's would. True when it was
+    written, False when the run no longer owns the job. A failure to write (a lost
+    connection) is raised: the worker's completer then writes the outcome as usual."""
+
+    def write(connection: psycopg.Connection) -> list[dict[str, Any]]:
+        try:
+            return database.complete_many_sync(connection, [outcome])
+        except psycopg.Error as exc:
+            if not is_unstorable(exc):
+                raise
+            # Autocommit: the refused statement wrote nothing.
+            return database.complete_many_sync(connection,
+                                               [_failure(outcome, exc, app.redact)])
+
+    return bool(app.run_pooled(write))
+
+
+async def store_outcome(app: Pooled, outcome: Outcome) -> bool:
+    """``store_outcome_sync`` from a coroutine (an ``async def`` body)."""
+
+    async def write(connection: psycopg.AsyncConnection) -> list[dict[str, Any]]:
+        try:
+            return await database.complete_many(connection, [outcome])
+        except psycopg.Error as exc:
+            if not is_unstorable(exc):
+                raise
+            return await database.complete_many(connection,
+                                                [_failure(outcome, exc, app.redact)])
+
+    return bool(await app.run_pooled_async(write))
 
 
 def _size(outcome: Outcome) -> int:
@@ -185,13 +241,7 @@ class Completer:
                              exc: Exception) -> list[dict[str, Any]]:
         """Fail the job of ``outcome``, which Postgres refused with ``exc``, at once: the
         same outcome would be refused again on every attempt."""
-        error = UnstorableOutcome(f"the outcome could not be stored: {exc}")
-        failed = Outcome(outcome.job_id, outcome.run_count, FAIL,
-                         error=error_entry(error, redact=self._redact),
-                         claim_token=outcome.claim_token)
-        logger.warning("job %s: its outcome could not be stored (%s): failing it",
-                       outcome.job_id, type(exc).__name__)
-        return await database.complete_many(connection, [failed])
+        return await database.complete_many(connection, [_failure(outcome, exc, self._redact)])
 
     async def close(self, timeout: float | None = None) -> bool:
         """Stop after writing what is pending; returns False if that did not finish in time."""

@@ -10,17 +10,14 @@ from typing import Any
 
 from . import dsn
 from .errors import (
-    Cancel,
-    Fail,
     JobOutcome,
     JobTimeout,
     ResultNotJson,
     ResultTooLarge,
-    Retry,
-    Snooze,
     UnstorableOutcome,
 )
-from .retry import BackoffPolicy, backoff_delay
+from .retry import CANCEL as CANCEL  # the outcome kinds are the retry rule's, named here too
+from .retry import FAIL, RETRY, SNOOZE, BackoffPolicy, backoff_delay, decide_retry
 from .serialization import (
     DEFAULT_MAX_RESULT_BYTES,
     check_storable,
@@ -32,7 +29,7 @@ from .serialization import (
 #: message and traceback still say what happened.
 ARGS_LIMIT = 8192
 
-SUCCESS, RETRY, SNOOZE, FAIL, CANCEL = "success", "retry", "snooze", "fail", "cancel"
+SUCCESS = "success"
 #: A run claimed ahead and dropped before its body started, on hearing of a cancel request
 #: or its expiry: the database ends it cancelled (or, not expired on its clock after all,
 #: queued again), the attempt given back either way.
@@ -202,18 +199,13 @@ def raised(
 ) -> Outcome:
     """The outcome of a body that raised ``exc``; ``redact`` scrubs its error entry (see
     ``error_entry``); ``claim_token``: the run's, see ``Outcome``."""
-    if isinstance(exc, Snooze):
-        return Outcome(job_id, run_count, SNOOZE, claim_token=claim_token, delay=exc.delay)
-    if isinstance(exc, Retry):
-        return Outcome(job_id, run_count, RETRY, delay=exc.delay,
-                       error=error_entry(exc, redact=redact), max_attempts=exc.max_attempts,
-                       claim_token=claim_token)
-    if isinstance(exc, Fail):
-        return Outcome(job_id, run_count, FAIL, claim_token=claim_token,
-                       error=error_entry(exc, redact=redact))
-    if isinstance(exc, Cancel):
-        return Outcome(job_id, run_count, CANCEL, claim_token=claim_token,
-                       error=error_entry(exc, redact=redact))
+    # The decision is the retry module's (decide_retry); out of attempts, a retry becomes
+    # failed in SQL on the row's own counts (see akadze_core.retry).
+    decision = decide_retry(exc, attempt, None, policy)
+    if decision.kind == SNOOZE:
+        return Outcome(job_id, run_count, SNOOZE, claim_token=claim_token, delay=decision.delay)
     type_name = "JobTimeout" if isinstance(exc, JobTimeout) else None
-    return Outcome(job_id, run_count, RETRY, delay=backoff_delay(policy, attempt),
-                   error=error_entry(exc, type_name, redact), claim_token=claim_token)
+    return Outcome(job_id, run_count, decision.kind, delay=decision.delay,
+                   error=error_entry(exc, type_name, redact),
+                   max_attempts=decision.max_attempts, claim_token=claim_token)
+

@@ -246,6 +246,43 @@ def private_imports(modules: dict[str, Module]) -> list[Import]:
             if any(_private(name) for name in item.names)]
 
 
+#: The engine the facade is built on, and the one core module beyond its public names that
+#: the facade may import (see ``akadze_core.integration``).
+CORE = "akadze_core"
+CORE_INTEGRATION = CORE + ".integration"
+
+
+def core_imports(modules: dict[str, Module], root: Path = ROOT,
+                 core: str = CORE) -> list[Import]:
+    """Every import of ``core`` in the package, wherever it is (inside functions and under
+    ``if TYPE_CHECKING:`` too): its target is the core module imported, so
+    ``from akadze_core import database`` (a submodule) is an import of
+    ``akadze_core.database``, ``from akadze_core import App`` one of ``akadze_core``."""
+    def is_submodule(name: str) -> bool:
+        path = root / Path(*name.split("."))
+        return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+    found: list[Import] = []
+    for module in modules.values():
+        for node, in_function, type_checking in _walk(module.tree):
+            if isinstance(node, ast.Import):
+                found.extend(Import(module.name, alias.name, node.lineno, in_function,
+                                    type_checking)
+                             for alias in node.names
+                             if alias.name == core or alias.name.startswith(core + "."))
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
+                    node.module == core or node.module.startswith(core + ".")):
+                names = tuple(alias.name for alias in node.names)
+                submodules = [f"{node.module}.{n}" for n in names
+                              if is_submodule(f"{node.module}.{n}")]
+                if len(submodules) < len(names):
+                    found.append(Import(module.name, node.module, node.lineno, in_function,
+                                        type_checking, names))
+                found.extend(Import(module.name, submodule, node.lineno, in_function,
+                                    type_checking) for submodule in submodules)
+    return found
+
+
 def summary(root: Path = ROOT) -> dict[str, object]:
     """The numbers, and the places behind them."""
     modules = load(root)
@@ -267,6 +304,9 @@ def summary(root: Path = ROOT) -> dict[str, object]:
         "cross_module_private_imports": len(private_imports(modules)),
         "private_imports": [f"{i.source}:{i.line} {', '.join(i.names)} from {i.target}"
                             for i in private_imports(modules)],
+        "core_submodules_imported": len(core_submodules := sorted(
+            {i.target for i in core_imports(modules, root)} - {CORE})),
+        "core_submodules": core_submodules,
     }
 
 

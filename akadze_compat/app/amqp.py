@@ -37,7 +37,7 @@ from .routes import queue_name, settings_router
 
 if TYPE_CHECKING:
     from akadze_core import TaskCall
-    from akadze_core.database import JobRequest
+    from akadze_core.integration import JobRequest
 
     from .base import Celery
     from .context import Context

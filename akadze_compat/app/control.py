@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from akadze_core import request_cancel_sync
-from akadze_core.control import ControlReply, broadcast, signal_number
+from akadze_core import ControlReply, broadcast, request_cancel_sync
+from akadze_core.integration import signal_number
 
 from ..backends.base import lookup_job
 

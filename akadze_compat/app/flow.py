@@ -21,9 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from kombu.exceptions import EncodeError
 
 from akadze_core import ConnectionLost, InvalidArgs, OnFailure
-from akadze_core.database import JobRequest
-from akadze_core.gcpause import collector_paused
-from akadze_core.serialization import is_strict
+from akadze_core.integration import JobRequest, collector_paused, is_strict
 
 from .. import serialization, signals
 from ..backends.base import GROUP_BODY

@@ -16,6 +16,8 @@ import types
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from akadze_core.integration import attempts_left
+
 from .. import _state
 from ..backends.base import update_state
 from ..canvas import chunks, signature, xmap, xstarmap
@@ -465,7 +467,9 @@ class Task:
         if not eta and countdown is None:
             countdown = self.retry_delay()
         call_args, call_kwargs = retry_arguments(self, request, args, kwargs)
-        if limit is not None and retries > limit:
+        # ``retries`` is this run's attempt number; Celery's ``max_retries=M`` is M + 1
+        # attempts, judged by the core's rule (the one the worker applies to the row).
+        if limit is not None and not attempts_left(retries, limit + 1):
             if exc:
                 raise_with_context(exc)
             raise self.MaxRetriesExceededError(

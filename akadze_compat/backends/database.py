@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from akadze_core.dsn import redact_json
+from akadze_core.integration import redact_json
 
 from .. import _state, serialization, states
 from ..exceptions import TaskRevokedError

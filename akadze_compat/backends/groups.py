@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from akadze_core.database import run_statement_sync
-from akadze_core.queries import load_queries
+from akadze_core.integration import load_queries, run_statement_sync
 
 from .. import serialization
 

@@ -24,9 +24,16 @@ import click
 import psycopg
 
 from akadze_core import AkadzeError
-from akadze_core.cli_support import OneLineErrorGroup, Secrets, exit_now, one_line, printable
-from akadze_core.dberrors import SCHEMA_ERRORS
-from akadze_core.migrations import MIGRATE_COMMAND, schema_missing
+from akadze_core.integration import (
+    MIGRATE_COMMAND,
+    SCHEMA_ERRORS,
+    OneLineErrorGroup,
+    Secrets,
+    exit_now,
+    one_line,
+    printable,
+    schema_missing,
+)
 
 from ..app.base import Celery
 from ..exceptions import CeleryCommandException, ImproperlyConfigured

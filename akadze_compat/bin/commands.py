@@ -16,8 +16,7 @@ from typing import Any
 import click
 
 from akadze_core import run_schedules
-from akadze_core.cli import dashboard_options, run_dashboard
-from akadze_core.cli_support import printable
+from akadze_core.integration import dashboard_options, printable, run_dashboard
 
 from .. import states
 from ..beat import warn_unhonoured_scheduler

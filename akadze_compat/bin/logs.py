@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from akadze_core.cli_support import ScrubbingFormatter, StderrHandler, cache_pid_in_log_records
+from akadze_core.integration import ScrubbingFormatter, StderrHandler, cache_pid_in_log_records
 
 from .. import _state, signals
 from .base import secrets

@@ -31,9 +31,7 @@ from typing import Any
 import click
 
 from akadze_core import Worker, WorkerConfig
-from akadze_core.cli_support import scrubbed_stdio
-from akadze_core.processes import ProcessPool, serve
-from akadze_core.worker_config import DEFAULTS
+from akadze_core.integration import DEFAULTS, ProcessPool, scrubbed_stdio, serve
 
 from .. import beat, signals
 from ..worker import control, entry

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from akadze_core.worker_config import DEFAULTS, seconds
+from akadze_core.integration import DEFAULTS, seconds
 
 from ..app.defaults import DEFAULTS as CELERY_DEFAULTS
 from ..app.routes import queue_names

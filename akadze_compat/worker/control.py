@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from akadze_core import Job
-from akadze_core.control import revoked_task_ids, scheduled_jobs
-from akadze_core.panel import NO_REPLY
+from akadze_core.integration import NO_REPLY, revoked_task_ids, scheduled_jobs
 
 from ..utils.time import rate
 

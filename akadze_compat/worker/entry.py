@@ -32,8 +32,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from akadze_core import Cancel, Fail, Snooze, current, database, outcomes
+from akadze_core import Cancel, Fail, Snooze, current
 from akadze_core import Retry as CoreRetry
+from akadze_core.integration import (
+    Outcome,
+    decide_retry,
+    outcome_of,
+    store_outcome,
+    store_outcome_sync,
+)
 
 from .. import signals, states
 from ..app.context import Context
@@ -399,10 +406,10 @@ def _outcome(run: _Run, result: TraceResult) -> Any:
             raise Snooze(0) from exc
         raise Fail(f"rejected: {getattr(exc, 'reason', None)!r}") from exc
     if result.state == states.RETRY:
-        countdown = _retry_countdown(run, getattr(exc, "when", None))
+        retry = CoreRetry(_retry_countdown(run, getattr(exc, "when", None)),
+                          max_attempts=_retry_budget(exc))
         context = run.context
-        budget = _retry_budget(exc)
-        if context.attempt >= max(context.max_attempts, budget or 0):
+        if decide_retry(retry, context.attempt, context.max_attempts).exhausted:
             # A Retry raised by hand (not through self.retry, which checks max_retries
             # itself) with no attempt left: fail as self.retry would have.
             error = MaxRetriesExceededError(
@@ -410,25 +417,18 @@ def _outcome(run: _Run, result: TraceResult) -> Any:
                 f"kwargs:{run.kwargs}", task_args=run.args, task_kwargs=run.kwargs)
             raise Fail(str(error)) from error
         cause = getattr(exc, "exc", None)
-        raise CoreRetry(countdown, max_attempts=budget) \
-            from (cause if isinstance(cause, BaseException) else exc)
+        raise retry from (cause if isinstance(cause, BaseException) else exc)
     raise Fail(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _core_outcome(run: _Run, result: TraceResult) -> outcomes.Outcome:
+def _core_outcome(run: _Run, result: TraceResult) -> Outcome:
     """The outcome the core's worker would write for ``result`` (what ``_outcome`` returns
-    or raises, classified as the executor does)."""
-    context = run.context
-    job = context.job
-    backoff = context.app.tasks[job.task].backoff
+    or raises, classified by the core as its executor does)."""
     try:
         value = _outcome(run, result)
     except BaseException as exc:
-        return outcomes.raised(job.id, job.run_count, job.attempt, exc, backoff,
-                               context.app.redact, claim_token=job.claim_token)
-    return outcomes.succeeded(job.id, job.run_count, job.attempt, value, backoff,
-                              context.app.json_dumps, context.app.max_result_bytes,
-                              claim_token=job.claim_token)
+        return outcome_of(run.context, exc=exc)
+    return outcome_of(run.context, value=value)
 
 
 def _stored(run: _Run, written: bool) -> None:
@@ -445,18 +445,18 @@ def _store_sync(run: _Run, result: TraceResult) -> None:
 
     The core's worker batches outcomes after the body returns, so a receiver reading the
     task's state would see PENDING; only runs with receivers pay for this write of their
-    own. If it fails, the worker's completer writes the outcome as usual (and retries)."""
+    own, through the core's outcome store (the completer's fenced write). If it fails, the
+    worker's completer writes the outcome as usual (and retries)."""
     patch = _meta_patch(run, result)
     outcome = _core_outcome(run, result)
     try:
         if patch is not None:
             run.context.update_meta_sync(patch)
-        rows = run.context.app.run_pooled(
-            lambda connection: database.complete_many_sync(connection, [outcome]))
+        written = store_outcome_sync(run.context.app, outcome)
     except Exception as exc:
         _not_stored(run, exc)
         return
-    _stored(run, bool(rows))
+    _stored(run, written)
 
 
 def _not_stored(run: _Run, exc: Exception) -> None:
@@ -469,18 +469,14 @@ async def _store_async(run: _Run, result: TraceResult) -> None:
     """``_store_sync`` for an ``async def`` body."""
     patch = _meta_patch(run, result)
     outcome = _core_outcome(run, result)
-
-    async def write(connection: Any) -> list[dict[str, Any]]:
-        return await database.complete_many(connection, [outcome])
-
     try:
         if patch is not None:
             await run.context.update_meta(patch)
-        rows = await run.context.app.run_pooled_async(write)
+        written = await store_outcome(run.context.app, outcome)
     except Exception as exc:
         _not_stored(run, exc)
         return
-    _stored(run, bool(rows))
+    _stored(run, written)
 
 
 def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[str, Any]) \

@@ -30,13 +30,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from akadze_core.executor import decode_job
-from akadze_core.outcomes import FAIL, Outcome, error_entry
-from akadze_core.processes import (
+from akadze_core import JobTimeout
+from akadze_core.integration import (
     CHILD_ENV,
+    FAIL,
+    Outcome,
     ProcessPool,
     Terminated,
     child_number,
+    decode_job,
+    error_entry,
     is_child,
 )
 
@@ -141,8 +144,6 @@ class CeleryProcessPool(ProcessPool):
         """Past the hard limit: FAILURE with ``TimeLimitExceeded`` at once, its failure
         hooks run here. Terminated by a revoke: REVOKED (the core's cancel), ``task_revoked``
         sent here with ``terminated=True``. A lost process: the core's outcome (retried)."""
-        from akadze_core.errors import JobTimeout
-
         if isinstance(exc, JobTimeout):
             _, hard = self.limits(app, row)
             limit = TimeLimitExceeded(hard)

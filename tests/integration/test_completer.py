@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -105,3 +106,36 @@ async def test_a_batch_postgres_refuses_is_split_until_the_bad_outcomes_fail_alo
             assert [entry["type"] for entry in row["errors"]] == ["UnstorableOutcome"]
         else:
             assert (row["state"], row["result"]) == ("succeeded", "r" * 24_998), row
+
+
+async def test_store_outcome_writes_one_outcome_at_once_fenced_and_fails_an_unstorable_one(
+        app: App, database_url: str, db: psycopg.Connection) -> None:
+    """The completer's write for one outcome, outside a batch (what the Celery facade calls
+    before ``task_postrun``): stored at once; a second write of the same run, or one with
+    another claim token, changes nothing (False); an outcome Postgres refuses fails its job
+    with UnstorableOutcome, as a batch's would."""
+
+    @app.task("store.noop")
+    async def noop() -> None: ...
+
+    ids = noop.enqueue_many([{}] * 3)
+    rows = {row["id"]: row for row in await claim(database_url, fake_worker(db), 3)}
+    first, second, third = (rows[job_id] for job_id in ids)
+
+    def outcome(row: dict[str, Any], result: str, token: int | None = None) -> Outcome:
+        return Outcome(row["id"], row["run_count"], SUCCESS, result=result,
+                       claim_token=row["claim_token"] if token is None else token)
+
+    assert completer_module.store_outcome_sync(app, outcome(first, '"one"')) is True
+    assert completer_module.store_outcome_sync(app, outcome(first, '"again"')) is False
+    assert job(db, ids[0])["result"] == "one"
+    wrong_token = second["claim_token"] + 1
+    assert completer_module.store_outcome_sync(app, outcome(second, '"x"', wrong_token)) \
+        is False
+    assert job(db, ids[1])["state"] == "running"
+    assert await completer_module.store_outcome(app, outcome(second, '"two"')) is True
+    assert job(db, ids[1])["result"] == "two"
+    assert completer_module.store_outcome_sync(app, outcome(third, "{not json")) is True
+    row = job(db, ids[2])
+    assert (row["state"], row["result"]) == ("failed", None)
+    assert [entry["type"] for entry in row["errors"]] == ["UnstorableOutcome"]

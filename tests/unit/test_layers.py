@@ -4,6 +4,10 @@ Bottom to top; a module imports (when it is imported) only from its own layer or
 never from a function body (a late import is a cycle hidden from import time), and never
 another module's private attributes. Imports under ``if TYPE_CHECKING:`` are free: they do not
 run. A new module must be given a layer here (docs/reference/layout.md says the same in words).
+
+Below the facade, the core: akadze_compat imports ``akadze_core``'s public names and the one
+module written for frameworks built on it, ``akadze_core.integration``, and no other core
+module, wherever the import stands (``test_the_facade_reaches_the_core_only_...``).
 """
 
 from __future__ import annotations
@@ -93,6 +97,42 @@ def test_no_module_touches_another_modules_private_attributes() -> None:
              if text.rpartition(".")[2] not in ALLOWED_PRIVATE]
     assert found == []
     assert package_structure.private_imports(package_structure.load()) == []
+
+
+def test_the_facade_reaches_the_core_only_through_its_public_names_and_integration() -> None:
+    """akadze_compat imports ``akadze_core`` (its public names) and
+    ``akadze_core.integration``, nothing else of the core: not at import time, not inside a
+    function, not under ``if TYPE_CHECKING:``."""
+    allowed = {package_structure.CORE, package_structure.CORE_INTEGRATION}
+    found = [f"{item.source}:{item.line} imports {item.target}"
+             for item in package_structure.core_imports(package_structure.load())
+             if item.target not in allowed]
+    assert found == []
+
+
+def test_the_core_scan_sees_every_spelling_of_a_core_submodule_import(tmp_path: Path) -> None:
+    """The boundary check can fail: each way of reaching a core submodule is caught."""
+    (tmp_path / "akadze_core").mkdir()
+    for name in ("__init__", "integration", "database", "outcomes"):
+        (tmp_path / "akadze_core" / f"{name}.py").write_text("")
+    package = tmp_path / package_structure.PACKAGE
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from akadze_core import App, integration\n"
+        "from akadze_core.integration import outcome_of\n"
+        "from akadze_core import database\n"
+        "import akadze_core.outcomes\n"
+        "if TYPE_CHECKING:\n    from akadze_core.database import JobRequest\n"
+        "def late():\n    from akadze_core.outcomes import Outcome\n")
+    found = [(item.line, item.target, item.in_function, item.type_checking)
+             for item in package_structure.core_imports(package_structure.load(tmp_path),
+                                                        tmp_path)]
+    assert found == [
+        (2, "akadze_core", False, False), (2, "akadze_core.integration", False, False),
+        (3, "akadze_core.integration", False, False), (4, "akadze_core.database", False, False),
+        (5, "akadze_core.outcomes", False, False), (7, "akadze_core.database", False, True),
+        (9, "akadze_core.outcomes", True, False)]
 
 
 def test_the_scan_sees_an_upward_import_a_late_import_and_a_private_access(

@@ -13,8 +13,15 @@ from datetime import timedelta
 
 import pytest
 
-from akadze_core import BackoffPolicy, default_backoff
-from akadze_core.retry import DEFAULT_BACKOFF_CAP, MAX_POLICY_DELAY, backoff_delay
+from akadze_core import BackoffPolicy, Cancel, Fail, Retry, Snooze, default_backoff
+from akadze_core.retry import (
+    DEFAULT_BACKOFF_CAP,
+    MAX_POLICY_DELAY,
+    RetryDecision,
+    attempts_left,
+    backoff_delay,
+    decide_retry,
+)
 
 YEAR = timedelta(days=365).total_seconds()
 
@@ -106,3 +113,24 @@ def test_policy_delay_is_clamped_to_zero_and_365_days() -> None:
     assert backoff_delay(lambda attempt: timedelta(0), 1) == 0.0
     # Inside the range the policy's value is kept exactly (no jitter, no cap of 300 s).
     assert backoff_delay(lambda attempt: timedelta(hours=2), 1) == 7200.0
+
+
+def test_one_rule_decides_retry_when_or_fail() -> None:
+    """``decide_retry``: what each exception means, the delay, and whether an attempt is
+    left (``attempts_left``: fewer attempts spent than the budget, which a ``Retry`` may
+    raise but never lower)."""
+    assert decide_retry(Snooze(5), 3, 3) == RetryDecision("snooze", 5.0)
+    assert decide_retry(Fail("no"), 1, 3) == RetryDecision("fail")
+    assert decide_retry(Cancel("no"), 1, 3) == RetryDecision("cancel")
+    assert decide_retry(Retry(7), 1, 3) == RetryDecision("retry", 7.0, None, False)
+    assert decide_retry(Retry(7), 3, 3).exhausted is True
+    assert decide_retry(Retry(7, max_attempts=5), 3, 3) == RetryDecision("retry", 7.0, 5, False)
+    assert decide_retry(Retry(7, max_attempts=1), 2, 3).exhausted is False  # never lowered
+    # Any other exception: the task's policy (else the default curve) gives the delay.
+    decision = decide_retry(ValueError("x"), 2, 3, lambda attempt: timedelta(seconds=attempt))
+    assert decision == RetryDecision("retry", 2.0, None, False)
+    assert decide_retry(ValueError("x"), 4, 4, None, fixed(1.0)) == RetryDecision(
+        "retry", 8.0, None, True)
+    assert decide_retry(ValueError("x"), 4, None).exhausted is None  # counts not given
+    assert [attempts_left(a, 3) for a in (1, 2, 3, 4)] == [True, True, False, False]
+    assert attempts_left(3, 3, raised=4) and not attempts_left(3, 3, raised=2)

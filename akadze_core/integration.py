@@ -1,0 +1,143 @@
+"""What a framework built on akadze_core needs beyond the package's public names.
+
+``akadze_compat`` (the Celery facade) imports ``akadze_core``'s public names and this module,
+and nothing else of the core (``tests/unit/test_layers.py`` holds it to that): the core's
+other modules can then be reshaped without breaking a framework, and what a framework leans
+on is written down here, in one place. A new need is added here, with a line saying why.
+
+The groups, in the order of a job's path:
+
+- **Sending and reading rows**: the statements and queries a framework runs in its own
+  transactions (``run_statement``, ``load_queries``, ``JobRequest``), what a transient
+  database error is, the strict JSON encoder the core stores with.
+- **Running a job's body**: ``decode_job`` (a claimed row into a ``Job`` and its call),
+  the process pool and its child-side helpers, the job context (``akadze_core.current``).
+- **Storing its outcome**: ``outcome_of`` classifies how a body ended exactly as the core's
+  worker does (the size and storability checks, the redaction of error entries, the claim's
+  fencing token); ``store_outcome_sync``/``store_outcome`` write it at once through the
+  completer's write (fenced, an unstorable outcome failing the job), for a framework that
+  must see the outcome stored before it tells its own listeners; ``decide_retry`` is the one
+  rule for "retry, when, or fail" (``akadze_core.retry``).
+- **Remote control, schedules, the command line**: the pieces a framework's own worker and
+  beat commands reuse (control replies, schedule clocks, log scrubbing, worker defaults,
+  the migration hint, the dashboard).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .cli_support import (
+    OneLineErrorGroup,
+    ScrubbingFormatter,
+    Secrets,
+    StderrHandler,
+    cache_pid_in_log_records,
+    exit_now,
+    one_line,
+    printable,
+    scrubbed_stdio,
+)
+from .completer import store_outcome, store_outcome_sync
+from .context import JobContext
+from .control import revoked_task_ids, scheduled_jobs, signal_number
+from .database import JobRequest, run_statement, run_statement_sync
+from .dberrors import SCHEMA_ERRORS, is_transient
+from .dsn import redact_json
+from .executor import decode_job
+from .gcpause import collector_paused
+from .migrations import MIGRATE_COMMAND, schema_missing
+from .outcomes import FAIL, Outcome, error_entry, raised, succeeded
+from .panel import NO_REPLY
+from .processes import CHILD_ENV, ProcessPool, Terminated, child_number, is_child, serve
+from .queries import load_queries
+from .retry import RetryDecision, attempts_left, decide_retry
+from .schedules import MIN_CHECK_INTERVAL
+from .serialization import extends_strict_dumps, is_strict, strict_dumps
+from .triggers import EPOCH
+from .worker_config import DEFAULTS, seconds
+
+if TYPE_CHECKING:
+    from .cli import dashboard_options, run_dashboard
+
+__all__ = [
+    "CHILD_ENV",
+    "DEFAULTS",
+    "EPOCH",
+    "FAIL",
+    "MIGRATE_COMMAND",
+    "MIN_CHECK_INTERVAL",
+    "NO_REPLY",
+    "SCHEMA_ERRORS",
+    "JobRequest",
+    "OneLineErrorGroup",
+    "Outcome",
+    "ProcessPool",
+    "RetryDecision",
+    "ScrubbingFormatter",
+    "Secrets",
+    "StderrHandler",
+    "Terminated",
+    "attempts_left",
+    "cache_pid_in_log_records",
+    "child_number",
+    "collector_paused",
+    "dashboard_options",
+    "decide_retry",
+    "decode_job",
+    "error_entry",
+    "exit_now",
+    "extends_strict_dumps",
+    "is_child",
+    "is_strict",
+    "is_transient",
+    "load_queries",
+    "one_line",
+    "outcome_of",
+    "printable",
+    "redact_json",
+    "revoked_task_ids",
+    "run_dashboard",
+    "run_statement",
+    "run_statement_sync",
+    "scheduled_jobs",
+    "schema_missing",
+    "scrubbed_stdio",
+    "seconds",
+    "serve",
+    "signal_number",
+    "store_outcome",
+    "store_outcome_sync",
+    "strict_dumps",
+]
+
+def outcome_of(context: JobContext, *, value: Any = None,
+               exc: BaseException | None = None) -> Outcome:
+    """The outcome the core's worker writes for the run of ``context`` that returned
+    ``value`` or raised ``exc``: classified by ``decide_retry`` with the task's backoff, the
+    result encoded by the app's encoder and held to its ``max_result_bytes``, the error
+    entry redacted by the app, the claim's fencing token carried (``outcomes.succeeded`` and
+    ``outcomes.raised``, as the executor calls them)."""
+    job, app = context.job, context.app
+    policy = app.tasks[job.task].backoff
+    if exc is not None:
+        return raised(job.id, job.run_count, job.attempt, exc, policy, app.redact,
+                      claim_token=job.claim_token)
+    return succeeded(job.id, job.run_count, job.attempt, value, policy, app.json_dumps,
+                     app.max_result_bytes, claim_token=job.claim_token)
+
+
+#: Names loaded on first use: the dashboard's command pieces cost an import that only the
+#: command line needs (not a worker, nor an app that sends tasks).
+_LAZY = {"dashboard_options": "cli", "run_dashboard": "cli"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+    globals()[name] = value
+    return value
