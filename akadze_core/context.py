@@ -86,12 +86,12 @@ class JobContext:
             return await database.update_job_meta_async(connection, self.id, self.run_count,
                                                         patch_text, self.job.claim_token)
 
-        return bool(await self.app.run_pooled_async(run))
+        return bool(await self.app.connections.run_pooled_async(run))
 
     def update_meta_sync(self, patch: dict[str, Any]) -> bool:
         """Sync twin of ``update_meta`` (for plain ``def`` tasks)."""
         patch_text = self._encode(patch)
-        return bool(self.app.run_pooled(lambda connection: database.update_job_meta(
+        return bool(self.app.connections.run_pooled(lambda connection: database.update_job_meta(
             connection, self.id, self.run_count, patch_text, self.job.claim_token)))
 
     def hand_over(self, connection: psycopg.Connection, to: int) -> None:
