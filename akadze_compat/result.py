@@ -143,13 +143,22 @@ class AsyncResult(ResultBase):
             return str(job_id)
         return self.app.core.task_id_of(job)
 
+    def _move_to(self, job_id: int) -> None:
+        """Make job ``job_id`` this result's job (the replacement of its job: Task.replace).
+        A task id derived from a job id is the one of the job sent, worked out before the
+        job id changes (the replacement carries it in its meta)."""
+        if self._id is None and self._job_id is not None and job_id != self._job_id:
+            self._id = self.app.core.task_ids().derive(self._job_id)
+        self._job_id = job_id
+
     def _remember(self, job: Job) -> None:
         """Keep a job read elsewhere (a group's read of all its members)."""
         if job.meta.get("replaced_by"):
             # Task.replace: the replacement is this result's job now (read when needed).
-            self._job_id, self._cache = int(job.meta["replaced_by"]), None
+            self._move_to(int(job.meta["replaced_by"]))
+            self._cache = None
             return
-        self._job_id = job.id
+        self._move_to(job.id)
         if job.state in FINISHED:
             self._cache = job
 
@@ -165,7 +174,7 @@ class AsyncResult(ResultBase):
             # Task.replace: the job handed its task id over (app.replace).
             job = core.get_job(int(job.meta["replaced_by"]))
         if job is not None:
-            self._job_id = job.id
+            self._move_to(job.id)
             if job.state in FINISHED:
                 self._cache = job
         return job
@@ -398,7 +407,8 @@ class AsyncResult(ResultBase):
                 job = self.app.core.wait_for_job(job.id, left)
                 while job.meta.get("replaced_by"):
                     # Replaced while waited on (Task.replace): wait for the replacement.
-                    self._cache, self._job_id = None, int(job.meta["replaced_by"])
+                    self._cache = None
+                    self._move_to(int(job.meta["replaced_by"]))
                     job = self._job() or job
                     if job.state not in FINISHED:
                         left = None if deadline is None else \

@@ -15,8 +15,9 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from .errors import SchemaMissing
 from .floors import Floors
-from .migrations import SCHEMA_EXISTS, SCHEMA_VERSION, check_version
+from .migrations import MIGRATE_COMMAND, SCHEMA_EXISTS, SCHEMA_VERSION, check_version
 from .outcomes import Outcome
 from .queries import query
 from .retry import DEFAULT_BACKOFF_CAP
@@ -76,8 +77,10 @@ def _many_params(template: JobRequest, arrays: Sequence[str]) -> dict[str, Any]:
     return params
 
 
-def _outcome_params(outcomes: Sequence[Outcome]) -> dict[str, list[Any]]:
+def _outcome_params(outcomes: Sequence[Outcome],
+                    lock_timeout: str | None = None) -> dict[str, Any]:
     return {
+        "lock_timeout": lock_timeout,
         "id": [o.job_id for o in outcomes], "run_count": [o.run_count for o in outcomes],
         "claim_token": [o.claim_token for o in outcomes],
         "kind": [o.kind for o in outcomes], "result": [o.result for o in outcomes],
@@ -195,11 +198,25 @@ def listen(connection: psycopg.Connection, channels: Iterable[str]) -> None:
     connection.execute(_listen(channels))
 
 
+#: Whether the functions of functions.sql that this code's hot statements call exist: a
+#: database migrated by older code has the current schema version but lacks them until
+#: ``migrate`` re-applies the file (the version counts versioned migrations only).
+_FUNCTIONS_PRESENT = ("SELECT to_regproc('akadze.claim_jobs') IS NOT NULL"
+                      " AND to_regproc('akadze.complete_jobs') IS NOT NULL")
+
+
+def _check_functions(row: tuple[Any, ...] | None) -> None:
+    if not (row and row[0]):
+        raise SchemaMissing(f"the akadze functions of this database are older than this "
+                            f"code: run `{MIGRATE_COMMAND}`")
+
+
 def check_schema(connection: psycopg.Connection) -> None:
     """Raise ``SchemaMissing`` unless the schema is applied and current."""
     exists = connection.execute(SCHEMA_EXISTS).fetchone()
     version = connection.execute(SCHEMA_VERSION).fetchone() if exists and exists[0] else None
     check_version(version[0] if version else None)
+    _check_functions(connection.execute(_FUNCTIONS_PRESENT).fetchone())
 
 
 # --- async face (worker, async enqueue) ------------------------------------------------------
@@ -213,9 +230,11 @@ def lock_timeout(seconds: float | None) -> Iterator[None]:
     """Within this block (this task and what it awaits), the async statements of this module
     give up waiting for a lock after ``seconds`` with 55P03 lock_not_available, so an
     operator's ``LOCK TABLE`` or a migration never leaves the worker's statements queued
-    behind it (and in front of everyone else's). Each statement is sent in a pipeline after
-    a transaction-local ``set_config``: one round trip, and nothing stays set on the
-    session (safe behind PgBouncer in transaction mode)."""
+    behind it (and in front of everyone else's). The claim and the outcome write pass the
+    bound to their SQL function (akadze.claim_jobs, akadze.complete_jobs), which sets it
+    before its statement takes any relation lock; every other statement is sent in a
+    pipeline after a transaction-local ``set_config``. One round trip either way, and
+    nothing stays set on the session (safe behind PgBouncer in transaction mode)."""
     token = _LOCK_TIMEOUT.set(seconds)
     try:
         yield
@@ -223,11 +242,17 @@ def lock_timeout(seconds: float | None) -> Iterator[None]:
         _LOCK_TIMEOUT.reset(token)
 
 
+def _bound() -> str | None:
+    """The lock timeout ``lock_timeout`` set, as a setting's text (None: no bound)."""
+    seconds = _LOCK_TIMEOUT.get()
+    return None if seconds is None else f"{max(1, round(seconds * 1000))}ms"
+
+
 async def _execute_async(cursor: psycopg.AsyncCursor[Any], statement: str,
                          params: dict[str, Any]) -> None:
     """``cursor.execute``, under the lock timeout of ``lock_timeout`` when one is set."""
-    seconds = _LOCK_TIMEOUT.get()
-    if seconds is None:
+    bound = _bound()
+    if bound is None:
         await cursor.execute(statement, params)
         return
     connection = cursor.connection
@@ -235,8 +260,7 @@ async def _execute_async(cursor: psycopg.AsyncCursor[Any], statement: str,
     # 7,500 claims/s on loopback; 1,800 vs 2,400 with 1,000 queued): two statements, one
     # round trip. BEGIN ... COMMIT instead would be two round trips (2,100 claims/s).
     async with connection.pipeline():
-        await connection.execute(query("statement_lock_timeout"),
-                                 {"timeout": f"{max(1, round(seconds * 1000))}ms"})
+        await connection.execute(query("statement_lock_timeout"), {"timeout": bound})
         await cursor.execute(statement, params)
 
 async def insert_job_params_async(connection: psycopg.AsyncConnection,
@@ -320,6 +344,7 @@ async def check_schema_async(connection: psycopg.AsyncConnection) -> None:
     if exists and exists[0]:
         version = await (await connection.execute(SCHEMA_VERSION)).fetchone()
     check_version(version[0] if version else None)
+    _check_functions(await (await connection.execute(_FUNCTIONS_PRESENT)).fetchone())
 
 
 async def update_job_meta_async(connection: psycopg.AsyncConnection, job_id: int,
@@ -424,9 +449,12 @@ async def claim_jobs(
         return await fetch_all_async(connection, "job_claim_fair", queue=queue, limit=limit,
                                      worker_id=worker_id, after_task=after_task)
     priorities, ats, ids = floors.bounds(queue) if floors is not None else ([], [], [])
-    rows = await fetch_all_async(
-        connection, "job_claim", queue=queue, limit=limit, worker_id=worker_id,
-        floor_priority=priorities, floor_at=ats, floor_id=ids)
+    # The claim bounds its own lock waits (akadze.claim_jobs): one statement, no pipeline.
+    async with connection.cursor(row_factory=dict_row) as cursor:
+        await cursor.execute(query("job_claim"), {
+            "lock_timeout": _bound(), "queue": queue, "limit": limit, "worker_id": worker_id,
+            "floor_priority": priorities, "floor_at": ats, "floor_id": ids})
+        rows = await cursor.fetchall()
     if floors is not None:
         floors.claimed(queue, rows)
     return rows
@@ -436,7 +464,10 @@ async def complete_many(
     connection: psycopg.AsyncConnection, outcomes: Sequence[Outcome]
 ) -> list[dict[str, Any]]:
     """Write a batch of fenced outcomes; returns the rows that changed."""
-    return await fetch_all_async(connection, "job_complete_many", **_outcome_params(outcomes))
+    # The write bounds its own lock waits (akadze.complete_jobs): one statement, no pipeline.
+    async with connection.cursor(row_factory=dict_row) as cursor:
+        await cursor.execute(query("job_complete_many"), _outcome_params(outcomes, _bound()))
+        return await cursor.fetchall()
 
 
 async def return_many(

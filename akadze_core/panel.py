@@ -26,17 +26,44 @@ import json
 import logging
 from collections.abc import Callable
 from datetime import date, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psycopg
 
 from . import database
 from .maintenance import Guard, first_of
 
-if TYPE_CHECKING:
-    from .worker import Worker
-
 logger = logging.getLogger("akadze.worker")
+
+class PanelWorker(Protocol):
+    """What the panel and its built-in commands use of the worker they run in (a
+    ``akadze_core.Worker``; named here so this module need not import the worker)."""
+
+    @property
+    def worker_id(self) -> int | None:
+        """The worker's id in akadze.workers."""
+
+    @property
+    def name(self) -> str:
+        """The worker's name."""
+
+    @property
+    def queues(self) -> list[str]:
+        """The queues it claims from."""
+
+    @property
+    def control(self) -> ControlPanel:
+        """Its control panel."""
+
+    def request_stop(self) -> None:
+        """Stop gracefully."""
+
+    async def add_queue(self, queue: str, slots: int | None = None) -> bool:
+        """Claim from ``queue`` too."""
+
+    async def remove_queue(self, queue: str) -> bool:
+        """Stop claiming from ``queue``."""
+
 
 #: A command's handler: ``handler(worker, **arguments)``, plain or ``async def``.
 Handler = Callable[..., Any]
@@ -64,27 +91,27 @@ def encode_reply(value: Any) -> str:
     return json.dumps(value, default=_jsonable, ensure_ascii=False)
 
 
-async def _ping(worker: Worker, **arguments: Any) -> Any:
+async def _ping(worker: PanelWorker, **arguments: Any) -> Any:
     return "pong"
 
 
-async def _shutdown(worker: Worker, **arguments: Any) -> Any:
+async def _shutdown(worker: PanelWorker, **arguments: Any) -> Any:
     logger.warning("stopping: asked to by a remote-control shutdown")
     worker.control.after_reply(worker.request_stop)
     return NO_REPLY
 
 
-async def _queues(worker: Worker, **arguments: Any) -> Any:
+async def _queues(worker: PanelWorker, **arguments: Any) -> Any:
     return list(worker.queues)
 
 
-async def _add_queue(worker: Worker, queue: str, slots: int | None = None,
+async def _add_queue(worker: PanelWorker, queue: str, slots: int | None = None,
                      **arguments: Any) -> Any:
     await worker.add_queue(queue, slots)
     return list(worker.queues)
 
 
-async def _remove_queue(worker: Worker, queue: str, **arguments: Any) -> Any:
+async def _remove_queue(worker: PanelWorker, queue: str, **arguments: Any) -> Any:
     await worker.remove_queue(queue)
     return list(worker.queues)
 
@@ -101,7 +128,7 @@ class ControlPanel:
     """One worker's remote-control commands (``commands``, by name) and the loop that
     answers the requests sent to it."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: PanelWorker) -> None:
         self.worker = worker
         #: The commands this worker answers, by name.
         self.commands: dict[str, Handler] = dict(BUILTIN_COMMANDS)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -128,6 +130,21 @@ class WorkerConfig:
         # +6: the heartbeat and the maintenance services, the claim loop and the completer
         # may each hold one at once (a prune stuck on a lock must not starve the claims).
         return min(sum(self.slots_per_queue().values()), 16) + 6
+
+    def health_file_path(self) -> Path | None:
+        """``health_file`` as a ``Path``, or None."""
+        return Path(self.health_file) if self.health_file else None
+
+    def worker_name(self) -> str:
+        """``name``, or ``host:pid`` by default."""
+        return self.name or f"{socket.gethostname()}:{os.getpid()}"
+
+    def pending_outcomes_limit(self) -> int:
+        """``max_pending_outcomes``; by default 4 per slot, at least 100. Kept near the slot
+        count, so few finished bodies sit 'running' (a crash would re-run them)."""
+        if self.max_pending_outcomes:
+            return self.max_pending_outcomes
+        return max(100, 4 * sum(self.slots_per_queue().values()))
 
     def slots_per_queue(self) -> dict[str, int]:
         """``slots`` as a number for each of ``queues``."""

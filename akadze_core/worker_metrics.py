@@ -21,7 +21,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import (
     PLATFORM_COLLECTOR,
@@ -40,10 +40,33 @@ from .metrics import BUCKETS, CONTENT_TYPE, exposition, read_database
 from .outcomes import RETRY, SNOOZE, UNSTARTED, Outcome
 
 if TYPE_CHECKING:
+    from .app import App
     from .run_log import Run
-    from .worker import Worker
 
 logger = logging.getLogger("akadze.worker")
+
+
+class MeteredWorker(Protocol):
+    """What the series read of the worker they count (a ``akadze_core.Worker``; named
+    here so this module need not import the worker)."""
+
+    app: App
+
+    @property
+    def name(self) -> str:
+        """The worker's name."""
+
+    @property
+    def worker_id(self) -> int | None:
+        """Its id in akadze.workers (None until registered)."""
+
+    @property
+    def queues(self) -> list[str]:
+        """The queues it claims from."""
+
+    @property
+    def slots(self) -> dict[str, int]:
+        """Its concurrent runs per queue."""
 
 #: The outcome label of a written run, by the state the write left the job in (a run put
 #: back in the queue is told apart by its outcome kind).
@@ -68,7 +91,7 @@ class WorkerMetrics:
     """The in-process series of one ``Worker`` (its own registry, so that two workers in
     one process never share counters) and the server of its ``/metrics``."""
 
-    def __init__(self, worker: Worker, *, busy: dict[str, int],
+    def __init__(self, worker: MeteredWorker, *, busy: dict[str, int],
                  connection: Callable[[float], AbstractAsyncContextManager[Any]],
                  ready: Callable[[], bool], pending: Callable[[], int]) -> None:
         """``busy``: the worker's runs held per queue (read at each scrape); ``connection``:
@@ -222,7 +245,7 @@ class WorkerMetrics:
 class _Live(Collector):
     """What the worker holds at the moment of the scrape."""
 
-    def __init__(self, worker: Worker, busy: dict[str, int], pending: Callable[[], int]
+    def __init__(self, worker: MeteredWorker, busy: dict[str, int], pending: Callable[[], int]
                  ) -> None:
         self.worker = worker
         self.busy = busy

@@ -5,8 +5,10 @@ change then hits both alike; whole drains moved 4x between runs there).
 - ``convert``: psycopg's conversion of the claim's text with its comment lines (as sent
   before they were left in the .sql file) and without: past 4,096 characters psycopg
   does not cache it.
-- ``lock``: ``claim_jobs(limit=4)`` with the worker's lock bound (``set_config`` then the
-  claim, in a pipeline) and without; wall and client CPU per claim.
+- ``lock``: ``claim_jobs(limit=4)`` with the worker's lock bound (passed to
+  ``akadze.claim_jobs``, which sets it before its statement locks anything; it was a
+  ``set_config`` before the claim, in a pipeline) and without; wall and client CPU per
+  claim.
 - ``task-id``: claim + outcome write of ``.delay()``-shaped rows with their uuid4
   ``meta.task_id`` (an entry in ``jobs_meta_task_id_idx`` per row version) and without;
   the backend's CPU per job.

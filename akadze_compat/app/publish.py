@@ -2,9 +2,14 @@
 
 A Celery call becomes one job of the same task name, with args ``{"args": [...],
 "kwargs": {...}}`` and the Celery-only data (headers, ids of the parent and root task, eta,
-expires, limits) in ``meta["celery"]``. The task id is a uuid4 string made here, as Celery
-makes it, or the one the caller chose (``task_id=``), kept in ``meta["task_id"]`` (the core's
-external id, spliced into the meta encoded once: ``TaskCall.enqueue_with_task_id``).
+expires, limits) in ``meta["celery"]``. The task id is the one the caller chose
+(``task_id=``), or a uuid4 string made here, as Celery makes it, when something sees it
+before the row is inserted (a ``before_task_publish``/``after_task_publish`` receiver, a
+link): either is kept in ``meta["task_id"]`` (the core's external id, spliced into the meta
+encoded once: ``TaskCall.enqueue_with_task_id``), found through its index. Any other call
+stores none: it is known by the uuid4-shaped id derived from its job id
+(``akadze_core.task_ids``, as a group's members are), which ``AsyncResult`` works out when
+asked for, so the row and the index stay as small as a plain job's.
 
 Transactional enqueue: ``apply_async(connection=psycopg_conn)``, or any call inside
 ``with akadze_compat.transaction(conn):``, inserts the job in that connection's transaction.
@@ -205,18 +210,27 @@ def send_plain(task: Task, kept: _Plain, args: Any, kwargs: Any) -> AsyncResult 
         task.check_arguments(args, kwargs)
     if conf["task_always_eager"]:
         return None
-    task_id = uuid()
     try:
-        # Tuples encode as the lists Celery sends; nothing here keeps or changes them.
-        job_id = int(publish_with_retry(app, lambda: kept.call.enqueue_with_task_id(
-            task_id, args=args if args is not None else (),
+        # Tuples encode as the lists Celery sends; nothing here keeps or changes them. No
+        # task id is stored: nothing saw one before the insert (no publish signal receiver,
+        # no task_id=, no link), so the job is known by the id derived from its job id.
+        job_id = int(publish_with_retry(app, lambda: kept.call.enqueue(
+            args=args if args is not None else (),
             kwargs=kwargs if kwargs is not None else {})))
     except InvalidArgs as exc:
         raise EncodeError(str(exc)) from exc
     except ConnectionLost as exc:
         raise PublishConnectionLost(str(exc)) from exc.__cause__
-    result = AsyncResult(task_id, app=app, task_name=str(task.name), job_id=job_id)
+    result = _derived_result(app, str(task.name), job_id)
     result.ignored = bool(task.option("ignore_result", "task_ignore_result"))
+    return result
+
+
+def _derived_result(app: Celery, name: str, job_id: int) -> AsyncResult:
+    """The result of a job sent without a task id: its id is derived from ``job_id`` when
+    first asked for (``AsyncResult.id``), which costs nothing to a caller that never asks."""
+    result = AsyncResult("", app=app, task_name=name, job_id=job_id)
+    result.id = None  # type: ignore[assignment]
     return result
 
 
@@ -348,20 +362,27 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
           task_type: Task | None, plain_key: tuple[Any, ...] | None = None) -> AsyncResult:
     """Enqueue one call; ``options`` (consumed) holds every option of ``send_task`` but the
     keyword-only ones here, the serializer checked already. The row is built by
-    ``amqp.prepare`` (as a canvas builds each of its rows); the task id is a uuid4 made here,
-    as Celery makes it, unless the caller chose one. With ``link``/``link_error`` the call
+    ``amqp.prepare`` (as a canvas builds each of its rows); the task id is the caller's, or
+    a uuid4 made here, as Celery makes it, when a publish signal's receiver or a link sees
+    it before the insert; else none is stored and the job is known by the id derived from
+    its job id (see the module's docstring). With ``link``/``link_error`` the call
     is sent as a workflow: its callbacks wait for it and its errbacks are inserted if it
     fails (``flow.send_linked``). With ``plain_key`` (a plain call, see ``PLAIN_CALL``) the
     configured core call is kept on ``task_type`` for the next plain calls: its meta holds
-    no task id (``enqueue_with_task_id`` adds each call's)."""
-    task_id = uuid() if task_id is None else str(task_id)
+    no task id (``enqueue_with_task_id`` adds a chosen one)."""
     linked = link is not None or link_error is not None
+    if task_id is not None:
+        task_id = str(task_id)
+    elif linked or signals.before_task_publish.receivers \
+            or signals.after_task_publish.receivers:
+        task_id = uuid()  # seen before the insert: by the workflow's rows, by the receivers
     # Celery's publish retry options: what to do while the database cannot be reached.
     retry, retry_policy = options.pop("retry", None), options.pop("retry_policy", None)
     message = prepare(app, name, args, kwargs, options, task_id=task_id, link=link,
                       link_error=link_error, shadow=shadow, task_type=task_type,
                       id_in_meta=linked)
     if linked:
+        assert task_id is not None  # made above for every linked call
         return flow.send_linked(message, task_id, link, link_error, task_type,
                                 retry=retry, retry_policy=retry_policy)
     call = message.call
@@ -376,17 +397,23 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
             direct=not overrides_default(task_type, "apply_async"))
     if session is not None:
         call = call.using(session=session)
+    args_list, kwargs_dict = list(message.args), dict(message.kwargs)
     try:
         job_id = int(publish_with_retry(
-            app, lambda: call.enqueue_with_task_id(task_id, args=list(message.args),
-                                                   kwargs=dict(message.kwargs)),
+            app, lambda: call.enqueue(args=args_list, kwargs=kwargs_dict) if task_id is None
+            else call.enqueue_with_task_id(task_id, args=args_list, kwargs=kwargs_dict),
             retry, retry_policy))
     except InvalidArgs as exc:
         raise EncodeError(str(exc)) from exc
     except ConnectionLost as exc:
         raise PublishConnectionLost(str(exc)) from exc.__cause__
-    message.published(task_id)
-    result = AsyncResult(task_id, app=app, task_name=name, job_id=job_id)
+    if task_id is None:
+        result = _derived_result(app, name, job_id)
+        if message.headers is not None:  # a receiver connected since the check above
+            message.published(result.id)
+    else:
+        message.published(task_id)
+        result = AsyncResult(task_id, app=app, task_name=name, job_id=job_id)
     ignore_result = message.ignore_result
     if ignore_result is None and task_type is not None:
         ignore_result = task_type.option("ignore_result", "task_ignore_result")

@@ -7,6 +7,185 @@
 
 CREATE SCHEMA akadze;
 
+CREATE FUNCTION akadze.claim_jobs(p_lock_timeout text, p_queue text, p_limit integer, p_worker_id bigint, p_floor_priority integer[], p_floor_at timestamp with time zone[], p_floor_id bigint[]) RETURNS TABLE(id bigint, task text, queue text, args text, state text, priority integer, scheduled_at timestamp with time zone, attempt integer, max_attempts integer, run_count integer, claim_token bigint, expires_at timestamp with time zone, meta text, created_at timestamp with time zone, started_at timestamp with time zone, cancel_requested boolean, last_error text, upstreams bigint[], upstream_results text, result_arg text, "position" integer, releases boolean, notified boolean)
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_custom_plan'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_lock_timeout IS NOT NULL THEN
+        PERFORM set_config('lock_timeout', p_lock_timeout, true);
+    END IF;
+    RETURN QUERY
+        WITH floor AS (
+            SELECT * FROM unnest(p_floor_priority::integer[], p_floor_at::timestamptz[],
+                                 p_floor_id::bigint[]) AS f(priority, at, id)
+        ),
+        gap AS (
+            -- bigint bounds one past integer's range stand for "no bound".
+            SELECT coalesce(lag(priority) OVER (ORDER BY priority), -2147483649)::bigint AS above,
+                   priority::bigint AS below
+            FROM floor
+            UNION ALL
+            SELECT coalesce(max(priority), -2147483649)::bigint, 2147483648::bigint FROM floor
+        ),
+        picked AS (
+            SELECT c.* FROM floor AS f CROSS JOIN LATERAL (
+                SELECT j.id, j.priority, j.scheduled_at FROM akadze.jobs AS j
+                WHERE j.state = 'queued' AND j.queue = p_queue AND j.priority = f.priority
+                  AND (j.scheduled_at, j.id) > (f.at, f.id) AND j.scheduled_at <= now()
+                ORDER BY j.scheduled_at, j.id
+                LIMIT p_limit
+                FOR UPDATE SKIP LOCKED
+            ) AS c
+            UNION ALL
+            SELECT c.* FROM gap AS g CROSS JOIN LATERAL (
+                SELECT j.id, j.priority, j.scheduled_at FROM akadze.jobs AS j
+                WHERE j.state = 'queued' AND j.queue = p_queue
+                  AND j.priority > g.above AND j.priority < g.below AND j.scheduled_at <= now()
+                ORDER BY j.priority, j.scheduled_at, j.id
+                LIMIT p_limit
+                FOR UPDATE SKIP LOCKED
+            ) AS c
+        ),
+        chosen AS (
+            SELECT id FROM picked ORDER BY priority, scheduled_at, id LIMIT p_limit
+        ),
+        claimed AS (
+            UPDATE akadze.jobs AS j
+            SET state = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                             THEN 'cancelled' ELSE 'running' END,
+                run_count = j.run_count + CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                               THEN 0 ELSE 1 END,
+                attempt = j.attempt + CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                           THEN 0 ELSE 1 END,
+                worker_id = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                 THEN NULL ELSE p_worker_id END,
+                started_at = now(),
+                -- The run's fencing token (with run_count): random, so a claim lost in a failover
+                -- and made again under the same run_count still gets a token of its own.
+                claim_token = (random() * 9007199254740992)::bigint,
+                finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                   THEN now() END
+            FROM chosen
+            WHERE j.id = chosen.id
+            RETURNING j.*
+        ),
+        settled AS (
+            SELECT akadze.settle(array_agg(id)) AS touched FROM claimed
+            WHERE state = 'cancelled' AND (dependents IS NOT NULL OR on_failure IS NOT NULL)
+            HAVING count(*) > 0
+        )
+        SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
+               max_attempts, run_count, claim_token, expires_at, meta::text AS meta, created_at,
+               started_at, cancel_requested, (errors -> -1)::text AS last_error, upstreams,
+               upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg, position,
+               -- Its outcome is flushed without waiting for company when it may release a job
+               -- that waits on it: a chain's next step, a fan-in's body with few upstreams left
+               -- (no more than this claim takes). Every other member of a fan-in gathers like a
+               -- plain job: a 10,000-member chord's drain wrote an outcome batch per claim.
+               dependents IS NOT NULL AND EXISTS (
+                   SELECT 1 FROM akadze.jobs AS d
+                   WHERE d.id = ANY(claimed.dependents) AND d.state = 'waiting'
+                     AND d.waiting_for <= p_limit) AS releases,
+               CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) IS NULL END
+                   AS notified
+        FROM claimed
+        WHERE (SELECT count(*) FROM settled) >= 0
+        ORDER BY priority, scheduled_at, id;
+END
+$$;
+
+CREATE FUNCTION akadze.complete_jobs(p_lock_timeout text, p_id bigint[], p_run_count integer[], p_claim_token bigint[], p_kind text[], p_result text[], p_delay double precision[], p_error text[], p_max_attempts integer[]) RETURNS TABLE(id bigint, run_count integer, state text, queue text, priority integer, scheduled_at timestamp with time zone, settled integer)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_lock_timeout IS NOT NULL THEN
+        PERFORM set_config('lock_timeout', p_lock_timeout, true);
+    END IF;
+    RETURN QUERY
+        WITH outcome AS (
+            SELECT * FROM unnest(p_id::bigint[], p_run_count::int[], p_claim_token::bigint[],
+                                 p_kind::text[], p_result::text[], p_delay::float8[],
+                                 p_error::text[], p_max_attempts::int[])
+                AS o(id, run_count, claim_token, kind, result, delay, error, max_attempts)
+        ),
+        decided AS (
+            SELECT o.*, j.attempt,
+                   greatest(j.max_attempts, coalesce(o.max_attempts, 0)) AS budget,
+                   CASE
+                       WHEN o.kind = 'success' THEN 'succeeded'
+                       WHEN o.kind = 'cancel' THEN 'cancelled'
+                       WHEN j.cancel_requested OR j.expires_at <= now() THEN 'cancelled'
+                       -- The worker's timer fired before this clock's expiry: run it later.
+                       WHEN o.kind = 'unstarted' THEN 'queued'
+                       WHEN o.kind = 'fail' THEN 'failed'
+                       WHEN o.kind = 'snooze' THEN 'queued'
+                       WHEN j.attempt >= greatest(j.max_attempts, coalesce(o.max_attempts, 0))
+                           THEN 'failed'
+                       ELSE 'queued'
+                   END AS next_state,
+                   -- Seed 003: a body that raised anything (Cancel included) after a cancel request
+                   -- or expiry does not spend its attempt.
+                   (o.kind IN ('snooze', 'unstarted')
+                    OR (o.kind IN ('retry', 'fail', 'cancel')
+                        AND (j.cancel_requested OR j.expires_at <= now())))
+                       AS gives_back_attempt
+            FROM (SELECT * FROM outcome ORDER BY id) AS o
+            -- Each job by primary key, locked in id order. A plain join let the planner drive this
+            -- from the partial index of running jobs when its statistics said "none are running",
+            -- turning a flush into running x outcomes comparisons (seconds at 10,000 running).
+            -- LIMIT 1 (ids are unique anyway) keeps the fence's quals from being pushed in here.
+            CROSS JOIN LATERAL (SELECT * FROM akadze.jobs WHERE id = o.id LIMIT 1 FOR UPDATE) AS j
+            WHERE j.run_count = o.run_count AND j.claim_token = o.claim_token AND j.state = 'running'
+        ),
+        updated AS (
+        UPDATE akadze.jobs AS j
+        SET state = d.next_state,
+            attempt = j.attempt - CASE WHEN d.gives_back_attempt THEN 1 ELSE 0 END,
+            max_attempts = d.budget,
+            result = CASE WHEN d.kind = 'success' THEN d.result::jsonb ELSE j.result END,
+            errors = CASE WHEN d.error IS NULL THEN j.errors
+                          ELSE j.errors || jsonb_build_array(
+                              d.error::jsonb || jsonb_build_object('attempt', j.attempt, 'at', now()))
+                     END,
+            scheduled_at = CASE WHEN d.next_state = 'queued'
+                                THEN now() + d.delay * interval '1 second' ELSE j.scheduled_at END,
+            worker_id = NULL,
+            finished_at = CASE WHEN d.next_state = 'queued' THEN NULL ELSE now() END
+        FROM decided AS d
+        -- decided fenced these rows and holds their locks: matching the id is enough, and keeps
+        -- this join on the primary key too.
+        WHERE j.id = d.id
+        RETURNING j.id, j.run_count, j.state, j.queue, j.priority, j.scheduled_at,
+                  (j.dependents IS NOT NULL OR j.on_failure IS NOT NULL) AS settles
+        ),
+        -- Whoever waits for a result (App.wait_for_job) hears of finished jobs: one NOTIFY per
+        -- flush and 500 ids, far below the 8000-byte payload limit.
+        finished AS (
+            SELECT pg_notify('akadze_done', string_agg(id::text, ',')) AS notified
+            FROM (SELECT id, (row_number() OVER ()) / 500 AS chunk
+                  FROM updated WHERE state <> 'queued') AS done
+            GROUP BY chunk
+        ),
+        -- Workflows: the dependents and errbacks of the jobs that finished, in this transaction
+        -- (akadze.settle; one call per flush, only when a finished job has any).
+        settled AS (
+            SELECT akadze.settle(array_agg(id)) AS touched FROM updated
+            WHERE state <> 'queued' AND settles HAVING count(*) > 0
+        )
+        -- settled: what settle changed (NULL when it did not run), so the worker claims a released
+        -- job at once instead of waiting for the NOTIFY.
+        -- queue, priority, scheduled_at: where a job queued again (a retry) now sorts in its queue
+        -- (the worker's claim floors, akadze_core/floors.py).
+        SELECT id, run_count, state, queue, priority, scheduled_at,
+               (SELECT touched FROM settled) AS settled FROM updated
+        -- Referencing the CTEs makes them run.
+        WHERE (SELECT count(*) FROM finished) >= 0 AND (SELECT count(*) FROM settled) >= 0;
+END
+$$;
+
 CREATE FUNCTION akadze.doom_depth_passed(flow jsonb, depth integer) RETURNS integer
     LANGUAGE sql IMMUTABLE
     AS $$

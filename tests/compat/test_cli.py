@@ -29,7 +29,7 @@ from tests.compat.cli_harness import (
     wait_until,
 )
 from tests.compat.conftest import SpawnCompat
-from tests.helpers import is_uuid4
+from tests.helpers import is_uuid4, job_of_task
 
 pytestmark = pytest.mark.slow
 
@@ -338,9 +338,7 @@ def test_an_unregistered_task_is_logged_the_way_celery_says_it(
     task_id = call(url, "plainproj.nowhere.tasks.ghost", "--queue", "cli")
     # The line names the job (the core's hook gets its id, not the task id in its meta).
     with psycopg.connect(url) as connection:
-        row = connection.execute("SELECT id FROM akadze.jobs WHERE meta->>'task_id' = %s",
-                                 (task_id,)).fetchone()
-    assert row is not None
+        row = [job_of_task(connection, task_id)["id"]]
     line = re.compile(rf"ERROR/MainProcess\] Received unregistered task of type "
                       rf"'plainproj\.nowhere\.tasks\.ghost'\. Job {row[0]} failed with "
                       rf"NotRegistered: is the module that defines it imported by this worker")

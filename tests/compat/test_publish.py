@@ -275,8 +275,12 @@ def _same_job(db: psycopg.Connection, first: Any, second: Any) -> bool:
     """Whether two jobs are alike but for their ids and for times computed a moment apart
     (a countdown or a relative expiry)."""
     rows = [job(db, result.job_id) for result in (first, second)]
-    # Each call has its own task id, kept in its job's meta.
-    assert [row["meta"].pop("task_id") for row in rows] == [first.id, second.id]
+    # Each call has its own task id: one chosen before the insert is kept in its job's
+    # meta, any other is derived from the job id; either finds the job again.
+    for row, result in zip(rows, (first, second), strict=True):
+        assert row["meta"].pop("task_id", result.id) == result.id
+        found = result.app.core.find_job(result.id)
+        assert found is not None and found.id == result.job_id
     assert first.id != second.id
     moments: list[list[Any]] = []
     for row in rows:
@@ -383,7 +387,9 @@ def test_plain_calls_follow_changes_to_the_task_and_the_settings(
     def row() -> dict[str, Any]:
         result = plain.delay(1)
         found = job(db, result.job_id)
-        assert found["meta"].pop("task_id") == result.id and is_uuid4(result.id)
+        # No task id is stored: the job is known by the one derived from its job id.
+        assert "task_id" not in found["meta"] and is_uuid4(result.id)
+        assert celery.core.task_ids().job_id(result.id) == result.job_id
         return found
 
     first, again = row(), row()
@@ -521,6 +527,43 @@ def test_kept_plain_calls_go_through_an_overridden_apply_async_and_shadow_name(
         mocked.delay(6)
     on_class.assert_called_once_with((6,), {})
     assert counted.delay().exists() and len(sent) == 4  # an override, kept: still called
+
+
+def test_a_task_id_is_stored_only_when_something_saw_it_before_the_insert(
+        celery: Celery, db: psycopg.Connection) -> None:
+    """A send nobody saw the id of before the insert stores none (its row and the task id
+    index stay as small as a plain job's): the result's id is derived from the job id, a
+    uuid4 string as Celery's, and resolves from anywhere. A chosen id, an id the publish
+    signals' receivers saw, and a linked call's id are kept in the meta."""
+    @celery.task(name="proj.ids")
+    def ids(x: int = 0) -> None: ...
+
+    def stored(result: Any) -> Any:
+        return job(db, result.job_id)["meta"].get("task_id")
+
+    plain, full, sent = ids.delay(1), ids.apply_async((2,), countdown=1), \
+        celery.send_task("proj.ids", (3,))
+    for result in (plain, full, sent):
+        assert stored(result) is None and is_uuid4(result.id)
+        again = celery.AsyncResult(result.id)
+        assert again.state == "PENDING" and again._job() is not None
+        assert again._job().id == result.job_id
+    assert len({plain.id, full.id, sent.id}) == 3
+    chosen = ids.apply_async((4,), task_id="chosen-id")
+    assert chosen.id == "chosen-id" and stored(chosen) == "chosen-id"
+    linked = ids.apply_async((5,), link=ids.si(6))
+    assert stored(linked) == linked.id
+    seen: list[str] = []
+
+    def receiver(headers: Any = None, **_: Any) -> None:
+        seen.append(headers["id"])
+
+    akadze_compat.signals.before_task_publish.connect(receiver)
+    try:
+        heard = ids.delay(7)
+    finally:
+        akadze_compat.signals.before_task_publish.disconnect(receiver)
+    assert seen == [heard.id] and stored(heard) == heard.id and is_uuid4(heard.id)
 
 
 def test_repeated_plain_calls_equal_the_full_path(database_url: str,

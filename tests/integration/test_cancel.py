@@ -524,17 +524,17 @@ async def test_a_terminate_heard_before_the_run_reaches_the_process_pool_still_s
     worker = fast_worker(app, process_pool=pool)
     row = {"id": 41, "run_count": 1, "task": "t", "args": {}, "queue": "default"}
     run = asyncio.create_task(pool.run(row, None, None))  # its first step not taken yet
-    worker._running[41] = object()  # claimed by this worker (only its key is read)
-    worker._terminate(41, signal.SIGTERM)
+    worker._runs.running[41] = object()  # claimed by this worker (only its key is read)
+    worker._runs.terminate(41, signal.SIGTERM)
     assert not pool.waiting(41)  # heard in between: the pool does not hold it
     with pytest.raises(NotStarted):
         await asyncio.wait_for(run, 2)
-    assert 41 in worker._terminating
+    assert 41 in worker._runs.terminating
     # A plain cancel heard in the same gap alike.
     row = {**row, "id": 42}
     run = asyncio.create_task(pool.run(row, None, None))
-    worker._running[42] = object()
-    worker._cancelled(42)
+    worker._runs.running[42] = object()
+    worker._runs.cancelled(42)
     assert not pool.waiting(42)
     with pytest.raises(NotStarted):
         await asyncio.wait_for(run, 2)
@@ -549,10 +549,10 @@ async def test_a_terminate_heard_before_the_run_reaches_the_body_gate_drops_it_u
     import signal
 
     worker = fast_worker(app, slots=2, concurrency=1)
-    gate = worker._bodies
+    gate = worker._runs.bodies
     assert gate is not None and await gate.enter(1)  # the running job holds the slot
     entered = asyncio.create_task(gate.enter(43))  # its first step not taken yet
-    worker._running[43] = object()  # claimed by this worker (only its key is read)
-    worker._terminate(43, signal.SIGTERM)
+    worker._runs.running[43] = object()  # claimed by this worker (only its key is read)
+    worker._runs.terminate(43, signal.SIGTERM)
     assert await asyncio.wait_for(entered, 2) is False  # dropped: its body never starts
-    assert 43 not in worker._terminating
+    assert 43 not in worker._runs.terminating

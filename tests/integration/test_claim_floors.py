@@ -66,7 +66,8 @@ def _claim_buffers(db: psycopg.Connection, worker_id: int, floors: Floors) -> in
     priorities, ats, ids = floors.bounds(QUEUE)
     row = db.execute(
         "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query("job_claim"),
-        {"queue": QUEUE, "limit": 10, "worker_id": worker_id, "floor_priority": priorities,
+        {"lock_timeout": None, "queue": QUEUE, "limit": 10, "worker_id": worker_id,
+         "floor_priority": priorities,
          "floor_at": ats, "floor_id": ids}).fetchone()
     assert row is not None
     top = row[0][0]["Plan"]  # psycopg reads the json column as Python objects

@@ -165,8 +165,8 @@ async def test_a_worker_whose_claim_was_lost_cannot_finish_the_new_run(
         [b] = await claim(database_url, fake_worker(db, ttl=60, name="B"), 1)
         assert b["run_count"] == 1
         release.set()
-        await wait_until(lambda: worker.accepted["held"] == 1 and not worker._running
-                         and not worker._finished)
+        await wait_until(lambda: worker.accepted["held"] == 1 and not worker._runs.running
+                         and not worker._runs.finished)
     finally:
         worker.request_stop()
         assert await asyncio.wait_for(running, 10) == 0

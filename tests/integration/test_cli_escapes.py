@@ -112,8 +112,8 @@ def test_compat_result_and_purge_escape_row_data(database_url: str,
             app._core.close()
         app.close()
     db.execute("UPDATE akadze.jobs SET state = 'succeeded', finished_at = now(), "
-               "result = to_jsonb(%s::text) WHERE meta->>'task_id' = %s",
-               [f"done{TITLE}\nsecond line", sent.id])
+               "result = to_jsonb(%s::text) WHERE id = %s",
+               [f"done{TITLE}\nsecond line", sent.job_id])
     env = {"AKADZE_DATABASE_URL": database_url, "CELERY_BROKER_URL": database_url}
     shown = CliRunner().invoke(compat_cli, ["result", sent.id, "--timeout", "5"], env=env)
     assert shown.exit_code == 0, shown.output

@@ -34,6 +34,20 @@ def test_migrate_applies_once_and_is_idempotent(empty_database_url: str) -> None
         assert [row[0] for row in versions] == VERSIONS
 
 
+def test_functions_not_re_applied_since_an_upgrade_are_named(empty_database_url: str) -> None:
+    """The hot statements call functions of functions.sql: a database at the current
+    version whose file was not re-applied since (migrated by older code) is refused with
+    the command to run, not at the worker's first claim, and ``migrate`` mends it."""
+    with psycopg.connect(empty_database_url, autocommit=True) as connection:
+        migrate(connection)
+        connection.execute("DROP FUNCTION akadze.claim_jobs")
+        connection.execute("UPDATE akadze.repeatable_migrations SET checksum = 'older'")
+        with pytest.raises(SchemaMissing, match=r"functions .* older .* run `akadze migrate`"):
+            check_schema(connection)
+        assert migrate(connection) == []
+        check_schema(connection)
+
+
 def test_concurrent_migrations_apply_each_version_once(empty_database_url: str) -> None:
     results: list[list[int]] = []
     errors: list[BaseException] = []

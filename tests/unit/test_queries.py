@@ -21,5 +21,5 @@ def test_the_hot_statements_fit_psycopgs_conversion_cache() -> None:
 def test_a_comment_inside_a_line_and_a_string_stay() -> None:
     groups = load_queries("akadze_compat", "sql/groups.sql")
     assert groups  # integrations' files load through the same parser
-    claim = query("job_claim")
-    assert "'queued'" in claim and "FOR UPDATE SKIP LOCKED" in claim
+    claim = query("job_claim_fair")
+    assert "'queued'" in claim and "SKIP LOCKED" in claim

@@ -90,3 +90,38 @@ def test_metrics_are_off_unless_a_port_is_given_and_bind_this_host_by_default() 
     assert worker.config.metrics_address == "127.0.0.1"
     with pytest.raises(ValueError, match="metrics_port must be a TCP port"):
         WorkerConfig(metrics_port=70000)
+
+
+def test_the_config_is_the_second_argument_and_keywords_build_or_override_it() -> None:
+    config = WorkerConfig(queues=["a"], slots=2, name="w")
+    worker = Worker(App(URL), config, prune_batch=10)
+    assert (worker.queues, worker.slots, worker.name) == (["a"], {"a": 2}, "w")
+    assert worker.config.prune_batch == 10 and config.prune_batch == 1000
+    assert Worker(App(URL), queues=["b"]).config == WorkerConfig(queues=["b"])
+    with pytest.raises(TypeError, match="config is a WorkerConfig"):
+        Worker(App(URL), ["a"])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="no_such_setting"):
+        Worker(App(URL), no_such_setting=1)
+
+
+def test_the_defaults_the_worker_derives_are_the_configs() -> None:
+    config = WorkerConfig(queues=["a", "b"], slots={"a": 30})
+    assert config.pending_outcomes_limit() == 4 * 31
+    assert WorkerConfig().pending_outcomes_limit() == 100
+    assert WorkerConfig(max_pending_outcomes=7).pending_outcomes_limit() == 7
+    assert WorkerConfig(name="n").worker_name() == "n"
+    assert ":" in WorkerConfig().worker_name()
+
+
+def test_the_worker_and_its_rooms_import_in_no_circle() -> None:
+    """Counting TYPE_CHECKING imports: a room that imported the worker back (or a panel
+    typed by it) would make them one module in two files."""
+    from pathlib import Path
+
+    from bench.import_cycles import circles, graph
+
+    root = Path(__file__).resolve().parents[2] / "akadze_core"
+    rooms = {"worker", "panel", "worker_metrics", "worker_config", "maintenance"} | {
+        path.stem for path in root.glob("worker_*.py")}
+    caught = [circle for circle in circles(graph(root)) if rooms & set(circle)]
+    assert caught == []
