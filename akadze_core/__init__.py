@@ -38,7 +38,7 @@ from .errors import (
 from .jobs import Job
 from .retry import BackoffPolicy, default_backoff
 from .runtime_schedules import RuntimeSchedules, StoredSchedule
-from .schedules import Schedule, Scheduler, run_schedules
+from .schedules import Schedule, Scheduler, ScheduleSpec, run_schedules
 from .tasks import Task, TaskCall
 from .triggers import Cron, Every, Trigger
 from .worker import Worker, WorkerError
@@ -70,6 +70,7 @@ __all__ = [
     "Retry",
     "RuntimeSchedules",
     "Schedule",
+    "ScheduleSpec",
     "Scheduler",
     "SchemaMissing",
     "Snooze",

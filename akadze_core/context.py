@@ -86,12 +86,12 @@ class JobContext:
             return await database.update_job_meta_async(connection, self.id, self.run_count,
                                                         patch_text, self.job.claim_token)
 
-        return bool(await self.app.run_pooled_async(run))
+        return bool(await self.app.connections.run_pooled_async(run))
 
     def update_meta_sync(self, patch: dict[str, Any]) -> bool:
         """Sync twin of ``update_meta`` (for plain ``def`` tasks)."""
         patch_text = self._encode(patch)
-        return bool(self.app.run_pooled(lambda connection: database.update_job_meta(
+        return bool(self.app.connections.run_pooled(lambda connection: database.update_job_meta(
             connection, self.id, self.run_count, patch_text, self.job.claim_token)))
 
     def hand_over(self, connection: psycopg.Connection, to: int) -> None:
@@ -141,9 +141,9 @@ class CompleteTx:
 
     async def __aenter__(self) -> psycopg.AsyncConnection:
         app = self._context.app
-        pool = await app.opened_async_pool()
+        pool = await app.connections.opened_async_pool()
         # A connection a restart killed while idle is replaced before BEGIN is sent.
-        connection = await app.live_pooled_async(pool)
+        connection = await app.connections.live_pooled_async(pool)
         self._pool = pool
         self._tx = connection.transaction()
         try:
@@ -175,8 +175,8 @@ class CompleteTx:
 
     def __enter__(self) -> psycopg.Connection:
         app = self._context.app
-        pool = app.pool()
-        connection = app.live_pooled(pool)
+        pool = app.connections.pool()
+        connection = app.connections.live_pooled(pool)
         self._pool = pool
         self._tx = connection.transaction()
         try:

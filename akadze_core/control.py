@@ -71,7 +71,7 @@ def broadcast(app: App, command: str, arguments: Mapping[str, Any] | None = None
     params = {"command": command, "arguments": json.dumps(dict(arguments or {}), default=str),
               "targets": targets, "reply": reply, "ttl": max(ttl, timeout)}
     if not reply:
-        app.run_pooled(lambda connection: database.fetch_one(connection, "control_send",
+        app.connections.run_pooled(lambda connection: database.fetch_one(connection, "control_send",
                                                              **params))
         return []
     deadline = time.monotonic() + timeout
@@ -187,7 +187,7 @@ def scheduled_jobs(app: App, worker_id: int | None, queues: Iterable[str],
     """The jobs of ``queues`` waiting for their eta that the worker ``worker_id`` reports
     (``inspect().scheduled()``): each job under one live worker only, the lowest id among
     those consuming its queue, so the replies of a fleet add up to every such job once."""
-    rows = app.run_pooled(lambda connection: database.fetch_all(
+    rows = app.connections.run_pooled(lambda connection: database.fetch_all(
         connection, "control_scheduled", worker_id=worker_id, queues=list(queues),
         limit=limit))
     return [Job.from_row(row) for row in rows]
@@ -196,7 +196,7 @@ def scheduled_jobs(app: App, worker_id: int | None, queues: Iterable[str],
 def revoked_task_ids(app: App, window: float, limit: int) -> list[str]:
     """Task ids (``App.task_id_of``) revoked within the last ``window`` seconds (cancelled
     or expired, or running with a cancel requested), newest first."""
-    rows = app.run_pooled(lambda connection: database.fetch_all(
+    rows = app.connections.run_pooled(lambda connection: database.fetch_all(
         connection, "control_revoked", window=window, limit=limit))
     if not rows:
         return []

@@ -61,7 +61,7 @@ _FATAL_CONNECT_MESSAGES = (
 
 def is_transient(exc: BaseException) -> bool:
     """True for errors a worker should log and retry with backoff. A lost prepared
-    statement is one: it ran nothing, and the retry goes unprepared (``App.stop_preparing``,
+    statement is one: it ran nothing, and the retry goes unprepared (``Connections.stop_preparing``,
     called where the error is met)."""
     if isinstance(exc, psycopg_pool.PoolTimeout | TimeoutError | ConnectionError):
         return True

@@ -94,7 +94,7 @@ async def read_database(app: App, connection: psycopg.AsyncConnection | None = N
                            "1 when this scrape could read the akadze schema, else 0")
     try:
         rows = await (read(connection) if connection is not None
-                      else app.run_pooled_async(read))
+                      else app.connections.run_pooled_async(read))
     except (psycopg.Error, AkadzeError, OSError) as exc:
         logger.warning("metrics: reading the database failed: %s",
                        app.redact(" ".join(str(exc).split()) or type(exc).__name__))

@@ -33,20 +33,16 @@ import builtins
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 
 from . import database
 from .dberrors import SCHEMA_ERRORS
 from .migrations import schema_missing
-from .schedules import Schedule
+from .schedules import Schedule, ScheduledTask, ScheduleHost, ScheduleSpec
 from .serialization import encode_args
-from .tasks import Task
 from .triggers import EPOCH, Trigger, parse_spec
-
-if TYPE_CHECKING:
-    from .app import App
 
 T = TypeVar("T")
 
@@ -99,24 +95,19 @@ def _storable_trigger(trigger: Trigger) -> str:
     return spec
 
 
-def definition(app: App, name: str, task: Task | str, *, trigger: Trigger | str,
-               args: Mapping[str, Any] | None = None, queue: str | None = None,
-               priority: int | None = None, max_attempts: int | None = None,
-               expires: timedelta | float | None = None, meta: Mapping[str, Any] | None = None,
-               paused: bool = False, replace: bool = False) -> dict[str, Any]:
+def definition(app: ScheduleHost, name: str, task: ScheduledTask | str, spec: ScheduleSpec,
+               *, paused: bool = False, replace: bool = False) -> dict[str, Any]:
     """Validate a runtime schedule as ``Schedule.declare`` does and return the parameters of
     ``schedule_runtime_add`` (defaults resolved; see the module's docstring)."""
     if name in app.schedules:
         raise ValueError(f"a schedule named {name!r} is declared in code by this app: a "
                          "runtime schedule needs another name")
-    schedule = Schedule.declare(app, name, task, trigger=trigger, args=args, queue=queue,
-                                priority=priority, max_attempts=max_attempts, expires=expires,
-                                meta=meta)
-    spec = _storable_trigger(schedule.trigger)
+    schedule = Schedule.from_spec(app, name, task, spec)
+    stored_trigger = _storable_trigger(schedule.trigger)
     # The job of any tick, with its defaults resolved as this app sees the task.
     request = schedule.request(app, EPOCH)
     return {
-        "name": schedule.name, "spec": spec, "task": schedule.task, "args": request.args,
+        "name": schedule.name, "spec": stored_trigger, "task": schedule.task, "args": request.args,
         "queue": request.queue, "priority": request.priority,
         "max_attempts": request.max_attempts, "expires": schedule.expires,
         "meta": encode_args(dict(schedule.meta), app.json_dumps, app.max_args_bytes),
@@ -141,7 +132,7 @@ class RuntimeSchedules:
     joins; without one it runs on a pooled autocommit connection of the app.
     """
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: ScheduleHost) -> None:
         self.app = app
 
     # --- plumbing -------------------------------------------------------------------------
@@ -153,7 +144,7 @@ class RuntimeSchedules:
         try:
             if session is not None:
                 return call(session)
-            return self.app.run_pooled(call)  # type: ignore[no-any-return]
+            return self.app.connections.run_pooled(call)  # type: ignore[no-any-return]
         except SCHEMA_ERRORS as exc:
             raise schema_missing(command=self.app.migrate_command) from exc
 
@@ -164,13 +155,13 @@ class RuntimeSchedules:
         try:
             if session is not None:
                 return await call(session)
-            return await self.app.run_pooled_async(call)  # type: ignore[no-any-return]
+            return await self.app.connections.run_pooled_async(call)  # type: ignore[no-any-return]
         except SCHEMA_ERRORS as exc:
             raise schema_missing(command=self.app.migrate_command) from exc
 
     # --- add (and change) -----------------------------------------------------------------
 
-    def add(self, name: str, task: Task | str, *, trigger: Trigger | str,
+    def add(self, name: str, task: ScheduledTask | str, *, trigger: Trigger | str,
             args: Mapping[str, Any] | None = None, queue: str | None = None,
             priority: int | None = None, max_attempts: int | None = None,
             expires: timedelta | float | None = None, meta: Mapping[str, Any] | None = None,
@@ -181,9 +172,10 @@ class RuntimeSchedules:
         UTC). ``replace=True`` changes the one of that name (the whole definition); without
         it an existing name raises ValueError. Invalid input raises what ``App.add_schedule``
         raises (ValueError, ``InvalidArgs``, TypeError), and nothing is stored."""
-        params = definition(self.app, name, task, trigger=trigger, args=args, queue=queue,
-                            priority=priority, max_attempts=max_attempts, expires=expires,
-                            meta=meta, paused=paused, replace=replace)
+        params = definition(self.app, name, task, ScheduleSpec(
+            trigger=trigger, args=args, queue=queue, priority=priority,
+            max_attempts=max_attempts, expires=expires, meta=meta),
+            paused=paused, replace=replace)
 
         def store(connection: psycopg.Connection) -> StoredSchedule:
             row = database.fetch_one(connection, "schedule_runtime_add", **params)
@@ -194,7 +186,7 @@ class RuntimeSchedules:
 
         return self._run(session, store)
 
-    async def add_async(self, name: str, task: Task | str, *, trigger: Trigger | str,
+    async def add_async(self, name: str, task: ScheduledTask | str, *, trigger: Trigger | str,
                         args: Mapping[str, Any] | None = None, queue: str | None = None,
                         priority: int | None = None, max_attempts: int | None = None,
                         expires: timedelta | float | None = None,
@@ -202,9 +194,10 @@ class RuntimeSchedules:
                         replace: bool = False,
                         session: psycopg.AsyncConnection | None = None) -> StoredSchedule:
         """Async twin of ``add``."""
-        params = definition(self.app, name, task, trigger=trigger, args=args, queue=queue,
-                            priority=priority, max_attempts=max_attempts, expires=expires,
-                            meta=meta, paused=paused, replace=replace)
+        params = definition(self.app, name, task, ScheduleSpec(
+            trigger=trigger, args=args, queue=queue, priority=priority,
+            max_attempts=max_attempts, expires=expires, meta=meta),
+            paused=paused, replace=replace)
 
         async def store(connection: psycopg.AsyncConnection) -> StoredSchedule:
             row = await database.fetch_one_async(connection, "schedule_runtime_add", **params)

@@ -45,7 +45,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import psycopg
 
@@ -57,12 +57,12 @@ from .dsn import listen_url
 from .listener import listen_for_jobs
 from .maintenance import first_of
 from .serialization import check_name, check_storable, encode_args
-from .tasks import Task
 from .timetable import Timetable
 from .triggers import EPOCH, LastRunTrigger, Trigger, as_trigger
 
 if TYPE_CHECKING:
-    from .app import App
+    from .connections import Connections
+    from .serialization import Dumps
 
 logger = logging.getLogger("akadze.schedules")
 
@@ -90,6 +90,79 @@ def _expires(value: timedelta | float | None) -> timedelta | None:
     return value
 
 
+@runtime_checkable
+class ScheduledTask(Protocol):
+    """What a schedule needs of a task object (a ``Task`` is one): its name and defaults,
+    and the check that its function can take the schedule's arguments."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def priority(self) -> int: ...
+
+    @property
+    def max_attempts(self) -> int: ...
+
+    def check_call(self, kwargs: Mapping[str, Any], /) -> None: ...
+
+
+class ScheduleHost(Protocol):
+    """What schedules need of the app that declares them (an ``App`` is one): its tasks
+    and schedules, how it encodes arguments, and its connections. A protocol, so that this
+    module does not import the app that imports it."""
+
+    @property
+    def connections(self) -> Connections: ...
+
+    @property
+    def tasks(self) -> Mapping[str, ScheduledTask]: ...
+
+    @property
+    def schedules(self) -> Mapping[str, Schedule]: ...
+
+    @property
+    def schedule_sources(self) -> Sequence[ScheduleSource]: ...
+
+    @property
+    def json_dumps(self) -> Dumps: ...
+
+    @property
+    def max_args_bytes(self) -> int: ...
+
+    @property
+    def default_queue(self) -> str: ...
+
+    @property
+    def migrate_command(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """When and how a schedule runs its task, as given (validated by ``Schedule.from_spec``):
+    the keywords ``App.add_schedule``, ``Task.schedule`` and ``runtime_schedules.add``
+    take, held once.
+
+    ``trigger``: a ``Cron``, an ``Every``, a cron string (UTC) or any object with ``spec``,
+    ``latest()`` and ``next()``; ``args``: the job arguments; ``queue``, ``priority`` and
+    ``max_attempts``: None takes the task's defaults; ``expires``: each job expires at its
+    tick plus this; ``meta``: added to each job's meta; ``task_ids``: each job gets its own
+    uuid4 ``meta["task_id"]``.
+    """
+
+    trigger: Trigger | str
+    args: Mapping[str, Any] | None = None
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    expires: timedelta | float | None = None
+    meta: Mapping[str, Any] | None = None
+    task_ids: bool = False
+
+
 @dataclass(frozen=True)
 class Schedule:
     """A periodic job: ``task`` with ``args`` at every tick of ``trigger``.
@@ -112,16 +185,16 @@ class Schedule:
     expires: timedelta | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
     task_ids: bool = False
-    task_object: Task | None = field(default=None, repr=False, compare=False)
+    task_object: ScheduledTask | None = field(default=None, repr=False, compare=False)
     #: Count ticks from this instant (see the module docstring); None: from first sight.
     since: datetime | None = None
 
     @classmethod
     def declare(
         cls,
-        app: App,
+        app: ScheduleHost,
         name: str,
-        task: Task | str,
+        task: ScheduledTask | str,
         *,
         trigger: Trigger | str,
         args: Mapping[str, Any] | None = None,
@@ -132,11 +205,20 @@ class Schedule:
         meta: Mapping[str, Any] | None = None,
         task_ids: bool = False,
     ) -> Schedule:
+        """``from_spec`` with the spec's fields as keywords."""
+        return cls.from_spec(app, name, task, ScheduleSpec(
+            trigger=trigger, args=args, queue=queue, priority=priority,
+            max_attempts=max_attempts, expires=expires, meta=meta, task_ids=task_ids))
+
+    @classmethod
+    def from_spec(cls, app: ScheduleHost, name: str, task: ScheduledTask | str,
+                  spec: ScheduleSpec) -> Schedule:
         """Validate everything now (ValueError, ``InvalidArgs`` for args and meta, TypeError
         for args the task's function cannot take), so a mistake fails at import time rather
         than in every worker round."""
-        task_object = task if isinstance(task, Task) else None
-        task_name = _text(task.name if isinstance(task, Task) else task, "task name")
+        task_object = task if isinstance(task, ScheduledTask) else None
+        task_name = _text(task.name if isinstance(task, ScheduledTask) else task, "task name")
+        max_attempts, priority, args, meta = spec.max_attempts, spec.priority, spec.args, spec.meta
         if max_attempts is not None and max_attempts < 1:
             raise ValueError("max_attempts must be at least 1 (it includes the first run)")
         if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
@@ -145,10 +227,11 @@ class Schedule:
             if value is not None and not isinstance(value, Mapping):
                 raise ValueError(f"{label} must be a mapping, not {value!r}")
         schedule = cls(
-            name=_text(name, "schedule name"), task=task_name, trigger=as_trigger(trigger),
-            args=dict(args or {}), queue=None if queue is None else _text(queue, "queue"),
-            priority=priority, max_attempts=max_attempts, expires=_expires(expires),
-            meta=dict(meta or {}), task_ids=bool(task_ids), task_object=task_object,
+            name=_text(name, "schedule name"), task=task_name, trigger=as_trigger(spec.trigger),
+            args=dict(args or {}),
+            queue=None if spec.queue is None else _text(spec.queue, "queue"),
+            priority=priority, max_attempts=max_attempts, expires=_expires(spec.expires),
+            meta=dict(meta or {}), task_ids=bool(spec.task_ids), task_object=task_object,
         )
         # Every name is indexed (a schedule's, in its table's key): the enqueue's limits.
         check_name(schedule.name, "a schedule name")
@@ -162,11 +245,11 @@ class Schedule:
             target.check_call(schedule.args)
         return schedule
 
-    def args_json(self, app: App) -> str:
+    def args_json(self, app: ScheduleHost) -> str:
         """The job arguments as JSON text (raises ``InvalidArgs``)."""
         return encode_args(dict(self.args), app.json_dumps, app.max_args_bytes)
 
-    def meta_json(self, app: App, tick: datetime) -> str:
+    def meta_json(self, app: ScheduleHost, tick: datetime) -> str:
         """The meta of the job for ``tick``: the schedule's own, plus schedule and tick (and
         a new task id with ``task_ids``)."""
         meta = {**self.meta, "schedule": self.name, "tick": tick.isoformat()}
@@ -174,12 +257,12 @@ class Schedule:
             meta["task_id"] = str(uuid.uuid4())
         return encode_args(meta, app.json_dumps, app.max_args_bytes)
 
-    def resolved_queue(self, app: App) -> str:
+    def resolved_queue(self, app: ScheduleHost) -> str:
         """The queue its jobs go to."""
         task = self.task_object or app.tasks.get(self.task)
         return self.queue or (task.queue if task else app.default_queue)
 
-    def request(self, app: App, tick: datetime) -> JobRequest:
+    def request(self, app: ScheduleHost, tick: datetime) -> JobRequest:
         """The job to insert for ``tick`` (due at once; the SQL sets scheduled_at)."""
         task = self.task_object or app.tasks.get(self.task)
         priority = self.priority if self.priority is not None else (task.priority if task else 0)
@@ -278,7 +361,7 @@ class Scheduler:
     enqueued ``RUNTIME_BATCH`` at a time, one statement each.
     """
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: ScheduleHost) -> None:
         self.app = app
         self.timetable = Timetable()
         self._changed: set[str] = set()
@@ -455,7 +538,7 @@ class Scheduler:
                 await asyncio.sleep(0)
 
 
-async def run_schedules(app: App, stop: asyncio.Event) -> None:
+async def run_schedules(app: ScheduleHost, stop: asyncio.Event) -> None:
     """Enqueue the app's schedules until ``stop`` is set, with no worker around them: for
     teams that want a separate scheduler process (workers do this by default). Changes of
     runtime schedules are heard on a LISTEN connection of its own, as in a worker. Transient
@@ -468,13 +551,14 @@ async def run_schedules(app: App, stop: asyncio.Event) -> None:
         poke.set()
 
     listener = asyncio.create_task(listen_for_jobs(
-        listen_url(app.database_url), [], lambda: None, _backoff,
-        connect_kwargs=app.connection_kwargs, schedules_changed=changed), name="listener")
+        listen_url(app.connections.database_url), [], lambda: None, _backoff,
+        connect_kwargs=app.connections.connection_kwargs, schedules_changed=changed),
+        name="listener")
     failures = 0
     try:
         while not stop.is_set():
             try:
-                async with await app.connect_async(autocommit=True) as connection:
+                async with await app.connections.connect_async(autocommit=True) as connection:
                     failures = 0
                     while not stop.is_set():
                         poke.clear()
@@ -488,7 +572,7 @@ async def run_schedules(app: App, stop: asyncio.Event) -> None:
                 if not is_transient(exc):
                     raise
                 if is_prepared_statement_lost(exc):
-                    app.stop_preparing()  # the next connection runs it unprepared
+                    app.connections.stop_preparing()  # the next connection runs it unprepared
                 failures += 1
                 delay = _backoff(failures)
                 logger.warning("scheduler lost the database (%s); retrying in %.1fs",
@@ -503,5 +587,6 @@ def _backoff(failures: int) -> float:
     return min(30.0, 0.5 * 2 ** failures) * random.uniform(0.5, 1.0)
 
 
-__all__ = ["Schedule", "ScheduleSource", "Scheduler", "next_check_in", "plan",
+__all__ = ["Schedule", "ScheduleHost", "ScheduleSource", "ScheduleSpec", "ScheduledTask",
+           "Scheduler", "next_check_in", "plan",
            "run_schedules"]

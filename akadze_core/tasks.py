@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from itertools import chain
 from json.encoder import encode_basestring_ascii
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import psycopg
 
@@ -20,6 +20,7 @@ from .dberrors import SCHEMA_ERRORS
 from .errors import InvalidArgs, SchemaMissing
 from .migrations import schema_missing
 from .retry import BackoffPolicy
+from .schedules import ScheduleSpec
 from .serialization import (
     DEFAULT_MAX_ARGS_BYTES,
     MAX_NAME_LENGTH,
@@ -31,11 +32,34 @@ from .serialization import (
 )
 
 if TYPE_CHECKING:
-    from .app import App
+    from .connections import Connections
     from .schedules import Schedule
     from .triggers import Trigger
 
 T = TypeVar("T")
+
+
+class TaskHost(Protocol):
+    """What a task needs of the app it is registered in (an ``App`` is one): the
+    connections its enqueues run on, how it encodes arguments, the command
+    ``SchemaMissing`` names, and where its schedules are declared. A protocol, so that
+    this module does not import the app that imports it."""
+
+    @property
+    def connections(self) -> Connections: ...
+
+    @property
+    def json_dumps(self) -> Dumps: ...
+
+    @property
+    def max_args_bytes(self) -> int: ...
+
+    @property
+    def migrate_command(self) -> str: ...
+
+    def declare_schedule(self, name: str, task: Task | str, spec: ScheduleSpec) -> Schedule:
+        """Declare schedule ``name`` of ``task`` as ``spec`` says (``App.add_schedule``)."""
+        ...
 
 @dataclass(frozen=True)
 class EnqueueOptions:
@@ -267,11 +291,11 @@ _UNSURE_ONE = "the job may or may not have been enqueued"
 _UNSURE_MANY = "the jobs may or may not have been enqueued (all of them or none)"
 
 
-def _insert_pooled(app: App, params: dict[str, Any]) -> int:
+def _insert_pooled(app: TaskHost, params: dict[str, Any]) -> int:
     """Insert one job on the app's single-call connection, or a pooled one while another
-    thread uses it (autocommit: one statement, one transaction; see ``App.run_single``),
-    through the cursor kept for that connection."""
-    return app.run_single(
+    thread uses it (autocommit: one statement, one transaction; see
+    ``Connections.run_single``), through the cursor kept for that connection."""
+    return app.connections.run_single(
         lambda connection: database.insert_job_params(_cursor_for(connection), params),
         _UNSURE_ONE)
 
@@ -596,7 +620,7 @@ class TaskCall:
             if not isinstance(session, psycopg.AsyncConnection):
                 raise TypeError("enqueue_async needs an async session; use enqueue()")
             return await self._schema_checked(database.insert_job_params_async(session, params))
-        return int(await self._schema_checked(self.task.app.run_pooled_async(
+        return int(await self._schema_checked(self.task.app.connections.run_pooled_async(
             lambda connection: database.insert_job_params_async(connection, params),
             _UNSURE_ONE)))
 
@@ -612,7 +636,7 @@ class TaskCall:
                 return self._schema_checked(database.insert_jobs_async(session, template, args))
             if session is not None:
                 return database.insert_jobs(session, template, args)
-            return self.task.app.run_pooled(
+            return self.task.app.connections.run_pooled(
                 lambda connection: database.insert_jobs(connection, template, args),
                 _UNSURE_MANY)
         except SCHEMA_ERRORS as exc:
@@ -626,7 +650,7 @@ class TaskCall:
             if not isinstance(session, psycopg.AsyncConnection):
                 raise TypeError("enqueue_many_async needs an async session; use enqueue_many()")
             return await self._schema_checked(database.insert_jobs_async(session, template, args))
-        return list(await self._schema_checked(self.task.app.run_pooled_async(
+        return list(await self._schema_checked(self.task.app.connections.run_pooled_async(
             lambda connection: database.insert_jobs_async(connection, template, args),
             _UNSURE_MANY)))
 
@@ -648,7 +672,7 @@ class Task(TaskCall):
 
     def __init__(
         self,
-        app: App,
+        app: TaskHost,
         name: str,
         func: Callable[..., Any],
         *,
@@ -691,10 +715,9 @@ class Task(TaskCall):
     ) -> Schedule:
         """Run this task at every tick of ``trigger``: ``App.add_schedule`` with the task's
         name as the schedule's name unless ``name`` is given."""
-        return self.app.add_schedule(
-            name or self.name, self, trigger=trigger, args=args, queue=queue,
-            priority=priority, max_attempts=max_attempts, expires=expires, meta=meta,
-            task_ids=task_ids)
+        return self.app.declare_schedule(name or self.name, self, ScheduleSpec(
+            trigger=trigger, args=args, queue=queue, priority=priority,
+            max_attempts=max_attempts, expires=expires, meta=meta, task_ids=task_ids))
 
     def __repr__(self) -> str:
         return f"<Task {self.name!r} queue={self.queue!r}>"

@@ -351,7 +351,7 @@ class Worker:
             kwargs=self._connect_kwargs(), name=f"akadze-worker-{self.worker_id}",
             open=False)
         await pool.open(wait=False)
-        await self.app.use_async_pool(pool)
+        await self.app.connections.use_async_pool(pool)
         lease = self._lease
         self._completer = completer = Completer(
             lease.connection, self._outcomes_written, lock_timeout=lease.lock_timeout,
@@ -430,7 +430,7 @@ class Worker:
             if self.process_pool is not None:
                 await self.process_pool.close()
             await cancel_and_wait(self._listener_task)
-            self.app.forget_async_pool(self._pool)
+            self.app.connections.forget_async_pool(self._pool)
             # After the heartbeat was lost, connection attempts may hang in a partition
             # until their connect_timeout: do not wait for them.
             await self._pool.close(timeout=5.0 if self._signals.exit_code == 0 else 1.0)

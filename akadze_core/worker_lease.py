@@ -184,7 +184,7 @@ class Lease:
             nonlocal dead
             dead += 1
 
-        connection = await self._app.live_pooled_async(pool, timeout, found)
+        connection = await self._app.connections.live_pooled_async(pool, timeout, found)
         if dead:
             logger.warning("replaced %d dead connections of the pool (server restart or "
                            "terminated backends)", dead)
@@ -196,7 +196,7 @@ class Lease:
             # Behind a transaction pooler: the statement ran nothing; every step and write
             # retries a transient error, and the retry goes unprepared.
             if is_prepared_statement_lost(exc):
-                self._app.stop_preparing()
+                self._app.connections.stop_preparing()
                 connection.prepare_threshold = None
             raise
         finally:

@@ -22,7 +22,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import psycopg
 
@@ -34,7 +34,7 @@ from .gcpause import collector_paused
 from .migrations import schema_missing
 
 if TYPE_CHECKING:
-    from .app import App
+    from .connections import Connections
     from .tasks import Rows, TaskCall
 
 __all__ = ["Node", "OnFailure", "Workflow"]
@@ -146,11 +146,23 @@ class OnFailure:
 
 
 
+class WorkflowHost(Protocol):
+    """What a workflow needs of its app (an ``App`` is one): the connections its insert
+    runs on and the command ``SchemaMissing`` names. A protocol, so that this module does
+    not import the app that imports it."""
+
+    @property
+    def connections(self) -> Connections: ...
+
+    @property
+    def migrate_command(self) -> str: ...
+
+
 class Workflow:
     """Jobs to insert together, some waiting on others; ``enqueue`` inserts them all in one
     statement (on ``using(session=...)``'s connection: in the caller's transaction)."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: WorkflowHost) -> None:
         self.app = app
         self.nodes: list[Node] = []
         # Per node: its upstreams (-k: node k of this workflow, else a job id), the nodes
@@ -510,7 +522,7 @@ class Workflow:
             if session is not None:
                 ids = database.insert_graph(session, params)
             else:
-                ids = self.app.run_pooled(
+                ids = self.app.connections.run_pooled(
                     lambda connection: database.insert_graph(connection, params), UNSURE)
         return self._assign(ids)
 
@@ -531,7 +543,7 @@ class Workflow:
         if self._session is not None:
             return await self._async_on(self._session, params)
         with self._translated():
-            ids = await self.app.run_pooled_async(
+            ids = await self.app.connections.run_pooled_async(
                 lambda connection: database.insert_graph_async(connection, params), UNSURE)
         return self._assign(list(ids))
 

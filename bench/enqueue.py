@@ -192,7 +192,7 @@ def _sql_only(app: Any, task: Any, batches: list[list[dict[str, int]]]) -> float
             prepared = [([task.request(kwargs) for kwargs in chunk],) for chunk in batches]
         started = time.perf_counter()
         for arguments in prepared:
-            app.run_sync(lambda connection, arguments=arguments:
+            app.run_pooled(lambda connection, arguments=arguments:
                          database.insert_jobs(connection, *arguments))
         return time.perf_counter() - started
     except (TypeError, AttributeError, ValueError):

@@ -171,7 +171,7 @@ async def _renders(url: str, count: int) -> tuple[list[float], int, float, float
             server_ms = ((procs.cpu_seconds(backend) or 0.0) - server) * 1000 / count
         return times, size, client_ms, server_ms
     finally:
-        await app.aclose()
+        await app.close_async()
 
 
 def _phase(url: str, jobs: int, *, scraped: bool, port: bool, log: Path) -> Phase:
@@ -237,7 +237,7 @@ def _scrape_every_second(url: str, port: int, phase: Phase, stop: threading.Even
             loop.run_until_complete(render_metrics(app))
             stop.wait(max(0.0, 1.0 - (time.perf_counter() - started)))
     finally:
-        loop.run_until_complete(app.aclose())
+        loop.run_until_complete(app.close_async())
         loop.close()
 
 

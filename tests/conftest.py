@@ -114,7 +114,7 @@ async def app(database_url: str) -> AsyncIterator[App]:
     """An App on the test database (no tasks registered)."""
     application = App(database_url)
     yield application
-    await application.aclose()
+    await application.close_async()
 
 
 @pytest.fixture

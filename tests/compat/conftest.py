@@ -62,7 +62,7 @@ async def celery(database_url: str) -> AsyncIterator[Celery]:
     app = Celery("proj", broker=database_url, set_as_current=False)
     yield app
     if app._core is not None:
-        await app._core.aclose()
+        await app._core.close_async()
     app.close()
 
 

@@ -253,7 +253,7 @@ async def live(database_url: str) -> AsyncIterator[list[Celery]]:
     yield made
     for app in made:
         if app._core is not None:
-            await app._core.aclose()
+            await app._core.close_async()
         app.close()
 
 

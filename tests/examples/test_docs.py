@@ -204,7 +204,7 @@ def test_the_core_api_sketch_runs_as_written(tmp_path: Path, database_url: str,
             result = eval(code, namespace)
             if result is not None:
                 await result
-            await namespace["app"].aclose()
+            await namespace["app"].close_async()
         asyncio.run(main())
     """))
     started = time.monotonic()
@@ -249,7 +249,7 @@ async def test_the_workflow_example_runs_as_written(tmp_path: Path, database_url
         assert db.execute("SELECT result FROM akadze.jobs WHERE id = %s", (end_id,)
                           ).fetchone() == ("words: 15",)
     finally:
-        await module.app.aclose()
+        await module.app.close_async()
 
 
 def _run(code: str, namespace: dict[str, Any]) -> None:

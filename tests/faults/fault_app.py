@@ -148,7 +148,7 @@ def build_fault_app(url: str) -> App:
     @app.task("pooled_sleep")
     async def pooled_sleep(seconds: float) -> float:
         """Hold one connection of the worker's pool for ``seconds`` (grows the pool)."""
-        await app.run_async(lambda connection: connection.execute("SELECT pg_sleep(%s)",
+        await app.run_pooled_async(lambda connection: connection.execute("SELECT pg_sleep(%s)",
                                                                   (seconds,)))
         return seconds
 
@@ -162,7 +162,7 @@ def build_fault_app(url: str) -> App:
                 "INSERT INTO runs (job_id, run_count, pid) VALUES (%s, %s, %s)",
                 (context.id, context.run_count, os.getpid()))
 
-        await app.run_async(record)
+        await app.run_pooled_async(record)
         return n
 
     def fleet_params() -> dict[str, int]:
@@ -182,7 +182,7 @@ def build_fault_app(url: str) -> App:
         deadline = time.monotonic() + FLEET_RECORD_FOR
         while True:
             try:
-                await app.run_async(record)
+                await app.run_pooled_async(record)
                 return n
             except FLEET_OUTAGE:
                 if time.monotonic() > deadline:
@@ -196,7 +196,7 @@ def build_fault_app(url: str) -> App:
         deadline = time.monotonic() + FLEET_RECORD_FOR
         while True:
             try:
-                app.run_sync(lambda connection: connection.execute(FLEET_RECORD, params))
+                app.run_pooled(lambda connection: connection.execute(FLEET_RECORD, params))
                 return n
             except FLEET_OUTAGE:
                 if time.monotonic() > deadline:

@@ -3,7 +3,7 @@
 ``pg_terminate_backend`` (or a server restart) kills every connection of a worker's pool at
 once; the idle ones are only found dead when next used. The worker's own steps (heartbeat,
 claims, outcome writes, hand-backs) check each connection before sending on it
-(``found_dead``, one zero-timeout poll) and replace a dead one, as ``App.run_async`` does:
+(``found_dead``, one zero-timeout poll) and replace a dead one, as ``App.run_pooled_async`` does:
 nothing was sent on it, so nothing is lost. Before, each step took the next dead connection
 and failed on it: with a pool of 20 killed connections the heartbeat failed again and again
 and the fleet soak saw workers stop (exit 1, no heartbeat past the TTL) with the database up.

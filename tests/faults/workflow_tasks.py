@@ -46,7 +46,7 @@ def register_workflow_tasks(app: App) -> None:
                 "INSERT INTO runs (job_id, run_count, pid) VALUES (%s, %s, %s)",
                 (context.id, context.run_count, os.getpid()))
 
-        await app.run_async(insert)
+        await app.run_pooled_async(insert)
 
     @app.task("wf_step", max_attempts=10, backoff=lambda attempt: QUICK_RETRY)
     async def wf_step(x: int, add: int = 1, seconds: float = 0.0, flaky: bool = False,

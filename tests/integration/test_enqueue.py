@@ -293,7 +293,7 @@ async def test_a_bulk_insert_that_fails_in_the_database_inserts_nothing(
             send.enqueue_many([{"i": i} for i in range(2 * BULK_CHUNK)])
         assert job_count(db) == 0
     finally:
-        await app.aclose()
+        await app.close_async()
 
 
 async def test_bulk_with_a_custom_dumps_and_a_small_size_limit(
@@ -311,7 +311,7 @@ async def test_bulk_with_a_custom_dumps_and_a_small_size_limit(
             send.enqueue_many([*batch, {"i": 0, "s": "é" * 30}])
         assert job_count(db) == len(batch)
     finally:
-        await app.aclose()
+        await app.close_async()
 
 
 async def test_enqueue_with_task_id_splices_the_id_into_the_kept_meta(
@@ -350,7 +350,7 @@ async def test_enqueue_with_task_id_with_a_custom_dumps_and_a_small_size_limit(
             call.enqueue_with_task_id("t" * 40)
         assert job_count(db) == 1
     finally:
-        await app.aclose()
+        await app.close_async()
 
 
 async def test_one_notify_per_queue_for_a_bulk_insert_of_many_chunks(
@@ -395,7 +395,7 @@ async def test_enqueue_from_many_threads_on_a_small_pool(
                 assert stored[job_id] == {"thread": thread, "n": n}
         assert len({pairs[-1][1] for pairs in got.values()}) == 1  # one holder of the key
     finally:
-        await app.aclose()
+        await app.close_async()
 
 
 async def test_enqueue_recovers_after_its_pooled_connections_are_killed(
@@ -489,7 +489,7 @@ async def test_the_single_connection_is_dropped_when_a_call_leaves_a_transaction
 async def test_the_single_connection_is_replaced_after_its_lifetime(
     app: App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("akadze_core.app.SINGLE_LIFETIME", 0.0)
+    monkeypatch.setattr("akadze_core.connections.SINGLE_LIFETIME", 0.0)
     make_tasks(app)
     pids = [app.run_single(_pid) for _ in range(3)]
     assert len(set(pids)) == 3
@@ -503,12 +503,12 @@ def test_a_forked_child_connects_on_its_own_and_leaves_the_parents_sessions_alon
     child opens its own, and its exit does not end the parent's."""
     send = make_tasks(app)
     first = send.enqueue(n=0)
-    single, pooled = app.run_single(_pid), app.run_sync(_pid)
+    single, pooled = app.run_single(_pid), app.run_pooled(_pid)
     child = os.fork()
     if child == 0:  # the child: no pytest here, only an exit code
         code = 1
         try:
-            backends = {app.run_single(_pid), app.run_sync(_pid)}
+            backends = {app.run_single(_pid), app.run_pooled(_pid)}
             job_id = send.enqueue(n=1)
             code = 0 if backends.isdisjoint({single, pooled}) and job_id > first else 3
             app.close()
@@ -519,7 +519,7 @@ def test_a_forked_child_connects_on_its_own_and_leaves_the_parents_sessions_alon
     assert app.run_single(_pid) == single
     alive = db.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pooled,))
     assert alive.fetchone() == (1,)  # the pool may hand out another one of its connections
-    app.run_sync(_pid)
+    app.run_pooled(_pid)
     assert send.enqueue(n=2) > first
     rows = db.execute("SELECT (args->>'n')::int FROM akadze.jobs ORDER BY id").fetchall()
     assert [n for (n,) in rows] == [0, 1, 2]
@@ -737,7 +737,7 @@ async def test_args_over_the_size_limit_are_refused(db: psycopg.Connection,
         fits = send.enqueue(x="a" * 50)
         assert job(db, fits)["args"] == {"x": "a" * 50}
     finally:
-        await app.aclose()
+        await app.close_async()
 
 
 async def test_text_that_only_looks_unstorable_is_stored_exactly(

@@ -167,7 +167,7 @@ async def test_every_enqueue_on_a_database_without_the_schema_raises_schema_miss
         await session_async.rollback()  # the caller's transaction is theirs to end
         with pytest.raises(SchemaMissing):
             await poll.using(session=session_async).enqueue_many([{"export_id": "x"}])
-    await bare_app.aclose()
+    await bare_app.close_async()
 
 
 def test_delay_and_send_task_on_a_database_without_the_schema_name_the_facades_command(

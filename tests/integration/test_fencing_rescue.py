@@ -148,8 +148,8 @@ async def test_a_dead_worker_that_comes_back_cannot_overwrite_the_new_run(
         assert job(db, job_id) == finished
         assert scalar(db, "SELECT count(*) FROM akadze.workers") == 0
     finally:
-        await app_a.aclose()
-        await app_b.aclose()
+        await app_a.close_async()
+        await app_b.close_async()
 
 
 # --- rescue ----------------------------------------------------------------------------------

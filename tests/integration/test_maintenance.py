@@ -72,7 +72,7 @@ async def test_prune_deletes_finished_jobs_older_than_their_retention(
             label: exists(db, ids[label]) for label in cases}
         assert job(db, ids["running"])["state"] == "running"
     finally:
-        await app.aclose()
+        await app.close_async()
 
 
 async def test_prune_works_through_a_backlog_in_batches(
@@ -95,7 +95,7 @@ async def test_prune_works_through_a_backlog_in_batches(
                              timeout=3)
         assert exists(db, fresh)
     finally:
-        await app.aclose()
+        await app.close_async()
 
 
 async def test_unknown_task_fails_the_job_and_the_worker_goes_on(
@@ -131,7 +131,7 @@ async def test_unknown_task_fails_the_job_and_the_worker_goes_on(
         assert "only.elsewhere" in error["message"] and "not registered" in error["message"]
         assert row["finished_at"] is not None
     finally:
-        await elsewhere.aclose()
+        await elsewhere.close_async()
 
 
 class _Explode:

@@ -68,4 +68,4 @@ async def test_a_prune_blocked_on_a_lock_delays_no_claim_and_no_heartbeat(
         assert job(db, old)["state"] == "succeeded"  # not pruned: the lock was never freed
     finally:
         gate.close()
-        await app.aclose()
+        await app.close_async()

@@ -42,7 +42,7 @@ async def apps(database_url: str) -> AsyncIterator[list[App]]:
     made: list[App] = []
     yield made
     for app in made:
-        await app.aclose()
+        await app.close_async()
 
 
 # --- what one pass does --------------------------------------------------------------------------

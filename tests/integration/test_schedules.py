@@ -39,7 +39,7 @@ async def apps(database_url: str) -> AsyncIterator[list[App]]:
     made: list[App] = []
     yield made
     for app in made:
-        await app.aclose()
+        await app.close_async()
 
 
 def new_app(apps: list[App], database_url: str) -> App:

@@ -56,7 +56,7 @@ async def test_a_task_error_quoting_the_dsn_is_stored_and_shown_without_the_pass
     try:
         await run_until(app, ran(db, job_id))
     finally:
-        await app.aclose()
+        await app.close_async()
 
     row = job(db, job_id)
     assert row["state"] == "failed"
@@ -125,5 +125,5 @@ async def test_a_celery_tasks_failure_reads_back_without_the_password(
     finally:
         for app in (worker_app, reader):
             if app._core is not None:
-                await app._core.aclose()
+                await app._core.close_async()
             app.close()

@@ -1,5 +1,5 @@
 """A Worker started in the producer's event loop hands the app its own pool
-(``App.use_async_pool``) while the producer's first enqueue may still be opening the app's
+(``Connections.use_async_pool``) while the producer's first enqueue may still be opening the app's
 pool: that enqueue must be served, not left waiting on a pool closed under it (
 6 of 40 enqueues 4-8 ms after ``Worker.run()`` failed with "PoolTimeout: pool
 initialization incomplete after 10 sec")."""
@@ -35,15 +35,15 @@ async def test_an_enqueue_while_the_apps_pool_opens_survives_a_worker_taking_ove
     enqueue = asyncio.create_task(
         app.tasks["race.noop"].enqueue_many_async([{"n": 1}, {"n": 2}]))
     loop = asyncio.get_running_loop()
-    while loop not in app._async_pools:  # the enqueue has made the app's pool
+    while loop not in app.connections._async_pools:  # the enqueue has made the app's pool
         await asyncio.sleep(0)
-    own = app._async_pools[loop]
+    own = app.connections._async_pools[loop]
     assert not enqueue.done()
     theirs = psycopg_pool.AsyncConnectionPool(database_url, min_size=1, open=False,
                                               kwargs={"autocommit": True})
     await theirs.open(wait=False)
     try:
-        await app.use_async_pool(theirs)
+        await app.connections.use_async_pool(theirs)
         ids = await asyncio.wait_for(enqueue, 5)
         assert len(ids) == 2
         assert scalar(db, "SELECT count(*) FROM akadze.jobs") == 2
@@ -51,13 +51,13 @@ async def test_an_enqueue_while_the_apps_pool_opens_survives_a_worker_taking_ove
         assert own.closed
         # Later calls use the pool handed in.
         assert await app.tasks["race.noop"].enqueue_many_async([{"n": 3}])
-        assert app._async_pools[loop] is theirs
+        assert app.connections._async_pools[loop] is theirs
     finally:
         enqueue.cancel()  # a failed assertion must not leave it waiting on the pool
         await asyncio.gather(enqueue, return_exceptions=True)
-        app.forget_async_pool(theirs)
+        app.connections.forget_async_pool(theirs)
         await theirs.close()
-        await app.aclose()
+        await app.close_async()
 
 
 @pytest.mark.slow  # 40 workers started and stopped
@@ -78,5 +78,5 @@ async def test_an_enqueue_a_few_ms_after_a_worker_starts_in_the_same_loop(
         finally:
             worker.request_stop()
             assert await asyncio.wait_for(runner, 30) == 0
-            await app.aclose()
+            await app.close_async()
     assert scalar(db, "SELECT count(*) FROM akadze.jobs") == 40

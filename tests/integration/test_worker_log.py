@@ -51,7 +51,7 @@ async def test_the_message_is_one_redacted_bounded_line(
     try:
         await run_until(app, ran(db, job_id))
     finally:
-        await app.aclose()
+        await app.close_async()
     line = only_line(caplog, job_id)
     assert line.startswith(f"job {job_id} leaky failed for good on attempt 1/1 in ")
     assert ": ConnectionError: login refused for *** and postgresql://u:***@h/db xxx" in line
@@ -102,7 +102,7 @@ async def test_an_unknown_task_is_a_warning_even_with_outcome_lines_off(
     other = App(app.database_url)
     other.task("elsewhere.only")(lambda: None)
     job_id = int(await other.tasks["elsewhere.only"].enqueue_async())
-    await other.aclose()
+    await other.close_async()
     caplog.set_level(logging.INFO, logger="akadze.worker")
     await run_until(app, ran(db, job_id), outcome_log_level=logging.DEBUG)
     records = job_lines(caplog, job_id)
@@ -117,7 +117,7 @@ async def test_on_unregistered_replaces_the_warning(
     other = App(app.database_url)
     other.task("elsewhere.hooked")(lambda: None)
     job_id = int(await other.tasks["elsewhere.hooked"].enqueue_async())
-    await other.aclose()
+    await other.close_async()
     heard: list[tuple[int, str]] = []
     worker = fast_worker(app)
     worker.on_unregistered = lambda job_id, task: heard.append((job_id, task))

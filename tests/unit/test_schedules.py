@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from akadze_core import App, Cron, Every, InvalidArgs, Schedule
+from akadze_core import App, Cron, Every, InvalidArgs, Schedule, ScheduleSpec
 from akadze_core.schedules import MAX_CHECK_INTERVAL, MIN_CHECK_INTERVAL, next_check_in, plan
 
 UTC = timezone.utc
@@ -25,6 +25,27 @@ def app() -> App:
 
 
 # --- declaring -----------------------------------------------------------------------------------
+
+def test_every_way_to_declare_holds_the_keywords_in_one_spec(app: App) -> None:
+    @app.task("report.build", queue="reports")
+    def build(kind: str) -> None: ...
+
+    options: dict[str, Any] = {
+        "trigger": Every(timedelta(hours=1)), "args": {"kind": "daily"}, "queue": "q",
+        "priority": 2, "max_attempts": 4, "expires": 60, "meta": {"m": 1}, "task_ids": True}
+    spec = ScheduleSpec(**options)
+    declared = [app.add_schedule("a", build, **options), build.schedule("b", **options),
+                app.declare_schedule("c", build, spec),
+                Schedule.declare(app, "d", build, **options),
+                Schedule.from_spec(app, "e", "report.build", spec)]
+    assert {s.name for s in declared} == {"a", "b", "c", "d", "e"}
+    assert len({(s.task, s.trigger, tuple(s.args.items()), s.queue, s.priority,
+                 s.max_attempts, s.expires, tuple(s.meta.items()), s.task_ids)
+                for s in declared}) == 1
+    assert declared[0].expires == timedelta(seconds=60) and declared[0].task_ids
+    with pytest.raises(ValueError, match="already declared"):
+        app.declare_schedule("c", build, spec)
+
 
 def test_add_schedule_with_a_task_object_takes_its_defaults(app: App) -> None:
     @app.task("report.build", queue="reports", priority=3, max_attempts=5)

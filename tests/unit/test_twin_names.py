@@ -21,9 +21,6 @@ import akadze_core
 
 #: (namespace, old name) -> the rule's name: kept so that callers keep working.
 ALIASES = {
-    ("akadze_core.app.App", "aclose"): "close_async",
-    ("akadze_core.app.App", "run_sync"): "run_pooled",
-    ("akadze_core.app.App", "run_async"): "run_pooled_async",
     ("akadze_core.database", "autovacuum_runs_async"): "autovacuum_runs",
 }
 
@@ -101,6 +98,12 @@ def test_the_older_names_are_aliases_of_the_rules_names() -> None:
     spaces = _namespaces()
     for (space, old), new in ALIASES.items():
         assert spaces[space][old] is spaces[space][new], (space, old)
+
+
+def test_the_apps_pre_release_aliases_are_gone() -> None:
+    # Deleted before the first release rather than kept: one name per operation.
+    for old in ("aclose", "run_sync", "run_async"):
+        assert not hasattr(akadze_core.App, old), old
 
 
 def test_the_check_catches_the_spellings_the_rule_rules_out() -> None:

@@ -156,7 +156,7 @@ async def _enqueue_async(app: App) -> None:
     for n in range(10):
         await add.enqueue_async(a=n, b=3)
     await add.enqueue_many_async([{"a": n, "b": 4} for n in range(10)])
-    await app.aclose()
+    await app.close_async()
 
 
 @pytest.mark.parametrize("setting", ["off", ""])

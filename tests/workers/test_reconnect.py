@@ -191,7 +191,7 @@ async def test_async_enqueues_ride_through_a_restart_and_terminated_backends(
         job = await app.get_job_async(1)
         assert job is None or job.task == "reconnect.send"
     finally:
-        await app.aclose()
+        await app.close_async()
     assert jobs(cluster) == [1, 2, 3, 4, 5, 6]
 
 
@@ -210,7 +210,7 @@ async def test_an_async_pool_whose_first_open_failed_is_replaced_once_the_server
         await asyncio.to_thread(cluster.start)
         await send.enqueue_async(n=2)  # before the fix: PoolClosed
     finally:
-        await app.aclose()
+        await app.close_async()
     assert jobs(cluster) == [2]
 
 
