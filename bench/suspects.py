@@ -65,7 +65,8 @@ def convert(admin: str, blocks: int) -> str:
     text = resources.files("akadze_core").joinpath("sql/queries.sql").read_text("utf-8")
     commented = re.split(r"^-- name: job_claim\s*$", text, flags=re.M)[1]
     commented = re.split(r"^-- name: ", commented, flags=re.M)[0].strip()
-    params = {"queue": "default", "limit": 4, "worker_id": 1, "floor_priority": [],
+    params = {"lock_timeout": None, "queue": "default", "limit": 4, "worker_id": 1,
+              "floor_priority": [],
               "floor_at": [], "floor_id": []}
     with psycopg.connect(admin) as connection:
         transformer = Transformer(connection)
