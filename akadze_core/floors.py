@@ -1,5 +1,5 @@
 """Claim floors: where each claim of a queue starts reading its index, so that it never steps
-over the index entries of jobs claimed before (issue 21).
+over the index entries of jobs claimed before.
 
 Why. A claim reads ``jobs_claim_idx`` (queue, priority, scheduled_at, id) from the head of
 the queue. Every job claimed leaves its entry there until VACUUM removes it, and those

@@ -1,6 +1,6 @@
 -- akadze.settle as 0010's, but a fail-on-upstream job (a Celery chord's body) fails only
 -- for a failure inside its inputs (its header), and is cancelled when the failure came from
--- before them (issue 16). In chain(a, chord(header, body)) a failing `a` cancelled the
+-- before them. In chain(a, chord(header, body)) a failing `a` cancelled the
 -- header, and the body, reached through a cancelled member, failed with ChordError and ran
 -- its errbacks: an errback linked to the whole chain ran twice, once for `a` and once for
 -- the body, where Celery runs it once (it stores a's failure in the later steps and calls
