@@ -116,12 +116,12 @@ def test_the_defaults_the_worker_derives_are_the_configs() -> None:
 def test_the_worker_and_its_rooms_import_in_no_circle() -> None:
     """Counting TYPE_CHECKING imports: a room that imported the worker back (or a panel
     typed by it) would make them one module in two files."""
-    from pathlib import Path
+    from tests import package_structure
 
-    from bench.import_cycles import circles, graph
-
-    root = Path(__file__).resolve().parents[2] / "akadze_core"
-    rooms = {"worker", "panel", "worker_metrics", "worker_config", "maintenance"} | {
-        path.stem for path in root.glob("worker_*.py")}
-    caught = [circle for circle in circles(graph(root)) if rooms & set(circle)]
+    modules = package_structure.load(package="akadze_core")
+    graph = package_structure.module_graph(modules, in_functions=True, type_checking=True)
+    rooms = {f"akadze_core.{name}" for name in
+             ("worker", "panel", "worker_metrics", "worker_config", "maintenance")} | {
+        name for name in modules if name.startswith("akadze_core.worker_")}
+    caught = [circle for circle in package_structure.cycles(graph) if rooms & set(circle)]
     assert caught == []
