@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -83,3 +84,29 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, interval: flo
 def children_of(pid: int) -> set[int]:
     """The live child processes of ``pid`` (the benchmark's /proc reader)."""
     return set(children(pid))
+
+
+def migrate_together(url: str, apply: Callable[[psycopg.Connection], Any],
+                     count: int = 4) -> list[Any]:
+    """Run ``apply`` on ``count`` connections to ``url`` released at once (a barrier), as
+    several deploy steps migrating together; returns what each returned. Any exception in a
+    thread fails the caller."""
+    results: list[Any] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(count)
+
+    def run() -> None:
+        try:
+            with psycopg.connect(url, autocommit=True) as connection:
+                barrier.wait()
+                results.append(apply(connection))
+        except BaseException as exc:  # collected and raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    return results

@@ -7,7 +7,6 @@ import logging
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import psycopg
@@ -17,6 +16,7 @@ from akadze_core import App, SchemaMissing
 from akadze_core.database import check_schema
 from akadze_core.migrations import latest_version, migrate
 from akadze_core.queries import migrations
+from tests.helpers import migrate_together
 
 #: Every migration's version, in order (numbers are given out ahead, so there may be gaps
 #: until every branch that holds one is merged).
@@ -49,24 +49,7 @@ def test_functions_not_re_applied_since_an_upgrade_are_named(empty_database_url:
 
 
 def test_concurrent_migrations_apply_each_version_once(empty_database_url: str) -> None:
-    results: list[list[int]] = []
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
-
-    def run() -> None:
-        try:
-            with psycopg.connect(empty_database_url, autocommit=True) as connection:
-                barrier.wait()
-                results.append(migrate(connection))
-        except BaseException as exc:  # collected and asserted below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    results = migrate_together(empty_database_url, migrate)
     assert sorted(results, key=len) == [[], [], [], VERSIONS]
 
 

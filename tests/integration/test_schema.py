@@ -8,7 +8,6 @@ import difflib
 import re
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from akadze_core.migrations import (
 )
 from akadze_core.queries import migrations
 from tests.conftest import create_database, database_url_for, drop_database
+from tests.helpers import migrate_together
 
 #: The last main whose migrations created the functions themselves: a database it migrated
 #: must upgrade to schema.sql.
@@ -168,24 +168,7 @@ def test_a_versioned_migration_re_applies_the_functions_whatever_their_checksum(
 def test_concurrent_migrates_re_apply_a_changed_functions_file_once(database_url: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as connection:
         make_functions_stale(connection)
-    results: list[Applied] = []
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
-
-    def run() -> None:
-        try:
-            with psycopg.connect(database_url, autocommit=True) as connection:
-                barrier.wait()
-                results.append(apply_migrations(connection))
-        except BaseException as exc:  # collected and asserted below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    results = migrate_together(database_url, apply_migrations)
     assert sorted(results, key=lambda applied: len(applied.repeatable)) == [
         Applied([], []), Applied([], []), Applied([], []), Applied([], ["functions.sql"])]
     with psycopg.connect(database_url, autocommit=True) as connection:
