@@ -3,7 +3,7 @@ control of the live workers (``broadcast``).
 
 A broadcast is one row of ``akadze.control_requests`` naming its target workers (the live
 ones, on the database clock, that ``destination``/``select`` keep), announced by NOTIFY at
-commit; each target runs the command in its loop (``akadze_core.panel``) and writes its
+commit; each target runs the command in its loop (``akadze_core.worker.panel``) and writes its
 reply row, announced back the same way. A worker that missed the NOTIFY finds the request at
 its next heartbeat (polling as the fallback); a dead worker never answers. The sender
 collects replies until ``timeout`` or until every target answered.
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from . import database
-from .dsn import listen_url
-from .jobs import Job
+from .model.dsn import listen_url
+from .model.jobs import Job
+from .store import database
 
 if TYPE_CHECKING:
     from .app import App

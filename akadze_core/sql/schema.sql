@@ -1,4 +1,4 @@
--- The akadze schema as the migrations leave a database (akadze_core/migrations.py): its
+-- The akadze schema as the migrations leave a database (akadze_core/store/migrations.py): its
 -- tables, indexes, sequences and functions, dumped by pg_dump from a freshly migrated
 -- database. Generated, not applied by anything: edit a migration or sql/functions.sql, then
 -- regenerate it with
