@@ -55,8 +55,7 @@ from ..store import database
 from ..store.database import JobRequest
 from ..store.dberrors import is_prepared_statement_lost, is_transient
 from ..store.deadlines import cancel_and_wait
-from ..store.listener import listen_for_jobs
-from ..worker.maintenance import first_of
+from ..store.listener import first_of, listen_for_jobs
 from .timetable import Timetable
 from .triggers import EPOCH, LastRunTrigger, Trigger, as_trigger
 

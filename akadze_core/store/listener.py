@@ -23,6 +23,16 @@ from .floors import parse_notice
 logger = logging.getLogger("akadze.worker")
 
 
+async def first_of(*events: asyncio.Event, timeout: float | None = None) -> None:
+    """Wait until one of ``events`` is set, or ``timeout`` seconds (None: no limit)."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
 async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], None],
                           backoff: Callable[[int], float],
                           cancelled: Callable[[int], None] | None = None, *,

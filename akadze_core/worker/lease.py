@@ -32,7 +32,7 @@ from ..store.dberrors import (
     is_transient,
 )
 from ..store.deadlines import within, within_lease
-from .maintenance import first_of
+from ..store.listener import first_of
 from .signals import Signals
 
 if TYPE_CHECKING:

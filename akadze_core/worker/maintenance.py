@@ -18,18 +18,10 @@ from typing import Any
 
 import psycopg
 
+from ..store.listener import first_of
+
 Step = Callable[[psycopg.AsyncConnection], Awaitable[Any]]
 Guard = Callable[[Step, str], Awaitable[bool]]
-
-
-async def first_of(*events: asyncio.Event, timeout: float | None = None) -> None:
-    """Wait until one of ``events`` is set, or ``timeout`` seconds (None: no limit)."""
-    waiters = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
 
 
 class Service:

@@ -31,7 +31,8 @@ from typing import Any, Protocol
 import psycopg
 
 from ..store import database
-from .maintenance import Guard, first_of
+from ..store.listener import first_of
+from .maintenance import Guard
 
 logger = logging.getLogger("akadze.worker")
 
