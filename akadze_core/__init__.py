@@ -6,14 +6,6 @@ a late run never wins.
 """
 
 from .app import App
-from .control import (
-    ControlReply,
-    broadcast,
-    request_cancel,
-    request_cancel_sync,
-    requeue,
-    requeue_sync,
-)
 from .enqueue.tasks import Task, TaskCall
 from .enqueue.workflow import Node, OnFailure, Workflow
 from .execution.context import JobContext, current
@@ -39,6 +31,14 @@ from .model.errors import (
 )
 from .model.jobs import Job
 from .model.retry import BackoffPolicy, default_backoff
+from .ops.control import (
+    ControlReply,
+    broadcast,
+    request_cancel,
+    request_cancel_sync,
+    requeue,
+    requeue_sync,
+)
 from .schedules.runtime import RuntimeSchedules, StoredSchedule
 from .schedules.scheduler import Schedule, Scheduler, ScheduleSpec, run_schedules
 from .schedules.triggers import Cron, Every, Trigger

@@ -38,7 +38,6 @@ from .cli.support import (
     printable,
     scrubbed_stdio,
 )
-from .control import revoked_task_ids, scheduled_jobs, signal_number
 from .enqueue.gcpause import collector_paused
 from .execution.context import JobContext
 from .execution.executor import decode_job
@@ -47,6 +46,7 @@ from .model.dsn import redact_json
 from .model.outcomes import FAIL, Outcome, error_entry, raised, succeeded
 from .model.retry import RetryDecision, attempts_left, decide_retry
 from .model.serialization import extends_strict_dumps, is_strict, strict_dumps
+from .ops.control import revoked_task_ids, scheduled_jobs, signal_number
 from .schedules.scheduler import MIN_CHECK_INTERVAL
 from .schedules.triggers import EPOCH
 from .store.database import JobRequest, run_statement, run_statement_sync

@@ -26,12 +26,12 @@ import click
 import psycopg
 
 from ..app import App
-from ..control import request_cancel_sync, requeue_sync, signal_number
 from ..execution.processes import ProcessPool, serve
 from ..execution.processes import is_child as is_pool_child
 from ..model.dsn import ENV_VAR, LISTEN_VAR, prepare_threshold
 from ..model.errors import AkadzeError, DatabaseUnavailable
 from ..model.jobs import JOB_STATES, Job
+from ..ops.control import request_cancel_sync, requeue_sync, signal_number
 from ..schedules.triggers import Cron, Every, Trigger
 from ..store import database
 from ..store.dberrors import fatal_message

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..control import request_cancel_sync, requeue_sync
 from ..model.jobs import Job
 from ..model.task_ids import TaskIds
+from ..ops.control import request_cancel_sync, requeue_sync
 from ..schedules.triggers import parse_spec
 from ..store import database, lookup
 from ..store.queries import load_queries

@@ -859,7 +859,7 @@ class Pages:
 
     @_guarded
     async def metrics(self, request: Request) -> Response:
-        """Prometheus metrics, when ``akadze_core.store.metrics`` is installed (404 otherwise)."""
+        """Prometheus metrics, when ``akadze_core.ops.metrics`` is installed (404 otherwise)."""
         try:
             from ..store import metrics  # type: ignore[attr-defined]
         except ImportError:

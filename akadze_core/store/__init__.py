@@ -1,2 +1,2 @@
 """The SQL room: every statement, the connections that carry them, the migrations, and the
-reads built on them (lookups, LISTEN wake-ups, metrics). Below it only ``model``."""
+reads built on them (lookups, LISTEN wake-ups). Below it only ``model``."""

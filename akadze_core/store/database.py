@@ -616,7 +616,7 @@ async def enqueue_runtime_ticks(
     return sum(int(row["jobs"]) for row in rows)
 
 
-# --- metrics (akadze_core.store.metrics) ------------------------------------------------------
+# --- metrics (akadze_core.ops.metrics) ------------------------------------------------------
 
 async def metrics_snapshot(
     connection: psycopg.AsyncConnection, *, count_cap: int, priority_groups: int,

@@ -4,7 +4,7 @@ The worker counts what it did in process (prometheus_client's counters and histo
 few microseconds per job): runs by outcome, the enqueue-to-start latency of each claim and
 the run time of each run. Its ``/metrics`` adds what it holds right now and, read from the
 database at each scrape on one pooled connection, the fleet's series of
-``akadze_core.store.metrics`` (jobs per queue and state, oldest job age, live workers); the
+``akadze_core.ops.metrics`` (jobs per queue and state, oldest job age, live workers); the
 recent-window histograms are the dashboard's, not repeated here.
 
 The HTTP server is a small asyncio one on the worker's event loop: GET (or HEAD) of
@@ -36,8 +36,8 @@ from prometheus_client.registry import Collector
 
 from ..model.errors import AkadzeError
 from ..model.outcomes import RETRY, SNOOZE, UNSTARTED, Outcome
+from ..ops.metrics import BUCKETS, CONTENT_TYPE, exposition, read_database
 from ..store.deadlines import within
-from ..store.metrics import BUCKETS, CONTENT_TYPE, exposition, read_database
 
 if TYPE_CHECKING:
     from ..app import App

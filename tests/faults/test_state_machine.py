@@ -35,8 +35,8 @@ from hypothesis.stateful import (
 )
 from psycopg.rows import dict_row
 
-from akadze_core import control
 from akadze_core.model.outcomes import CANCEL, FAIL, RETRY, SNOOZE, SUCCESS, Outcome, error_entry
+from akadze_core.ops import control
 from akadze_core.store import database
 from akadze_core.store.database import JobRequest
 

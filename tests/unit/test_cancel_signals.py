@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from akadze_core.control import signal_number
+from akadze_core.ops.control import signal_number
 from akadze_core.store.listener import _cancel_payload
 
 

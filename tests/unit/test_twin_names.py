@@ -89,7 +89,7 @@ def _breaks(space: str, names: dict[str, Any]) -> list[str]:
 
 def test_every_twin_follows_the_naming_rule() -> None:
     spaces = _namespaces()
-    assert "request_cancel_sync" in spaces["akadze_core.control"]  # the walk sees them
+    assert "request_cancel_sync" in spaces["akadze_core.ops.control"]  # the walk sees them
     assert "update_meta_sync" in spaces["akadze_core.execution.context.JobContext"]
     assert [line for space, names in spaces.items() for line in _breaks(space, names)] == []
 

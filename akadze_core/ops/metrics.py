@@ -25,7 +25,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from ..model.errors import AkadzeError
-from . import database
+from ..store import database
 
 if TYPE_CHECKING:
     from ..app import App

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .model.dsn import listen_url
-from .model.jobs import Job
-from .store import database
+from ..model.dsn import listen_url
+from ..model.jobs import Job
+from ..store import database
 
 if TYPE_CHECKING:
-    from .app import App
+    from ..app import App
 
 #: Seconds a request waits for its targets to take it up (Celery's control_queue_ttl).
 DEFAULT_TTL = 300.0
