@@ -35,7 +35,8 @@ from .gcpause import collector_paused
 
 if TYPE_CHECKING:
     from ..store.connections import Connections
-    from .tasks import Rows, TaskCall
+    from .encoding import Rows
+    from .tasks import TaskCall
 
 __all__ = ["Node", "OnFailure", "Workflow"]
 

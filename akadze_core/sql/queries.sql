@@ -42,7 +42,7 @@ LIMIT 1;
 -- name: job_insert_many
 -- Bulk insert of one task's jobs sharing every option but their args (one round trip);
 -- returns the ids in input order. Scalars for the shared columns keep this as fast as COPY.
--- The args come as JSON arrays of up to 100 jobs each (tasks.encode_many; a text[] bound in
+-- The args come as JSON arrays of up to 100 jobs each (encoding.encode_many; a text[] bound in
 -- binary, so nothing is quoted or escaped per element): one dumps() per array on the client
 -- and one jsonb parse per array here, not one of each per job. This statement with its
 -- parameters runs at about twice the rate of the former text[] of one args text per job.

@@ -111,7 +111,7 @@ def insert_job_params(target: psycopg.Connection | psycopg.Cursor[Any],
 def insert_jobs(connection: psycopg.Connection, template: JobRequest,
                 arrays: Sequence[str]) -> list[int]:
     """Insert the jobs whose args are the items of the JSON arrays ``arrays`` (as
-    ``tasks.encode_many`` makes them), all otherwise like ``template``, in one statement;
+    ``encoding.encode_many`` makes them), all otherwise like ``template``, in one statement;
     returns their ids in order."""
     if not arrays:
         return []

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from akadze_core import App, InvalidArgs, Worker
-from akadze_core.enqueue.tasks import BULK_CHUNK
+from akadze_core.enqueue.encoding import BULK_CHUNK
 from akadze_core.store.floors import parse_notice
 from tests.helpers import job
 from tests.integration.lease_support import (

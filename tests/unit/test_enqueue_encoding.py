@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from akadze_core import App, InvalidArgs
-from akadze_core.enqueue.tasks import BULK_CHUNK, encode_many
+from akadze_core.enqueue.encoding import BULK_CHUNK, encode_many
 from akadze_core.model.serialization import encode_args, strict_dumps
 
 VALUES: list[dict[str, Any]] = [
