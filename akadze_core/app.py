@@ -31,7 +31,8 @@ from .schedules.runtime import RuntimeSchedules
 from .schedules.scheduler import Schedule, ScheduleSource, ScheduleSpec
 from .schedules.triggers import Trigger
 from .store import lookup
-from .store.connections import RECONNECT_WINDOW, UNSURE, Connections, found_dead
+from .store.connections import RECONNECT_WINDOW, Connections
+from .store.liveness import UNSURE, found_dead
 from .store.migrations import MIGRATE_COMMAND, migrate
 
 F = TypeVar("F", bound=Callable[..., Any])
