@@ -39,9 +39,10 @@ from .cli.support import (
     scrubbed_stdio,
 )
 from .enqueue.gcpause import collector_paused
+from .execution.children import Terminated
 from .execution.context import JobContext
 from .execution.executor import decode_job
-from .execution.processes import CHILD_ENV, ProcessPool, Terminated, child_number, is_child, serve
+from .execution.processes import CHILD_ENV, ProcessPool, child_number, is_child, serve
 from .model.dsn import redact_json
 from .model.outcomes import FAIL, Outcome, error_entry, raised, succeeded
 from .model.retry import RetryDecision, attempts_left, decide_retry

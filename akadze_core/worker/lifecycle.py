@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import psycopg_pool
 
-from ..execution.processes import ProcessPoolError
+from ..execution.children import ProcessPoolError
 from ..execution.threads import ThreadRunner
 from ..model.dsn import listen_url
 from ..model.errors import AkadzeError, SchemaMissing
