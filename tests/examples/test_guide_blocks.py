@@ -1,0 +1,523 @@
+"""Every code block of the migration guide runs.
+
+Each ```python, ```sh and ```console block of every ``migration_guide/*.md`` page (a new
+page is picked up by itself) is listed in ``COVERED`` with the test that runs it, and
+``test_every_runnable_block_of_the_guide_is_covered`` fails on one that is not: a new block
+needs a test here, or a fence the tests skip (``text`` for output and DSNs, ``ini``,
+``yaml`` and ``dockerfile`` for configuration, ``mermaid`` for diagrams). Blocks are found
+by page, section (the nearest ``#``/``##`` heading above them) and order in it, as in
+test_docs.py.
+
+The blocks run as a user would run them: written to files of a small project in a new
+directory (``proj``, the name the guide uses), their commands run by bash with the project's
+console scripts on PATH, against a fresh Postgres database. Blocks that show the Celery
+code a user has before the move run under real Celery 5.7 (``$CELERY_PYTHON``; those tests
+skip when it is absent), with Redis and RabbitMQ on localhost.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.compat import differential
+from tests.examples.test_docs import _commands, _headings, _parse
+from tests.examples.test_readme import (
+    PROJECT_ROOT,
+    READY,
+    _wait_for_group_exit,
+    _wait_for_line,
+    environment,
+)
+
+pytestmark = pytest.mark.slow
+
+GUIDE = PROJECT_ROOT / "migration_guide"
+RUNNABLE = {"python", "sh", "console"}
+SKIPPED = {"text", "ini", "yaml", "dockerfile", "mermaid"}
+
+#: (page, section, language, index in the section) -> the test that runs the block.
+COVERED = {
+    ("README.md", "Regenerating the tables", "sh", 0):
+        "test_the_tables_regenerate_as_committed",
+    ("celery.md", "1. Install, and create the schema", "sh", 0):
+        "test_migrate_commands_create_the_schema",
+    ("celery.md", "2. Point `broker_url` at Postgres", "python", 0):
+        "test_the_broker_url_module",
+    ("celery.md", "3. Rename the imports", "sh", 0): "test_the_rename_and_the_review_greps",
+    ("celery.md", "3. Rename the imports", "sh", 1): "test_the_rename_and_the_review_greps",
+    ("celery.md", "3. Rename the imports", "sh", 2): "test_the_rename_and_the_review_greps",
+    ("celery.md", "5. Run it", "sh", 0): "test_the_worker_commands_run_tasks",
+    ("celery.md", "Testing your tasks", "python", 0): "test_the_pytest_plugin_line",
+    ("celery.md", "6. Behaviour differences", "python", 0):
+        "test_the_transactional_enqueue_block",
+    ("celery.md", "7. Switch over without losing a task", "sh", 0):
+        "test_the_drain_commands_on_celery",
+    ("celery.md", "7. Switch over without losing a task", "python", 0):
+        "test_side_by_side_blocks_in_one_virtualenv",
+    ("celery.md", "8. Running both side by side", "python", 0):
+        "test_side_by_side_blocks_in_one_virtualenv",
+    ("arq.md", "The dead-letter queue is the `failed` state", "sh", 0):
+        "test_command_lists_parse",
+    ("deployment.md", "Containers (Docker, Podman, Compose)", "sh", 0):
+        "test_command_lists_parse",
+}
+
+
+#: A fenced block, also one indented under a list item (its code is dedented).
+FENCE = re.compile(r"^([ \t]*)```(\S*)\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
+
+
+def _pages() -> list[Path]:
+    return sorted(GUIDE.glob("*.md"))
+
+
+def fenced_blocks(document: Path) -> list[tuple[str, str, int, str]]:
+    """(section, language, index in the section, code) of every fenced block of
+    ``document``, as test_docs.py finds them, indented blocks included."""
+    text = document.read_text("utf-8")
+    headings = _headings(text)
+    found: list[tuple[str, str, int, str]] = []
+    counts: dict[tuple[str, str], int] = {}
+    for match in FENCE.finditer(text):
+        title = next((heading for start, heading in reversed(headings)
+                      if start < match.start()), "")
+        language = match.group(2)
+        index = counts.get((title, language), 0)
+        counts[(title, language)] = index + 1
+        found.append((title, language, index, textwrap.dedent(match.group(3))))
+    return found
+
+
+def guide_block(page: str, title: str, language: str, index: int = 0) -> str:
+    """The code of one block of a guide page, as ``COVERED`` names it."""
+    found = [code for section, lang, number, code in fenced_blocks(GUIDE / page)
+             if (section, lang, number) == (title, language, index)]
+    assert len(found) == 1, (page, title, language, index)
+    return found[0]
+
+
+def test_every_runnable_block_of_the_guide_is_covered() -> None:
+    found = set()
+    for page in _pages():
+        for title, language, index, _code in fenced_blocks(page):
+            assert language in RUNNABLE | SKIPPED, (
+                f"{page.name}, {title!r}: a block fenced {language!r}; use one of "
+                f"{sorted(RUNNABLE | SKIPPED)}")
+            if language in RUNNABLE:
+                found.add((page.name, title, language, index))
+    assert found - COVERED.keys() == set(), "blocks no test runs (add them to COVERED)"
+    assert COVERED.keys() - found == set(), "COVERED names blocks that are gone"
+    tests = {name.split(" ")[0] for name in COVERED.values()}
+    assert tests <= set(globals()), tests - set(globals())
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+PROJ_CELERY = '''\
+from akadze_compat import Celery
+
+app = Celery("proj", include=["proj.tasks"])
+'''
+PROJ_TASKS = '''\
+from proj.celery import app
+
+
+@app.task
+def add(x, y):
+    return x + y
+
+
+@app.task
+def send_receipt(order_id):
+    return order_id
+'''
+
+
+def write_files(directory: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def proj(directory: Path, **files: str) -> Path:
+    """A small akadze_compat project ``proj`` (tasks ``add`` and ``send_receipt``) in
+    ``directory``; ``files`` adds or replaces modules of it (``celery_legacy="..."``)."""
+    write_files(directory, {"proj/__init__.py": "", "proj/celery.py": PROJ_CELERY,
+                            "proj/tasks.py": PROJ_TASKS,
+                            **{f"proj/{name}.py": text for name, text in files.items()}})
+    return directory
+
+
+def bash(code: str, cwd: Path, env: dict[str, str], *, strict: bool = True,
+         timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run a block with bash; ``strict``: every command must succeed."""
+    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", code] if strict
+                          else ["bash", "-c", code], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    if strict:
+        assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    return done
+
+
+def python(code: str, cwd: Path, env: dict[str, str], interpreter: str = sys.executable,
+           timeout: float = 120) -> str:
+    done = subprocess.run([interpreter, "-c", code], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout
+
+
+def celery_python() -> str:
+    """Celery 5.7's interpreter, or skip."""
+    interpreter = differential.celery_python()
+    if not Path(interpreter).is_file():
+        pytest.skip(differential.no_celery_reason(interpreter))
+    return interpreter
+
+
+def user_env(directory: Path, database_url: str | None) -> dict[str, str]:
+    """test_readme's newcomer environment, with ``python`` on PATH too."""
+    env = environment(directory, database_url)
+    shim = directory / "bin" / "python"
+    if not shim.exists():
+        shim.write_text(f"#!/bin/sh\nexec '{sys.executable}' \"$@\"\n")
+        shim.chmod(0o755)
+    return env
+
+
+# --- README.md ------------------------------------------------------------------------------
+
+def test_the_tables_regenerate_as_committed(tmp_path: Path) -> None:
+    """The block, run in a copy of the guide: the first command rewrites the two tables,
+    the second finds them current, and they are the committed pages."""
+    interpreter = celery_python()
+    shutil.copytree(GUIDE, tmp_path / "migration_guide")
+    (tmp_path / "akadze_compat").symlink_to(PROJECT_ROOT / "akadze_compat")  # it reads the code
+    env = {**user_env(tmp_path, None), "CELERY_PYTHON": interpreter}
+    bash(guide_block("README.md", "Regenerating the tables", "sh"), tmp_path, env,
+         timeout=600)
+    for name in ("celery-settings.md", "celery-api.md"):
+        assert (tmp_path / "migration_guide" / name).read_text() == (GUIDE / name).read_text()
+
+
+# --- celery.md ------------------------------------------------------------------------------
+
+def test_migrate_commands_create_the_schema(tmp_path: Path, empty_database_url: str) -> None:
+    proj(tmp_path)
+    bash(guide_block("celery.md", "1. Install, and create the schema", "sh"), tmp_path,
+         user_env(tmp_path, empty_database_url))
+    with psycopg.connect(empty_database_url) as conn:
+        assert conn.execute("SELECT to_regclass('akadze.jobs')").fetchone() == ("akadze.jobs",)
+
+
+def test_the_broker_url_module(tmp_path: Path) -> None:
+    """The module imports (the app connects to nothing until it is used) and its broker
+    is the Postgres URL, not Celery's default AMQP one."""
+    module = guide_block("celery.md", "2. Point `broker_url` at Postgres", "python")
+    assert module.startswith("# proj/celery.py\n")
+    write_files(tmp_path, {"proj/__init__.py": "", "proj/celery.py": module})
+    printed = python("from proj.celery import app; print(app.conf.broker_url)", tmp_path,
+                     user_env(tmp_path, None))
+    assert printed.strip() == "postgresql://app:secret@db:5432/app"
+
+
+CELERY_PROJECT = {
+    "proj/__init__.py": "from .celery import app as celery_app\n\n__all__ = ('celery_app',)\n",
+    "proj/celery.py": '''\
+        from celery import Celery
+
+        app = Celery("proj")
+        app.config_from_object("proj.celeryconfig")
+        app.autodiscover_tasks(["proj"])
+        ''',
+    "proj/celeryconfig.py": '''\
+        broker_url = "redis://127.0.0.1:6379/0"
+        beat_scheduler = "celery.beat:PersistentScheduler"
+        ''',
+    "proj/tasks.py": '''\
+        import celery
+        import celery.exceptions
+        from celery import shared_task
+        from celery.contrib.abortable import AbortableTask
+        from proj.celery import app
+
+        celery_helpers = "celery"  # from celery import nothing: a string
+
+
+        @shared_task(bind=True, base=AbortableTask)
+        def add(self, x, y):
+            if x < 0:
+                raise celery.exceptions.Reject("negative")
+            return celery.current_app.main and x + y
+
+
+        def handler():
+            from celery.result import AsyncResult
+            return AsyncResult
+        ''',
+    "Procfile": "worker: celery -A proj worker -l INFO -c 8\nbeat: celery -A proj beat\n",
+}
+
+
+def test_the_rename_and_the_review_greps(tmp_path: Path) -> None:
+    """In a git repository holding a Celery project: the sed rewrites the imports at the
+    start of a line and nothing else, the review greps show what the guide says they show,
+    and once the one line the guide says to fix by hand is fixed the project imports on
+    akadze_compat (with Celery 5.7 at hand, it imports there before the rename too)."""
+    write_files(tmp_path, CELERY_PROJECT)
+    env = user_env(tmp_path, None)
+    git = ["git", "-c", "user.name=guide", "-c", "user.email=guide@example.invalid"]
+    for command in (["git", "init", "-q"], ["git", "add", "."], [*git, "commit", "-qm", "old"]):
+        subprocess.run(command, cwd=tmp_path, check=True, env=env)
+    if Path(differential.celery_python()).is_file():
+        python("import proj.tasks", tmp_path, env, interpreter=differential.celery_python())
+
+    rename, review, commands = (guide_block("celery.md", "3. Rename the imports", "sh", index)
+                                for index in range(3))
+    bash(rename, tmp_path, env)
+    tasks = (tmp_path / "proj" / "tasks.py").read_text()
+    assert tasks.splitlines()[:5] == [
+        "import akadze_compat as celery", "import celery.exceptions",
+        "from akadze_compat import shared_task",
+        "from akadze_compat.contrib.abortable import AbortableTask",
+        "from proj.celery import app"]
+    assert '    from akadze_compat.result import AsyncResult' in tasks
+    assert 'celery_helpers = "celery"  # from celery import nothing: a string' in tasks
+    assert (tmp_path / "proj" / "__init__.py").read_text() == CELERY_PROJECT["proj/__init__.py"]
+    assert "from akadze_compat import Celery" in (tmp_path / "proj" / "celery.py").read_text()
+
+    shown = bash(review, tmp_path, env, strict=False).stdout
+    assert "proj/tasks.py:2:import celery.exceptions" in shown, shown
+    assert '"celery.beat:PersistentScheduler"' in shown and "from .celery import app" in shown
+    assert "from akadze_compat import" not in shown
+    assert "proj/tasks.py:4:from akadze_compat.contrib.abortable import AbortableTask" in shown
+    found = bash(commands, tmp_path, env).stdout
+    assert found.splitlines() == ["Procfile:1:worker: celery -A proj worker -l INFO -c 8",
+                                  "Procfile:2:beat: celery -A proj beat"]
+
+    (tmp_path / "proj" / "tasks.py").write_text(tasks.replace(
+        "import celery.exceptions\n", "import akadze_compat.exceptions\n").replace(
+        "celery.exceptions.Reject", "akadze_compat.exceptions.Reject"))
+    (tmp_path / "proj" / "celeryconfig.py").write_text("")
+    printed = python("from proj.tasks import add; print(add.apply(args=(2, 3)).get())",
+                     tmp_path, env)
+    assert printed.strip() == "5"
+
+
+def _start(command: str, directory: Path, env: dict[str, str],
+           log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=directory, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(worker: subprocess.Popen[bytes]) -> int:
+    os.killpg(worker.pid, signal.SIGTERM)
+    code = worker.wait(timeout=60)
+    _wait_for_group_exit(worker.pid)
+    return code
+
+
+def test_the_worker_commands_run_tasks(tmp_path: Path, database_url: str) -> None:
+    """Each command starts a worker that runs ``add`` from the queues it names and stops
+    cleanly on SIGTERM."""
+    proj(tmp_path)
+    env = user_env(tmp_path, database_url)
+    block = guide_block("celery.md", "5. Run it", "sh")
+    lines = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    assert len(lines) == 2
+    for number, command in enumerate(lines):
+        queue = "mail" if "-Q default,mail" in command else "celery"
+        log = tmp_path / f"worker{number}.log"
+        worker = _start(command, tmp_path, env, log)
+        try:
+            # Sent at once: the second command logs at WARNING, so no "ready" line; the
+            # task waits in the queue until the worker claims it.
+            printed = python("from proj.tasks import add\n"
+                             f"print(add.apply_async((2, 3), queue={queue!r}).get(timeout=60))",
+                             tmp_path, env)
+        finally:
+            code = _stop(worker)
+        assert printed.strip() == "5"
+        assert code == 0, log.read_text()[-3000:]
+        assert "Traceback" not in log.read_text()
+
+
+def test_the_pytest_plugin_line(tmp_path: Path, database_url: str) -> None:
+    """The block as a project's conftest.py: Celery's fixtures run a task through a real
+    worker."""
+    proj(tmp_path)
+    write_files(tmp_path, {
+        "conftest.py": guide_block("celery.md", "Testing your tasks", "python"),
+        "test_add.py": '''\
+            def test_add_through_a_worker(celery_app, celery_worker):
+                @celery_app.task
+                def mul(x, y):
+                    return x * y
+
+                celery_worker.reload()
+                assert mul.delay(4, 4).get(timeout=30) == 16
+            ''',
+    })
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", "test_add.py"], cwd=tmp_path,
+                          env=user_env(tmp_path, database_url), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout[-4000:]
+
+
+def test_the_transactional_enqueue_block(tmp_path: Path, database_url: str,
+                                         db: psycopg.Connection) -> None:
+    """Both sends commit with the order row; the same block with the transaction rolled
+    back leaves neither the row nor the first send."""
+    proj(tmp_path)
+    db.execute("CREATE TABLE orders (id int)")
+    block = guide_block("celery.md", "6. Behaviour differences", "python")
+    env = user_env(tmp_path, database_url)
+    python(block, tmp_path, env)
+    assert db.execute("SELECT id FROM orders").fetchall() == [(42,)]
+    assert db.execute("SELECT task, args FROM akadze.jobs ORDER BY id").fetchall() == [
+        ("proj.tasks.send_receipt", {"args": [42], "kwargs": {}})] * 2
+
+    db.execute("DELETE FROM orders; DELETE FROM akadze.jobs")
+    failing = block.replace("        send_receipt.delay(order_id)",
+                            "        send_receipt.delay(order_id)\n"
+                            "        raise RuntimeError('payment refused')")
+    assert failing != block
+    done = subprocess.run([sys.executable, "-c", failing], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert "payment refused" in done.stderr
+    assert db.execute("SELECT count(*) FROM orders").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM akadze.jobs").fetchone() == (0,)
+
+
+PROJ_OLD = '''\
+    from celery import Celery
+
+    app = Celery("proj_old", broker="redis://127.0.0.1:6379/{db}",
+                 backend="redis://127.0.0.1:6379/{db}")
+    app.conf.task_default_queue = "celery"
+
+
+    @app.task
+    def add(x, y):
+        return x + y
+    '''
+
+
+def _free_redis_db() -> int:
+    """A Redis database number with no keys (the drain block counts every key it sees)."""
+    for number in range(15, 1, -1):
+        done = subprocess.run(["redis-cli", "-n", str(number), "DBSIZE"], capture_output=True,
+                              text=True, timeout=10)
+        if done.stdout.strip() == "0":
+            return number
+    pytest.skip("no empty Redis database")
+
+
+def test_the_drain_commands_on_celery(tmp_path: Path) -> None:
+    """The drain checks, against a real Celery 5.7 worker on Redis: its replies come back,
+    the Redis counts are printed (a queued message shows as one), RabbitMQ's list runs."""
+    interpreter = celery_python()
+    if shutil.which("redis-cli") is None or shutil.which("rabbitmqctl") is None:
+        pytest.skip("redis-cli and rabbitmqctl are needed")
+    number = _free_redis_db()
+    write_files(tmp_path, {"proj_old.py": PROJ_OLD.format(db=number)})
+    env = user_env(tmp_path, None)
+    env["PATH"] = f"{Path(interpreter).parent}{os.pathsep}{env['PATH']}"
+    block = guide_block("celery.md", "7. Switch over without losing a task", "sh")
+    # redis-cli reads no database from the environment: the block's own calls run against
+    # the test's database through a function of the same name.
+    prelude = f'redis-cli() {{ command redis-cli -n {number} "$@"; }}\n'
+    log = tmp_path / "celery-worker.log"
+    worker = _start(f"{interpreter} -m celery -A proj_old worker -P solo -Q mail -l INFO",
+                    tmp_path, env, log)
+    try:
+        _wait_for_line(log, READY, worker)
+        python("from proj_old import add; add.delay(1, 2)", tmp_path, env,
+               interpreter=interpreter)
+        shown = bash(prelude + block, tmp_path, env, strict=False, timeout=300)
+    finally:
+        _stop(worker)
+        subprocess.run(["redis-cli", "-n", str(number), "FLUSHDB"], capture_output=True,
+                       timeout=10)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    # active, reserved and scheduled: each answered by the worker
+    assert len(re.findall(r"-> +celery@", shown.stdout)) >= 3, shown.stdout
+    assert "celery 1" in shown.stdout.splitlines(), shown.stdout  # the queued add
+    assert "Listing queues" in shown.stdout + shown.stderr
+
+
+def test_side_by_side_blocks_in_one_virtualenv(tmp_path: Path, database_url: str,
+                                               db: psycopg.Connection) -> None:
+    """Celery and akadze_compat in one interpreter (Celery 5.7's, with this project's
+    packages on its path): ``send`` goes to akadze or to the Celery broker by the flag,
+    and ``result_for`` finds an akadze result, else asks the legacy backend."""
+    interpreter = celery_python()
+    number = _free_redis_db()
+    queue = f"guide-{uuid.uuid4().hex[:8]}"
+    legacy = PROJ_OLD.format(db=number).replace('"proj_old"', '"proj"')
+    proj(tmp_path, celery_legacy=legacy, flags="def use_akadze(name):\n"
+         "    return name == 'proj.tasks.add'\n", switch=guide_block(
+             "celery.md", "7. Switch over without losing a task", "python"),
+         side_by_side=guide_block("celery.md", "8. Running both side by side", "python"))
+    site = subprocess.run([sys.executable, "-c", "import sysconfig; "
+                           "print(sysconfig.get_paths()['purelib'])"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    env = user_env(tmp_path, database_url)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(PROJECT_ROOT), site])
+    try:
+        printed = python(textwrap.dedent(f"""
+            import celery.result
+            from proj.side_by_side import send
+            from proj.switch import result_for
+            mine = send("proj.tasks.add", (2, 3))
+            theirs = send("proj.tasks.old", (1,), queue={queue!r})
+            print(type(mine).__module__, type(theirs).__module__)
+            print(result_for(mine.id).id == mine.id, type(result_for(mine.id)).__module__)
+            old = result_for(theirs.id)
+            print(isinstance(old, celery.result.AsyncResult), old.state)
+        """), tmp_path, env, interpreter=interpreter)
+        queued = subprocess.run(["redis-cli", "-n", str(number), "LLEN", queue],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    finally:
+        subprocess.run(["redis-cli", "-n", str(number), "FLUSHDB"], capture_output=True,
+                       timeout=10)
+    assert printed.splitlines() == ["akadze_compat.result celery.result",
+                                    "True akadze_compat.result", "True PENDING"], printed
+    assert queued == "1"
+    assert db.execute("SELECT task FROM akadze.jobs").fetchall() == [("proj.tasks.add",)]
+
+
+# --- command lists ---------------------------------------------------------------------------
+
+def test_command_lists_parse() -> None:
+    """Blocks that list commands to pick from (job 42, a container's command) cannot run as
+    a script; each must still be one the CLI accepts (a container's command from the
+    program name on)."""
+    from akadze_compat.bin.celery import cli as compat_cli
+    from akadze_core.cli import cli as core_cli
+
+    clis = {"akadze": core_cli, "akadze-compat": compat_cli}
+    keys = [key for key, test in COVERED.items() if test == "test_command_lists_parse"]
+    for page, title, language, index in keys:
+        commands = _commands(guide_block(page, title, language, index))
+        assert commands, (page, title)
+        for command in commands:
+            if command[0] == "docker":
+                assert command[1] == "run" and "akadze" in command, command
+                command = command[command.index("akadze"):]
+            assert command[0] in clis, command
+            _parse(clis[command[0]], command[1:])  # type: ignore[arg-type]
