@@ -67,6 +67,11 @@ COVERED = {
         "test_side_by_side_blocks_in_one_virtualenv",
     ("celery.md", "8. Running both side by side", "python", 0):
         "test_side_by_side_blocks_in_one_virtualenv",
+    ("arq.md", "Side by side", "python", 0): "test_the_arq_service_before_the_move",
+    ("arq.md", "Side by side", "python", 1): "test_the_arq_service_before_the_move",
+    ("arq.md", "Side by side", "python", 2): "test_the_arq_service_after_the_move",
+    ("arq.md", "Side by side", "python", 3): "test_the_arq_service_after_the_move",
+    ("arq.md", "Side by side", "python", 4): "test_the_arq_service_after_the_move",
     ("arq.md", "The dead-letter queue is the `failed` state", "sh", 0):
         "test_command_lists_parse",
     ("deployment.md", "Containers (Docker, Podman, Compose)", "sh", 0):
@@ -521,3 +526,148 @@ def test_command_lists_parse() -> None:
                 command = command[command.index("akadze"):]
             assert command[0] in clis, command
             _parse(clis[command[0]], command[1:])  # type: ignore[arg-type]
+
+
+# --- arq.md ---------------------------------------------------------------------------------
+
+#: ARQ's interpreter (ARQ 0.28 and httpx): ``$ARQ_PYTHON``, else this scratch venv
+#: (``python3 -m venv /tmp/akadze-arq-venv && /tmp/akadze-arq-venv/bin/pip install
+#: 'arq==0.28.*' httpx``).
+DEFAULT_ARQ_PYTHON = "/tmp/akadze-arq-venv/bin/python"
+
+
+def _arq_python() -> str | None:
+    interpreter = os.environ.get("ARQ_PYTHON", DEFAULT_ARQ_PYTHON)
+    return interpreter if Path(interpreter).is_file() else None
+
+
+class _MailAPI:
+    """A local HTTP endpoint standing in for the guide's mail API: answers ``{"id": "m-1"}``
+    to a POST and keeps what was posted."""
+
+    def __init__(self) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        posted = self.posted = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                body = json.dumps({"id": "m-1"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                """Quiet."""
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/send"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _run_service(directory: Path, env: dict[str, str], worker_command: str, health: Path,
+                 producer: list[str]) -> str:
+    """Start the worker, wait for its health file, run the producer (whose task is
+    deferred 30 s), stop the worker; returns what the producer printed. The health file
+    must be gone once the worker stopped."""
+    import time
+
+    log = directory / "worker.log"
+    worker = _start(worker_command, directory, env, log)
+    try:
+        deadline = time.monotonic() + 60
+        while not health.exists():
+            assert worker.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        done = subprocess.run(producer, cwd=directory, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, (done.stderr[-3000:], log.read_text()[-3000:])
+    finally:
+        code = _stop(worker)
+    assert code == 0, log.read_text()[-3000:]
+    assert not health.exists()
+    return done.stdout
+
+
+def _arq_blocks() -> list[str]:
+    return [guide_block("arq.md", "Side by side", "python", index) for index in range(5)]
+
+
+def _named_files(blocks: list[str]) -> dict[str, str]:
+    """The blocks, by the file their first line names (``# proj/tasks.py``...)."""
+    files = {}
+    for block in blocks:
+        name = re.match(r"# ([\w/]+\.py)", block)
+        assert name, block.splitlines()[0]
+        files[name.group(1)] = block
+    return files
+
+
+def test_the_arq_service_before_the_move(tmp_path: Path) -> None:
+    """The "before" side under real ARQ on Redis: its worker touches the health file,
+    runs send_email 30 s after the producer enqueued it, and removes the file on SIGTERM."""
+    interpreter = _arq_python()
+    if interpreter is None:
+        pytest.skip(f"no ARQ interpreter at {DEFAULT_ARQ_PYTHON} (set ARQ_PYTHON)")
+    health = Path("/tmp/arq_worker_healthy")
+    if health.exists():
+        pytest.skip(f"{health} exists: another ARQ worker runs here")
+    files = _named_files(_arq_blocks()[:2])
+    assert set(files) == {"worker.py", "producer.py"}
+    write_files(tmp_path, files)
+    mail = _MailAPI()
+    number = _free_redis_db()
+    env = {**user_env(tmp_path, None), "MAIL_API": mail.url,
+           "REDIS_URL": f"redis://127.0.0.1:6379/{number}", "PYTHONPATH": str(tmp_path)}
+    arq = Path(interpreter).with_name("arq")
+    try:
+        printed = _run_service(tmp_path, env, f"{arq} worker.WorkerSettings", health,
+                               [interpreter, "producer.py"])
+    finally:
+        mail.close()
+        subprocess.run(["redis-cli", "-n", str(number), "FLUSHDB"], capture_output=True,
+                       timeout=10)
+    assert printed.strip() == "m-1"
+    assert mail.posted == [{"to": "b@example.com"}]
+
+
+def test_the_arq_service_after_the_move(tmp_path: Path, database_url: str) -> None:
+    """The "after" side on akadze_core: the same service, the same outcome."""
+    health = Path("/tmp/akadze_worker_healthy")
+    if health.exists():
+        pytest.skip(f"{health} exists: another akadze worker with that file runs here")
+    files = _named_files(_arq_blocks()[2:])
+    assert set(files) == {"proj/tasks.py", "proj/worker.py", "producer.py"}
+    write_files(tmp_path, {"proj/__init__.py": "", **files})
+    env = user_env(tmp_path, database_url)
+    found = subprocess.run([sys.executable, "-c", "import httpx"], capture_output=True)
+    if found.returncode != 0:
+        # httpx is the service's own dependency, not akadze's: taken from ARQ's venv.
+        interpreter = _arq_python()
+        if interpreter is None:
+            pytest.skip("httpx is not installed here, and there is no ARQ interpreter")
+        site = Path(interpreter).parents[1] / "lib"
+        packages = tmp_path / "deps"
+        packages.mkdir()
+        for name in ("httpx", "httpcore"):
+            source = next(site.glob(f"python3*/site-packages/{name}"))
+            (packages / name).symlink_to(source)
+        env["PYTHONPATH"] = f"{env['PYTHONPATH']}{os.pathsep}{packages}"
+    mail = _MailAPI()
+    env["MAIL_API"] = mail.url
+    try:
+        printed = _run_service(tmp_path, env, f"{sys.executable} -m proj.worker", health,
+                               [sys.executable, "producer.py"])
+    finally:
+        mail.close()
+    assert printed.strip() == "m-1"
+    assert mail.posted == [{"to": "b@example.com"}]
