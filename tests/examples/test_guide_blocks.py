@@ -72,6 +72,14 @@ COVERED = {
     ("arq.md", "Side by side", "python", 2): "test_the_arq_service_after_the_move",
     ("arq.md", "Side by side", "python", 3): "test_the_arq_service_after_the_move",
     ("arq.md", "Side by side", "python", 4): "test_the_arq_service_after_the_move",
+    **{("django.md", title, language, index): "test_the_django_project_of_the_guide"
+       for title, language, index in (
+           ("The app module and the settings", "python", 0),
+           ("The app module and the settings", "python", 1),
+           ("The app module and the settings", "python", 2),
+           ("Enqueueing inside `transaction.atomic()`", "python", 0),
+           ("Testing", "python", 0), ("Testing", "python", 1), ("Testing", "python", 2),
+           ("Testing", "sh", 0), ("The dashboard (instead of Flower)", "python", 0))},
     ("arq.md", "The dead-letter queue is the `failed` state", "sh", 0):
         "test_command_lists_parse",
     ("deployment.md", "Containers (Docker, Podman, Compose)", "sh", 0):
@@ -671,3 +679,175 @@ def test_the_arq_service_after_the_move(tmp_path: Path, database_url: str) -> No
         mail.close()
     assert printed.strip() == "m-1"
     assert mail.posted == [{"to": "b@example.com"}]
+
+
+# --- django.md ------------------------------------------------------------------------------
+
+#: The parts of the Django project the guide does not show: what the user has already.
+DJANGO_PROJECT = {
+    "manage.py": """\
+        import os
+        import sys
+
+        if __name__ == "__main__":
+            os.environ.setdefault("DJANGO_SETTINGS_MODULE", "proj.settings")
+            from django.core.management import execute_from_command_line
+            execute_from_command_line(sys.argv)
+        """,
+    "proj/settings.py": """\
+        import getpass
+        import os
+
+        SECRET_KEY = "guide-test-only-not-a-secret"
+        INSTALLED_APPS = ["django.contrib.auth", "django.contrib.contenttypes",
+                          "django.contrib.sessions", "shop"]
+        DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "shop",
+                                 "USER": getpass.getuser(), "PASSWORD": "",
+                                 "HOST": "localhost", "PORT": "5432"}}
+        USE_TZ = True
+        DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+        ROOT_URLCONF = "proj.urls"
+        """,
+    "proj/urls.py": "urlpatterns = []\n",
+    "shop/__init__.py": "",
+    "shop/models.py": """\
+        from django.db import models
+
+
+        class Order(models.Model):
+            email = models.EmailField()
+            receipt_sent = models.BooleanField(default=False)
+        """,
+    "shop/tasks.py": """\
+        from akadze_compat import shared_task
+        from shop.models import Order
+
+
+        @shared_task
+        def send_receipt(order_id):
+            Order.objects.filter(pk=order_id).update(receipt_sent=True)
+            return order_id
+        """,
+    # The eager block's settings, applied per test as the guide says they may be.
+    "shop/test_eager.py": """\
+        from django.test import TestCase, override_settings
+
+        from proj import eager_settings
+
+        EAGER = {name: getattr(eager_settings, name) for name in dir(eager_settings)
+                 if name.isupper()}
+
+
+        class EagerTests(TestCase):
+            def test_delay_on_commit_runs_at_once_inside_atomic(self):
+                from shop.views import place_order
+
+                with override_settings(**EAGER):
+                    order, result = place_order("a@example.com")
+                self.assertEqual(type(result).__name__, "EagerResult")
+                self.assertEqual(result.get(), order.pk)
+                order.refresh_from_db()
+                self.assertTrue(order.receipt_sent)
+        """,
+    # The dashboard block's ASGI app, called as a server would: a staff session gets the
+    # dashboard, no session gets a refusal, other paths go to Django.
+    "shop/test_asgi.py": """\
+        import asyncio
+
+        from django.contrib.auth import get_user_model
+        from django.test import TransactionTestCase
+
+        from proj.celery import app as celery_app
+
+
+        def status(application, path, cookie=None):
+            async def run():
+                headers = [(b"host", b"testserver")]
+                if cookie:
+                    headers.append((b"cookie", cookie.encode()))
+                scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                         "method": "GET", "scheme": "http", "path": path,
+                         "raw_path": path.encode(), "root_path": "", "query_string": b"",
+                         "headers": headers, "client": ("127.0.0.1", 1),
+                         "server": ("testserver", 80)}
+                messages = [{"type": "http.request", "body": b"", "more_body": False}]
+                sent = []
+
+                async def receive():
+                    if messages:
+                        return messages.pop()
+                    await asyncio.sleep(3600)
+
+                async def send(message):
+                    sent.append(message)
+
+                await application(scope, receive, send)
+                return next(m["status"] for m in sent if m["type"] == "http.response.start")
+            return asyncio.run(run())
+
+
+        class DashboardTests(TransactionTestCase):
+            @classmethod
+            def setUpClass(cls):
+                super().setUpClass()
+                celery_app.core.migrate()
+
+            @classmethod
+            def tearDownClass(cls):
+                from proj.asgi import dashboard
+                dashboard.state.dashboard.close()
+                celery_app.core.close()
+                super().tearDownClass()
+
+            def test_staff_session_only(self):
+                from proj.asgi import application
+
+                user = get_user_model().objects.create_user("ops", password="x",
+                                                            is_staff=True)
+                self.client.force_login(user)
+                cookie = f"sessionid={self.client.cookies['sessionid'].value}"
+                self.assertEqual(status(application, "/ops/akadze/", cookie), 200)
+                self.assertIn(status(application, "/ops/akadze/"), (401, 403))
+                self.assertEqual(status(application, "/nothing-here/", cookie), 404)
+        """,
+}
+
+
+def test_the_django_project_of_the_guide(tmp_path: Path, admin_url: str) -> None:
+    """django.md's blocks are one Django project: its files (celery.py, __init__.py,
+    views.py, tests.py, asgi.py) as written, its settings blocks appended to a settings
+    module in that order, and its shell block runs the tests: the guide's real-worker test,
+    the eager settings applied per test, and the mounted dashboard behind a staff session."""
+    blocks = [(title, code) for title, language, _index, code in
+              fenced_blocks(GUIDE / "django.md") if language == "python"]
+    files: dict[str, str] = dict(DJANGO_PROJECT)
+    for title, code in blocks:
+        first = code.splitlines()[0]
+        if first.startswith("# proj/settings.py"):
+            files["proj/settings.py"] = textwrap.dedent(files["proj/settings.py"]) + "\n" + code
+        elif first.startswith("# in the test settings"):
+            files["proj/eager_settings.py"] = code
+        else:
+            name = re.match(r"# ([\w/]+\.py)", first)
+            assert name, (title, first)
+            files[name.group(1)] = code
+    assert {"proj/celery.py", "proj/__init__.py", "shop/views.py", "shop/tests.py",
+            "proj/asgi.py", "proj/eager_settings.py"} <= files.keys()
+    write_files(tmp_path, files)
+    command = guide_block("django.md", "Testing", "sh")
+    assert "localhost:5432/test_shop" in command
+    if not re.search(r"@(localhost|127\.0\.0\.1):5432/", admin_url):
+        pytest.skip("the block names a Postgres on localhost:5432")
+
+    def drop() -> None:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute("DROP DATABASE IF EXISTS test_shop WITH (FORCE)")
+
+    drop()
+    try:
+        done = bash(command, tmp_path, user_env(tmp_path, None), strict=False, timeout=600)
+    finally:
+        drop()
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    assert re.search(r"Ran 3 tests? in", output) and "OK" in output, output[-3000:]
