@@ -213,3 +213,46 @@ def test_django_add_on_lines() -> None:
     entry = setting_value_support("beat_scheduler",
                                   "django_celery_beat.schedulers:DatabaseScheduler")
     assert entry is not None and entry.status == DIFFERENT
+
+
+def test_the_flower_options_the_guide_lists() -> None:
+    """django.md's Flower paragraph: the options it names are read as it says, OAuth and
+    TLS stop the command, other options are ignored with a warning."""
+    from akadze_compat.bin.base import CliError
+    from akadze_compat.bin.celery import cli
+    from akadze_compat.bin.flower import read_flower_options
+
+    text = " ".join(_section(DJANGO, "The dashboard (instead of Flower)").split())
+    flower = cli.commands["flower"]
+    defaults = {param.name: param.default for param in flower.params}
+    assert "`--port` (5555)" in text and defaults["port"] == 5555
+    assert "`--address` (127.0.0.1)" in text and defaults["address"] == "127.0.0.1"
+    options = {option for param in flower.params for option in getattr(param, "opts", [])}
+    for named in ("--port", "--address", "--basic-auth", "--url-prefix", "--read-only",
+                  "--token", "--unauthenticated"):
+        assert f"`{named}" in text and named in options, named
+    read = read_flower_options(["--basic_auth=a:b,c:d"], environ={}, cwd=Path("/nonexistent"))
+    assert read.basic_auth == "a:b,c:d"
+    read = read_flower_options([], environ={"FLOWER_BASIC_AUTH": "a:b", "FLOWER_PORT": "6000"},
+                               cwd=Path("/nonexistent"))
+    assert read.basic_auth == "a:b" and read.port == 6000
+    assert "(`--auth`, `--auth_provider`) and TLS (`--certfile`) options stop it" in text
+    for refused in ("--auth=.*@example.com", "--auth_provider=x", "--certfile=/c.pem"):
+        with pytest.raises(CliError):
+            read_flower_options([refused], environ={}, cwd=Path("/nonexistent"))
+    assert "Flower's other options are ignored with a warning" in text
+    assert read_flower_options(["--max_tasks=100"], environ={},
+                               cwd=Path("/nonexistent")).ignored
+
+
+def test_the_akadze_metrics_the_guide_maps_flower_to_exist() -> None:
+    """metrics.md's Flower -> akadze table names only series the code exports."""
+    sources = "".join(path.read_text("utf-8") for package in ("akadze_core", "akadze_compat")
+                      for path in (PROJECT_ROOT / package).rglob("*.py"))
+    table = (GUIDE / "metrics.md").read_text("utf-8").split("| Flower | akadze | note |")[1]
+    named = set(re.findall(r"`(akadze_[a-z_]+)", table))
+    assert len(named) >= 8, named
+    exported = {name for name in named
+                # a counter is declared without the _total its samples get
+                if re.search(rf"[\"']{re.sub(r'_(count|total)$', '', name)}[\"']", sources)}
+    assert named == exported, named - exported
