@@ -256,3 +256,33 @@ def test_the_akadze_metrics_the_guide_maps_flower_to_exist() -> None:
                 # a counter is declared without the _total its samples get
                 if re.search(rf"[\"']{re.sub(r'_(count|total)$', '', name)}[\"']", sources)}
     assert named == exported, named - exported
+
+
+def test_the_worker_options_the_guide_calls_accepted_are() -> None:
+    """celery.md: ``-B`` is accepted, and the options with no meaning here are parsed (and
+    warned about), not refused."""
+    from akadze_compat.bin.celery import cli
+    from tests.examples.test_docs import _parse
+
+    text = " ".join(_section(CELERY, "5. Run it").split())
+    listed = re.search(r"Options that have no meaning here \(([^)]*)\.\.\.\)", text)
+    assert listed
+    flags = TICKED.findall(listed.group(1))
+    assert len(flags) >= 5, flags
+    values = {"--autoscale": ["10,3"]}  # Celery's max,min
+    for flag in [*flags, "-B"]:
+        _parse(cli, ["-A", "proj", "worker", flag, *values.get(flag, [])])
+
+
+def test_the_pytest_fixtures_the_guide_names_exist() -> None:
+    """celery.md's "Testing your tasks": each fixture and helper it names is in the plugin."""
+    import akadze_compat.contrib.pytest as plugin
+    from akadze_compat.contrib.testing.worker import start_worker
+
+    text = _section(CELERY, "Testing your tasks").split("What differs")[0]
+    names = [name for name in TICKED.findall(text)
+             if re.fullmatch(r"(celery|use|depends)_\w+", name)]
+    assert len(names) >= 13, names
+    missing = [name for name in names if not callable(getattr(plugin, name, None))]
+    assert not missing, missing
+    assert "@pytest.mark.celery(**settings)" in text and callable(start_worker)
