@@ -521,7 +521,7 @@ def test_command_lists_parse() -> None:
     a script; each must still be one the CLI accepts (a container's command from the
     program name on)."""
     from akadze_compat.bin.celery import cli as compat_cli
-    from akadze_core.cli import cli as core_cli
+    from akadze_core.cli.main import cli as core_cli
 
     clis = {"akadze": core_cli, "akadze-compat": compat_cli}
     keys = [key for key, test in COVERED.items() if test == "test_command_lists_parse"]

@@ -181,7 +181,7 @@ def test_the_paths_the_guide_says_fail_at_import_do(path: str) -> None:
 def test_the_health_file_lines() -> None:
     """celery.md: ``akadze-compat worker`` has no --health-file, ``akadze worker`` has one."""
     from akadze_compat.bin.celery import cli as compat_cli
-    from akadze_core.cli import cli as core_cli
+    from akadze_core.cli.main import cli as core_cli
 
     text = " ".join(_section(CELERY, "5. Run it").split())
     assert ("`akadze-compat worker` has no `--health-file` (not yet supported); "
