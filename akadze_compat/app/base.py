@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone, tzinfo
@@ -258,6 +259,25 @@ class Celery:
         beat.register_periodic_tasks(self, core)
         django_beat.register(self, core)
         return core
+
+    def start(self, argv: list[str] | None = None) -> int | None:
+        """Run the ``akadze-compat`` command line for this app, as Celery's ``app.start``
+        runs ``celery``: ``app.start(["worker", "-l", "INFO"])``, or, in a script's
+        ``if __name__ == "__main__": app.start()``, its own arguments (``python tasks.py
+        worker``). Returns None when the command succeeds; a failure exits with its code,
+        as the command does."""
+        from ..bin.celery import run_app  # the CLI imports the app module: not at import
+
+        return run_app(self, sys.argv[1:] if argv is None else argv)
+
+    def worker_main(self, argv: list[str] | None = None) -> int | None:
+        """Run ``akadze-compat worker`` for this app: ``argv`` (default: the script's
+        arguments) must name the ``worker`` command, as Celery requires."""
+        argv = sys.argv[1:] if argv is None else argv
+        if "worker" not in argv:
+            raise ValueError("The worker sub-command must be specified in argv. "
+                             "Use app.start() to programmatically start other commands.")
+        return self.start(argv)
 
     def add_periodic_task(self, schedule: Any, sig: Any, args: Any = (), kwargs: Any = (),
                           name: str | None = None, **opts: Any) -> str:

@@ -497,3 +497,32 @@ def test_what_a_task_prints_is_scrubbed_of_the_broker_password(
     log = worker.log()
     assert PRINT_PASSWORD not in log, log
     assert f"connecting to postgresql://{params['user']}:***@" in log
+
+
+def _real_celery_project(root: Path) -> None:
+    """A project still importing ``celery``, with a stand-in for the real package installed
+    beside akadze (its class is ``celery.app.base.Celery``, as the real one's)."""
+    (root / "celery" / "app").mkdir(parents=True)
+    (root / "celery" / "__init__.py").write_text(
+        "from celery.app.base import Celery\n__version__ = '5.7.0'\n")
+    (root / "celery" / "app" / "__init__.py").write_text("")
+    (root / "celery" / "app" / "base.py").write_text("class Celery:\n"
+                                                      "    def __init__(self, main):\n"
+                                                      "        self.main = main\n")
+    (root / "proj").mkdir()
+    (root / "proj" / "__init__.py").write_text("")
+    (root / "proj" / "celery.py").write_text("from celery import Celery\napp = Celery('proj')\n")
+
+
+@pytest.mark.parametrize("spec", ["proj.celery:app", "proj", "proj.celery"])
+def test_an_app_of_the_real_celery_is_named_with_the_way_out(tmp_path: Path, spec: str) -> None:
+    _real_celery_project(tmp_path)
+    done = run("-A", spec, "doctor", cwd=tmp_path)
+    assert done.returncode == 1
+    lines = error_lines(done.stderr)
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("akadze-compat: error: 'proj.celery:app' is a "
+                               f"celery.app.base.Celery (celery 5.7.0 at {tmp_path / 'celery'}),"
+                               " not an akadze_compat app: "), lines[0]
+    assert "`from akadze_compat import Celery`" in lines[0]
+    assert "AKADZE_CELERY=1" in lines[0]
