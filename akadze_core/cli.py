@@ -39,6 +39,7 @@ from .cli_support import (
 from .control import request_cancel_sync, requeue_sync, signal_number
 from .dberrors import fatal_message
 from .dsn import ENV_VAR, LISTEN_VAR, prepare_threshold
+from .embedded import describe_database
 from .errors import AkadzeError, DatabaseUnavailable
 from .jobs import JOB_STATES, Job
 from .migrations import apply_migrations, latest_version
@@ -188,16 +189,20 @@ def _connection(ctx: click.Context, *, check_schema: bool = True, app: App | Non
 @click.pass_context
 def migrate_command(ctx: click.Context) -> None:
     """Create or upgrade the akadze schema (idempotent, safe to run concurrently)."""
-    with _connection(ctx, check_schema=False, create=True) as connection:
+    app = App(_options(ctx).url)
+    with _connection(ctx, check_schema=False, create=True, app=app) as connection:
         applied = apply_migrations(connection)
+    # Which database: the embedded one or a URL from the environment is easy to mistake.
+    where = f"in {describe_database(app.resolve_database_url())}"
     if applied.versions:
         versions = ", ".join(str(version) for version in applied.versions)
-        click.echo(f"applied migrations {versions}: schema at version {latest_version()}")
+        click.echo(f"applied migrations {versions}: schema at version {latest_version()} "
+                   f"{where}")
     elif applied.repeatable:
         click.echo(f"re-applied {', '.join(applied.repeatable)}: schema at version "
-                   f"{latest_version()}")
+                   f"{latest_version()} {where}")
     else:
-        click.echo(f"schema already at version {latest_version()}: nothing to do")
+        click.echo(f"schema already at version {latest_version()} {where}: nothing to do")
 
 
 # --- jobs ----------------------------------------------------------------------------------------

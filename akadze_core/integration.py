@@ -44,6 +44,7 @@ from .control import revoked_task_ids, scheduled_jobs, signal_number
 from .database import JobRequest, run_statement, run_statement_sync
 from .dberrors import SCHEMA_ERRORS, is_transient
 from .dsn import redact_json
+from .embedded import describe_database
 from .executor import decode_job
 from .gcpause import collector_paused
 from .migrations import MIGRATE_COMMAND, schema_missing
@@ -85,6 +86,7 @@ __all__ = [
     "dashboard_options",
     "decide_retry",
     "decode_job",
+    "describe_database",
     "error_entry",
     "exit_now",
     "extends_strict_dumps",

@@ -16,7 +16,12 @@ from typing import Any
 import click
 
 from akadze_core import run_schedules
-from akadze_core.integration import dashboard_options, printable, run_dashboard
+from akadze_core.integration import (
+    dashboard_options,
+    describe_database,
+    printable,
+    run_dashboard,
+)
 
 from .. import states
 from ..beat import warn_unhonoured_scheduler
@@ -341,11 +346,15 @@ def _shown(value: Any) -> str | None:
 @click.pass_context
 def migrate_command(ctx: click.Context) -> None:
     """Create or upgrade the akadze schema in the database (idempotent)."""
-    applied = _state(ctx).load_app(required=False).core.migrate()
+    core = _state(ctx).load_app(required=False).core
+    applied = core.migrate()
+    # Which database: the embedded one or a URL from the environment is easy to mistake.
+    where = describe_database(core.database_url)
     if applied:
-        click.echo(f"applied migrations {', '.join(str(version) for version in applied)}")
+        click.echo(f"applied migrations {', '.join(str(version) for version in applied)} "
+                   f"in {where}")
     else:
-        click.echo("schema already up to date: nothing to do")
+        click.echo(f"schema already up to date in {where}: nothing to do")
 
 
 @click.command("beat", context_settings={"ignore_unknown_options": True,
