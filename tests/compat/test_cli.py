@@ -21,7 +21,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from akadze_compat.bin.base import CliError, find_app, nodename
-from akadze_core.dsn import redact
+from akadze_core.model.dsn import redact
 from tests.compat.cli_harness import (
     CompatWorker,
     command,
