@@ -278,19 +278,14 @@ class CliState:
     quiet: bool
     #: The command line (without the program name), re-executed by prefork children.
     invocation: list[str] = field(default_factory=list)
-    #: The app ``Celery.start`` runs the command for: used when no ``-A`` is given.
-    given_app: Any = None
     _app: Any = None
 
     def load_app(self, required: bool = True) -> Any:
-        """The app of ``-A`` (imported once), else the app ``Celery.start`` was called on;
-        without either, a bare app when allowed."""
+        """The app of ``-A`` (imported once); without ``-A``, a bare app when allowed."""
         if self._app is not None:
             return self._app
         if self.app_spec:
             app = find_app(self.app_spec)
-        elif self.given_app is not None:
-            app = self.given_app
         elif required:
             raise CliError("no app given: name it with -A, e.g. akadze-compat -A proj worker",
                            exit_code=2)

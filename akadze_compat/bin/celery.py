@@ -13,11 +13,8 @@ and a non-zero exit code; no output ever contains a database password.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from importlib import metadata
-from pathlib import Path
-from typing import Any
 
 import click
 
@@ -84,13 +81,7 @@ def cli(ctx: click.Context, app_spec: str | None, broker: str | None,
     if loader and child_info() is None:
         warn("--loader is ignored: task modules are found by imports/include and "
              "autodiscover_tasks")
-    invocation = list(CompatGroup.invocation)
-    given, given_spec = _STARTED
-    if not app_spec and given is not None and given_spec:
-        # Prefork children re-run the command line: they find the app by its name.
-        invocation = ["-A", given_spec, *invocation]
-    ctx.obj = CliState(app_spec or None, config or None, quiet, invocation,
-                       given_app=None if app_spec else given)
+    ctx.obj = CliState(app_spec or None, config or None, quiet, list(CompatGroup.invocation))
 
 
 def _register() -> None:
@@ -101,55 +92,6 @@ def _register() -> None:
 
 
 _register()
-
-
-#: The app ``Celery.start`` runs the command for, and the ``-A`` that finds it again.
-_STARTED: tuple[Any, str | None] = (None, None)
-
-
-def _spec_of(app: Any) -> str | None:
-    """``module:attribute`` of a module that holds ``app``, for processes that import it
-    afresh; a script run as ``python tasks.py`` is the module ``tasks`` (its directory is
-    put on ``PYTHONPATH`` for them). None when no module holds it."""
-    modules = sorted(sys.modules.items(), key=lambda item: item[0] == "__main__")
-    for name, module in modules:
-        if name.startswith(("akadze_", "_")) and name != "__main__":
-            continue  # akadze's own references (the current app) are no place to import
-        try:
-            attribute = next((key for key, value in list(vars(module).items())
-                              if value is app), None)
-        except TypeError:
-            continue  # a module stand-in without a __dict__
-        if attribute is None:
-            continue
-        if name != "__main__":
-            return f"{name}:{attribute}"
-        module_spec = getattr(module, "__spec__", None)
-        if module_spec is not None and module_spec.name != "__main__":
-            return f"{module_spec.name}:{attribute}"
-        path = getattr(module, "__file__", None)
-        if not path:
-            return None
-        script = Path(path).resolve()
-        paths = [str(script.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
-        os.environ["PYTHONPATH"] = os.pathsep.join(paths)
-        return f"{script.stem}:{attribute}"
-    return None
-
-
-def run_app(app: Any, argv: Sequence[str]) -> int | None:
-    """``Celery.start``: the command line ``argv`` (no program name) run for ``app``, as
-    if named with ``-A``. None on success; a failure exits with the command's code."""
-    global _STARTED
-    previous, _STARTED = _STARTED, (app, _spec_of(app))
-    try:
-        cli.main(args=list(argv), prog_name=PROG_NAME)
-    except SystemExit as exc:
-        if exc.code not in (0, None):
-            raise
-    finally:
-        _STARTED = previous
-    return None
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -414,6 +414,13 @@ def test_celery_tutorials_app_start_passes_and_runs_the_command(tmp_path: Path) 
     done = subprocess.run([sys.executable, "tasks.py", "nosuchcommand"], cwd=tmp_path,
                           env=environment(), capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "No such command 'nosuchcommand'" in done.stderr
+    # From a program: the command runs to its end and start() returns.
+    (tmp_path / "run.py").write_text("import tasks\ntasks.app.start(['doctor'])\n"
+                                     "print('returned')\n")
+    done = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, env=environment(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "nothing blocks the move (exit 0)\nreturned\n" in done.stdout
 
 
 def test_worker_main_requires_the_worker_command() -> None:
