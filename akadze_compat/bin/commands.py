@@ -21,6 +21,7 @@ from akadze_core.integration import (
     describe_database,
     printable,
     run_dashboard,
+    show_schedules,
 )
 
 from .. import states
@@ -391,6 +392,23 @@ def beat_command(ctx: click.Context, loglevel: str, scheduler: str | None) -> No
     asyncio.run(main())
 
 
+@click.command("schedules")
+@click.option("-j", "--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def schedules_command(ctx: click.Context, as_json: bool) -> None:
+    """List the app's periodic tasks (beat_schedule, add_periodic_task) and the runtime
+    schedules, with their last and next run.
+
+    Celery has no such command: beat reads beat_schedule in its own process. Here every
+    worker (or `akadze-compat beat`) runs these, and the database keeps their last runs.
+    django-celery-beat's entries stay in its tables (its admin lists them).
+    """
+    app = _existing(_state(ctx).load_app())
+    core = app.prepare_worker()  # imports the task modules, declares beat_schedule's entries
+    with core.connect(autocommit=True) as connection:
+        show_schedules(core, connection, as_json=as_json)
+
+
 @click.command("flower", context_settings={"ignore_unknown_options": True,
                                            "allow_extra_args": True})
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=5555, show_default=True,
@@ -437,4 +455,4 @@ def flower_command(ctx: click.Context, port: int, address: str, basic_auth: str 
 COMMANDS: tuple[click.Command, ...] = (beat_command, call_command, control_command,
                                        flower_command,
                                        inspect_command, migrate_command, purge_command,
-                                       result_command, status_command)
+                                       result_command, schedules_command, status_command)

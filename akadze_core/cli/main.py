@@ -412,9 +412,26 @@ def schedules_list(ctx: click.Context, app_spec: str | None, as_json: bool) -> N
     """
     app = _schedules_app(ctx, app_spec)
     with _connection(ctx, app=app) as connection:
-        clock = database.fetch_one(connection, "schedule_clock")
-        rows = database.fetch_all(connection, "schedule_list", names=list(app.schedules))
-        stored = app.runtime_schedules.list(session=connection)
+        show_schedules(app, connection, as_json=as_json, named=app_spec is not None)
+
+
+#: Where the schedules code declares are listed from, said when they were not.
+CODE_SCHEDULES_HINT = ("Declared in an app's code (add_schedule, declare_schedule, or a Celery "
+                       "app's beat_schedule and add_periodic_task), they are listed with "
+                       "their app: `akadze schedules MODULE:APP`, or for a Celery app "
+                       "`akadze-compat -A proj schedules`.")
+
+
+def show_schedules(app: App, connection: psycopg.Connection, *, as_json: bool,
+                   named: bool = True) -> None:
+    """Print the runtime schedules and those ``app`` declares in code, with their last and
+    next run (``akadze schedules``, ``akadze-compat schedules``). Unless the app was
+    ``named``, the schedules of code that ran against this database are not known here:
+    their names are said on stderr, with where they are listed from."""
+    clock = database.fetch_one(connection, "schedule_clock")
+    rows = database.fetch_all(connection, "schedule_list", names=list(app.schedules))
+    stored = app.runtime_schedules.list(session=connection)
+    unseen = [] if named else database.fetch_all(connection, "schedule_code_list")
     assert clock is not None
     now = clock["now"]
     last_runs = {row["name"]: row["last_run"] for row in rows if row["source"] == "code"}
@@ -433,16 +450,20 @@ def schedules_list(ctx: click.Context, app_spec: str | None, as_json: bool) -> N
     if as_json:
         click.echo(_dump([{key: value.isoformat() if isinstance(value, datetime) else value
                            for key, value in entry.items()} for entry in listed]))
-        return
-    if not listed:
-        click.echo("no schedules")
-        return
-    click.echo(_table(
-        ("NAME", "TASK", "TRIGGER", "QUEUE", "LAST_RUN", "NEXT_RUN"),
-        [(entry["name"], entry["task"], entry["trigger"], entry["queue"],
-          _when(entry["last_run"]) if entry["last_run"] else "never",
-          "paused" if entry["paused"] else _when(entry["next_run"]))
-         for entry in listed]))
+    elif not listed:
+        click.echo("no runtime schedules" if unseen else "no schedules")
+    else:
+        click.echo(_table(
+            ("NAME", "TASK", "TRIGGER", "QUEUE", "LAST_RUN", "NEXT_RUN"),
+            [(entry["name"], entry["task"], entry["trigger"], entry["queue"],
+              _when(entry["last_run"]) if entry["last_run"] else "never",
+              "paused" if entry["paused"] else _when(entry["next_run"]))
+             for entry in listed]))
+    if unseen:
+        names = ", ".join(f"{row['name']} (last run "
+                          f"{_when(_utc(row['last_run'])) if row['last_run'] else 'never'})"
+                          for row in unseen)
+        click.echo(printable(f"not listed: {names}. {CODE_SCHEDULES_HINT}"), err=True)
 
 
 def _schedules_app(ctx: click.Context, app_spec: str | None) -> App:

@@ -566,3 +566,36 @@ def test_an_app_of_the_real_celery_is_named_with_the_way_out(tmp_path: Path, spe
                                " not an akadze_compat app: "), lines[0]
     assert "`from akadze_compat import Celery`" in lines[0]
     assert "AKADZE_CELERY=1" in lines[0]
+
+
+BEAT_PROJECT = """\
+from akadze_compat import Celery
+from akadze_compat.schedules import crontab
+
+app = Celery("beatproj")
+app.conf.beat_schedule = {
+    "every-2s": {"task": "beatproj.ping", "schedule": 2.0},
+    "nightly": {"task": "beatproj.ping", "schedule": crontab(hour=3, minute=0),
+                "options": {"queue": "night"}},
+}
+
+
+@app.task
+def ping():
+    return "pong"
+"""
+
+
+def test_schedules_lists_the_apps_beat_schedule(tmp_path: Path, database_url: str) -> None:
+    (tmp_path / "beatproj.py").write_text(BEAT_PROJECT)
+    done = run("-b", database_url, "-A", "beatproj", "schedules", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    entries = json.loads(done.stdout)
+    assert [(entry["name"], entry["task"], entry["trigger"], entry["queue"], entry["source"],
+             entry["last_run"]) for entry in entries] == [
+        ("every-2s", "beatproj.ping", "every 2s", "celery", "code", None),
+        ("nightly", "beatproj.ping", "celery-crontab 0 3 * * * tz=UTC", "night", "code", None)]
+    table = run("-b", database_url, "-A", "beatproj", "schedules", cwd=tmp_path).stdout
+    assert table.splitlines()[0].split() == ["NAME", "TASK", "TRIGGER", "QUEUE", "LAST_RUN",
+                                             "NEXT_RUN"]
+    assert table.splitlines()[1].startswith("every-2s ")
