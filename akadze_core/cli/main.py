@@ -22,6 +22,7 @@ from ..execution.processes import ProcessPool, serve
 from ..execution.processes import is_child as is_pool_child
 from ..model.dsn import ENV_VAR, prepare_threshold
 from ..store import database
+from ..store.embedded import describe_database
 from ..store.migrations import apply_migrations, latest_version
 from ..worker.config import DEFAULTS, WorkerConfig
 from ..worker.lifecycle import Worker
@@ -85,16 +86,20 @@ cli.add_command(schedules_group)
 @click.pass_context
 def migrate_command(ctx: click.Context) -> None:
     """Create or upgrade the akadze schema (idempotent, safe to run concurrently)."""
-    with open_connection(ctx, check_schema=False, create=True) as connection:
+    app = App(group_options(ctx).url)
+    with open_connection(ctx, check_schema=False, create=True, app=app) as connection:
         applied = apply_migrations(connection)
+    # Which database: the embedded one or a URL from the environment is easy to mistake.
+    where = f"in {describe_database(app.resolve_database_url())}"
     if applied.versions:
         versions = ", ".join(str(version) for version in applied.versions)
-        click.echo(f"applied migrations {versions}: schema at version {latest_version()}")
+        click.echo(f"applied migrations {versions}: schema at version {latest_version()} "
+                   f"{where}")
     elif applied.repeatable:
         click.echo(f"re-applied {', '.join(applied.repeatable)}: schema at version "
-                   f"{latest_version()}")
+                   f"{latest_version()} {where}")
     else:
-        click.echo(f"schema already at version {latest_version()}: nothing to do")
+        click.echo(f"schema already at version {latest_version()} {where}: nothing to do")
 
 
 # --- dashboard -----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import click
+import psycopg
 
 from ..app import App
 from ..schedules.triggers import Cron, Every, Trigger
@@ -59,9 +60,26 @@ def schedules_list(ctx: click.Context, app_spec: str | None, as_json: bool) -> N
     """
     app = app_for(ctx, app_spec)
     with open_connection(ctx, app=app) as connection:
-        clock = database.fetch_one(connection, "schedule_clock")
-        rows = database.fetch_all(connection, "schedule_list", names=list(app.schedules))
-        stored = app.runtime_schedules.list(session=connection)
+        show_schedules(app, connection, as_json=as_json, named=app_spec is not None)
+
+
+#: Where the schedules code declares are listed from, said when they were not.
+CODE_SCHEDULES_HINT = ("Declared in an app's code (add_schedule, declare_schedule, or a Celery "
+                       "app's beat_schedule and add_periodic_task), they are listed with "
+                       "their app: `akadze schedules MODULE:APP`, or for a Celery app "
+                       "`akadze-compat -A proj schedules`.")
+
+
+def show_schedules(app: App, connection: psycopg.Connection, *, as_json: bool,
+                   named: bool = True) -> None:
+    """Print the runtime schedules and those ``app`` declares in code, with their last and
+    next run (``akadze schedules``, ``akadze-compat schedules``). Unless the app was
+    ``named``, the schedules of code that ran against this database are not known here:
+    their names are said on stderr, with where they are listed from."""
+    clock = database.fetch_one(connection, "schedule_clock")
+    rows = database.fetch_all(connection, "schedule_list", names=list(app.schedules))
+    stored = app.runtime_schedules.list(session=connection)
+    unseen = [] if named else database.fetch_all(connection, "schedule_code_list")
     assert clock is not None
     now = clock["now"]
     last_runs = {row["name"]: row["last_run"] for row in rows if row["source"] == "code"}
@@ -80,16 +98,20 @@ def schedules_list(ctx: click.Context, app_spec: str | None, as_json: bool) -> N
     if as_json:
         click.echo(format_json([{key: value.isoformat() if isinstance(value, datetime) else value
                            for key, value in entry.items()} for entry in listed]))
-        return
-    if not listed:
-        click.echo("no schedules")
-        return
-    click.echo(format_table(
-        ("NAME", "TASK", "TRIGGER", "QUEUE", "LAST_RUN", "NEXT_RUN"),
-        [(entry["name"], entry["task"], entry["trigger"], entry["queue"],
-          format_when(entry["last_run"]) if entry["last_run"] else "never",
-          "paused" if entry["paused"] else format_when(entry["next_run"]))
-         for entry in listed]))
+    elif not listed:
+        click.echo("no runtime schedules" if unseen else "no schedules")
+    else:
+        click.echo(format_table(
+            ("NAME", "TASK", "TRIGGER", "QUEUE", "LAST_RUN", "NEXT_RUN"),
+            [(entry["name"], entry["task"], entry["trigger"], entry["queue"],
+              format_when(entry["last_run"]) if entry["last_run"] else "never",
+              "paused" if entry["paused"] else format_when(entry["next_run"]))
+             for entry in listed]))
+    if unseen:
+        names = ", ".join(f"{row['name']} (last run "
+                          f"{format_when(_utc(row['last_run'])) if row['last_run'] else 'never'})"
+                          for row in unseen)
+        click.echo(printable(f"not listed: {names}. {CODE_SCHEDULES_HINT}"), err=True)
 
 
 def _json_object(value: str | None, option: str) -> dict[str, Any] | None:
@@ -204,5 +226,3 @@ def schedules_remove(ctx: click.Context, name: str) -> None:
 
 def _utc(value: datetime | None) -> datetime | None:
     return value.astimezone(timezone.utc) if value else None
-
-

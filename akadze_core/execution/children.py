@@ -75,6 +75,9 @@ class Child:
     # (sent behind, started a moment ago) was not the one meant, and runs again elsewhere.
     stray_signal: int | None = None
     retiring: bool = False
+    # Set once the child said it is ready: before that, its exit is its start's failure,
+    # which the spawn reports, not an idle death to replace.
+    ready: bool = False
 
     @property
     def busy(self) -> bool:

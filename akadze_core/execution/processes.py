@@ -386,6 +386,7 @@ class ProcessPool:
 
     def _ready(self, child: Child) -> None:
         """``child`` is ready to run bodies: read its answers, and give it work."""
+        child.ready = True
         task = asyncio.create_task(self._read(child), name=f"process-{child.number}")
         self._readers.add(task)
         task.add_done_callback(self._readers.discard)
@@ -519,7 +520,7 @@ class ProcessPool:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             code = await self._exit_code(child)
-            del self._children[number]
+            self._children.pop(number, None)
             writer.close()
             raise ProcessPoolError(f"a worker process {describe_exit(code)} before it was "
                                    f"ready (its error is above)")
@@ -537,7 +538,8 @@ class ProcessPool:
         def exited() -> None:
             loop.remove_reader(pidfd)
             os.close(pidfd)
-            if not (child.busy or self._closing) and child.number in self._children:
+            if (child.ready and not (child.busy or self._closing)
+                    and child.number in self._children):
                 self._died_idle(child)
 
         loop.add_reader(pidfd, exited)

@@ -238,7 +238,11 @@ API_NOTES: dict[str, tuple[str, str]] = {
                           "`mark_as_revoked` revokes, `forget` deletes nothing"),
     "Celery:backend_cls": (M, "no result backend object: AsyncResult reads the job"),
     "Celery:events": (M, "no event stream"), "Celery:events_cls": (M, "no event stream"),
-    "Celery:start": (M, _CLI), "Celery:worker_main": (M, _CLI), "Celery:Worker": (M, _CLI),
+    "Celery:start": (D, "runs the `akadze-compat` command for the app in a new process, "
+                        "which imports the app's module; in a script's `if __name__ == "
+                        "\"__main__\"` block the process becomes the command"),
+    "Celery:worker_main": (D, "as `start`, which it calls"),
+    "Celery:Worker": (M, _CLI),
     "Celery:WorkController": (M, _CLI),
     "Celery:Beat": (M, "beat runs inside every worker"),
     "Celery:Pickler": (M, "no pickle"),
