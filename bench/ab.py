@@ -136,10 +136,11 @@ def build_ref(ref: str, cache: Path, run_dir: Path, label: str) -> Build:
 
 def prepare(url: str, kind: str, jobs: int) -> None:
     """Migrate the empty database ``url`` and fill it (run by the build's interpreter)."""
-    from akadze_core.store.migrations import migrate
+    # App.migrate is the same in every build; the migrations module moved with the core's
+    # subpackages, and this runs under the base build's interpreter.
+    from akadze_core import App
 
-    with psycopg.connect(url, autocommit=True) as connection:
-        migrate(connection)
+    App(url).migrate()
     if kind == "core":
         from .apps.core_app import NOOP
 
