@@ -301,8 +301,8 @@ $$;
 -- is_local: the setting ends with the transaction (the statement's own, in autocommit), so
 -- nothing leaks to the session, nor through a transaction pooler to another client.
 -- Plans: PL/pgSQL caches them like a prepared statement (custom plans, a generic one when
--- no costlier), as the statement prepared by psycopg was before; the claim always plans for
--- its own queue and limit.
+-- no costlier), as the statement prepared by psycopg was before; the claim keeps one
+-- generic plan (see there).
 
 -- Claim up to %(limit)s due jobs of one queue, in (priority, scheduled_at, id) order.
 -- Jobs cancelled or expired before they start end here as cancelled, without running.
@@ -325,9 +325,12 @@ RETURNS TABLE (
     upstream_results text, result_arg text, "position" integer, releases boolean,
     notified boolean)
 LANGUAGE plpgsql VOLATILE
--- A generic plan of the claim (with the queue and limit unknown) joins the claimed ids to
--- the table by hash; the custom one by primary key, as a prepared claim got it before.
-SET plan_cache_mode = force_custom_plan
+-- One generic plan per session: planning this statement afresh (a custom plan) cost more
+-- server time than running it. Every step reads an index whatever the arguments: the claim
+-- index by queue and floor, then the claimed rows by primary key (through ANY of the
+-- chosen ids, which a generic plan estimates at a few rows; a join to them was planned as
+-- a hash join over the whole table, with the limit unknown).
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -385,8 +388,7 @@ BEGIN
                 claim_token = (random() * 9007199254740992)::bigint,
                 finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= now()
                                    THEN now() END
-            FROM chosen
-            WHERE j.id = chosen.id
+            WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
             RETURNING j.*
         ),
         settled AS (
