@@ -9,7 +9,7 @@ import time
 import psycopg
 import pytest
 
-from akadze_core import database
+from akadze_core.store import database
 
 
 @pytest.mark.parametrize("fair", [False, True])
