@@ -10,6 +10,8 @@ CREATE SCHEMA akadze;
 CREATE FUNCTION akadze.claim_jobs(p_lock_timeout text, p_queue text, p_limit integer, p_worker_id bigint, p_floor_priority integer[], p_floor_at timestamp with time zone[], p_floor_id bigint[]) RETURNS TABLE(id bigint, task text, queue text, args text, state text, priority integer, scheduled_at timestamp with time zone, attempt integer, max_attempts integer, run_count integer, claim_token bigint, expires_at timestamp with time zone, meta text, created_at timestamp with time zone, started_at timestamp with time zone, cancel_requested boolean, last_error text, upstreams bigint[], upstream_results text, result_arg text, "position" integer, releases boolean, notified boolean)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'off'
     AS $$
 #variable_conflict use_column
 BEGIN

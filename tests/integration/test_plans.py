@@ -62,3 +62,29 @@ def test_claim_reads_indexes_on_its_cached_generic_plan(db: psycopg.Connection) 
     assert "jobs_claim_idx" in plan and "jobs_pkey" in plan, plan
     assert "Seq Scan" not in plan and "Hash Join" not in plan, plan
     assert len(claimed) == 70 and len({row["id"] for row in claimed}) == 70
+
+
+def test_the_claim_plan_kept_from_an_empty_table_still_reads_indexes(
+    db: psycopg.Connection,
+) -> None:
+    """A worker that starts before the first enqueue makes its claim's generic plan on an
+    empty, analyzed table, and keeps it until the next ANALYZE: that plan must not read the
+    table whole (a sequential scan and a sort per claim once the backlog has grown)."""
+    db.execute("ANALYZE akadze.jobs")
+    params = {"lock_timeout": None, "queue": "q", "limit": 10, "worker_id": 1,
+              "floor_priority": [], "floor_at": [], "floor_id": []}
+    assert database.fetch_all(db, "job_claim", **params) == []
+    db.execute("INSERT INTO akadze.jobs (task, queue, args) "
+               "SELECT 't', 'q', '{}' FROM generate_series(1, 5000)")
+    plans: list[str] = []
+    db.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    db.execute("LOAD 'auto_explain'")
+    db.execute("SET auto_explain.log_min_duration = 0")
+    db.execute("SET auto_explain.log_nested_statements = on")
+    db.execute("SET client_min_messages = log")
+    rows = database.fetch_all(db, "job_claim", **params)
+    db.execute("RESET client_min_messages")
+    plan = "\n".join(text for text in plans if "UPDATE akadze.jobs" in text)
+    assert "jobs_claim_idx" in plan and "jobs_pkey" in plan, plan
+    assert "Seq Scan on jobs" not in plan and "Bitmap" not in plan, plan
+    assert len(rows) == 10
