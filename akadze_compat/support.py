@@ -373,8 +373,11 @@ _GROUP_RESULTS = ("reads every member in one query and waits on LISTEN/NOTIFY; s
 #: What the doctor's source scan (``doctor_scan``) looks for: the keys are Celery's names, or
 #: a short description of a call shape; the status is ``missing`` or ``different``.
 API_PATTERNS: dict[str, Support] = {
-    "import celery": Support(MISSING, "still imports celery itself: import akadze_compat "
-                                      "instead (migration_guide/celery.md, first step)"),
+    "import celery": Support(DIFFERENT, "imports celery: it resolves to akadze_compat through "
+                                        "the celery alias, which akadze-compat switches on "
+                                        "(elsewhere AKADZE_CELERY=1: "
+                                        "migration_guide/third-party.md); importing "
+                                        "akadze_compat instead is the explicit path"),
     "unavailable name": Support(MISSING, "does not exist in akadze_compat: this import or "
                                          "attribute fails after the rename"),
     "celery.group": Support(DIFFERENT, f"group: {_CANVAS}"),

@@ -34,6 +34,7 @@ from akadze_core import Worker, WorkerConfig
 from akadze_core.integration import DEFAULTS, ProcessPool, scrubbed_stdio, serve
 
 from .. import beat, signals
+from .._billiard import pool as billiard_pool
 from ..worker import control, entry
 from ..worker.pool import CeleryProcessPool, ChildInfo, child_info, install_child_limits
 from .base import CliError, cli_state, exit_now, host_format, report, secrets
@@ -282,11 +283,15 @@ def _run_child(app: Any, settings: WorkerSettings, instance: WorkController,
     core = _init(app, settings, instance, main_process=False)
     signals.worker_process_init.send(sender=settings.hostname)
     install_child_limits()
-    code = serve(core)
-    with contextlib.suppress(Exception):
-        signals.worker_process_shutdown.send(sender=settings.hostname, pid=os.getpid(),
-                                             exitcode=code)
-    return code
+
+    def on_exit(pid: int, exitcode: int) -> None:
+        with contextlib.suppress(Exception):
+            signals.worker_process_shutdown.send(sender=settings.hostname, pid=pid,
+                                                 exitcode=exitcode)
+
+    # Through billiard's names, as a Celery pool child, so that agents wrapping
+    # Worker.workloop / Worker._do_exit (to flush or shut down) act here too.
+    return billiard_pool.Worker(lambda: serve(core), on_exit)()
 
 
 @contextlib.contextmanager

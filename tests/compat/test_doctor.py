@@ -3,6 +3,7 @@ sources, and the real command on the sample projects (no database involved)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import textwrap
@@ -341,15 +342,27 @@ def test_errors_are_one_line() -> None:
     assert done.returncode == 1 and len(error_lines(done.stderr)) == 1
 
 
-def test_a_project_still_on_celery_is_told_to_rename(tmp_path: Path) -> None:
+def test_a_project_still_on_celery_runs_unchanged_under_the_alias(tmp_path: Path) -> None:
     package = tmp_path / "oldproj"
     package.mkdir()
     (package / "__init__.py").write_text("from celery import Celery\napp = Celery('old')\n")
-    done = run("-A", "oldproj", "doctor", cwd=tmp_path)
+    done = run("-A", "oldproj", "doctor", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    [finding] = [item for item in report["findings"] if item["key"] == "import celery"]
+    assert finding["kind"] == "different" and "celery alias" in finding["message"]
+
+
+def test_with_the_alias_refused_a_project_on_celery_fails_in_one_line(tmp_path: Path) -> None:
+    package = tmp_path / "oldproj"
+    package.mkdir()
+    (package / "__init__.py").write_text("from celery import Celery\napp = Celery('old')\n")
+    done = run("-A", "oldproj", "doctor", cwd=tmp_path, env={"AKADZE_CELERY": "0"})
     assert done.returncode == 1
     [line] = error_lines(done.stderr)
-    assert "No module named 'celery'" in line
-    assert "replace `celery` with `akadze_compat` in its imports first" in line
+    if importlib.util.find_spec("celery") is None:
+        assert "No module named 'celery'" in line
+        assert "replace `celery` with `akadze_compat` in its imports first" in line
 
 
 @pytest.mark.parametrize("args", [("--help",), ("doctor", "--help")])
