@@ -43,7 +43,7 @@ WORKING = [
     ("akadze_compat.backends.base", ()),
     ("akadze_compat.worker.control", ("Panel", "control_command", "inspect_command")),
     ("akadze_compat.worker.request", ("Request",)),
-    ("akadze_compat.bootsteps", ()),
+    ("akadze_compat.bootsteps", ("Step", "StartStopStep", "Blueprint")),
 ]
 #: Names left out on purpose: importing one raises NotProvided naming a guide section.
 REFUSED = [
@@ -52,7 +52,7 @@ REFUSED = [
     ("akadze_compat.backends.base", "BaseBackend"),
     ("akadze_compat.backends.base", "KeyValueStoreBackend"),
     ("akadze_compat.worker.request", "create_request_cls"),
-    ("akadze_compat.bootsteps", "StartStopStep"),
+    ("akadze_compat.bootsteps", "ConsumerStep"),
     ("akadze_compat.utils.threads", "bgThread"),
     ("akadze_compat.utils.time", "delta_resolution"),
 ]

@@ -24,7 +24,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "serialization", "schedules", "bootsteps", "utils", "utils.*", "platforms",
               "registry", "_alias")),
     # Settings and what is read from them.
-    ("settings", ("app.defaults", "app.config", "app.routes", "app.context", "loaders")),
+    ("settings", ("app.defaults", "app.config", "app.routes", "app.context", "loaders",
+                  "app.annotations")),
     # The client side: sending tasks, reading results, revoking.
     ("client", ("backends", "backends.*", "result", "canvas", "canvas.*", "app.amqp",
                 "app.flow", "app.publish", "app.control")),
