@@ -311,7 +311,7 @@ def test_legacyproj_gets_every_problem_reported_and_exit_1() -> None:
     assert found[("periodic tasks", "beat_schedule")]["subject"] == "nightly-report"
     # maintenance.py's AbortableTask is provided now (akadze_compat.contrib.abortable);
     # app.control.inspect() and task_received are, differently.
-    assert report["summary"] == {"missing": 4, "different": 10, "ignored": 7, "unknown": 1}
+    assert report["summary"] == {"missing": 4, "different": 10, "ignored": 6, "unknown": 1}
     # Passwords: the result backend's and the -b URL's are never shown.
     assert "legacy-s3cret" not in stdout and "Doct0r-pw" not in stdout
     assert found[("settings", "result_backend")]["value"] == "'redis://:***@localhost:6379/0'"
