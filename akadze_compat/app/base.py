@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from ..exceptions import ImproperlyConfigured
 from ..loaders import Loader, django_app_names
 from ..result import AsyncResult, GroupResult
 from ..worker.entry import core_timeout, make_entry
-from . import builtins, publish  # noqa: F401  # builtins: celery.map/starmap on every app
+from . import builtins, command, publish  # noqa: F401  # builtins: celery.map/starmap on every app
 from . import routes as routing
 from .amqp import AMQP
 from .annotations import prepare as prepare_annotations
@@ -260,6 +261,22 @@ class Celery:
         beat.register_periodic_tasks(self, core)
         django_beat.register(self, core)
         return core
+
+    def start(self, argv: list[str] | None = None) -> None:
+        """Run the ``akadze-compat`` command line for this app, as Celery's ``app.start``
+        runs ``celery``: ``app.start(["worker", "-l", "INFO"])`` runs it to its end (a
+        failure raises ``SystemExit`` with its code); in a script's ``if __name__ ==
+        "__main__": app.start()`` the process becomes the command, with the script's
+        arguments (``python tasks.py worker``). See ``akadze_compat.app.command``."""
+        command.start(self, argv)
+
+    def worker_main(self, argv: list[str] | None = None) -> None:
+        """Run ``akadze-compat worker`` for this app: ``argv`` (default: the script's
+        arguments) must name the ``worker`` command, as Celery requires."""
+        if "worker" not in (sys.argv if argv is None else argv):
+            raise ValueError("The worker sub-command must be specified in argv. "
+                             "Use app.start() to programmatically start other commands.")
+        command.start(self, argv)
 
     def add_periodic_task(self, schedule: Any, sig: Any, args: Any = (), kwargs: Any = (),
                           name: str | None = None, **opts: Any) -> str:

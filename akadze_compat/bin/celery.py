@@ -4,7 +4,7 @@
 options are Celery's (``-A/--app``, ``-b/--broker``, ``--workdir``, ``--config``, ...) with its
 environment variables (``APP``, ``BROKER_URL``, ``CELERY_<COMMAND>_<OPTION>``). Commands:
 ``worker``, ``beat``, ``purge``, ``inspect``, ``status``, ``call``, ``result``, ``migrate``,
-``doctor``.
+``schedules``, ``doctor``.
 
 Every expected error ends the command with one ``akadze-compat: error: ...`` line on stderr
 and a non-zero exit code; no output ever contains a database password.

@@ -254,7 +254,11 @@ API_NOTES: dict[str, tuple[str, str]] = {
                           "`mark_as_revoked` revokes, `forget` deletes nothing"),
     "Celery:backend_cls": (M, "no result backend object: AsyncResult reads the job"),
     "Celery:events": (M, "no event stream"), "Celery:events_cls": (M, "no event stream"),
-    "Celery:start": (M, _CLI), "Celery:worker_main": (M, _CLI), "Celery:Worker": (M, _CLI),
+    "Celery:start": (D, "runs the `akadze-compat` command for the app in a new process, "
+                        "which imports the app's module; in a script's `if __name__ == "
+                        "\"__main__\"` block the process becomes the command"),
+    "Celery:worker_main": (D, "as `start`, which it calls"),
+    "Celery:Worker": (M, _CLI),
     "Celery:WorkController": (M, _CLI),
     "Celery:Beat": (M, "beat runs inside every worker"),
     "Celery:Pickler": (M, "no pickle"),
@@ -578,7 +582,8 @@ def api_page(celery: dict[str, Any], problems: list[str]) -> str:
         "`utils.threads`, `contrib.abortable` (`AbortableTask`, on the job's cancel flag) and "
         "`contrib.django.task` (`DjangoTask`; `delay_on_commit` is on every task, see "
         "[django.md](django.md)). What they leave out (custom beat schedulers, result "
-        "backends, remote control commands, the worker's `Request`, `ConsumerStep`) fails at the "
+        "backends, remote control commands, `Task.Request` subclasses, `ConsumerStep`) fails "
+        "at the "
         "import with an ImportError naming the section of [celery.md](celery.md) that says "
         "what to do instead. `akadze_compat.canvas` (Celery's canvas) and `akadze_compat.utils` "
         "(`uuid`) exist. "

@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from akadze_compat.support import (
     TASK_OPTION_SUPPORT,
     setting_value_support,
 )
-from tests.compat.cli_harness import DJANGO_PROJECT, PROJECTS, error_lines, run
+from tests.compat.cli_harness import DJANGO_PROJECT, PROJECTS, environment, error_lines, run
 
 PACKAGE = Path(akadze_compat.__file__).parent
 #: Where the facade's behaviour is, as opposed to where it is described.
@@ -393,3 +395,61 @@ def test_task_options_nothing_reads_are_reported() -> None:
     reported = {finding.subject: (finding.kind, finding.where) for finding in found}
     assert reported == {"max_retry": ("ignored", ["u.typo (3)"]),
                         "Request": ("ignored", ["u.typo ('proj.MyRequest')"])}
+
+
+TUTORIAL = """\
+from akadze_compat import Celery
+
+app = Celery("tasks", broker="{url}")
+app.conf.update(task_default_queue="celery")
+
+
+@app.task
+def add(x, y):
+    return x + y
+{extra}
+
+if __name__ == "__main__":
+    app.start()
+"""
+
+
+def test_celery_tutorials_app_start_passes_and_runs_the_command(tmp_path: Path) -> None:
+    (tmp_path / "tasks.py").write_text(TUTORIAL.format(url=NO_DATABASE, extra=""))
+    code, report, _ = doctor("-A", "tasks", cwd=tmp_path)
+    assert (code, report["findings"]) == (0, [])
+    # `python tasks.py doctor`: app.start() runs the command line for its own app.
+    done = subprocess.run([sys.executable, "tasks.py", "doctor", "--json"], cwd=tmp_path,
+                          env=environment(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [task["name"] for task in json.loads(done.stdout)["tasks"]] == ["tasks.add"]
+    # A failing command exits with its code, as the command does.
+    done = subprocess.run([sys.executable, "tasks.py", "nosuchcommand"], cwd=tmp_path,
+                          env=environment(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "No such command 'nosuchcommand'" in done.stderr
+    # From a program: the command runs to its end and start() returns.
+    (tmp_path / "run.py").write_text("import tasks\ntasks.app.start(['doctor'])\n"
+                                     "print('returned')\n")
+    done = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, env=environment(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "nothing blocks the move (exit 0)\nreturned\n" in done.stdout
+
+
+def test_worker_main_requires_the_worker_command() -> None:
+    app = akadze_compat.Celery("wm", set_as_current=False)
+    with pytest.raises(ValueError, match="worker sub-command must be specified"):
+        app.worker_main(["inspect", "ping"])
+
+
+def test_an_app_attribute_akadze_lacks_is_named(tmp_path: Path) -> None:
+    extra = ("\n\ndef f():\n    app.pool.connection\n    app.events.State()\n"
+             "    app.events.State()\n")
+    (tmp_path / "tasks.py").write_text(TUTORIAL.format(url=NO_DATABASE, extra=extra))
+    code, report, _ = doctor("-A", "tasks", cwd=tmp_path)
+    named = sorted((item["key"], item["subject"], item["where"]) for item in report["findings"])
+    assert code == 1 and named == [("app.*", "app.events", ["tasks.py:14, 15"]),
+                                   ("app.*", "app.pool", ["tasks.py:13"])]
+    done = run("-b", NO_DATABASE, "-A", "tasks", "doctor", cwd=tmp_path)
+    assert "[missing] app.events\n" in done.stdout and "[missing] app.pool\n" in done.stdout
+    assert done.stdout.rstrip().endswith("(exit 1)") and done.returncode == 1
