@@ -132,11 +132,19 @@ class ControlState:
         #: The jobs the worker held when the request came, by id: True when started.
         self.running: dict[int, bool] = {}
         self.started = time.monotonic()
+        #: Whether task events are on (Celery's ``task`` event group): akadze has no event
+        #: stream, so the flag only records what ``enable_events``/``disable_events`` asked.
+        self.task_events = bool(_conf(app, "worker_send_task_events"))
 
     @staticmethod
     def tset(items: Iterable[Any]) -> set[Any]:
         """Celery's copy of a set taken in the worker's thread."""
         return set(items)
+
+
+def _conf(app: Any, key: str) -> Any:
+    conf = getattr(app, "conf", None)
+    return conf.get(key) if conf is not None else None
 
 
 def install(worker: Worker, app: Any, hostname: str, controller: Any) -> None:
@@ -380,6 +388,26 @@ async def shutdown(state: ControlState, msg: str = "Got shutdown from remote",
     # As Celery's: the worker stops (warm) and the sender gets no reply from it.
     state.worker.control.after_reply(state.worker.request_stop)
     return NO_REPLY
+
+
+@control_command()
+def enable_events(state: ControlState, **kwargs: Any) -> Any:
+    """Tell worker(s) to send task-related events."""
+    if state.task_events:
+        return ok("task events already enabled")
+    state.task_events = True
+    logger.info("Events of group {task} enabled by remote.")
+    return ok("task events enabled")
+
+
+@control_command()
+def disable_events(state: ControlState, **kwargs: Any) -> Any:
+    """Tell worker(s) to stop sending task-related events."""
+    if not state.task_events:
+        return ok("task events already disabled")
+    state.task_events = False
+    logger.info("Events of group {task} disabled by remote.")
+    return ok("task events disabled")
 
 
 @control_command(args=[("n", int)], signature="[N=1]")
