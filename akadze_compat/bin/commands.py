@@ -420,9 +420,12 @@ def flower_command(ctx: click.Context, port: int, address: str, basic_auth: str 
     app = _existing(_state(ctx).load_app())
     setup_command_logging(logging.getLevelName(loglevel.upper()))
     core = app.core
+    from ..flower_api import flower_extension
+
     run_dashboard(core, port=port, address=address, basic_auth=basic_auth, tokens=tokens,
                   read_only=read_only, url_prefix=url_prefix, log_level=loglevel,
-                  secrets=secrets, unauthenticated=unauthenticated)
+                  secrets=secrets, unauthenticated=unauthenticated,
+                  extensions=[flower_extension(app)])
 
 
 COMMANDS: tuple[click.Command, ...] = (beat_command, call_command, control_command,

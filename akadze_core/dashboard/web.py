@@ -33,7 +33,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from .. import lookup
 from ..dsn import redact_password
@@ -112,6 +112,10 @@ class DashboardConfig:
     max_body: int = MAX_BODY
     login_attempts: int = 5
     login_backoff_max: float = 60.0
+    #: More routes, each callable given the ``Dashboard`` (``akadze-compat flower`` adds
+    #: Flower's HTTP API this way); they come first, so one may serve a path of its own
+    #: (``/metrics`` with more series). Wrap their handlers with ``Dashboard.api``.
+    extensions: Sequence[Callable[[Dashboard], Sequence[BaseRoute]]] = ()
 
     @property
     def has_credentials(self) -> bool:
@@ -470,6 +474,94 @@ class Dashboard:
         sent, expected = form.get("csrf", ""), self.csrf_token(request)
         return bool(sent and expected) and hmac.compare_digest(expected.encode(), sent.encode())
 
+    # --- admission: pages and API ------------------------------------------------------------
+
+    async def admit(self, request: Request, *, api: bool = False) -> Response | None:
+        """Authenticate ``request`` (when credentials are configured): None to go on, or
+        the answer that refuses it (429 while its address is locked out, 401, a redirect to
+        the login form for a page, 403). Sets ``request.state.caller`` and ``identity``."""
+        address = self.client_address(request)
+        if self.presents_credentials(request):
+            wait = self.throttle.retry_after(address)
+            if wait > 0:
+                return self.too_many(wait)
+        # A parent's check may block (a Django ORM query): off the event loop.
+        caller = (await run_in_threadpool(self.authenticate, request)
+                  if self.config.authorize is not None else self.authenticate(request))
+        if caller is not None and self.presents_credentials(request):
+            self.throttle.succeeded(address)
+        request.state.caller = caller
+        identity = request.state.identity = caller.identity if caller else None
+        if self.config.has_credentials and identity is None:
+            if self.config.basic_auth:
+                return PlainTextResponse(
+                    "authentication required", status_code=401, headers={
+                        **SECURITY_HEADERS, "WWW-Authenticate": 'Basic realm="akadze"'})
+            if self.config.tokens:
+                if api:
+                    return PlainTextResponse("authentication required", status_code=401,
+                                             headers={**SECURITY_HEADERS,
+                                                      "WWW-Authenticate": "Bearer"})
+                return RedirectResponse(f"{base_path(request)}/login", status_code=303)
+            return PlainTextResponse("forbidden", status_code=403, headers=SECURITY_HEADERS)
+        return None
+
+    def cross_site(self, request: Request) -> bool:
+        """Whether a browser says the request comes from another site (``Sec-Fetch-Site``
+        other than same-origin/none, or an ``Origin`` not ours, ``null`` included)."""
+        site = request.headers.get("sec-fetch-site")
+        if site is not None and site not in ("same-origin", "none"):
+            return True
+        origin = request.headers.get("origin")
+        return origin is not None and origin not in self.own_origins(request)
+
+    def api(self, handler: Callable[[Request], Awaitable[Response]], *,
+            action: bool = False) -> Callable[[Request], Awaitable[Response]]:
+        """``handler`` as an API endpoint behind the dashboard's rules: authenticated as the
+        pages are (basic auth or a bearer token for a client such as Flower's), and for an
+        ``action`` (a state-changing POST) allowed only when actions are (credentials, not
+        read-only), never from a browser on another site, and, for a caller known by a
+        cookie (a token login's session, a parent's authentication), only with this
+        caller's CSRF token in ``X-CSRF-Token``. Database
+        errors answer 503 with a scrubbed message."""
+        async def endpoint(request: Request) -> Response:
+            refused = await self.admit(request, api=True)
+            if refused is not None:
+                return refused
+            if action:
+                why = self.refuse_action(request)
+                if why is not None:
+                    return PlainTextResponse(why, status_code=403, headers=SECURITY_HEADERS)
+                logger.info("%s by %s", request.url.path, request.state.identity)
+            try:
+                return await handler(request)
+            except psycopg.Error as exc:
+                message = self.scrub(f"database error: {type(exc).__name__}: {exc}")
+                logger.warning("%s %s: %s", request.method, request.url.path, message)
+                return PlainTextResponse(message, status_code=503, headers=SECURITY_HEADERS)
+            except psycopg_pool.PoolTimeout as exc:
+                return PlainTextResponse(self.scrub(f"database unreachable: {exc}"),
+                                         status_code=503, headers=SECURITY_HEADERS)
+        return endpoint
+
+    def refuse_action(self, request: Request) -> str | None:
+        """Why an API action is refused (None: allowed); see ``api``."""
+        identity = request.state.identity
+        if not self.can_act(identity):
+            return ("the dashboard is read-only" if self.config.read_only else
+                    "actions need credentials (start the dashboard with --basic-auth or "
+                    "--token)")
+        if self.cross_site(request):
+            return "refused: the request comes from another site"
+        caller: Caller | None = request.state.caller
+        if caller is not None and caller.binding.startswith(("session\0", "parent\0")):
+            sent = request.headers.get("x-csrf-token", "")
+            expected = self.csrf_token(request)
+            if not (sent and expected and hmac.compare_digest(expected.encode(),
+                                                              sent.encode())):
+                return "CSRF check failed: send this session's token in X-CSRF-Token"
+        return None
+
     # --- notices ----------------------------------------------------------------------------
 
     def notice_query(self, code: str, **values: str | int) -> str:
@@ -618,7 +710,7 @@ def create_app(app: App | None = None, *, database_url: str | None = None,
         raise TypeError("give config or its fields as keywords, not both")
     dashboard = Dashboard(app, config)
     pages = Pages(dashboard)
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/", pages.overview, name="overview"),
         Route("/jobs", pages.jobs, name="jobs"),
         Route("/jobs/bulk", pages.bulk, methods=["POST"], name="bulk"),
@@ -633,6 +725,8 @@ def create_app(app: App | None = None, *, database_url: str | None = None,
         Route("/metrics", pages.metrics, name="metrics"),
         Route("/healthz", pages.healthz, name="healthz"),
     ]
+    routes = [*(route for extend in config.extensions for route in extend(dashboard)),
+              *routes]
     # Every route: no body is read past the limit (a login form must not be a way to fill
     # the process's memory before any credential is checked).
     web = Starlette(routes=routes, middleware=[Middleware(BodyLimit, limit=config.max_body)])
@@ -648,26 +742,9 @@ def _guarded(method: Callable[[Pages, Request], Any]) -> Callable[[Pages, Reques
     errors into a scrubbed 503 page."""
     async def wrapper(self: Pages, request: Request) -> Response:
         dashboard = self.dashboard
-        address = dashboard.client_address(request)
-        if dashboard.presents_credentials(request):
-            wait = dashboard.throttle.retry_after(address)
-            if wait > 0:
-                return dashboard.too_many(wait)
-        # A parent's check may block (a Django ORM query): off the event loop.
-        caller = (await run_in_threadpool(dashboard.authenticate, request)
-                  if dashboard.config.authorize is not None else dashboard.authenticate(request))
-        if caller is not None and dashboard.presents_credentials(request):
-            dashboard.throttle.succeeded(address)
-        request.state.caller = caller
-        identity = request.state.identity = caller.identity if caller else None
-        if dashboard.config.has_credentials and identity is None:
-            if dashboard.config.basic_auth:
-                return PlainTextResponse(
-                    "authentication required", status_code=401, headers={
-                        **SECURITY_HEADERS, "WWW-Authenticate": 'Basic realm="akadze"'})
-            if dashboard.config.tokens:
-                return RedirectResponse(f"{base_path(request)}/login", status_code=303)
-            return PlainTextResponse("forbidden", status_code=403, headers=SECURITY_HEADERS)
+        refused = await dashboard.admit(request)
+        if refused is not None:
+            return refused
         try:
             return await method(self, request)  # type: ignore[no-any-return]
         except psycopg.Error as exc:
