@@ -24,7 +24,7 @@ import os
 import resource
 import time
 from collections import namedtuple
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -132,9 +132,10 @@ class ControlState:
         #: The jobs the worker held when the request came, by id: True when started.
         self.running: dict[int, bool] = {}
         self.started = time.monotonic()
-        #: Whether task events are on (Celery's ``task`` event group): akadze has no event
-        #: stream, so the flag only records what ``enable_events``/``disable_events`` asked.
-        self.task_events = bool(_conf(app, "worker_send_task_events"))
+        #: The event groups a Celery worker's dispatcher would send (empty: all), None
+        #: where it would have no dispatcher: what ``enable_events``/``disable_events``
+        #: change and answer from. akadze has no event stream, so they change nothing else.
+        self.event_groups: set[str] | None = set()
 
     @staticmethod
     def tset(items: Iterable[Any]) -> set[Any]:
@@ -147,10 +148,26 @@ def _conf(app: Any, key: str) -> Any:
     return conf.get(key) if conf is not None else None
 
 
-def install(worker: Worker, app: Any, hostname: str, controller: Any) -> None:
+def event_groups(app: Any, options: Mapping[str, Any]) -> set[str] | None:
+    """The groups a Celery worker started with ``options`` would send events of (Celery's
+    ``Events`` bootstep): all (an empty set) with ``-E``/``worker_send_task_events``, else
+    the worker's own; None (no dispatcher) when neither task events, nor gossip, nor
+    heartbeats are on."""
+    task_events = options.get("task_events")
+    if task_events is None:
+        task_events = _conf(app, "worker_send_task_events")
+    if not task_events and options.get("without_gossip") and options.get("without_heartbeat"):
+        return None
+    return set() if task_events else {"worker"}
+
+
+def install(worker: Worker, app: Any, hostname: str, controller: Any,
+            options: Mapping[str, Any] | None = None) -> None:
     """Answer Celery's commands, and every command registered with ``control_command`` /
-    ``inspect_command`` so far, on akadze's ``worker``."""
+    ``inspect_command`` so far, on akadze's ``worker`` (started with the worker command's
+    ``options``)."""
     state = ControlState(app, hostname, controller, worker)
+    state.event_groups = event_groups(app, options or {})
     for name, fun in Panel.data.items():
         worker.control.commands[name] = _adapter(state, fun)
 
@@ -393,21 +410,27 @@ async def shutdown(state: ControlState, msg: str = "Got shutdown from remote",
 @control_command()
 def enable_events(state: ControlState, **kwargs: Any) -> Any:
     """Tell worker(s) to send task-related events."""
-    if state.task_events:
-        return ok("task events already enabled")
-    state.task_events = True
-    logger.info("Events of group {task} enabled by remote.")
-    return ok("task events enabled")
+    groups = state.event_groups
+    if groups is None:
+        return nok("event dispatcher unavailable")
+    if groups and "task" not in groups:
+        groups.add("task")
+        logger.info("Events of group {task} enabled by remote.")
+        return ok("task events enabled")
+    return ok("task events already enabled")
 
 
 @control_command()
 def disable_events(state: ControlState, **kwargs: Any) -> Any:
     """Tell worker(s) to stop sending task-related events."""
-    if not state.task_events:
-        return ok("task events already disabled")
-    state.task_events = False
-    logger.info("Events of group {task} disabled by remote.")
-    return ok("task events disabled")
+    groups = state.event_groups
+    if groups is None:
+        return nok("event dispatcher unavailable")
+    if "task" in groups:
+        groups.discard("task")
+        logger.info("Events of group {task} disabled by remote.")
+        return ok("task events disabled")
+    return ok("task events already disabled")
 
 
 @control_command(args=[("n", int)], signature="[N=1]")
