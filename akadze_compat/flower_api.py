@@ -30,23 +30,21 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs
 
 import psycopg
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.metrics_core import Metric
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import BaseRoute, Route
 
-from akadze_core import Job
+from akadze_core import Job, integration
 from akadze_core.integration import load_queries, run_statement_sync, signal_number
 
 from . import states
-from .backends.base import celery_meta, failure_traceback, job_result, job_state
+from .backends.base import celery_meta, failure_traceback, job_result, job_state, lookup_job
+from .contrib.abortable import AbortableAsyncResult
 from .exceptions import TimeoutError as CeleryTimeoutError
 from .serialization import revive
 
 if TYPE_CHECKING:
-    from akadze_core.dashboard.web import Dashboard
+    from prometheus_client.metrics_core import Metric
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import BaseRoute
 
     from .app.base import Celery
 
@@ -250,7 +248,7 @@ def task_fields(job: Job, task_id: str, worker: str | None, track_started: bool 
 class FlowerApi:
     """The API's handlers for one dashboard and its Celery app; ``routes()`` lists them."""
 
-    def __init__(self, app: Celery, dashboard: Dashboard) -> None:
+    def __init__(self, app: Celery, dashboard: Any) -> None:
         self.app = app
         self.dashboard = dashboard
         #: Worker name -> what ``inspect`` said (Flower's ``application.workers``).
@@ -262,6 +260,8 @@ class FlowerApi:
     def routes(self) -> list[BaseRoute]:
         """Flower's API paths, each behind ``Dashboard.api``; ``/metrics`` with Flower's
         series added."""
+        from starlette.routing import Route  # the dashboard extra, needed only here
+
         api = self.dashboard.api
 
         def get(path: str, handler: Callable[..., Awaitable[Any]]) -> Route:
@@ -298,6 +298,8 @@ class FlowerApi:
         """A handler of (arguments, path name) as an endpoint: its value as JSON, an
         ``HTTPError`` as its status and text; Flower's 401 when no credential guards the
         API and ``FLOWER_UNAUTHENTICATED_API`` does not say that is meant."""
+        from starlette.responses import JSONResponse, PlainTextResponse, Response
+
         async def endpoint(request: Request) -> Response:
             try:
                 if not self.dashboard.config.has_credentials and os.environ.get(
@@ -362,7 +364,7 @@ class FlowerApi:
         """Ask the workers (one, or all) what Flower asks them."""
         methods = INSPECT_METHODS if workername else tuple(
             method for method in INSPECT_METHODS if method not in TASK_INSPECT_METHODS)
-        await asyncio.gather(*(run_in_threadpool(self._inspect, method, workername)
+        await asyncio.gather(*(asyncio.to_thread(self._inspect, method, workername)
                                for method in methods))
 
     async def list_workers(self, arguments: Arguments, body: bytes) -> Any:
@@ -390,7 +392,7 @@ class FlowerApi:
                        done: Callable[[Any], str], failed: str) -> Any:
         """Send ``command`` to worker ``name`` and wait for its reply: ``{"message":
         done(ok)}``, or 403 with ``failed`` and the worker's reason (Flower's answers)."""
-        response = await run_in_threadpool(
+        response = await asyncio.to_thread(
             self.app.control.broadcast, command, arguments=dict(arguments),
             destination=[name], reply=True, timeout=INSPECT_TIMEOUT)
         reply = response[0].get(name) if response else None
@@ -406,7 +408,7 @@ class FlowerApi:
         self._refuse_read_only()
         name = await self.known_worker(name)
         logger.info("Shutting down '%s' worker", name)
-        await run_in_threadpool(self.app.control.broadcast, "shutdown", destination=[name])
+        await asyncio.to_thread(self.app.control.broadcast, "shutdown", destination=[name])
         return {"message": "Shutting down!"}
 
     async def pool_restart(self, arguments: Arguments, body: bytes, name: str) -> Any:
@@ -550,8 +552,6 @@ class FlowerApi:
         return {"task-types": [row["task"] for row in rows]}
 
     def _job(self, task_id: str) -> Job | None:
-        from .backends.base import lookup_job
-
         return lookup_job(self.app.core, task_id)
 
     async def task_info(self, arguments: Arguments, body: bytes, name: str) -> Any:
@@ -578,7 +578,7 @@ class FlowerApi:
         timeout = arguments.number("timeout", float)
         if timeout is not None:
             timeout = min(max(timeout, 0.0), MAX_WAIT)
-        return await run_in_threadpool(self._read_result, task_id, timeout)
+        return await asyncio.to_thread(self._read_result, task_id, timeout)
 
     def _read_result(self, task_id: str, timeout: float | None) -> dict[str, Any]:
         result = self.app.AsyncResult(task_id)
@@ -654,7 +654,7 @@ class FlowerApi:
     async def _publish(self, send: Callable[..., Any], name: str, args: list[Any],
                        kwargs: dict[str, Any], options: dict[str, Any]) -> Any:
         try:
-            return await run_in_threadpool(lambda: send(args=args, kwargs=kwargs, **options))
+            return await asyncio.to_thread(lambda: send(args=args, kwargs=kwargs, **options))
         except (TypeError, ValueError) as exc:
             # Arguments JSON cannot carry, a bad priority: the caller's mistake.
             raise HTTPError(400, f"Cannot send '{name}': {type(exc).__name__}") from None
@@ -682,7 +682,7 @@ class FlowerApi:
             self._update_result(response, result)
             response["state"] = result.state
             return response
-        return await run_in_threadpool(wait)
+        return await asyncio.to_thread(wait)
 
     async def task_async_apply(self, arguments: Arguments, body: bytes, name: str) -> Any:
         """``POST /api/task/async-apply/<task name>``: send it; its id and state."""
@@ -691,7 +691,7 @@ class FlowerApi:
         args, kwargs, options = self._task_args(body)
         options = self._normalize(options)
         result = await self._publish(task.apply_async, name, args, kwargs, options)
-        state = await run_in_threadpool(lambda: result.state)
+        state = await asyncio.to_thread(lambda: result.state)
         return {"task-id": result.id, "state": state}
 
     async def task_send(self, arguments: Arguments, body: bytes, name: str) -> Any:
@@ -703,7 +703,7 @@ class FlowerApi:
         options = self._normalize(options)
         result = await self._publish(lambda **kw: self.app.send_task(name, **kw), name, args,
                                      kwargs, options)
-        state = await run_in_threadpool(lambda: result.state)
+        state = await asyncio.to_thread(lambda: result.state)
         return {"task-id": result.id, "state": state}
 
     async def task_revoke(self, arguments: Arguments, body: bytes, name: str) -> Any:
@@ -717,18 +717,16 @@ class FlowerApi:
         except ValueError:
             raise HTTPError(400, "Invalid argument 'signal'") from None
         logger.info("Revoking task '%s'", task_id)
-        await run_in_threadpool(self.app.control.revoke, task_id, terminate=terminate,
+        await asyncio.to_thread(self.app.control.revoke, task_id, terminate=terminate,
                                 signal=signal)
         return {"message": f"Revoked '{task_id}'"}
 
     async def task_abort(self, arguments: Arguments, body: bytes, name: str) -> Any:
         """``POST /api/task/abort/<task id>``: ask an abortable task to stop."""
-        from .contrib.abortable import AbortableAsyncResult
-
         self._refuse_read_only()
         task_id = checked(name, "task id")
         logger.info("Aborting task '%s'", task_id)
-        await run_in_threadpool(AbortableAsyncResult(task_id, app=self.app).abort)
+        await asyncio.to_thread(AbortableAsyncResult(task_id, app=self.app).abort)
         return {"message": f"Aborted '{task_id}'"}
 
     async def _task_control(self, arguments: Arguments, name: str, command: str,
@@ -736,7 +734,7 @@ class FlowerApi:
         workername = arguments.text("workername", required=True) or ""
         self._registered(name)
         workername = await self.known_worker(workername)
-        response = await run_in_threadpool(
+        response = await asyncio.to_thread(
             self.app.control.broadcast, command, arguments={"task_name": name, **extra},
             destination=[workername], reply=True, timeout=INSPECT_TIMEOUT)
         reply = response[0].get(workername) if response else None
@@ -765,11 +763,12 @@ class FlowerApi:
 
     async def render_metrics(self, request: Request) -> Response:
         """``/metrics``: akadze's series and Flower's."""
-        from akadze_core import metrics
+        from starlette.responses import Response
 
-        families = await metrics.read_database(self.app.core)
+        families = await integration.read_database(self.app.core)
         families += await self.read(self.metrics.collect)
-        return Response(metrics.exposition(families), media_type=metrics.CONTENT_TYPE)
+        return Response(integration.exposition(families),
+                        media_type=integration.CONTENT_TYPE)
 
 
 class FlowerMetrics:
@@ -832,6 +831,12 @@ class FlowerMetrics:
 
     def collect(self, connection: psycopg.Connection) -> list[Metric]:
         """Flower's families, the counters brought up to date first."""
+        from prometheus_client.core import (  # the metrics extra, needed only here
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
         with self._lock:
             self._count(connection)
             events = CounterMetricFamily("flower_events_total", "Number of events",
@@ -872,9 +877,10 @@ class FlowerMetrics:
         return [events, runtime, prefetch, prefetched, online, executing]
 
 
-def flower_extension(app: Celery) -> Callable[[Dashboard], Sequence[BaseRoute]]:
-    """What ``DashboardConfig.extensions`` takes to serve Flower's API for ``app``."""
-    def extend(dashboard: Dashboard) -> Sequence[BaseRoute]:
+def flower_extension(app: Celery) -> Callable[[Any], Sequence[BaseRoute]]:
+    """What ``DashboardConfig.extensions`` takes to serve Flower's API for ``app``: a
+    callable of the dashboard (``akadze_core.dashboard.web.Dashboard``)."""
+    def extend(dashboard: Any) -> Sequence[BaseRoute]:
         return FlowerApi(app, dashboard).routes()
     return extend
 

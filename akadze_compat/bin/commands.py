@@ -22,6 +22,7 @@ from .. import states
 from ..beat import warn_unhonoured_scheduler
 from ..django_beat import names_database_scheduler
 from ..exceptions import TimeoutError as CeleryTimeout
+from ..flower_api import flower_extension
 from ..worker.control import Panel
 from .base import CliError, cli_state, secrets, split_names, warn
 from .flower import read_flower_options
@@ -420,8 +421,6 @@ def flower_command(ctx: click.Context, port: int, address: str, basic_auth: str 
     app = _existing(_state(ctx).load_app())
     setup_command_logging(logging.getLevelName(loglevel.upper()))
     core = app.core
-    from ..flower_api import flower_extension
-
     run_dashboard(core, port=port, address=address, basic_auth=basic_auth, tokens=tokens,
                   read_only=read_only, url_prefix=url_prefix, log_level=loglevel,
                   secrets=secrets, unauthenticated=unauthenticated,

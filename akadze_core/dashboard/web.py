@@ -938,7 +938,7 @@ class Pages:
     async def metrics(self, request: Request) -> Response:
         """Prometheus metrics, when ``akadze_core.ops.metrics`` is installed (404 otherwise)."""
         try:
-            from ..store import metrics  # type: ignore[attr-defined]
+            from ..ops import metrics
         except ImportError:
             return PlainTextResponse("metrics are not available in this build",
                                      status_code=404)

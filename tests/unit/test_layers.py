@@ -43,7 +43,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
              "contrib.django", "contrib.django.*")),
     # Processes and tools: the command, the doctor, Celery's worker-side paths, the package.
     ("tools", ("", "__main__", "cli", "bin", "bin.*", "doctor", "doctor_scan", "support",
-               "worker.pool", "worker.control", "contrib", "contrib.*")),
+               "worker.pool", "worker.control", "contrib", "contrib.*", "flower_api")),
 ]
 
 #: akadze_core's layers, bottom to top: subpackage (or top-level module) patterns, on the
