@@ -66,12 +66,18 @@ NOTICES = {
     "not-requeued": "job {job} was not requeued: only failed jobs can be",
     "cancel-requested": "job {job}: cancel requested",
     "not-cancelled": "job {job} was not cancelled: only queued or running jobs can be",
+    "terminate-requested": "job {job}: terminate requested (SIGTERM to the process running "
+                           "it, in a process pool)",
+    "not-terminated": "job {job} was not terminated: only running jobs can be",
+    "worker-control": "worker {worker}: {what}",
     "purged": "queue {queue} purged: {n} queued jobs deleted",
     "bulk-retry": "bulk retry: requeued {changed} of {selected} matching jobs{more}",
     "bulk-cancel": "bulk cancel: cancel requested for {changed} of {selected} matching "
                    "jobs{more}",
 }
-_NOTICE_FIELDS = ("job", "queue", "n", "changed", "selected")
+_NOTICE_FIELDS = ("job", "queue", "n", "changed", "selected", "worker", "what")
+#: Seconds between reloads of a jobs list that follows new jobs.
+FOLLOW_REFRESH = 5
 #: No script may run on a page, whatever a job's data holds; styles are inline.
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
@@ -717,6 +723,10 @@ def create_app(app: App | None = None, *, database_url: str | None = None,
         Route("/jobs/{job_id:int}", pages.job, name="job"),
         Route("/jobs/{job_id:int}/retry", pages.retry, methods=["POST"], name="retry"),
         Route("/jobs/{job_id:int}/cancel", pages.cancel, methods=["POST"], name="cancel"),
+        Route("/jobs/{job_id:int}/terminate", pages.terminate, methods=["POST"],
+              name="terminate"),
+        Route("/workers/{worker_id:int}/control", pages.worker_control, methods=["POST"],
+              name="worker_control"),
         Route("/queues/purge", pages.purge, methods=["POST"], name="purge"),
         Route("/workers", pages.workers, name="workers"),
         Route("/schedules", pages.schedules, name="schedules"),
@@ -811,7 +821,8 @@ class Pages:
             if job is not None:
                 return RedirectResponse(f"{base}/jobs/{job.id}", status_code=303)
         filters = _filters(params)
-        before_text = params.get("before", "")
+        follow = params.get("follow") == "1"
+        before_text = "" if follow else params.get("before", "")
         before = int(before_text) if before_text.isdigit() and len(before_text) < 19 else None
 
         def read(connection: psycopg.Connection) -> tuple[data.JobPage, list[str]]:
@@ -828,7 +839,9 @@ class Pages:
         return self.dashboard.render(
             request, "jobs.html", page=page, filters=filters, values=keep, queues=queues,
             next_url=next_url, not_found=found_text if found_text else None,
-            bulk_limit=data.BULK_LIMIT, first_url=f"{base}/jobs?{urlencode(keep)}")
+            bulk_limit=data.BULK_LIMIT, first_url=f"{base}/jobs?{urlencode(keep)}",
+            follow=follow, refresh=FOLLOW_REFRESH if follow else None,
+            follow_url=f"{base}/jobs?{urlencode({**keep, 'follow': '1'})}")
 
     @_guarded
     async def job(self, request: Request) -> Response:
@@ -878,6 +891,37 @@ class Pages:
         done = await self.dashboard.read(lambda c: data.cancel(c, job_id))
         return _back(self.dashboard, request, form,
                      "cancel-requested" if done else "not-cancelled", job=job_id)
+
+    @_action
+    async def terminate(self, request: Request, form: dict[str, str]) -> Response:
+        """Cancel a running job and stop the process running it (SIGTERM)."""
+        job_id = int(request.path_params["job_id"])
+        done = await self.dashboard.read(lambda c: data.terminate(c, job_id))
+        return _back(self.dashboard, request, form,
+                     "terminate-requested" if done else "not-terminated", job=job_id)
+
+    @_action
+    async def worker_control(self, request: Request, form: dict[str, str]) -> Response:
+        """Pool grow/shrink, add/cancel a consumer (queue), or shut down one live worker."""
+        worker_id = int(request.path_params["worker_id"])
+        command = form.get("action", "")
+        if command not in data.WORKER_COMMANDS:
+            return self.dashboard.error(request, 400, "unknown worker action")
+        queue = form.get("queue", "").strip() or None
+        if command in ("add_queue", "remove_queue") and (
+                queue is None or len(queue) > 255
+                or any(ord(char) < 32 or ord(char) == 127 for char in queue)):
+            return self.dashboard.error(request, 400, "a queue name is 1-255 printable "
+                                                      "characters")
+        rows, _ = await self.dashboard.read(data.workers)
+        worker = next((row for row in rows if row["id"] == worker_id and row["live"]), None)
+        if worker is None:
+            return self.dashboard.error(request, 404, f"no live worker {worker_id}")
+        app = self.dashboard.app
+        what = await run_in_threadpool(data.worker_control, app, worker["name"], command,
+                                       queue)
+        return _back(self.dashboard, request, {"next": f"{base_path(request)}/workers"},
+                     "worker-control", worker=worker["name"], what=what)
 
     @_action
     async def purge(self, request: Request, form: dict[str, str]) -> Response:

@@ -208,3 +208,68 @@ def test_metrics_carry_flowers_series_beside_akadzes(
         assert _sample(again, "flower_events_total", type="task-succeeded", task=TASK) == 3.0
     finally:
         worker.stop()
+
+
+def test_dashboard_terminates_controls_workers_and_follows_new_jobs(
+        database_url: str, db: psycopg.Connection, tmp_path: Path,
+        served_basic: Any) -> None:
+    base = served_basic.base
+    worker = Process(["-m", "akadze_compat", "-b", database_url, "-A",
+                      "tests.dashboard.compat_app", "worker", "-P", "threads", "-c", "2", "-n",
+                      "w1@pages", "-l", "INFO"],
+                     tmp_path / "compat-worker.log", {"AKADZE_DATABASE_URL": database_url,
+                                                      "AKADZE_POLL_INTERVAL": "0.1"})
+    try:
+        worker.wait_log("w1@pages ready")
+        client = Client(BASIC)
+        # Follow: the newest jobs, reloaded; a job sent since shows on the next load.
+        page = client.get(base + "/jobs?follow=1")
+        assert '<meta http-equiv="refresh" content="5">' in page.text
+        assert 'id="unfollow"' in page.text
+        status, _ = call("POST", f"{base}/api/task/async-apply/tests.dashboard.compat_app.nap",
+                         b'{"args": [30]}', {**BASIC, "Content-Type": "application/json"})
+        assert status == 200
+        job_id = int(db.execute("SELECT max(id) FROM akadze.jobs").fetchone()[0])  # type: ignore[index]
+        assert f'href="/jobs/{job_id}"' in client.get(base + "/jobs?follow=1").text
+        assert "http-equiv" not in client.get(base + "/jobs").text
+        deadline = time.monotonic() + 20
+        while db.execute("SELECT state FROM akadze.jobs WHERE id = %s",
+                         (job_id,)).fetchone()[0] != "running":  # type: ignore[index]
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        # Terminate: offered on a running job; the cancel carries SIGTERM for its process.
+        page = client.get(f"{base}/jobs/{job_id}")
+        assert 'id="terminate"' in page.text
+        done = client.post(f"{base}/jobs/{job_id}/terminate",
+                           {"csrf": client.csrf(), "next": f"/jobs/{job_id}"})
+        assert f"job {job_id}: terminate requested" in done.text
+        row = db.execute("SELECT cancel_requested, cancel_signal FROM akadze.jobs WHERE id = %s",
+                         (job_id,)).fetchone()
+        assert row is not None and row[0] is True and row[1] in (15, None)
+        # Worker controls: grow and shrink the threads pool, add and cancel a consumer.
+        page = client.get(base + "/workers")
+        worker_id = int(re.search(r'id="grow-(\d+)"', page.text).group(1))  # type: ignore[union-attr]
+        control = f"{base}/workers/{worker_id}/control"
+        answer = client.post(control, {"csrf": client.csrf(), "action": "pool_grow"})
+        assert "worker w1@pages: pool will grow" in answer.text, answer.text[-2000:]
+        answer = client.post(control, {"csrf": client.csrf(), "action": "pool_shrink"})
+        assert "worker w1@pages: pool will shrink" in answer.text
+        answer = client.post(control, {"csrf": client.csrf(), "action": "add_queue",
+                                       "queue": "extra"})
+        assert "now consuming from extra" in answer.text
+        queues = db.execute("SELECT queues FROM akadze.workers WHERE id = %s",
+                            (worker_id,)).fetchone()[0]  # type: ignore[index]
+        assert "extra" in queues
+        answer = client.post(control, {"csrf": client.csrf(), "action": "remove_queue",
+                                       "queue": "extra"})
+        assert "no longer consuming from extra" in answer.text
+        for form in ({"action": "add_queue", "queue": "a\x01b"}, {"action": "add_queue"},
+                     {"action": "__import__"}):
+            assert client.post(control, {"csrf": client.csrf(), **form}).status == 400
+        assert client.post(control, {"csrf": "forged", "action": "shutdown"}).status == 403
+        # Shutdown: the worker stops (warm).
+        answer = client.post(control, {"csrf": client.csrf(), "action": "shutdown"})
+        assert "shutdown requested" in answer.text
+        worker.proc.wait(40)
+    finally:
+        worker.stop()
