@@ -111,6 +111,7 @@ HOSTILE_READS = [
     "/api/task/info/", "/api/task/result/%7f", "/api/workers?workername=%0a",
     "/api/tasks?taskname=x%00", "/api/tasks?sort_by=evil", "/api/tasks?limit=ten",
     "/api/tasks?received_start=yesterday", "/api/task/result/x?timeout=nan",
+    "/api/task/info/" + "9" * 40, "/api/task/info/" + "1" * 19,
 ]
 
 
