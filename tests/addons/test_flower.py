@@ -3,9 +3,10 @@ over Postgres, the same calls (``flower_probe.py``): every answer's status and J
 (keys and value types) must match, except where ``KNOWN_DIFFERENCES`` says why (an entry
 there that no longer differs fails too); the answers in ``SAME_VALUES`` must be equal.
 
-Skipped, with the reason, when Flower's interpreter (``FLOWER_PYTHON``, else
-``CELERY_PYTHON``, with flower installed) or Redis (``FLOWER_DIFF_REDIS_URL``, default
-``redis://127.0.0.1:6379/13``) is missing.
+Skipped, with the reason, when Flower's interpreter (``AKADZE_FLOWER_PYTHON``, else
+``CELERY_PYTHON``, with flower installed) or Redis (``AKADZE_FLOWER_REDIS_URL``, default
+``redis://127.0.0.1:6379/13``) is missing. (Not ``FLOWER_*``: the flower command reads
+those as its options.)
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tests.conftest import database_url_for
 pytestmark = pytest.mark.slow
 
 PROBE = Path(__file__).with_name("flower_probe.py")
-REDIS_URL = os.environ.get("FLOWER_DIFF_REDIS_URL", "redis://127.0.0.1:6379/13")
+REDIS_URL = os.environ.get("AKADZE_FLOWER_REDIS_URL", "redis://127.0.0.1:6379/13")
 
 #: Shape paths that differ, and why.
 KNOWN_DIFFERENCES = {
@@ -58,7 +59,7 @@ SAME_VALUES = [
 
 def flower_python() -> str:
     """The interpreter with Celery and Flower installed."""
-    return os.environ.get("FLOWER_PYTHON") or differential.celery_python()
+    return os.environ.get("AKADZE_FLOWER_PYTHON") or differential.celery_python()
 
 
 def _unavailable() -> str:
@@ -69,7 +70,7 @@ def _unavailable() -> str:
                            capture_output=True, timeout=60, check=False)
     if found.returncode != 0:
         return (f"no Flower at {python}: pip install 'celery[redis]==5.7.*' 'flower==2.2.*' "
-                "there, or set FLOWER_PYTHON")
+                "there, or set AKADZE_FLOWER_PYTHON")
     return canvas_differential.redis_reachable(REDIS_URL)
 
 
