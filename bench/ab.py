@@ -136,11 +136,8 @@ def build_ref(ref: str, cache: Path, run_dir: Path, label: str) -> Build:
 
 def prepare(url: str, kind: str, jobs: int) -> None:
     """Migrate the empty database ``url`` and fill it (run by the build's interpreter)."""
-    # App.migrate is the same in every build; the migrations module moved with the core's
-    # subpackages, and this runs under the base build's interpreter.
-    from akadze_core import App
-
-    App(url).migrate()
+    with psycopg.connect(url, autocommit=True) as connection:
+        db.migrate(connection)
     if kind == "core":
         from .apps.core_app import NOOP
 

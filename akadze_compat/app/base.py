@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import threading
+from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
@@ -28,6 +29,7 @@ from ..worker.entry import core_timeout, make_entry
 from . import builtins, command, publish  # noqa: F401  # builtins: celery.map/starmap on every app
 from . import routes as routing
 from .amqp import AMQP
+from .annotations import prepare as prepare_annotations
 from .config import Settings, database_url, import_object, load_source, retention
 from .control import Control
 from .registry import TaskRegistry, gen_task_name, register_task, shared_task, task_from_fun
@@ -314,6 +316,29 @@ class Celery:
                                                 "abstract": True})
             self.__dict__["_task_base"] = cls
         return cls
+
+    @property
+    def steps(self) -> defaultdict[str, set[Any]]:
+        """Custom boot steps: ``app.steps["worker"].add(MyStep)`` (``celery.bootsteps``);
+        ``akadze-compat worker`` runs them."""
+        steps = self.__dict__.get("_steps")
+        if steps is None:
+            steps = self.__dict__["_steps"] = defaultdict(set)
+        return steps
+
+    @steps.setter
+    def steps(self, value: defaultdict[str, set[Any]]) -> None:
+        self.__dict__["_steps"] = value
+
+    @property
+    def annotations(self) -> list[Any]:
+        """``task_annotations``, prepared (``celery.app.annotations``): read once, when the
+        first task is bound."""
+        prepared = self.__dict__.get("_annotations")
+        if prepared is None:
+            prepared = self.__dict__["_annotations"] = prepare_annotations(
+                self.conf.get("task_annotations"))
+        return prepared
 
     @property
     def tasks(self) -> TaskRegistry:
