@@ -65,6 +65,8 @@ CORE_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("cli", "cli.*")),
     # The package's face and the facade's door.
     ("face", ("", "integration")),
+    # Integrations with other frameworks (Django's task framework), which import those.
+    ("contrib", ("contrib", "contrib.*")),
 ]
 
 #: ``obj._x`` accesses that are Celery's own protocols, not another module's internals:
