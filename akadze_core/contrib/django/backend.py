@@ -16,6 +16,7 @@ in the jobs table, read back from any process.
 from __future__ import annotations
 
 import inspect
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -109,6 +110,22 @@ def database_conninfo(settings: Mapping[str, Any]) -> str:
     return make_conninfo(**{key: value for key, value in params.items() if value is not None})
 
 
+class _Shared:
+    """What every backend of one ``TASKS`` entry shares: Django makes a backend per thread
+    (its connection handler is thread-local), but one registry of tasks and one akadze App
+    (one pool) serve them all."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, Task] = {}
+        self.app: App | None = None
+        self.lock = threading.Lock()
+
+
+# By alias and the entry's settings (``override_settings(TASKS=...)`` makes new backends).
+_SHARED: dict[tuple[str, str], _Shared] = {}
+_SHARED_LOCK = threading.Lock()
+
+
 class AkadzeBackend(BaseTaskBackend):
     """``TASKS = {"default": {"BACKEND": "akadze_core.contrib.django.AkadzeBackend"}}``.
 
@@ -150,9 +167,11 @@ class AkadzeBackend(BaseTaskBackend):
                                        f"int of at least 1, not {self.max_attempts!r}")
         self.backoff: BackoffPolicy | None = options.get("BACKOFF")
         self.modules: list[str] = list(options.get("MODULES", ()))
-        #: The Django tasks defined so far, by ``module_path`` (the akadze task's name).
-        self.tasks: dict[str, Task] = {}
-        self._app: App | None = None
+        with _SHARED_LOCK:
+            self._shared = _SHARED.setdefault((alias, repr(params)), _Shared())
+        #: The Django tasks defined so far, by ``module_path`` (the akadze task's name),
+        #: shared by this entry's backends of every thread.
+        self.tasks: dict[str, Task] = self._shared.tasks
 
     # --- the akadze app ------------------------------------------------------------------
 
@@ -161,14 +180,18 @@ class AkadzeBackend(BaseTaskBackend):
         """The akadze ``App`` of this backend, made on first use from Django's database
         settings as they are then (a test database's name included), with every Django
         task defined so far registered."""
-        app = self._app
+        shared = self._shared
+        app = shared.app
         if app is None:
-            url = self.database_url or database_conninfo(
-                connections[self.database].settings_dict)
-            app = App(url, default_queue=self._default_queue())
-            self._app = app
-            for task in list(self.tasks.values()):
-                self._register(app, task)
+            with shared.lock:
+                app = shared.app
+                if app is None:
+                    url = self.database_url or database_conninfo(
+                        connections[self.database].settings_dict)
+                    app = App(url, default_queue=self._default_queue())
+                    for task in self.tasks.values():
+                        self._register(app, task)
+                    shared.app = app
         return app
 
     def _default_queue(self) -> str:
@@ -187,9 +210,12 @@ class AkadzeBackend(BaseTaskBackend):
         if backoff is not None and not callable(backoff):
             raise InvalidTask("backoff must be a callable: attempt number -> timedelta.")
         if task.module_path not in self.tasks:
-            self.tasks[task.module_path] = task
-            if self._app is not None:
-                self._register(self._app, task)
+            shared = self._shared
+            with shared.lock:  # not while the app is made from the tasks defined so far
+                if task.module_path not in self.tasks:
+                    self.tasks[task.module_path] = task
+                    if shared.app is not None:
+                        self._register(shared.app, task)
 
     def _register(self, app: App, task: Task) -> CoreTask:
         name = task.module_path

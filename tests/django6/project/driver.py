@@ -147,6 +147,43 @@ def action_async(spec):
     return asyncio.run(run())
 
 
+def action_check(_):
+    from akadze_core.contrib.django import AkadzeBackend
+
+    lite = AkadzeBackend("lite", {"OPTIONS": {"DATABASE": "lite"}})
+    errors = {}
+    for name, options in (("bad_mode", {"ENQUEUE": "later"}), ("typo", {"MAX_ATTEMPT": 2}),
+                          ("url_in_tx", {"ENQUEUE": "in_transaction", "DATABASE_URL": "x"}),
+                          ("attempts", {"MAX_ATTEMPTS": 0})):
+        try:
+            AkadzeBackend(name, {"OPTIONS": options})
+        except Exception as exc:
+            errors[name] = type(exc).__name__
+    return {"default": [m.id for m in task_backends["default"].check()],
+            "lite": [m.id for m in lite.check()], "errors": errors}
+
+
+def action_threads(_):
+    """Django makes a backend per thread: they share the tasks and the akadze app."""
+    import threading
+
+    main = task_backends["default"]
+    result = tasks.add.enqueue(4, 5)
+    seen = {}
+
+    def other():
+        backend = task_backends["default"]
+        seen["other_backend"] = backend is not main
+        seen["same_app"] = backend.app is main.app
+        seen["status"] = str(tasks.add.get_result(result.id).status)
+        seen["enqueued"] = str(tasks.add.enqueue(1, 1).status)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    return seen
+
+
 def action_unknown(spec):
     return {"missing": missing("default", spec["id"])}
 
