@@ -69,12 +69,16 @@ def django_db(database_url: str) -> str:
 class WorkerProcess:
     """``akadze worker akadze_core.contrib.django:app`` in the Django interpreter."""
 
-    def __init__(self, database_url: str, log: Path, *options: str) -> None:
+    def __init__(self, database_url: str, log: Path, *options: str,
+                 manage: bool = False) -> None:
         self.log = log
+        # `akadze worker akadze_core.contrib.django:app`, or the same through the
+        # management command of the app in INSTALLED_APPS.
+        command = ["manage.py", "akadze", "worker"] if manage else [
+            "-m", "akadze_core.cli", "worker", "akadze_core.contrib.django:app"]
         with self.log.open("w") as out:
             self.process = subprocess.Popen(
-                [django6_python(), "-m", "akadze_core.cli", "worker",
-                 "akadze_core.contrib.django:app", "--poll-interval", "0.2",
+                [django6_python(), *command, "--poll-interval", "0.2",
                  "--log-level", "INFO", *options],
                 cwd=PROJECT, env=environment(database_url), stdout=out,
                 stderr=subprocess.STDOUT)
@@ -95,8 +99,9 @@ class WorkerProcess:
 def start_worker(django_db: str, tmp_path: Path) -> Iterator[Any]:
     started: list[WorkerProcess] = []
 
-    def start(*options: str) -> WorkerProcess:
-        worker = WorkerProcess(django_db, tmp_path / f"worker-{len(started)}.log", *options)
+    def start(*options: str, manage: bool = False) -> WorkerProcess:
+        worker = WorkerProcess(django_db, tmp_path / f"worker-{len(started)}.log", *options,
+                               manage=manage)
         started.append(worker)
         return worker
 
@@ -186,7 +191,9 @@ def test_priority_orders_the_runs(django_db: str, start_worker: Any,
     specs = [{"task": "record", "args": [label], "priority": priority}
              for label, priority in (("low", -50), ("mid", 0), ("high", 100), ("top", 100))]
     ids = driver(django_db, "enqueue", specs)["ids"]
-    start_worker("--slots", "1")
+    # Through `manage.py akadze worker`, in one process child (--processes re-runs the
+    # command line in the child, which sets Django up again).
+    start_worker("--slots", "1", "--processes", "1", manage=True)
     done = results(django_db, [("record", i) for i in ids], wait=60)
     assert [r["status"] for r in done] == ["SUCCESSFUL"] * 4
     assert [r["priority"] for r in done] == [-50, 0, 100, 100]

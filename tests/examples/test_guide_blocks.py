@@ -964,10 +964,10 @@ def test_the_django_tasks_section(tmp_path: Path, empty_database_url: str) -> No
            "SHOP_DATABASE_URL": empty_database_url, "PYTHONUNBUFFERED": "1"}
     command = guide_block("django.md", DJANGO_TASKS, "sh")
     lines = command.strip().splitlines()
-    assert lines[-1].startswith("akadze worker akadze_core.contrib.django:app")
+    assert lines[-1].startswith("python manage.py akadze worker")
     setup = bash("\n".join(lines[:-1]), tmp_path, env, timeout=300)
     assert "applied migrations" in setup.stdout, setup.stdout
-    worker = subprocess.Popen(["bash", "-c", "\n".join([lines[0], lines[-1]])], cwd=tmp_path,
+    worker = subprocess.Popen(["bash", "-c", lines[-1]], cwd=tmp_path,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, start_new_session=True)
     try:

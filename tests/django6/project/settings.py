@@ -12,7 +12,7 @@ _db = conninfo_to_dict(os.environ.get("DJTASKS_DATABASE_URL", "dbname=djtasks"))
 
 SECRET_KEY = "djtasks-test-only-not-a-secret"
 DEBUG = False
-INSTALLED_APPS = ["shop"]
+INSTALLED_APPS = ["shop", "akadze_core.contrib.django"]
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.postgresql",
