@@ -179,6 +179,10 @@ def test_the_worker_runs_django_tasks_and_results_are_read_back(
     assert answer["refreshed"]["return_value"] == 42
     assert answer["again"]["return_value"] == 42
 
+    # A stored error's module is never imported to read its class.
+    assert driver(django_db, "hostile", {"id": ids[1]}) == {
+        "path": "this.Boom", "raised": "ValueError", "imported": False}
+
     # An id no job has.
     assert driver(django_db, "unknown", {"id": "no-such-id"}) == {"missing": True}
     log = worker.stop()

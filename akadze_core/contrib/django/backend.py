@@ -16,6 +16,7 @@ in the jobs table, read back from any process.
 from __future__ import annotations
 
 import inspect
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -93,6 +94,25 @@ class AkadzeTask(Task):
 
     max_attempts: int | None = None
     backoff: BackoffPolicy | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredTaskError(TaskError):
+    """Django's ``TaskError`` read from a job's row: its ``exception_class`` is looked up
+    among the modules this process has loaded, never imported (a stored path is the row's
+    word, and importing a module runs its code)."""
+
+    @property
+    def exception_class(self) -> type[BaseException]:
+        """The exception class the path names, if its module is loaded here; ValueError
+        otherwise, as Django's raises for a path that names no exception class."""
+        module, _, name = self.exception_class_path.rpartition(".")
+        found = getattr(sys.modules.get(module), name, None) if module else None
+        if not (isinstance(found, type) and issubclass(found, BaseException)):
+            raise ValueError(f"{self.exception_class_path!r} is not an exception class of a "
+                             "module loaded in this process (a stored error's module is never "
+                             "imported)")
+        return found
 
 
 def database_conninfo(settings: Mapping[str, Any]) -> str:
@@ -342,7 +362,7 @@ def result_of(backend: AkadzeBackend, task: Task, job: Job,
             continue
         module, name = entry.get("module"), entry.get("type")
         path = f"{module}.{name}" if module and name else str(name or "Exception")
-        errors.append(TaskError(exception_class_path=path,
+        errors.append(StoredTaskError(exception_class_path=path,
                                 traceback=str(entry.get("traceback") or entry.get("message")
                                               or "")))
     priority = -job.priority if -100 <= -job.priority <= 100 else task.priority
@@ -433,4 +453,4 @@ def _body(backend: AkadzeBackend, func: Callable[..., Any],
 
 
 __all__ = ["ENQUEUE_MODES", "IN_TRANSACTION", "NOW", "ON_COMMIT", "AkadzeBackend", "AkadzeTask",
-           "database_conninfo", "result_of"]
+           "StoredTaskError", "database_conninfo", "result_of"]

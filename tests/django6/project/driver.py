@@ -184,6 +184,22 @@ def action_threads(_):
     return seen
 
 
+def action_hostile(spec):
+    """A failed job whose stored error names a module nobody imported: reading the result
+    (and its exception_class) imports nothing."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE akadze.jobs SET errors = '[{\"type\": \"Boom\", \"module\": \"this\", "
+            "\"traceback\": \"planted\"}]'::jsonb WHERE meta->>'task_id' = %s", [spec["id"]])
+    error = tasks.fail.get_result(spec["id"]).errors[0]
+    try:
+        raised = error.exception_class.__name__
+    except ValueError as exc:
+        raised = type(exc).__name__
+    return {"path": error.exception_class_path, "raised": raised,
+            "imported": "this" in sys.modules}
+
+
 def action_unknown(spec):
     return {"missing": missing("default", spec["id"])}
 
