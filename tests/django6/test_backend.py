@@ -40,9 +40,15 @@ def django6_python() -> str:
         found = None
     if found is None or found.returncode != 0:
         pytest.skip(f"no Django 6 at {python}: `bash .ci/run` builds it (python3.12 -m venv "
-                    f"/tmp/akadze-django6-venv && its pip install 'django==6.1.*' -e .), or "
+                    f"/tmp/akadze-django6-venv && its pip install 'django==6.1.*' .), or "
                     "set DJANGO6_PYTHON")
     return python
+
+
+@pytest.fixture(autouse=True)
+def _needs_django6() -> None:
+    """Skip before a database is made for nothing."""
+    django6_python()
 
 
 def environment(database_url: str) -> dict[str, str]:
