@@ -130,6 +130,10 @@ def test_the_worker_runs_django_tasks_and_results_are_read_back(
         {"task": "whoami", "kwargs": {"x": 7}},
         {"task": "send", "args": ["a@example.com"]},
         {"task": "record", "args": ["orm"]},
+        # Tasks of the other backends on the same database ("intx", "now": MAX_ATTEMPTS 2),
+        # in the same queue: the worker runs them too, each with its backend's settings.
+        {"task": "noted", "args": [11]},
+        {"task": "fail_twice", "args": ["twice"]},
     ]
     ids = driver(django_db, "enqueue", specs)["ids"]
     pairs = [(spec["task"], result_id) for spec, result_id in zip(specs, ids, strict=True)]
@@ -140,7 +144,8 @@ def test_the_worker_runs_django_tasks_and_results_are_read_back(
     assert before[4]["queue"] == "emails"
 
     worker = start_worker("-q", "default,emails")
-    added, failed, flaky, whoami, sent, recorded = results(django_db, pairs, wait=60)
+    added, failed, flaky, whoami, sent, recorded, noted, twice = results(
+        django_db, pairs, wait=60)
 
     assert added["status"] == "SUCCESSFUL" and added["return_value"] == 5
     assert added["attempts"] == 1 and added["errors"] == []
@@ -169,6 +174,11 @@ def test_the_worker_runs_django_tasks_and_results_are_read_back(
     # The ORM works in the worker.
     assert recorded["return_value"] == "orm"
     assert db.execute("SELECT label FROM shop_run").fetchall() == [("orm",)]
+
+    assert noted["status"] == "SUCCESSFUL" and noted["return_value"] == 11
+    assert noted["backend"] == "intx"
+    assert twice["status"] == "FAILED" and twice["attempts"] == 2 and twice["backend"] == "now"
+    assert [e[0] for e in twice["errors"]] == ["builtins.ValueError"] * 2
 
     # run_after: not run before it, run after it.
     answer = driver(django_db, "enqueue", [{"task": "add", "args": [1, 1], "delay": 2}])

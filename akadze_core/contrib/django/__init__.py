@@ -11,7 +11,8 @@ Worker, from the project's root with ``DJANGO_SETTINGS_MODULE`` set::
 ``app`` (and ``apps.<alias>`` for another ``TASKS`` alias) is read on first use: it runs
 ``django.setup()``, imports the ``tasks`` module of every installed app and the backend's
 ``OPTIONS["MODULES"]``, and answers that backend's akadze ``App``, whose tasks are the Django
-tasks those imports defined.
+tasks those imports defined, for that backend and every other ``AkadzeBackend`` on the same
+database (they share its jobs table, and maybe its queues).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import importlib
 from typing import Any
 
 import django
+from django.conf import settings
 from django.tasks import task_backends
 from django.utils.module_loading import autodiscover_modules
 
@@ -39,7 +41,8 @@ from .backend import (
 def app_for(alias: str = "default") -> App:
     """The akadze ``App`` of ``TASKS[alias]`` (an ``AkadzeBackend``), with Django set up
     and the tasks of every installed app's ``tasks`` module (and ``OPTIONS["MODULES"]``)
-    registered: what a worker runs."""
+    registered, those of the other akadze backends on the same database too: what a
+    worker runs."""
     django.setup()
     backend = task_backends[alias]
     if not isinstance(backend, AkadzeBackend):
@@ -48,7 +51,18 @@ def app_for(alias: str = "default") -> App:
     autodiscover_modules("tasks")
     for name in backend.modules:
         importlib.import_module(name)
-    return backend.app
+    app = backend.app
+    # The other akadze backends on the same database put their jobs in the same table, and
+    # maybe the same queues: this worker runs their tasks too, with their own settings.
+    where = backend.queue_database()
+    for other_alias in settings.TASKS:
+        other = task_backends[other_alias]
+        if other is not backend and isinstance(other, AkadzeBackend) \
+                and other.queue_database() == where:
+            for name in other.modules:
+                importlib.import_module(name)
+            other.add_tasks_to(app)
+    return app
 
 
 class _Apps:

@@ -206,13 +206,23 @@ class AkadzeBackend(BaseTaskBackend):
             with shared.lock:
                 app = shared.app
                 if app is None:
-                    url = self.database_url or database_conninfo(
-                        connections[self.database].settings_dict)
-                    app = App(url, default_queue=self._default_queue())
+                    app = App(self.queue_database(), default_queue=self._default_queue())
                     for task in self.tasks.values():
                         self._register(app, task)
                     shared.app = app
         return app
+
+    def queue_database(self) -> str:
+        """Where this backend's jobs live: its ``DATABASE_URL``, else the conninfo of its
+        Django database (backends with the same one share the jobs table)."""
+        return self.database_url or database_conninfo(connections[self.database].settings_dict)
+
+    def add_tasks_to(self, app: App) -> None:
+        """Register this backend's tasks in ``app`` (another backend's on the same
+        database), each run with this backend's settings: a worker claims the jobs of a
+        queue whatever backend enqueued them, so it must know every task they name."""
+        for task in list(self.tasks.values()):
+            self._register(app, task)
 
     def _default_queue(self) -> str:
         queues = sorted(self.queues)
