@@ -421,8 +421,10 @@ API_PATTERNS: dict[str, Support] = {
                                                  "rate on the task and says so)"),
     "app.control.*": Support(MISSING, "app.control has revoke, purge, inspect, broadcast, "
                                       "ping, shutdown, pool_grow/pool_shrink (threads pool), "
-                                      "add_consumer/cancel_consumer, time_limit and "
-                                      "rate_limit; not autoscale, events, election, "
+                                      "add_consumer/cancel_consumer, time_limit, "
+                                      "rate_limit and enable_events/disable_events (the "
+                                      "flag is kept; there is no event stream); not "
+                                      "autoscale, election, "
                                       "pool_restart or revoke_by_stamped_headers"),
     "app.*": Support(MISSING, "the app has no such attribute here (no broker connection, "
                               "events or pool objects; app.backend and app.amqp answer from "

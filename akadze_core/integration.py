@@ -60,9 +60,11 @@ from .worker.panel import NO_REPLY
 
 if TYPE_CHECKING:
     from .cli.main import dashboard_options, run_dashboard, show_schedules
+    from .ops.metrics import CONTENT_TYPE, exposition, read_database
 
 __all__ = [
     "CHILD_ENV",
+    "CONTENT_TYPE",
     "DEFAULTS",
     "EPOCH",
     "FAIL",
@@ -89,6 +91,7 @@ __all__ = [
     "describe_database",
     "error_entry",
     "exit_now",
+    "exposition",
     "extends_strict_dumps",
     "is_child",
     "is_strict",
@@ -97,6 +100,7 @@ __all__ = [
     "one_line",
     "outcome_of",
     "printable",
+    "read_database",
     "redact_json",
     "revoked_task_ids",
     "run_dashboard",
@@ -133,7 +137,10 @@ def outcome_of(context: JobContext, *, value: Any = None,
 #: Names loaded on first use: the dashboard's command pieces cost an import that only the
 #: command line needs (not a worker, nor an app that sends tasks).
 _LAZY = {"dashboard_options": "cli.main", "run_dashboard": "cli.main",
-         "show_schedules": "cli.main"}
+         "show_schedules": "cli.main",
+         # The metrics extra (prometheus_client): what a dashboard's /metrics renders.
+         "CONTENT_TYPE": "ops.metrics", "exposition": "ops.metrics",
+         "read_database": "ops.metrics"}
 
 
 def __getattr__(name: str) -> Any:

@@ -233,6 +233,17 @@ class Control:
         """Stop the workers (warm: running tasks finish); they send no reply."""
         return self.broadcast("shutdown", arguments={}, destination=destination, **kwargs)
 
+    def enable_events(self, destination: Any = None, **kwargs: Any) -> Any:
+        """Turn task events on in the workers (Celery's reply; akadze has no event
+        stream: task states are rows in the database)."""
+        return self.broadcast("enable_events", arguments={}, destination=destination,
+                              **kwargs)
+
+    def disable_events(self, destination: Any = None, **kwargs: Any) -> Any:
+        """Turn task events off in the workers (Celery's reply)."""
+        return self.broadcast("disable_events", arguments={}, destination=destination,
+                              **kwargs)
+
     def pool_grow(self, n: int = 1, destination: Any = None, **kwargs: Any) -> Any:
         """Let the workers run ``n`` more tasks at once (threads pool)."""
         return self.broadcast("pool_grow", arguments={"n": n}, destination=destination,

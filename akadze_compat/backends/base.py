@@ -280,7 +280,7 @@ def lookup_job(core: CoreApp, task_id: str) -> Job | None:
     job id (``CoreApp.task_id_of``: a group's plain members, jobs enqueued through
     akadze_core); such a job also answers to its job id in digits, as before task ids were
     uuids."""
-    if task_id.isdigit():
+    if task_id.isdigit() and len(task_id) < 19:  # a bigint: longer digits are no job id
         job = core.get_job(int(task_id))
         if job is not None and job.meta.get("task_id") in (None, task_id):
             return job

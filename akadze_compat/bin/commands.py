@@ -28,6 +28,7 @@ from .. import states
 from ..beat import warn_unhonoured_scheduler
 from ..django_beat import names_database_scheduler
 from ..exceptions import TimeoutError as CeleryTimeout
+from ..flower_api import flower_extension
 from ..worker.control import Panel
 from .base import CliError, cli_state, secrets, split_names, warn
 from .flower import read_flower_options
@@ -449,7 +450,8 @@ def flower_command(ctx: click.Context, port: int, address: str, basic_auth: str 
     core = app.core
     run_dashboard(core, port=port, address=address, basic_auth=basic_auth, tokens=tokens,
                   read_only=read_only, url_prefix=url_prefix, log_level=loglevel,
-                  secrets=secrets, unauthenticated=unauthenticated)
+                  secrets=secrets, unauthenticated=unauthenticated,
+                  extensions=[flower_extension(app)])
 
 
 COMMANDS: tuple[click.Command, ...] = (beat_command, call_command, control_command,

@@ -24,7 +24,7 @@ import os
 import resource
 import time
 from collections import namedtuple
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -132,6 +132,10 @@ class ControlState:
         #: The jobs the worker held when the request came, by id: True when started.
         self.running: dict[int, bool] = {}
         self.started = time.monotonic()
+        #: The event groups a Celery worker's dispatcher would send (empty: all), None
+        #: where it would have no dispatcher: what ``enable_events``/``disable_events``
+        #: change and answer from. akadze has no event stream, so they change nothing else.
+        self.event_groups: set[str] | None = set()
 
     @staticmethod
     def tset(items: Iterable[Any]) -> set[Any]:
@@ -139,10 +143,31 @@ class ControlState:
         return set(items)
 
 
-def install(worker: Worker, app: Any, hostname: str, controller: Any) -> None:
+def _conf(app: Any, key: str) -> Any:
+    conf = getattr(app, "conf", None)
+    return conf.get(key) if conf is not None else None
+
+
+def event_groups(app: Any, options: Mapping[str, Any]) -> set[str] | None:
+    """The groups a Celery worker started with ``options`` would send events of (Celery's
+    ``Events`` bootstep): all (an empty set) with ``-E``/``worker_send_task_events``, else
+    the worker's own; None (no dispatcher) when neither task events, nor gossip, nor
+    heartbeats are on."""
+    task_events = options.get("task_events")
+    if task_events is None:
+        task_events = _conf(app, "worker_send_task_events")
+    if not task_events and options.get("without_gossip") and options.get("without_heartbeat"):
+        return None
+    return set() if task_events else {"worker"}
+
+
+def install(worker: Worker, app: Any, hostname: str, controller: Any,
+            options: Mapping[str, Any] | None = None) -> None:
     """Answer Celery's commands, and every command registered with ``control_command`` /
-    ``inspect_command`` so far, on akadze's ``worker``."""
+    ``inspect_command`` so far, on akadze's ``worker`` (started with the worker command's
+    ``options``)."""
     state = ControlState(app, hostname, controller, worker)
+    state.event_groups = event_groups(app, options or {})
     for name, fun in Panel.data.items():
         worker.control.commands[name] = _adapter(state, fun)
 
@@ -380,6 +405,32 @@ async def shutdown(state: ControlState, msg: str = "Got shutdown from remote",
     # As Celery's: the worker stops (warm) and the sender gets no reply from it.
     state.worker.control.after_reply(state.worker.request_stop)
     return NO_REPLY
+
+
+@control_command()
+def enable_events(state: ControlState, **kwargs: Any) -> Any:
+    """Tell worker(s) to send task-related events."""
+    groups = state.event_groups
+    if groups is None:
+        return nok("event dispatcher unavailable")
+    if groups and "task" not in groups:
+        groups.add("task")
+        logger.info("Events of group {task} enabled by remote.")
+        return ok("task events enabled")
+    return ok("task events already enabled")
+
+
+@control_command()
+def disable_events(state: ControlState, **kwargs: Any) -> Any:
+    """Tell worker(s) to stop sending task-related events."""
+    groups = state.event_groups
+    if groups is None:
+        return nok("event dispatcher unavailable")
+    if "task" in groups:
+        groups.discard("task")
+        logger.info("Events of group {task} disabled by remote.")
+        return ok("task events disabled")
+    return ok("task events already disabled")
 
 
 @control_command(args=[("n", int)], signature="[N=1]")

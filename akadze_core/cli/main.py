@@ -649,9 +649,11 @@ def is_loopback(address: str) -> bool:
 
 def run_dashboard(app: App, *, port: int, address: str, basic_auth: str | None,
                   tokens: Sequence[str], read_only: bool, url_prefix: str,
-                  log_level: str, secrets: Secrets, unauthenticated: bool = False) -> None:
+                  log_level: str, secrets: Secrets, unauthenticated: bool = False,
+                  extensions: Sequence[Any] = ()) -> None:
     """Serve the dashboard of ``app`` (shared by ``akadze dashboard`` and
-    ``akadze-compat flower``); expected errors raise ``CliError``.
+    ``akadze-compat flower``, which adds Flower's API as ``extensions``: see
+    ``DashboardConfig.extensions``); expected errors raise ``CliError``.
 
     Without credentials the pages are open (the actions off): refused on an address other
     than loopback unless ``unauthenticated`` says that is meant."""
@@ -681,7 +683,8 @@ def run_dashboard(app: App, *, port: int, address: str, basic_auth: str | None,
     with psycopg.connect(url, autocommit=True, connect_timeout=10,
                          prepare_threshold=prepare_threshold()) as connection:
         database.check_schema(connection)
-    config = DashboardConfig(basic_auth=users, tokens=tokens, read_only=read_only)
+    config = DashboardConfig(basic_auth=users, tokens=tokens, read_only=read_only,
+                             extensions=tuple(extensions))
     serve(app, config, host=address, port=port, url_prefix=url_prefix, log_level=log_level)
 
 

@@ -202,6 +202,7 @@ def listen(connection: psycopg.Connection, channels: Iterable[str]) -> None:
 #: database migrated by older code has the current schema version but lacks them until
 #: ``migrate`` re-applies the file (the version counts versioned migrations only).
 _FUNCTIONS_PRESENT = ("SELECT to_regproc('akadze.claim_jobs') IS NOT NULL"
+                      " AND to_regproc('akadze.claim_jobs_fair') IS NOT NULL"
                       " AND to_regproc('akadze.complete_jobs') IS NOT NULL")
 
 
@@ -445,11 +446,15 @@ async def claim_jobs(
     worker's claims of the queue start reading (akadze_core.store.floors; not for fair claims),
     moved on by the rows claimed; without, the queue is read from its head.
     """
+    # The claim bounds its own lock waits (akadze.claim_jobs, akadze.claim_jobs_fair): one
+    # statement, no pipeline.
     if fair:
-        return await fetch_all_async(connection, "job_claim_fair", queue=queue, limit=limit,
-                                     worker_id=worker_id, after_task=after_task)
+        async with connection.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(query("job_claim_fair"), {
+                "lock_timeout": _bound(), "queue": queue, "limit": limit,
+                "worker_id": worker_id, "after_task": after_task})
+            return await cursor.fetchall()
     priorities, ats, ids = floors.bounds(queue) if floors is not None else ([], [], [])
-    # The claim bounds its own lock waits (akadze.claim_jobs): one statement, no pipeline.
     async with connection.cursor(row_factory=dict_row) as cursor:
         await cursor.execute(query("job_claim"), {
             "lock_timeout": _bound(), "queue": queue, "limit": limit, "worker_id": worker_id,

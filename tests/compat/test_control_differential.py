@@ -55,7 +55,8 @@ SAME_VALUES = [
     "active_queues after add_consumer", "cancel_consumer",
     "active_queues after cancel_consumer", "time_limit", "time_limit(unknown task)",
     "rate_limit(bad)", "inspect.revoked has the id", "reserved lists the waiting task",
-    "shutdown", "worker exited after shutdown",
+    "shutdown", "worker exited after shutdown", "enable_events", "enable_events again",
+    "disable_events", "disable_events again",
 ]
 
 

@@ -47,7 +47,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Processes and tools: the command, the doctor, Celery's worker-side paths, the package.
     ("tools", ("", "__main__", "cli", "bin", "bin.*", "doctor", "doctor_scan", "support",
                "worker.pool", "worker.control", "contrib", "contrib.*", "as_celery",
-               "_billiard", "_billiard.*")),
+               "_billiard", "_billiard.*", "flower_api")),
 ]
 
 #: akadze_core's layers, bottom to top: subpackage (or top-level module) patterns, on the
