@@ -15,6 +15,7 @@ import psycopg
 import psycopg_pool
 
 from . import lookup
+from .completer import OutcomeWriter
 from .connections import RECONNECT_WINDOW, UNSURE, Connections, found_dead
 from .jobs import Job
 from .migrations import MIGRATE_COMMAND, migrate
@@ -121,6 +122,9 @@ class App:
         self.schedules: dict[str, Schedule] = {}
         #: Where more schedules come from, asked on every scheduling pass (``ScheduleSource``).
         self.schedule_sources: list[ScheduleSource] = []
+        #: What records outcomes in the outcome's own transaction besides the job row
+        #: (``completer.OutcomeWriter``): empty, the outcome write is one statement.
+        self.outcome_writers: list[OutcomeWriter] = []
         #: The command that applies the schema, named by ``SchemaMissing`` when an enqueue or
         #: a lookup finds no schema (the Celery facade names its own).
         self.migrate_command = MIGRATE_COMMAND

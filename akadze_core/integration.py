@@ -17,7 +17,9 @@ The groups, in the order of a job's path:
   fencing token); ``store_outcome_sync``/``store_outcome`` write it at once through the
   completer's write (fenced, an unstorable outcome failing the job), for a framework that
   must see the outcome stored before it tells its own listeners; ``decide_retry`` is the one
-  rule for "retry, when, or fail" (``akadze_core.retry``).
+  rule for "retry, when, or fail" (``akadze_core.retry``); an ``OutcomeWriter`` in the core
+  app's ``outcome_writers`` records outcomes in a table of the framework's own, in their
+  transaction (the facade's ``django-db`` result backend).
 - **Remote control, schedules, the command line**: the pieces a framework's own worker and
   beat commands reuse (control replies, schedule clocks, log scrubbing, worker defaults,
   the migration hint, the dashboard).
@@ -38,7 +40,7 @@ from .cli_support import (
     printable,
     scrubbed_stdio,
 )
-from .completer import store_outcome, store_outcome_sync
+from .completer import OutcomeWriter, store_outcome, store_outcome_sync
 from .context import JobContext
 from .control import revoked_task_ids, scheduled_jobs, signal_number
 from .database import JobRequest, run_statement, run_statement_sync
@@ -72,6 +74,7 @@ __all__ = [
     "JobRequest",
     "OneLineErrorGroup",
     "Outcome",
+    "OutcomeWriter",
     "ProcessPool",
     "RetryDecision",
     "ScrubbingFormatter",
