@@ -392,8 +392,12 @@ class AsyncResult(ResultBase):
         follow = follow_parents and propagate and self.parent is not None
         if follow:
             self._maybe_reraise_parent_error()
-        deadline = None if timeout is None else time.monotonic() + timeout
         job = self._job()
+        # Read only when there is something to wait for: on a ready result Celery never
+        # looks at the timeout, so a value that is not a number (celery-progress passes the
+        # task id there) is ignored.
+        deadline = None if timeout is None or (job is not None and job.state in FINISHED) \
+            else time.monotonic() + timeout
         while job is None:
             # A task_id= given to a job that is not committed yet: look again now and then.
             if deadline is not None and time.monotonic() >= deadline:

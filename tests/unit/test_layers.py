@@ -25,7 +25,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Settings and what is read from them.
     ("settings", ("app.defaults", "app.config", "app.routes", "app.context", "loaders")),
     # The client side: sending tasks, reading results, revoking.
-    ("client", ("backends", "backends.*", "result", "canvas", "canvas.*", "app.amqp",
+    ("client", ("backends", "backends.*", "app.backends", "result", "canvas", "canvas.*",
+                "app.amqp",
                 "app.flow", "app.publish", "app.control")),
     # Running one task call: the tracer, eager runs, the worker's entry and time limits.
     ("run", ("app.trace", "app.eager", "app.autoretry", "app.replace", "worker", "worker.canvas",
