@@ -3,6 +3,8 @@ ready result with a timeout that is not a number."""
 
 from __future__ import annotations
 
+import threading
+from importlib.metadata import entry_points
 from typing import Any
 
 import psycopg
@@ -75,7 +77,8 @@ def test_backend_names_resolve_as_celerys() -> None:
     assert by_name("tests.compat.test_backends.DictBackend") is DictBackend
 
     class Loader:
-        override_backends = {"mine": "tests.compat.test_backends:DictBackend"}
+        def __init__(self) -> None:
+            self.override_backends = {"mine": "tests.compat.test_backends:DictBackend"}
 
     assert by_name("mine", Loader()) is DictBackend
     with pytest.raises(ImproperlyConfigured, match="Unknown result backend: 'nosuch'"):
@@ -89,8 +92,6 @@ def test_by_name_finds_the_names_packages_register() -> None:
     """django_celery_results registers ``django-db`` as a ``celery.result_backends`` entry
     point; Celery (and this) resolve it through the entry point."""
     pytest.importorskip("django_celery_results")
-    from importlib.metadata import entry_points
-
     points = {point.name: point.value for point in entry_points(group="celery.result_backends")}
     assert points.get("django-db") == "django_celery_results.backends:DatabaseBackend"
 
@@ -120,8 +121,6 @@ async def test_progress_state_reads_through_get_task_meta(
         celery: Celery, db: psycopg.Connection) -> None:
     """celery-progress's ``Progress.get_info()`` reads ``_get_task_meta()``'s ``status`` and
     ``result`` while the task stores ``PROGRESS`` with ``update_state``."""
-    import threading
-
     seen: dict[str, Any] = {}
     release = threading.Event()
 
