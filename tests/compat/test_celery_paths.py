@@ -31,7 +31,7 @@ WORKING = [
     ("akadze_compat.app.trace", ("ExceptionInfo",)),
     ("akadze_compat.utils.time", ("maybe_timedelta", "is_naive", "make_aware", "localize",
                                   "to_utc", "maybe_make_aware", "maybe_iso8601",
-                                  "get_exponential_backoff_interval")),
+                                  "get_exponential_backoff_interval", "humanize_seconds")),
     ("akadze_compat.utils.threads", ("Local", "get_ident")),
     ("akadze_compat.contrib.abortable", ("AbortableTask", "AbortableAsyncResult", "ABORTED")),
     ("akadze_compat.contrib.django.task", ("DjangoTask",)),
@@ -51,7 +51,6 @@ REFUSED = [
     ("akadze_compat.worker.request", "create_request_cls"),
     ("akadze_compat.bootsteps", "StartStopStep"),
     ("akadze_compat.utils.threads", "bgThread"),
-    ("akadze_compat.utils.time", "humanize_seconds"),
 ]
 GUIDE_TEXT = (Path(akadze_compat.__file__).parent.parent / GUIDE).read_text("utf-8")
 

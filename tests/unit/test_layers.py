@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("app", ("app", "app.task", "app.registry", "app.validation", "app.base", "app.builtins",
              "beat",
              "django_beat",
+             "redbeat_import",
              "contrib.abortable",
              "contrib.django", "contrib.django.*")),
     # Processes and tools: the command, the doctor, Celery's worker-side paths, the package.
