@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from akadze_core import App
-from akadze_core.completer import Completer, store_outcome_sync
-from akadze_core.outcomes import succeeded
+from akadze_core.model.outcomes import succeeded
+from akadze_core.worker.completer import Completer, store_outcome_sync
 from tests.helpers import job
 from tests.integration.lease_support import claim, fake_worker
 
