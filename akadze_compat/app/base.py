@@ -27,6 +27,7 @@ from ..result import AsyncResult, GroupResult
 from ..worker import entry as worker_entry
 from ..worker.entry import core_timeout, make_entry
 from . import builtins, publish  # noqa: F401  # builtins: celery.map/starmap on every app
+from . import report as _report
 from . import routes as routing
 from .amqp import AMQP
 from .config import Settings, database_url, import_object, load_source, retention
@@ -122,6 +123,11 @@ class Celery:
         if core is not None:
             core.close()
         _state.unregister_app(self)
+
+    def bugreport(self) -> str:
+        """Celery's bug-report text: versions, platform, loader, then the changed settings
+        (secrets masked)."""
+        return _report.bugreport(self)
 
     # --- configuration -----------------------------------------------------------------------
 
@@ -264,6 +270,13 @@ class Celery:
         on the core app, and return it for a Worker to run. Safe to call again."""
         self.loader.import_default_modules()
         self.finalize()
+        # As Celery's worker does: ``include`` gains the modules of the registered tasks
+        # (inspect's conf() shows it).
+        modules = {type(task).__module__ for task in self.tasks.values()}
+        included = self.conf.include or ()
+        included = (included,) if isinstance(included, str) else tuple(included)
+        if not modules <= set(included):
+            self.conf.include = tuple(set(included) | modules)
         core = self.core
         beat.register_periodic_tasks(self, core)
         django_beat.register(self, core)

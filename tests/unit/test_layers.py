@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
              "worker.entry", "worker.timelimits", "worker.request")),
     # The app and its tasks, which compose everything below.
     ("app", ("app", "app.task", "app.registry", "app.validation", "app.base", "app.builtins",
+             "app.report",
              "beat",
              "django_beat",
              "redbeat_import",
