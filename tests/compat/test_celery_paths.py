@@ -49,6 +49,7 @@ REFUSED = [
     ("akadze_compat.beat", "PersistentScheduler"),
     ("akadze_compat.app.trace", "build_tracer"), ("akadze_compat.app.trace", "trace_task"),
     ("akadze_compat.worker.request", "create_request_cls"),
+    ("akadze_compat.canvas", "StampingVisitor"),
     ("akadze_compat.bootsteps", "StartStopStep"),
     ("akadze_compat.utils.threads", "bgThread"),
 ]
