@@ -143,3 +143,20 @@ async def test_progress_state_reads_through_get_task_meta(
     assert seen["progress"] == ("PROGRESS", {"current": 1, "total": 4})
     final = celery.AsyncResult(result.id)._get_task_meta()
     assert (final["status"], final["result"]) == (states.SUCCESS, "done")
+
+
+def test_an_eager_result_without_an_id_and_one_that_keeps_its_backend() -> None:
+    """celery-once answers a refused call with ``EagerResult(None, None, REJECTED)``;
+    celery-progress's ``KnownResult`` sets ``backend = DisabledBackend`` before
+    ``EagerResult.__init__`` and reads the ready states from it."""
+    refused = EagerResult(None, None, states.REJECTED)  # type: ignore[arg-type]
+    assert (refused.id, refused.state) == (None, states.REJECTED)
+
+    class KnownResult(EagerResult):
+        def __init__(self, id: str, ret_value: Any, state: str) -> None:
+            self.backend = DisabledBackend
+            super().__init__(id, ret_value, state)
+
+    known = KnownResult("k", {"current": 1}, "PROGRESS")
+    assert known.backend is DisabledBackend
+    assert known.state == "PROGRESS" and known.id == "k"
