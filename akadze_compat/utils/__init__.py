@@ -1,15 +1,25 @@
 """Celery's ``celery.utils`` names that projects import (the logging helpers live in ``.log``).
 
-Provided: ``uuid`` and its old name ``gen_unique_id``. The rest of Celery's ``celery.utils``
-(``cached_property``, ``chunks``, ``nodename``, ``symbol_by_name`` aliases, ...) is internal
-plumbing that Celery itself marks as kept only for backwards compatibility.
+Provided: ``uuid`` and its old name ``gen_unique_id``, and ``get_full_cls_name``. The rest
+of Celery's ``celery.utils`` (``cached_property``, ``chunks``, ``nodename``,
+``symbol_by_name`` aliases, ...) is internal plumbing that Celery itself marks as kept only
+for backwards compatibility.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ("gen_unique_id", "uuid")
+__all__ = ("gen_unique_id", "get_full_cls_name", "uuid")
+
+
+def get_full_cls_name(obj: object) -> str:
+    """The dotted name of ``obj``'s class (or of ``obj``, a class or function), as Celery
+    gives it: ``module.Name``, or the qualified name alone for a nested one
+    (django_celery_results' views name a failure's class with it)."""
+    named = obj if hasattr(obj, "__name__") else type(obj)
+    name = str(getattr(named, "__qualname__", getattr(named, "__name__", "")))
+    return name if "." in name else f"{named.__module__}.{name}"
 
 _urandom = os.urandom
 #: The variant digit of a version 4 UUID (10xx in binary) for each random hex digit.

@@ -11,11 +11,23 @@ restore.
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from ..utils.unsupported import not_provided
 
-__all__ = ["UnpickleableExceptionWrapper"]
+__all__ = ["UnpickleableExceptionWrapper", "b64decode", "b64encode"]
+
+
+def b64encode(s: str | bytes) -> str:
+    """``s`` (text as UTF-8) in base64, as text (django_celery_results stores binary
+    results this way)."""
+    return base64.b64encode(s.encode() if isinstance(s, str) else s).decode()
+
+
+def b64decode(s: str | bytes) -> bytes:
+    """The bytes ``b64encode`` encoded."""
+    return base64.b64decode(s.encode() if isinstance(s, str) else s)
 
 
 class UnpickleableExceptionWrapper(Exception):

@@ -3,8 +3,12 @@ ready result with a timeout that is not a number."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -22,6 +26,7 @@ from akadze_compat.backends.database import DatabaseBackend
 from akadze_compat.exceptions import ImproperlyConfigured, TimeoutError
 from akadze_compat.result import EagerResult
 from tests.compat.conftest import work
+from tests.compat.differential import celery_python, no_celery_reason
 
 
 class DictBackend(KeyValueStoreBackend):
@@ -160,3 +165,29 @@ def test_an_eager_result_without_an_id_and_one_that_keeps_its_backend() -> None:
     known = KnownResult("k", {"current": 1}, "PROGRESS")
     assert known.backend is DisabledBackend
     assert known.state == "PROGRESS" and known.id == "k"
+
+
+_NAMES_PROBE = """
+import json
+from {pkg}.utils import get_full_cls_name as g
+from {pkg}.utils.serialization import b64decode as d, b64encode as e
+class Outer:
+    class Inner: pass
+def f(): pass
+print(json.dumps([g(ValueError), g(ValueError("x")), g(Outer), g(Outer.Inner), g(Outer()),
+                  g(f), e("h\\u00e9llo"), e(b"\\x00\\x01"), d(e("h\\u00e9llo")).decode(),
+                  list(d("AAE="))]))
+"""
+
+
+def test_the_helpers_django_celery_results_imports_answer_as_celerys() -> None:
+    """Its backend imports ``b64encode``/``b64decode``, its views ``get_full_cls_name``."""
+    python = celery_python()
+    if not Path(python).exists():
+        pytest.skip(no_celery_reason(python))
+    theirs = subprocess.run([python, "-c", _NAMES_PROBE.format(pkg="celery")],
+                            capture_output=True, text=True, timeout=60)
+    ours = subprocess.run([sys.executable, "-c", _NAMES_PROBE.format(pkg="akadze_compat")],
+                          capture_output=True, text=True, timeout=60)
+    assert theirs.returncode == ours.returncode == 0, theirs.stderr + ours.stderr
+    assert json.loads(ours.stdout) == json.loads(theirs.stdout)
