@@ -18,7 +18,7 @@ every write; ``task_name``, ``task_args``, ``task_kwargs`` and ``traceback`` onl
 
 from __future__ import annotations
 
-import sys
+import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -151,16 +151,17 @@ class TaskResultWriter:
 
 def wanted(app: Celery) -> bool:
     """Whether ``app`` keeps django_celery_results' rows: its ``result_backend`` is
-    ``django-db`` and Django's settings (configured already) install that app. Django is
-    not imported for it: a project that does not use Django has not imported it."""
+    ``django-db`` and Django's settings install that app. Only then is Django looked at
+    (its settings read, which configures them from ``DJANGO_SETTINGS_MODULE`` in a process
+    that has not read them yet: a prefork child); settings that cannot be read mean no."""
     backend = app.conf.result_backend
     if not isinstance(backend, str) or backend.split("://")[0] != "django-db":
         return False
-    conf = sys.modules.get("django.conf")
-    settings = getattr(conf, "settings", None)
-    if settings is None or not getattr(settings, "configured", False):
+    try:
+        settings = importlib.import_module("django.conf").settings
+        installed = list(settings.INSTALLED_APPS)
+    except Exception:  # no Django, or settings not configured (ImproperlyConfigured)
         return False
-    installed = getattr(settings, "INSTALLED_APPS", ())
     return any(name == _APP or str(name).startswith(_APP + ".") for name in installed)
 
 
