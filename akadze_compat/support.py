@@ -145,7 +145,9 @@ _BY_SETTING: dict[str, Support] = {
     "broker_vhost": _i("one database is one queue namespace: use another database or queue "
                        "names"),
     # --- result
-    "result_backend": _i(_RESULTS_IN_POSTGRES),
+    "result_backend": _i(_RESULTS_IN_POSTGRES + "; 'django-db' with django_celery_results "
+                         "installed also writes its TaskResult rows, in the outcome's "
+                         "transaction"),
     "result_expires": _h("succeeded jobs are deleted that long after they finish (None or 0: "
                          "kept); forget() deletes nothing"),
     "result_failure_expires": _h("failed jobs are deleted that long after they fail (default "
