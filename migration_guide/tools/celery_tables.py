@@ -562,7 +562,7 @@ def api_page(celery: dict[str, Any], problems: list[str]) -> str:
         "`utils.threads`, `contrib.abortable` (`AbortableTask`, on the job's cancel flag) and "
         "`contrib.django.task` (`DjangoTask`; `delay_on_commit` is on every task, see "
         "[django.md](django.md)). What they leave out (custom beat schedulers, result "
-        "backends, remote control commands, the worker's `Request`, bootsteps) fails at the "
+        "backends, remote control commands, `Task.Request` subclasses, bootsteps) fails at the "
         "import with an ImportError naming the section of [celery.md](celery.md) that says "
         "what to do instead. `akadze_compat.canvas` (Celery's canvas) and `akadze_compat.utils` "
         "(`uuid`) exist. "
