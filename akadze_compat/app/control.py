@@ -23,8 +23,6 @@ from akadze_core import ControlReply, broadcast, request_cancel_sync
 from akadze_core.integration import signal_number
 
 from ..backends.base import lookup_job
-from ..canvas import STAMPING
-from ..utils.unsupported import GUIDE, NotProvided
 
 if TYPE_CHECKING:
     from .base import Celery
@@ -193,15 +191,6 @@ class Control:
                                                signal=signum)
 
                 core.run_pooled(cancel)
-
-    def revoke_by_stamped_headers(self, headers: Any, destination: Any = None,
-                                  terminate: bool = False, signal: Any = "SIGTERM",
-                                  **kwargs: Any) -> None:
-        """Not provided: there is no stamping (``NotProvided`` names the guide section)."""
-        why, section = STAMPING
-        raise NotProvided(f"app.control.revoke_by_stamped_headers (Celery's) is not provided "
-                          f"by akadze_compat: {why} (see {GUIDE}#{section})",
-                          name="revoke_by_stamped_headers", path=__name__)
 
     def purge(self, connection: Any = None) -> int:
         """Delete every waiting task of every queue; returns how many."""
