@@ -170,8 +170,8 @@ _BY_SETTING: dict[str, Support] = {
     "task_allow_error_cb_on_chord_header": _h("a chord's link_error goes to the header's "
                                               "tasks too (immutable), as in Celery"),
     "task_always_eager": _h("tasks run in the caller, results never stored"),
-    "task_annotations": _i("annotations are not applied: set those attributes on the tasks "
-                           "(@app.task(...)) or on a base class instead"),
+    "task_annotations": _h("applied when each task is bound to the app, as Celery does "
+                           "(attributes, `@method` wrappers, annotation objects)"),
     "task_create_missing_queues": _h("when off, routing to a queue not in task_queues raises "
                                      "QueueNotFound"),
     "task_default_priority": _d(_LOW_FIRST),
@@ -380,8 +380,11 @@ _GROUP_RESULTS = ("reads every member in one query and waits on LISTEN/NOTIFY; s
 #: What the doctor's source scan (``doctor_scan``) looks for: the keys are Celery's names, or
 #: a short description of a call shape; the status is ``missing`` or ``different``.
 API_PATTERNS: dict[str, Support] = {
-    "import celery": Support(MISSING, "still imports celery itself: import akadze_compat "
-                                      "instead (migration_guide/celery.md, first step)"),
+    "import celery": Support(DIFFERENT, "imports celery: it resolves to akadze_compat through "
+                                        "the celery alias, which akadze-compat switches on "
+                                        "(elsewhere AKADZE_CELERY=1: "
+                                        "migration_guide/third-party.md); importing "
+                                        "akadze_compat instead is the explicit path"),
     "unavailable name": Support(MISSING, "does not exist in akadze_compat: this import or "
                                          "attribute fails after the rename"),
     "celery.group": Support(DIFFERENT, f"group: {_CANVAS}"),
@@ -430,8 +433,8 @@ API_PATTERNS: dict[str, Support] = {
     "app.control.revoke_by_stamped_headers": Support(MISSING, _NO_STAMPING),
     "celery.canvas.StampingVisitor": Support(MISSING, _NO_STAMPING),
     "app.*": Support(MISSING, "the app has no such attribute here (no broker connection, "
-                              "events, pool or bootsteps objects; app.backend and app.amqp "
-                              "answer from the database and the settings)"),
+                              "events or pool objects; app.backend and app.amqp answer from "
+                              "the database and the settings)"),
     "serializer=": Support(MISSING, "only JSON: pickle, yaml and msgpack are refused when the "
                                     "task is sent"),
     "priority=": Support(DIFFERENT, "lower numbers run first (RabbitMQ runs higher ones first)"),
@@ -448,8 +451,10 @@ API_PATTERNS: dict[str, Support] = {
     "celery.contrib": Support(MISSING, "this celery.contrib module is not provided (rdb, "
                                        "migrate, sphinx...; abortable and django.task are): "
                                        "debug and move tasks with the database at hand"),
-    "celery.bootsteps": Support(MISSING, "custom worker bootsteps are not supported: use the "
-                                         "worker_init / worker_ready signals"),
+    "celery.bootsteps": Support(DIFFERENT, "app.steps boot steps run in akadze-compat's "
+                                           "worker at Celery's points; consumer steps get the "
+                                           "worker (no kombu consumer), ConsumerStep is not "
+                                           "provided"),
     "celery.schedules.solar": Support(DIFFERENT, "solar schedules run as in Celery when the "
                                                  "ephem package is installed (pip install "
                                                  "'akadze[solar]'); without it the worker "

@@ -19,15 +19,17 @@ from ..utils.unsupported import not_provided
 __all__ = ["UnpickleableExceptionWrapper", "b64decode", "b64encode"]
 
 
-def b64encode(s: str | bytes) -> str:
-    """``s`` (text as UTF-8) in base64, as text (django_celery_results stores binary
-    results this way)."""
-    return base64.b64encode(s.encode() if isinstance(s, str) else s).decode()
+def b64encode(value: str | bytes) -> str:
+    """``value`` (text is UTF-8 encoded first) in base64, as text (Celery's helper, which
+    result stores use for binary payloads)."""
+    data = value.encode("utf-8") if isinstance(value, str) else value
+    return base64.b64encode(data).decode("ascii")
 
 
-def b64decode(s: str | bytes) -> bytes:
-    """The bytes ``b64encode`` encoded."""
-    return base64.b64decode(s.encode() if isinstance(s, str) else s)
+def b64decode(value: str | bytes) -> bytes:
+    """The bytes that :func:`b64encode` encoded."""
+    data = value.encode("ascii") if isinstance(value, str) else value
+    return base64.b64decode(data)
 
 
 class UnpickleableExceptionWrapper(Exception):

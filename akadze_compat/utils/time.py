@@ -13,8 +13,7 @@ from typing import Any
 from .unsupported import not_provided
 
 __all__ = ["get_exponential_backoff_interval", "humanize_seconds", "is_naive", "localize",
-           "make_aware",
-           "maybe_iso8601", "maybe_make_aware", "maybe_timedelta", "to_utc"]
+           "make_aware", "maybe_iso8601", "maybe_make_aware", "maybe_timedelta", "to_utc"]
 
 
 def maybe_timedelta(delta: int | float | timedelta) -> timedelta:
@@ -69,24 +68,21 @@ def get_exponential_backoff_interval(factor: float, retries: int, maximum: float
     return max(0, countdown)
 
 
-#: Units ``humanize_seconds`` names, largest first, with their length in seconds.
-_UNITS = (("day", 86400.0), ("hour", 3600.0), ("minute", 60.0), ("second", 1.0))
+_TIME_UNITS = (("day", 86400.0), ("hour", 3600.0), ("minute", 60.0), ("second", 1.0))
 
 
 def humanize_seconds(secs: float, prefix: str = "", sep: str = "", now: str = "now",
                      microseconds: bool = False) -> str:
-    """Seconds in words, in the largest unit they reach, to two decimals, as Celery prints
-    them (``60`` -> ``"1.00 minute"``, ``7200`` -> ``"2.00 hours"``; ``prefix`` "in " gives
-    ``"in 1.00 second"`` and leaves ``now`` alone); less than a second is ``now`` (or, with
-    ``microseconds``, ``"0.50 seconds"``). Schedulers log their next wake-up with it
-    (celery-redbeat imports it)."""
-    rounded = round(float(secs), 2)
-    for unit, length in _UNITS:
-        if rounded >= length:
-            amount = rounded / length
+    """``secs`` in words as Celery writes them in log lines: ``"1.00 minute"``,
+    ``"in 2.00 hours"`` with ``prefix="in "``; ``now`` under a second (with
+    ``microseconds=True``, ``"0.50 seconds"``)."""
+    secs = round(float(secs), 2)
+    for unit, size in _TIME_UNITS:
+        if secs >= size:
+            amount = secs / size
             return f"{prefix}{sep}{amount:.2f} {unit}{'' if amount == 1 else 's'}"
-    if microseconds and rounded > 0.0:
-        return f"{prefix}{sep}{rounded:.2f} seconds"
+    if microseconds and secs > 0.0:
+        return f"{prefix}{sep}{secs:.2f} seconds"
     return now
 
 
