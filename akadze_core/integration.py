@@ -17,7 +17,9 @@ The groups, in the order of a job's path:
   fencing token); ``store_outcome_sync``/``store_outcome`` write it at once through the
   completer's write (fenced, an unstorable outcome failing the job), for a framework that
   must see the outcome stored before it tells its own listeners; ``decide_retry`` is the one
-  rule for "retry, when, or fail" (``akadze_core.model.retry``).
+  rule for "retry, when, or fail" (``akadze_core.model.retry``); an ``OutcomeWriter`` in the
+  core app's ``outcome_writers`` records outcomes in a table of the framework's own, in their
+  transaction (the facade's ``django-db`` result backend).
 - **Remote control, schedules, the command line**: the pieces a framework's own worker and
   beat commands reuse (control replies, schedule clocks, log scrubbing, worker defaults,
   the migration hint, the dashboard).
@@ -44,7 +46,7 @@ from .execution.context import JobContext
 from .execution.executor import decode_job
 from .execution.processes import CHILD_ENV, ProcessPool, child_number, is_child, serve
 from .model.dsn import redact_json
-from .model.outcomes import FAIL, Outcome, error_entry, raised, succeeded
+from .model.outcomes import FAIL, Outcome, OutcomeWriter, error_entry, raised, succeeded
 from .model.retry import RetryDecision, attempts_left, decide_retry
 from .model.serialization import extends_strict_dumps, is_strict, strict_dumps
 from .ops.control import revoked_task_ids, scheduled_jobs, signal_number
@@ -77,6 +79,7 @@ __all__ = [
     "JobRequest",
     "OneLineErrorGroup",
     "Outcome",
+    "OutcomeWriter",
     "ProcessPool",
     "RetryDecision",
     "ScrubbingFormatter",

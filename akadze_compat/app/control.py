@@ -99,6 +99,14 @@ class Inspect:
             callback=self.callback, connection=self.connection, limit=self.limit,
             timeout=self.timeout, reply=True, pattern=self.pattern, matcher=self.matcher))
 
+    def report(self) -> Any:
+        """``{node: {"ok": bug-report text}}`` (``app.bugreport()`` on each worker)."""
+        return self._request("report")
+
+    def clock(self) -> Any:
+        """``{node: {"clock": n}}``: each worker's logical clock."""
+        return self._request("clock")
+
     def ping(self, destination: Any = None) -> Any:
         """``{node: {"ok": "pong"}}`` for every live worker."""
         if destination:

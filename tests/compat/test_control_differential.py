@@ -38,10 +38,8 @@ KNOWN_DIFFERENCES = {
         "a database URL has no failover strategy (kombu's default is round-robin)",
     f"inspect.stats.{NODE}.broker.userid":
         "the database user is in the URL; the Redis URL has none",
-    f"inspect.conf.{NODE}.deprecated_settings": "Celery's internal bookkeeping setting",
     f"inspect.conf.{NODE}.worker_disable_prefetch": "a Celery 5.6+ worker option not in "
                                                     "akadze's settings",
-    f"inspect.conf.{NODE}.include": "Celery adds its built-in modules to include",
     f"pool_grow[].{NODE}.ok": "akadze's threads pool grows; Celery's has no grow "
                               "(AttributeError)",
     f"pool_grow[].{NODE}.error": "the same, from Celery's side",

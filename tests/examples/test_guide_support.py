@@ -163,10 +163,10 @@ def test_what_does_not_come_along() -> None:
 
 @pytest.mark.parametrize("path", [
     "akadze_compat.beat:Scheduler", "akadze_compat.beat:ScheduleEntry",
-    "akadze_compat.backends.base:BaseBackend", "akadze_compat.bootsteps:StartStopStep",
+    "akadze_compat.bootsteps:StartStopStep",
     "akadze_compat.contrib.rdb", "akadze_compat.contrib.migrate"])
 def test_the_paths_the_guide_says_fail_at_import_do(path: str) -> None:
-    """Section 0: custom beat schedulers, result backends and bootsteps fail with an
+    """Section 0: custom beat schedulers and bootsteps fail with an
     ImportError naming the section to read; rdb and migrate do not exist."""
     text = _section(CELERY, "0. What does not come along")
     module, _, name = path.partition(":")
