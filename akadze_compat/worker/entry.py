@@ -151,7 +151,10 @@ def build_request(task: Task, job: Job, meta: dict[str, Any], args: list[Any],
                           "routing_key": meta.get("routing_key") or job.queue,
                           "queue": job.queue, "priority": job.priority,
                           "redelivered": job.run_count > job.attempt},
-        "headers": custom_headers or None, "root_id": meta.get("root_id") or task_id,
+        # Celery's request.headers: the custom headers, or the custom header named
+        # "headers" when there is one (where tracers nest their context).
+        "headers": custom_headers.get("headers", custom_headers or None),
+        "root_id": meta.get("root_id") or task_id,
         "parent_id": meta.get("parent_id"), "correlation_id": task_id, "reply_to": "",
         "ignore_result": ignore_result, "shadow": meta.get("shadow"),
         "callbacks": meta.get("link"), "errbacks": meta.get("link_error"), "utc": True,

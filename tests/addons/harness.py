@@ -7,7 +7,7 @@ imports ``observe`` first, as a project puts its instrumentation first) and the 
 (``producer.py``) are the same text on both sides and import ``celery``:
 
 - Celery: ``python -m celery -A proj worker -P prefork -c 1`` in ``$CELERY_PYTHON``, broker
-  and result backend on Redis (database 12, a queue of the run's own);
+  and result backend on Redis (database 9, a queue of the run's own);
 - akadze: ``akadze-compat -A proj worker -P prefork -c 1`` (the command turns the celery
   alias on), broker the test's Postgres database, and the producer with the alias's first
   line import, ``import akadze_compat.as_celery``.
@@ -37,7 +37,7 @@ import pytest
 
 from tests.compat.differential import CELERY_SERIES, celery_python, no_celery_reason
 
-REDIS_URL = "redis://127.0.0.1:6379/12"
+REDIS_URL = "redis://127.0.0.1:6379/9"
 _runs = itertools.count()
 
 PROJECT = '''

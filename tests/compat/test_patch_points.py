@@ -323,3 +323,21 @@ def test_prefork_children_get_celeryd_init_and_worker_init_before_worker_process
         state = connection.execute(
             "SELECT state FROM akadze.jobs WHERE task = 'hookproj.where'").fetchone()
     assert state is not None and state[0] == "succeeded"
+
+
+async def test_request_headers_are_the_nested_headers_header_when_there_is_one(
+        celery: Celery) -> None:
+    """As Celery 5.7 gives them (seen on its worker): the custom headers are attributes of
+    the request, and ``request.headers`` is the custom headers, or the custom header named
+    "headers" (where ddtrace and Sentry nest their trace context) when there is one."""
+    seen: list[tuple[Any, Any]] = []
+
+    @celery.task(bind=True)
+    def show(self: Task) -> None:
+        seen.append((self.request.headers, getattr(self.request, "a", None)))
+
+    results = [show.apply_async(headers={"a": 1}),
+               show.apply_async(headers={"a": 1, "headers": {"b": 2}}), show.apply_async()]
+    await work(celery, lambda: all(result.ready() for result in results), slots=1)
+    assert sorted(seen, key=repr) == sorted([({"a": 1}, 1), ({"b": 2}, 1), (None, None)],
+                                            key=repr)
