@@ -2,7 +2,7 @@
 
 Private to ``akadze_compat``: ``schedules.crontab.trigger()`` builds a ``CrontabTrigger``,
 which ``akadze_core``'s scheduler asks for ``latest(at)``/``next(after)`` (see
-``akadze_core.triggers``). Its rules follow Celery beat, in the app's zone:
+``akadze_core.schedules.triggers``). Its rules follow Celery beat, in the app's zone:
 
 - A tick is a wall-clock minute where all five fields match: day of month AND day of week
   (Celery ANDs them; Vixie cron ORs them).

@@ -4,7 +4,7 @@ Entries come from ``beat_schedule`` (also ``CELERY_BEAT_SCHEDULE`` with the ``CE
 namespace and the old ``CELERYBEAT_SCHEDULE``) and from ``app.add_periodic_task``, which
 adds to that same setting as Celery does. When a worker prepares (``prepare_worker``), each
 entry is declared on ``app.core`` with ``add_schedule``; every worker then enqueues each tick
-exactly once (see ``akadze_core.schedules``).
+exactly once (see ``akadze_core.schedules.scheduler``).
 
 Each run is the job ``task.apply_async(args, kwargs, **options)`` would enqueue at the tick:
 the same args object (``{"args": [...], "kwargs": {...}}``, kombu JSON), the queue and

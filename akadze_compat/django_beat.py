@@ -7,7 +7,7 @@ never imported. The tables stay django_celery_beat's (its migrations, its admin)
 periodic task's exactly-once state is an ``akadze.schedules`` row named
 ``django_celery_beat:<id>``, so each tick runs once across the fleet.
 
-What each pass does (about once a second, see ``akadze_core.schedules``):
+What each pass does (about once a second, see ``akadze_core.schedules.scheduler``):
 
 - it reads ``django_celery_beat_periodictasks.last_update``, which django_celery_beat moves
   on every save or delete through the ORM or the admin, and re-reads the enabled tasks when

@@ -6,17 +6,11 @@ a late run never wins.
 """
 
 from .app import App
-from .context import JobContext, current
-from .control import (
-    ControlReply,
-    broadcast,
-    request_cancel,
-    request_cancel_sync,
-    requeue,
-    requeue_sync,
-)
-from .dsn import password_of, redact, redact_password
-from .errors import (
+from .enqueue.tasks import Task, TaskCall
+from .enqueue.workflow import Node, OnFailure, Workflow
+from .execution.context import JobContext, current
+from .model.dsn import password_of, redact, redact_password
+from .model.errors import (
     AkadzeError,
     Cancel,
     ConfigurationError,
@@ -35,15 +29,21 @@ from .errors import (
     UnstorableOutcome,
     UpstreamFailed,
 )
-from .jobs import Job
-from .retry import BackoffPolicy, default_backoff
-from .runtime_schedules import RuntimeSchedules, StoredSchedule
-from .schedules import Schedule, Scheduler, ScheduleSpec, run_schedules
-from .tasks import Task, TaskCall
-from .triggers import Cron, Every, Trigger
-from .worker import Worker, WorkerError
-from .worker_config import WorkerConfig
-from .workflow import Node, OnFailure, Workflow
+from .model.jobs import Job
+from .model.retry import BackoffPolicy, default_backoff
+from .ops.control import (
+    ControlReply,
+    broadcast,
+    request_cancel,
+    request_cancel_sync,
+    requeue,
+    requeue_sync,
+)
+from .schedules.runtime import RuntimeSchedules, StoredSchedule
+from .schedules.scheduler import Schedule, Scheduler, ScheduleSpec, run_schedules
+from .schedules.triggers import Cron, Every, Trigger
+from .worker.config import WorkerConfig
+from .worker.lifecycle import Worker, WorkerError
 
 __all__ = [
     "AkadzeError",

@@ -1,5 +1,5 @@
 """The App: the task registry, its settings, and the database it talks to (through its
-``Connections``, ``akadze_core.connections``)."""
+``Connections``, ``akadze_core.store.connections``)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,11 @@ from typing import Any, TypeVar, overload
 import psycopg
 import psycopg_pool
 
-from . import lookup
-from .connections import RECONNECT_WINDOW, UNSURE, Connections, found_dead
-from .jobs import Job
-from .migrations import MIGRATE_COMMAND, migrate
-from .retry import BackoffPolicy
-from .runtime_schedules import RuntimeSchedules
-from .schedules import Schedule, ScheduleSource, ScheduleSpec
-from .serialization import (
+from .enqueue.tasks import Task
+from .enqueue.workflow import Workflow
+from .model.jobs import Job
+from .model.retry import BackoffPolicy
+from .model.serialization import (
     DEFAULT_MAX_ARGS_BYTES,
     DEFAULT_MAX_RESULT_BYTES,
     MAX_RESULT_BYTES_CEILING,
@@ -29,10 +26,13 @@ from .serialization import (
     Loads,
     strict_dumps,
 )
-from .task_ids import TaskIds
-from .tasks import Task
-from .triggers import Trigger
-from .workflow import Workflow
+from .model.task_ids import TaskIds
+from .schedules.runtime import RuntimeSchedules
+from .schedules.scheduler import Schedule, ScheduleSource, ScheduleSpec
+from .schedules.triggers import Trigger
+from .store import lookup
+from .store.connections import RECONNECT_WINDOW, UNSURE, Connections, found_dead
+from .store.migrations import MIGRATE_COMMAND, migrate
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -68,7 +68,7 @@ def resolve_max_result_bytes(value: int | None) -> int:
 
 def _after_fork() -> None:
     """In a forked child every App gets a new lock: one held by another thread at the fork
-    would stay held (its connections are let go of by ``akadze_core.connections``)."""
+    would stay held (its connections are let go of by ``akadze_core.store.connections``)."""
     for app in list(_APPS):
         app._lock = threading.Lock()
 
@@ -86,7 +86,8 @@ class App:
     not set either, starts the embedded Postgres of the project and applies the schema. It
     lives in ``$AKADZE_HOME``, else in ``.akadze/`` of the project root (the nearest directory
     upwards with ``pyproject.toml``, ``setup.py``, ``setup.cfg``, ``.git`` or ``.akadze/``),
-    else in ``$XDG_DATA_HOME/akadze`` (``~/.local/share/akadze``); see ``akadze_core.embedded``.
+    else in ``$XDG_DATA_HOME/akadze`` (``~/.local/share/akadze``); see
+    ``akadze_core.store.embedded``.
     """
 
     def __init__(
@@ -242,7 +243,7 @@ class App:
         """The schedules stored in the database, made and changed while workers run:
         ``app.runtime_schedules.add(name, task, trigger=...)``, ``pause``, ``resume``,
         ``remove``, ``get``, ``list`` (each with an ``_async`` twin and ``session=``); see
-        ``akadze_core.runtime_schedules``."""
+        ``akadze_core.schedules.runtime``."""
         return RuntimeSchedules(self)
 
     def remove_schedule(self, name: str) -> bool:
@@ -343,7 +344,7 @@ class App:
             lambda connection: lookup.find_job_async(connection, task_id, derived))
 
     def task_ids(self) -> TaskIds:
-        """The task ids this database derives from job ids (``akadze_core.task_ids``); its
+        """The task ids this database derives from job ids (``akadze_core.model.task_ids``); its
         key is read on the first call and kept (it never changes)."""
         codec = self._task_ids
         if codec is None:

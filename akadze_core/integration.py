@@ -17,7 +17,7 @@ The groups, in the order of a job's path:
   fencing token); ``store_outcome_sync``/``store_outcome`` write it at once through the
   completer's write (fenced, an unstorable outcome failing the job), for a framework that
   must see the outcome stored before it tells its own listeners; ``decide_retry`` is the one
-  rule for "retry, when, or fail" (``akadze_core.retry``).
+  rule for "retry, when, or fail" (``akadze_core.model.retry``).
 - **Remote control, schedules, the command line**: the pieces a framework's own worker and
   beat commands reuse (control replies, schedule clocks, log scrubbing, worker defaults,
   the migration hint, the dashboard).
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .cli_support import (
+from .cli.support import (
     OneLineErrorGroup,
     ScrubbingFormatter,
     Secrets,
@@ -38,27 +38,27 @@ from .cli_support import (
     printable,
     scrubbed_stdio,
 )
-from .completer import store_outcome, store_outcome_sync
-from .context import JobContext
-from .control import revoked_task_ids, scheduled_jobs, signal_number
-from .database import JobRequest, run_statement, run_statement_sync
-from .dberrors import SCHEMA_ERRORS, is_transient
-from .dsn import redact_json
-from .executor import decode_job
-from .gcpause import collector_paused
-from .migrations import MIGRATE_COMMAND, schema_missing
-from .outcomes import FAIL, Outcome, error_entry, raised, succeeded
-from .panel import NO_REPLY
-from .processes import CHILD_ENV, ProcessPool, Terminated, child_number, is_child, serve
-from .queries import load_queries
-from .retry import RetryDecision, attempts_left, decide_retry
-from .schedules import MIN_CHECK_INTERVAL
-from .serialization import extends_strict_dumps, is_strict, strict_dumps
-from .triggers import EPOCH
-from .worker_config import DEFAULTS, seconds
+from .enqueue.gcpause import collector_paused
+from .execution.context import JobContext
+from .execution.executor import decode_job
+from .execution.processes import CHILD_ENV, ProcessPool, Terminated, child_number, is_child, serve
+from .model.dsn import redact_json
+from .model.outcomes import FAIL, Outcome, error_entry, raised, succeeded
+from .model.retry import RetryDecision, attempts_left, decide_retry
+from .model.serialization import extends_strict_dumps, is_strict, strict_dumps
+from .ops.control import revoked_task_ids, scheduled_jobs, signal_number
+from .schedules.scheduler import MIN_CHECK_INTERVAL
+from .schedules.triggers import EPOCH
+from .store.database import JobRequest, run_statement, run_statement_sync
+from .store.dberrors import SCHEMA_ERRORS, is_transient
+from .store.migrations import MIGRATE_COMMAND, schema_missing
+from .store.queries import load_queries
+from .worker.completer import store_outcome, store_outcome_sync
+from .worker.config import DEFAULTS, seconds
+from .worker.panel import NO_REPLY
 
 if TYPE_CHECKING:
-    from .cli import dashboard_options, run_dashboard
+    from .cli.main import dashboard_options, run_dashboard
 
 __all__ = [
     "CHILD_ENV",
@@ -129,7 +129,7 @@ def outcome_of(context: JobContext, *, value: Any = None,
 
 #: Names loaded on first use: the dashboard's command pieces cost an import that only the
 #: command line needs (not a worker, nor an app that sends tasks).
-_LAZY = {"dashboard_options": "cli", "run_dashboard": "cli"}
+_LAZY = {"dashboard_options": "cli.main", "run_dashboard": "cli.main"}
 
 
 def __getattr__(name: str) -> Any:

@@ -53,7 +53,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from akadze_core.queries import query
+from akadze_core.store.queries import query
 
 from . import celery_side, db, procs
 from .apps.core_app import NOOP, STAMP, make_app
@@ -166,7 +166,7 @@ class CoreCanvasResult:
 def group_enqueue(url: str, jobs: int, *, rounds: int = 3) -> EnqueueFigures:
     """A workflow of ``jobs`` no-op nodes vs ``enqueue_many`` of the same kwargs, ``rounds``
     times each in alternating order, into an emptied table each time."""
-    from akadze_core import database
+    from akadze_core.store import database
 
     app = make_app(url)
     task = app.tasks[NOOP]

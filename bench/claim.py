@@ -1,4 +1,4 @@
-"""Claim latency as the backlog grows: ``akadze_core.database.claim_jobs`` timed alone.
+"""Claim latency as the backlog grows: ``akadze_core.store.database.claim_jobs`` timed alone.
 
 Each scenario gets its own database (``<bench database>_claim_<scenario>``), its backlog
 generated in SQL and ANALYZEd, and a registered worker row. Then the scenarios take turns,
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from akadze_core import database
+from akadze_core.store import database
 
 from . import db
 from .apps.core_app import NOOP

@@ -22,7 +22,7 @@ APP_SPEC = "bench.apps.core_app:app"
 
 def worker_argv(url: str, slots: int, log_level: str | None = None) -> list[str]:
     """``akadze --database-url URL worker bench.apps.core_app:app --slots N``."""
-    argv = [*console_script("akadze", "akadze_core.cli"), "--database-url", url, "worker",
+    argv = [*console_script("akadze", "akadze_core.cli.main"), "--database-url", url, "worker",
             APP_SPEC, "--slots", str(slots)]
     if log_level:
         argv += ["--log-level", log_level]

@@ -15,7 +15,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from akadze_core.migrations import migrate
+from akadze_core.store.migrations import migrate
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 ADMIN_URL_ENV = "AKADZE_BENCH_ADMIN_URL"

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from akadze_core import database
+from akadze_core.store import database
 
 from . import db
 from .apps.core_app import NOOP, make_app

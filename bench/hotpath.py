@@ -218,7 +218,7 @@ def drain_cell(server: NativePostgres, jobs: int, slots: int, bucket: float, run
     fill_seconds = time.monotonic() - started
     log(f"drain: {jobs:,} jobs generated in {fill_seconds:.1f}s; the worker starts")
     sampler = Sampler(url, bucket)
-    argv = [*drain.console_script("akadze", "akadze_core.cli"), "--database-url", url,
+    argv = [*drain.console_script("akadze", "akadze_core.cli.main"), "--database-url", url,
             "worker", APP, "--slots", str(slots), "--log-level", "WARNING"]
     try:
         result = drain.drain(url, argv, jobs=jobs, log=run_dir / "drain-worker.log",
@@ -487,7 +487,7 @@ def claim_cell(server: NativePostgres, due: int, history: int, claims: int, slot
 
     def worker_history(url: str) -> None:
         db.fill(url, history, task=NOOP, queue=claim.QUEUE)
-        argv = [*drain.console_script("akadze", "akadze_core.cli"), "--database-url", url,
+        argv = [*drain.console_script("akadze", "akadze_core.cli.main"), "--database-url", url,
                 "worker", APP, "--queue", claim.QUEUE, "--slots", str(slots),
                 "--log-level", "WARNING"]
         log(f"claim: {history:,} jobs run to success by `akadze worker` for the history")

@@ -1,8 +1,8 @@
 """``python -m bench.hotpath_worker OUT.json AKADZE-ARGS...``: ``akadze AKADZE-ARGS`` with every
 claim statement timed.
 
-The worker is the one the real console script starts: this calls ``akadze_core.cli.main``
-with the same arguments, in this process, after wrapping ``akadze_core.database.claim_jobs``
+The worker is the one the real console script starts: this calls ``akadze_core.cli.main.main``
+with the same arguments, in this process, after wrapping ``akadze_core.store.database.claim_jobs``
 (the worker looks it up on the module at each claim) with a timer. The durations go into
 one bucket per wall-clock second, each a bounded reservoir plus an exact count and maximum,
 and are written to ``OUT.json`` every few seconds and at exit (the CLI leaves through
@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from akadze_core import database
+from akadze_core.store import database
 
 #: Durations kept per second: far above the claim rate of a 64-slot worker at 800 jobs/s,
 #: and a bound on memory whatever the rate.
@@ -120,7 +120,7 @@ def main(argv: list[str]) -> None:
     atexit.register(dump, out, times, lag)
     threading.Thread(target=dump_every, args=(out, times, lag, DUMP_EVERY), daemon=True,
                      name="claim-times").start()
-    from akadze_core import cli
+    from akadze_core.cli import main as cli
 
     cli.main(argv[1:])
 

@@ -5,7 +5,7 @@ Its own database (``<bench database>_metrics``): ``jobs`` rows (``failed`` of th
 rest succeeded over the past week, the newest 30,000 of them in the last five minutes, so
 that the recent window's cap binds), then VACUUM ANALYZE as autovacuum would.
 
-1. ``akadze_core.metrics.render_metrics`` (the dashboard's ``/metrics``), timed in process:
+1. ``akadze_core.ops.metrics.render_metrics`` (the dashboard's ``/metrics``), timed in process:
    ``renders`` calls after 5 warm-ups, the server's whole time (queries and exposition).
 2. Claims with and without scrapes: one ``akadze worker --slots 10 --metrics-port P`` drains
    ``drain_jobs`` no-ops of its own queue per phase, in two turns: without scrapes, then
@@ -28,7 +28,7 @@ from pathlib import Path
 import psycopg
 
 from akadze_core import App
-from akadze_core.metrics import exposition, read_database, render_metrics
+from akadze_core.ops.metrics import exposition, read_database, render_metrics
 
 from . import db, procs
 from .apps.core_app import NOOP

@@ -31,11 +31,11 @@ import psycopg
 from psycopg import _queries
 from psycopg.adapt import Transformer
 
-from akadze_core import database
-from akadze_core.floors import Floors
-from akadze_core.migrations import migrate
-from akadze_core.outcomes import SUCCESS, Outcome
-from akadze_core.queries import query
+from akadze_core.model.outcomes import SUCCESS, Outcome
+from akadze_core.store import database
+from akadze_core.store.floors import Floors
+from akadze_core.store.migrations import migrate
+from akadze_core.store.queries import query
 
 from . import db, procs
 from .ab import prepare

@@ -14,7 +14,7 @@ that replace Celery's canvas chains and polling loops:
   attempt is given back, so a job with ``max_attempts=3`` can poll as long as it needs.
 
 Without ``AKADZE_DATABASE_URL`` it runs on the embedded Postgres of the project (``.akadze/``
-of the repository root, or ``$AKADZE_HOME``; see ``akadze_core.embedded``). The
+of the repository root, or ``$AKADZE_HOME``; see ``akadze_core.store.embedded``). The
 example's own tables live in the schema ``akadze_example`` (dropped and recreated on each
 run). Progress goes to stdout, the worker's log to stderr.
 """

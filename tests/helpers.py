@@ -12,8 +12,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from akadze_core import Worker, lookup
-from akadze_core.task_ids import TaskIds
+from akadze_core import Worker
+from akadze_core.model.task_ids import TaskIds
+from akadze_core.store import lookup
 from bench.procs import children
 
 
@@ -27,7 +28,7 @@ def job(db: psycopg.Connection, job_id: int) -> dict[str, Any]:
 
 def job_of_task(db: psycopg.Connection, task_id: str) -> dict[str, Any]:
     """The row of the job a Celery task id names: its ``meta["task_id"]``, else the job
-    without one whose derived id it is (``akadze_core.task_ids``)."""
+    without one whose derived id it is (``akadze_core.model.task_ids``)."""
     derived = TaskIds(lookup.task_id_key(db)).job_id(task_id)
     with db.cursor(row_factory=dict_row) as cursor:
         row = cursor.execute(

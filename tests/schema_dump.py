@@ -5,7 +5,7 @@
 
 The scratch database is created (and dropped) on the server of ``--admin-url``, else
 ``AKADZE_TEST_DATABASE_URL``, else the local Postgres the tests use; pg_dump comes from PATH,
-Debian's /usr/lib/postgresql or the embedded Postgres (akadze_core.migrations).
+Debian's /usr/lib/postgresql or the embedded Postgres (akadze_core.store.migrations).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from akadze_core.migrations import SCHEMA_FILE, dump_schema, migrate, schema_file_text
+from akadze_core.store.migrations import SCHEMA_FILE, dump_schema, migrate, schema_file_text
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 

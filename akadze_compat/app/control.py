@@ -2,7 +2,7 @@
 
 ``broadcast`` writes one request for the live workers (their heartbeats, on the database
 clock) and, with ``reply=True``, collects their replies until ``timeout`` or until every
-one answered (``akadze_core.control.broadcast``); a dead worker never answers. Replies come
+one answered (``akadze_core.ops.control.broadcast``); a dead worker never answers. Replies come
 as Celery's: ``broadcast`` and ``ping`` a list of ``{node: reply}``, ``inspect()`` methods
 one dict ``{node: reply}`` (None when no worker answered). ``revoke`` and ``purge`` are
 database writes that need no worker.

@@ -370,7 +370,7 @@ class MemberAdder:
             payloads = [self._payload(member, row.immutable, args, kwargs)
                         for member in members]
         # A member gets no task id of its own: it is known by the id derived from its job
-        # id (akadze_core.task_ids; no bytes nor index entry per member), learnt once
+        # id (akadze_core.model.task_ids; no bytes nor index entry per member), learnt once
         # inserted; its meta is the group's, one for all, and its group index its job's
         # position (first_position: nothing per member to encode, send or parse but its
         # args; the worker reads request.group_index from Job.position). Only the last one
@@ -494,7 +494,7 @@ def send_canvas(app: Celery, sig: Signature, args: Any, kwargs: Any,
     ``apply_async`` of that canvas does."""
     options = dict(options)
     builder = Builder(app, current_session(options.pop("connection", None)))
-    with collector_paused():  # a big group's rows: see akadze_core.gcpause
+    with collector_paused():  # a big group's rows: see akadze_core.enqueue.gcpause
         planned = sig.to_flow(builder, args, kwargs, after=[], many=False, failure="cancel",
                               options=options)
     builder.enqueue()

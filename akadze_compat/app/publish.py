@@ -8,7 +8,7 @@ before the row is inserted (a ``before_task_publish``/``after_task_publish`` rec
 link): either is kept in ``meta["task_id"]`` (the core's external id, spliced into the meta
 encoded once: ``TaskCall.enqueue_with_task_id``), found through its index. Any other call
 stores none: it is known by the uuid4-shaped id derived from its job id
-(``akadze_core.task_ids``, as a group's members are), which ``AsyncResult`` works out when
+(``akadze_core.model.task_ids``, as a group's members are), which ``AsyncResult`` works out when
 asked for, so the row and the index stay as small as a plain job's.
 
 Transactional enqueue: ``apply_async(connection=psycopg_conn)``, or any call inside

@@ -2,7 +2,7 @@
 -- django_celery_beat's DatabaseScheduler (akadze_compat/django_beat.py). The tables are
 -- django_celery_beat's (its migrations create them, in the database broker_url names); the
 -- exactly-once state of each task lives in akadze.schedules, as for beat_schedule entries.
--- Run through akadze_core.database.run_statement.
+-- Run through akadze_core.store.database.run_statement.
 
 -- name: djbeat_changed
 -- django_celery_beat moves last_update whenever the ORM saves or deletes a periodic task or

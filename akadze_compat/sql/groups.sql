@@ -1,5 +1,5 @@
 -- akadze_compat's saved groups (GroupResult.save / restore / delete), in akadze.saved_groups
--- (migration 0006). Run through akadze_core.database.run_statement_sync.
+-- (migration 0006). Run through akadze_core.store.database.run_statement_sync.
 
 -- name: group_save
 INSERT INTO akadze.saved_groups (id, result) VALUES (%(id)s, %(result)s::jsonb)

@@ -2,7 +2,7 @@
 that register more (``control_command`` / ``inspect_command``).
 
 Celery's worker answers them from its memory; here each live worker answers in its loop,
-reached through the database (``akadze_core.control``), from what it holds (the jobs it
+reached through the database (``akadze_core.ops.control``), from what it holds (the jobs it
 runs and has claimed ahead, its queues, its pool) and, where the database is the truth,
 from the database: ``scheduled`` lists the jobs waiting for their eta (each under one of the
 live workers consuming its queue, so the replies add up to every one), ``revoked`` the tasks

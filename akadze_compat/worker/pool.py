@@ -5,7 +5,7 @@ batches; its children (fresh interpreters re-running the same command, never for
 run task bodies, one at a time each, as Celery's pool processes do. What Celery users
 rely on carries over: ``-c`` children, ``--max-tasks-per-child``, a child killed from
 outside is replaced (a task it was running ends with ``ProcessLost`` and is retried),
-children exit when the worker goes. See ``akadze_core.processes`` for the mechanics.
+children exit when the worker goes. See ``akadze_core.execution.processes`` for the mechanics.
 
 Time limits and terminate, as Celery's prefork pool has them (``CeleryProcessPool``):
 

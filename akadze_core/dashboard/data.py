@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .. import database, lookup
-from ..control import request_cancel_sync, requeue_sync
-from ..jobs import Job
-from ..queries import load_queries
-from ..task_ids import TaskIds
-from ..triggers import parse_spec
+from ..model.jobs import Job
+from ..model.task_ids import TaskIds
+from ..ops.control import request_cancel_sync, requeue_sync
+from ..schedules.triggers import parse_spec
+from ..store import database, lookup
+from ..store.queries import load_queries
 
 if TYPE_CHECKING:
     from ..app import App
@@ -254,7 +254,7 @@ def job_page(connection: psycopg.Connection, filters: JobFilter, before: int | N
 
 def find(connection: psycopg.Connection, text: str, codec: TaskIds) -> Job | None:
     """The job of a job id, or of a task id (``meta.task_id``, its index; or derived from
-    a job id: ``akadze_core.task_ids``)."""
+    a job id: ``akadze_core.model.task_ids``)."""
     text = text.strip()
     if text.isdigit() and len(text) < 19:
         job = lookup.get_job(connection, int(text))

@@ -35,10 +35,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from .. import lookup
-from ..dsn import redact_password
-from ..jobs import JOB_STATES
-from ..task_ids import TaskIds
+from ..model.dsn import redact_password
+from ..model.jobs import JOB_STATES
+from ..model.task_ids import TaskIds
+from ..store import lookup
 from . import charts, data
 
 if TYPE_CHECKING:
@@ -859,9 +859,9 @@ class Pages:
 
     @_guarded
     async def metrics(self, request: Request) -> Response:
-        """Prometheus metrics, when ``akadze_core.metrics`` is installed (404 otherwise)."""
+        """Prometheus metrics, when ``akadze_core.ops.metrics`` is installed (404 otherwise)."""
         try:
-            from .. import metrics  # type: ignore[attr-defined]
+            from ..store import metrics  # type: ignore[attr-defined]
         except ImportError:
             return PlainTextResponse("metrics are not available in this build",
                                      status_code=404)

@@ -1,6 +1,6 @@
 -- The akadze functions: the one place each is defined. Re-applied whole by `akadze migrate`
 -- whenever this file's checksum differs from the one recorded in akadze.repeatable_migrations,
--- after the versioned migrations (akadze_core/migrations.py says why and what that implies).
+-- after the versioned migrations (akadze_core/store/migrations.py says why and what that implies).
 -- So a function is edited here, in place, and no migration restates it.
 --
 -- Every statement must be safe to run again on a database that already has it: CREATE OR
@@ -16,7 +16,7 @@ BEGIN
 END
 $$;
 
--- The payload of an akadze_jobs notification (claim floors, akadze_core/floors.py): a claim
+-- The payload of an akadze_jobs notification (claim floors, akadze_core/store/floors.py): a claim
 -- reads the claim index only above the last key its worker claimed, and a job committed
 -- later with a lower key must lower that floor, so inserts say the lowest key they wrote:
 -- the queue, then (after a unit separator) the priority and scheduled_at in microseconds
@@ -306,7 +306,7 @@ $$;
 
 -- Claim up to %(limit)s due jobs of one queue, in (priority, scheduled_at, id) order.
 -- Jobs cancelled or expired before they start end here as cancelled, without running.
--- The floors (akadze_core/floors.py): per priority, the (scheduled_at, id) of the last job
+-- The floors (akadze_core/store/floors.py): per priority, the (scheduled_at, id) of the last job
 -- this worker claimed there; the index is read only above it, never over the entries of
 -- jobs claimed before (which VACUUM may not have removed yet, or may not remove at all
 -- while a transaction pins the horizon). Priorities without a floor -- the ranges below,
@@ -511,7 +511,7 @@ BEGIN
         -- settled: what settle changed (NULL when it did not run), so the worker claims a released
         -- job at once instead of waiting for the NOTIFY.
         -- queue, priority, scheduled_at: where a job queued again (a retry) now sorts in its queue
-        -- (the worker's claim floors, akadze_core/floors.py).
+        -- (the worker's claim floors, akadze_core/store/floors.py).
         SELECT id, run_count, state, queue, priority, scheduled_at,
                (SELECT touched FROM settled) AS settled FROM updated
         -- Referencing the CTEs makes them run.

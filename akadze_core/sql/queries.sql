@@ -42,7 +42,7 @@ LIMIT 1;
 -- name: job_insert_many
 -- Bulk insert of one task's jobs sharing every option but their args (one round trip);
 -- returns the ids in input order. Scalars for the shared columns keep this as fast as COPY.
--- The args come as JSON arrays of up to 100 jobs each (tasks.encode_many; a text[] bound in
+-- The args come as JSON arrays of up to 100 jobs each (encoding.encode_many; a text[] bound in
 -- binary, so nothing is quoted or escaped per element): one dumps() per array on the client
 -- and one jsonb parse per array here, not one of each per job. This statement with its
 -- parameters runs at about twice the rate of the former text[] of one args text per job.
@@ -264,7 +264,7 @@ SELECT * FROM akadze.claim_jobs(
 -- this worker claimed from the queue), wrapping around: without that cursor a one-slot
 -- worker would pick the flood's oldest job on every claim and starve the other tasks.
 -- The distinct task names come from a loose index scan of jobs_fair_claim_idx, which fair
--- workers build when they start (akadze_core/fair_index.py).
+-- workers build when they start (akadze_core/store/fair_index.py).
 WITH RECURSIVE tasks AS (
     (SELECT task FROM akadze.jobs
      WHERE state = 'queued' AND queue = %(queue)s ORDER BY task LIMIT 1)
@@ -563,7 +563,7 @@ SELECT current_setting('autovacuum')::boolean
 FROM pg_class AS c WHERE c.oid = 'akadze.jobs'::regclass;
 
 -- name: fair_index_state
--- jobs_fair_claim_idx (built by fair workers, akadze_core/fair_index.py): no row when it
+-- jobs_fair_claim_idx (built by fair workers, akadze_core/store/fair_index.py): no row when it
 -- does not exist; valid once a build has finished; building while a CREATE INDEX of it runs.
 SELECT i.indisvalid AS valid,
        EXISTS (SELECT 1 FROM pg_stat_progress_create_index AS p
@@ -659,7 +659,7 @@ RETURNING j.id, (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM tar
 
 -- name: job_find_by_task_id
 -- The newest job carrying an external id (integrations such as the Celery facade set it),
--- else the job %(derived)s (the one the id would be derived from: akadze_core.task_ids)
+-- else the job %(derived)s (the one the id would be derived from: akadze_core.model.task_ids)
 -- when it carries none of its own.
 -- Through jobs_meta_task_id_idx: its predicate (meta ? 'task_id') must be in the query, and
 -- the matches are found before they are ordered (MATERIALIZED), or the planner, which has
@@ -676,7 +676,7 @@ FROM akadze.jobs WHERE id = coalesce((
     SELECT id FROM akadze.jobs WHERE id = %(derived)s::bigint AND NOT meta ? 'task_id'));
 
 -- name: task_id_key
--- The key of the task ids derived from job ids (akadze_core.task_ids; migration 0014).
+-- The key of the task ids derived from job ids (akadze_core.model.task_ids; migration 0014).
 SELECT key FROM akadze.task_id_key;
 
 -- name: job_purge
@@ -959,7 +959,7 @@ LIMIT %(limit)s;
 -- name: control_revoked
 -- Task ids revoked within the last %(window)s seconds (cancelled or expired, or running
 -- with a cancel requested), newest first: what Celery's workers keep in their revoked set
--- (task_id NULL: the caller derives it from the id, akadze_core.task_ids).
+-- (task_id NULL: the caller derives it from the id, akadze_core.model.task_ids).
 SELECT id, meta->>'task_id' AS task_id FROM (
     SELECT id, meta, finished_at AS revoked_at FROM akadze.jobs
     WHERE state = 'cancelled' AND finished_at > now() - %(window)s::float8 * interval '1 second'
@@ -970,7 +970,7 @@ ORDER BY revoked_at DESC
 LIMIT %(limit)s;
 
 -- name: metrics_job_counts
--- Prometheus (akadze_core.metrics): jobs per queue and state, every state but succeeded,
+-- Prometheus (akadze_core.ops.metrics): jobs per queue and state, every state but succeeded,
 -- each read from a partial index up to %(cap)s entries: queued (due) and scheduled (queued,
 -- not due yet) from jobs_claim_idx, running from jobs_running_idx (bounded by the fleet's
 -- slots), waiting, failed and cancelled from jobs_state_queue_idx; all but running

@@ -1,4 +1,4 @@
--- The akadze schema as the migrations leave a database (akadze_core/migrations.py): its
+-- The akadze schema as the migrations leave a database (akadze_core/store/migrations.py): its
 -- tables, indexes, sequences and functions, dumped by pg_dump from a freshly migrated
 -- database. Generated, not applied by anything: edit a migration or sql/functions.sql, then
 -- regenerate it with
@@ -178,7 +178,7 @@ BEGIN
         -- settled: what settle changed (NULL when it did not run), so the worker claims a released
         -- job at once instead of waiting for the NOTIFY.
         -- queue, priority, scheduled_at: where a job queued again (a retry) now sorts in its queue
-        -- (the worker's claim floors, akadze_core/floors.py).
+        -- (the worker's claim floors, akadze_core/store/floors.py).
         SELECT id, run_count, state, queue, priority, scheduled_at,
                (SELECT touched FROM settled) AS settled FROM updated
         -- Referencing the CTEs makes them run.

@@ -4,7 +4,7 @@ It starts ``akadze-compat -A examples.celery_project worker`` as a subprocess (i
 to stderr), sends tasks the Celery way, prints what happens to them on stdout, then stops
 the worker with SIGTERM and exits. Without ``AKADZE_DATABASE_URL`` (or a ``broker_url``)
 everything runs on the embedded Postgres of the project (``.akadze/`` of the repository
-root, or ``$AKADZE_HOME``; see ``akadze_core.embedded``).
+root, or ``$AKADZE_HOME``; see ``akadze_core.store.embedded``).
 """
 
 from __future__ import annotations

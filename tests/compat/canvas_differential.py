@@ -401,7 +401,7 @@ def compare(only: list[str] | None = None) -> int:
     import psycopg
     from psycopg import sql
 
-    from akadze_core.migrations import migrate
+    from akadze_core.store.migrations import migrate
     from tests.conftest import DEFAULT_ADMIN_URL, database_url_for
 
     reason = celery_unavailable()

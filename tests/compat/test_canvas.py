@@ -21,7 +21,7 @@ from akadze_compat import Celery, Task, chain, chord, group, signature, states
 from akadze_compat.canvas import Signature, chunks, xmap, xstarmap
 from akadze_compat.exceptions import ChordError, TaskRevokedError
 from akadze_compat.result import AsyncResult, GroupResult, ResultSet, allow_join_result
-from akadze_core.task_ids import TaskIds
+from akadze_core.model.task_ids import TaskIds
 from tests.compat.conftest import work
 
 
@@ -192,7 +192,7 @@ async def test_a_groups_state_is_one_read_of_its_unfinished_members(
 
 async def test_a_group_is_built_with_the_collector_paused(celery: Celery) -> None:
     # A publish receiver runs inside the build (prepare): it sees the collector paused, and
-    # it is on again once the group is sent (akadze_core.gcpause: half a big group's client
+    # it is on again once the group is sent (akadze_core.enqueue.gcpause: half a big group's client
     # time went to collections).
     import gc
 

@@ -159,12 +159,13 @@ def test_engine_errors_come_back_as_celery_exceptions() -> None:
     from akadze_compat import exceptions
     from akadze_compat.backends.base import exception_from_entry
 
-    unknown = exception_from_entry({"type": "NotRegistered", "module": "akadze_core.errors",
+    unknown = exception_from_entry({"type": "NotRegistered", "module": "akadze_core.model.errors",
                                     "message": "unknown task 'x'"})
     assert isinstance(unknown, exceptions.NotRegistered)
     assert isinstance(exception_from_entry({"type": "WorkerLost", "message": "gone"}),
                       exceptions.WorkerLostError)
-    assert isinstance(exception_from_entry({"type": "JobTimeout", "module": "akadze_core.errors",
+    assert isinstance(exception_from_entry({"type": "JobTimeout",
+                                            "module": "akadze_core.model.errors",
                                             "message": "slow"}), exceptions.TimeLimitExceeded)
     # A user's own class of the same name is left alone.
     assert type(exception_from_entry({"type": "NotRegistered", "module": "myproj.errors",

@@ -20,7 +20,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from akadze_core.dashboard.server import normalize_prefix, parse_basic_auth
-from akadze_core.task_ids import TaskIds
+from akadze_core.model.task_ids import TaskIds
 from tests.dashboard.dash_app import build_app
 from tests.dashboard.support import PROJECT_ROOT, Client, dashboard, worker
 

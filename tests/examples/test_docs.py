@@ -173,7 +173,7 @@ def test_command_lists_parse(document: Path) -> None:
     as a script; each command must still be one the CLI accepts, and a ``pip install`` must
     name extras the project has."""
     from akadze_compat.bin.celery import cli as compat_cli
-    from akadze_core.cli import cli as core_cli
+    from akadze_core.cli.main import cli as core_cli
 
     clis: dict[str, click.Command] = {"akadze": core_cli, "akadze-compat": compat_cli}
     commands = [command for _title, language, _index, code in fenced_blocks(document)

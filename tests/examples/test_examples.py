@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from akadze_core.embedded import embedded_home
+from akadze_core.store.embedded import embedded_home
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

@@ -52,7 +52,7 @@ def shims(directory: Path) -> Path:
     bin_dir = directory / "bin"
     bin_dir.mkdir()
     scripts = {"python3": [sys.executable]}
-    for name, module in (("akadze", "akadze_core.cli"), ("akadze-compat", "akadze_compat")):
+    for name, module in (("akadze", "akadze_core.cli.main"), ("akadze-compat", "akadze_compat")):
         installed = Path(sys.executable).with_name(name)
         scripts[name] = [str(installed)] if installed.exists() else [sys.executable, "-m", module]
     for name, argv in scripts.items():

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from akadze_core import App
-from akadze_core.migrations import migrate
+from akadze_core.store.migrations import migrate
 from tests.faults.fault_app import build_fault_app
 from tests.workers.support import RUNS_TABLE, PrivateCluster, WorkerProcess
 

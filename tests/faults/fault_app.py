@@ -32,8 +32,8 @@ from typing import Any  # noqa: E402
 import psycopg_pool  # noqa: E402
 
 from akadze_core import App, ConfigurationError, Worker, WorkerError, current  # noqa: E402
-from akadze_core.processes import ProcessPool, is_child, serve  # noqa: E402
-from akadze_core.serialization import strict_dumps  # noqa: E402
+from akadze_core.execution.processes import ProcessPool, is_child, serve  # noqa: E402
+from akadze_core.model.serialization import strict_dumps  # noqa: E402
 from tests.faults.workflow_tasks import register_workflow_tasks  # noqa: E402
 from tests.workers.worker_app import _record_start, build_app  # noqa: E402
 

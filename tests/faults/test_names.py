@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from akadze_core import App
-from akadze_core.cli import cli
+from akadze_core.cli.main import cli
 from tests.helpers import job
 from tests.integration.lease_support import scalar
 

@@ -26,7 +26,7 @@ import psycopg
 import pytest
 
 from akadze_core import App
-from akadze_core.migrations import migrate
+from akadze_core.store.migrations import migrate
 from tests.faults.ha_app import HA_RUNS_TABLE
 from tests.faults.patroni_support import PatroniCluster, missing
 from tests.workers.support import PROJECT_ROOT, wait_until

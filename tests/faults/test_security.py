@@ -23,8 +23,8 @@ from click.testing import CliRunner
 from psycopg import errors
 
 from akadze_core import App
-from akadze_core.cli import cli
-from akadze_core.migrations import migrate
+from akadze_core.cli.main import cli
+from akadze_core.store.migrations import migrate
 from tests.faults.conftest import SpawnWorker
 from tests.faults.fault_app import build_fault_app
 from tests.faults.support import count, error_types, job, one_line, rows_by_id, wait_until

@@ -2,7 +2,7 @@
 
 Random sequences of enqueue, claim (plain and fair), heartbeat, outcome (of current and stale
 runs), rescue, graceful return, cancel, requeue, "time passes", ageing and prune steps run
-through ``akadze_core.database`` / ``control`` and the named queries. A model predicts every
+through ``akadze_core.store.database`` / ``control`` and the named queries. A model predicts every
 row; after each step the database must match it and these invariants must hold:
 
 - every job is in exactly one of the five states, and its other columns agree with it
@@ -35,9 +35,10 @@ from hypothesis.stateful import (
 )
 from psycopg.rows import dict_row
 
-from akadze_core import control, database
-from akadze_core.database import JobRequest
-from akadze_core.outcomes import CANCEL, FAIL, RETRY, SNOOZE, SUCCESS, Outcome, error_entry
+from akadze_core.model.outcomes import CANCEL, FAIL, RETRY, SNOOZE, SUCCESS, Outcome, error_entry
+from akadze_core.ops import control
+from akadze_core.store import database
+from akadze_core.store.database import JobRequest
 
 FINISHED = ("succeeded", "failed", "cancelled")
 SUCCEEDED_RETENTION = 3600.0

@@ -14,7 +14,8 @@ import time
 import psycopg
 import pytest
 
-from akadze_core import App, database
+from akadze_core import App
+from akadze_core.store import database
 from tests.faults.conftest import SpawnWorker
 from tests.faults.fault_app import build_fault_app
 from tests.faults.support import all_runs, count, rows_by_id, wait_until

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from akadze_core import App
-from akadze_core.serialization import sanitize_text
+from akadze_core.model.serialization import sanitize_text
 from tests.faults.conftest import SpawnWorker
 from tests.faults.fault_app import BAD_MESSAGE, MAX_RESULT_BYTES_ENV
 from tests.faults.support import error_types, rows_by_id, wait_until

@@ -16,8 +16,9 @@ import asyncio
 import psycopg
 import pytest
 
-from akadze_core import App, Fail, database
-from akadze_core.outcomes import Outcome, error_entry
+from akadze_core import App, Fail
+from akadze_core.model.outcomes import Outcome, error_entry
+from akadze_core.store import database
 from tests.faults.support import rows_by_id
 
 pytestmark = pytest.mark.slow

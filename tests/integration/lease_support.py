@@ -1,7 +1,7 @@
 """Helpers shared by the enqueue, claim, fencing/rescue and maintenance tests.
 
 Everything here talks to the real test database: fake worker rows, direct claims through
-``akadze_core.database``, and polling loops that wait on the database instead of sleeping.
+``akadze_core.store.database``, and polling loops that wait on the database instead of sleeping.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 
 import psycopg
 
-from akadze_core import Worker, database
+from akadze_core import Worker
+from akadze_core.store import database
 
 # Short intervals so every worker test finishes in a second or two.
 FAST = {"poll_interval": 0.05, "heartbeat_interval": 0.2, "heartbeat_ttl": 1}

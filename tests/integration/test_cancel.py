@@ -487,8 +487,8 @@ async def test_an_unstarted_run_neither_cancelled_nor_expired_goes_back_unspent(
 ) -> None:
     # The worker's expiry timer runs on its own clock; only the database's decides. Dropped
     # before expiry on the database clock, the job is queued again, due now, attempt unspent.
-    from akadze_core import database
-    from akadze_core.outcomes import UNSTARTED, Outcome
+    from akadze_core.model.outcomes import UNSTARTED, Outcome
+    from akadze_core.store import database
     from tests.integration.lease_support import claim, fake_worker
 
     @app.task("later")
@@ -518,7 +518,7 @@ async def test_a_terminate_heard_before_the_run_reaches_the_process_pool_still_s
     import signal
     import sys
 
-    from akadze_core.processes import NotStarted, ProcessPool
+    from akadze_core.execution.processes import NotStarted, ProcessPool
 
     pool = ProcessPool(1, [sys.executable, "-c", "pass"])  # never started: runs wait
     worker = fast_worker(app, process_pool=pool)

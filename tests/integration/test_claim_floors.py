@@ -1,4 +1,4 @@
-"""Claim floors (akadze_core/floors.py): a claim reads the claim index only above
+"""Claim floors (akadze_core/store/floors.py): a claim reads the claim index only above
 the last key its worker claimed, so the entries of jobs claimed before -- which VACUUM cannot
 remove while a transaction pins the horizon -- cost it nothing; and no job is ever left
 below a floor unseen."""
@@ -15,10 +15,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from akadze_core import App, Worker, database
-from akadze_core.floors import Floors
-from akadze_core.listener import listen_for_jobs
-from akadze_core.queries import query
+from akadze_core import App, Worker
+from akadze_core.store import database
+from akadze_core.store.floors import Floors
+from akadze_core.store.listener import listen_for_jobs
+from akadze_core.store.queries import query
 
 QUEUE = "floors"
 

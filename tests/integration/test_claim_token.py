@@ -16,10 +16,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from akadze_core import App, NotOwner, current, database
-from akadze_core.context import JobContext
-from akadze_core.executor import decode_job
-from akadze_core.outcomes import SUCCESS, Outcome
+from akadze_core import App, NotOwner, current
+from akadze_core.execution.context import JobContext
+from akadze_core.execution.executor import decode_job
+from akadze_core.model.outcomes import SUCCESS, Outcome
+from akadze_core.store import database
 from tests.helpers import job
 from tests.integration.lease_support import claim, fake_worker, wait_until
 from tests.integration.outcome_helpers import fast_worker

@@ -26,7 +26,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from akadze_core import App
-from akadze_core.cli import cli
+from akadze_core.cli.main import cli
 from tests.helpers import job, wait_for
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -583,7 +583,8 @@ def test_worker_logs_the_traceback_of_a_failed_attempt_at_debug(
     log = worker.stderr
     traceback = log[log.index(f"job {job_id} cli.refuse traceback"):]
     assert "Traceback (most recent call last):" in traceback
-    assert 'raise Fail(reason)' in traceback and "akadze_core.errors.Fail: no thanks" in traceback
+    assert 'raise Fail(reason)' in traceback
+    assert "akadze_core.model.errors.Fail: no thanks" in traceback
 
 
 def test_worker_logs_an_unregistered_task_as_a_warning(

@@ -16,8 +16,8 @@ from click.testing import CliRunner, Result
 
 from akadze_compat.bin.celery import cli as compat_cli
 from akadze_core import App, Every
-from akadze_core.cli import cli
-from akadze_core.cli_support import printable
+from akadze_core.cli.main import cli
+from akadze_core.cli.support import printable
 
 TITLE = "\x1b]0;pwned\x07"
 CLIPBOARD = "\x1b]52;c;ZWNobyBwd25lZA==\x07"

@@ -11,9 +11,9 @@ import psycopg
 import pytest
 
 from akadze_core import App
-from akadze_core import completer as completer_module
-from akadze_core.completer import Completer
-from akadze_core.outcomes import SUCCESS, Outcome, succeeded
+from akadze_core.model.outcomes import SUCCESS, Outcome, succeeded
+from akadze_core.worker import completer as completer_module
+from akadze_core.worker.completer import Completer
 from tests.helpers import job
 from tests.integration.lease_support import claim, fake_worker
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import psycopg
 
-from akadze_core import database
+from akadze_core.store import database
 
 
 async def test_prune_deletes_expired_requests_and_their_replies(database_url: str) -> None:

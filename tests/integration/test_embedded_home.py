@@ -1,6 +1,6 @@
 """Where the embedded Postgres lives: one database per project, wherever a process starts.
 
-The rule (``akadze_core.embedded``): ``$AKADZE_HOME``, else ``.akadze/`` of the project root
+The rule (``akadze_core.store.embedded``): ``$AKADZE_HOME``, else ``.akadze/`` of the project root
 found upwards from the current directory, else the per-user data directory. Commands that
 only read never create a database. The processes run as a user runs them (subprocesses,
 without ``AKADZE_DATABASE_URL``), with HOME and XDG_DATA_HOME in the test's directory so
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from akadze_core.embedded import PROJECT_MARKERS, embedded_home
+from akadze_core.store.embedded import PROJECT_MARKERS, embedded_home
 from tests.helpers import wait_for
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from akadze_core import App, InvalidArgs, Worker
-from akadze_core.floors import parse_notice
-from akadze_core.tasks import BULK_CHUNK
+from akadze_core.enqueue.encoding import BULK_CHUNK
+from akadze_core.store.floors import parse_notice
 from tests.helpers import job
 from tests.integration.lease_support import (
     claim,
@@ -489,7 +489,7 @@ async def test_the_single_connection_is_dropped_when_a_call_leaves_a_transaction
 async def test_the_single_connection_is_replaced_after_its_lifetime(
     app: App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("akadze_core.connections.SINGLE_LIFETIME", 0.0)
+    monkeypatch.setattr("akadze_core.store.connections.SINGLE_LIFETIME", 0.0)
     make_tasks(app)
     pids = [app.run_single(_pid) for _ in range(3)]
     assert len(set(pids)) == 3
@@ -791,7 +791,7 @@ async def test_hostile_task_and_queue_names_are_stored_literally(
 def drain_notifies(listener: psycopg.Connection, marker: str | None = None,
                    timeout: float = 2.0) -> list[str]:
     """The queues of the notifications received on ``listener`` until ``marker``'s arrives
-    (or ``timeout`` passes); a payload's key part (akadze_core.floors) is left out."""
+    (or ``timeout`` passes); a payload's key part (akadze_core.store.floors) is left out."""
     payloads: list[str] = []
     for notify in listener.notifies(timeout=timeout):
         queue, _ = parse_notice(notify.payload)

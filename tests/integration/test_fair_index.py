@@ -1,4 +1,4 @@
-"""The fair-claim index exists only where fair workers run (akadze_core.fair_index): the
+"""The fair-claim index exists only where fair workers run (akadze_core.store.fair_index): the
 schema has none, a fair worker builds it before it registers, once however many start
 together, rebuilds one an interrupted build left invalid, waits for a session building it,
 and starts anyway (with a warning) on a role that may not build it."""
@@ -15,7 +15,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from akadze_core import App, Worker, fair_index
+from akadze_core import App, Worker
+from akadze_core.store import fair_index
 from tests.integration.lease_support import FAST, running, scalar, wait_until
 
 DEFINITION = ("CREATE INDEX jobs_fair_claim_idx ON akadze.jobs USING btree "

@@ -12,8 +12,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from akadze_core import App, Worker, current, database
-from akadze_core.outcomes import CANCEL, FAIL, RETRY, SNOOZE, SUCCESS, Outcome
+from akadze_core import App, Worker, current
+from akadze_core.model.outcomes import CANCEL, FAIL, RETRY, SNOOZE, SUCCESS, Outcome
+from akadze_core.store import database
 from tests.helpers import job
 from tests.integration.lease_support import (
     FAST,

@@ -10,7 +10,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from akadze_core import App, Fail, Worker, current, database
+from akadze_core import App, Fail, Worker, current
+from akadze_core.store import database
 from tests.helpers import job, run_worker_until
 
 

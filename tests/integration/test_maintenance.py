@@ -16,7 +16,8 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from akadze_core import App, Worker, database
+from akadze_core import App, Worker
+from akadze_core.store import database
 from tests.helpers import job, run_worker_until
 from tests.integration.lease_support import FAST, fake_worker, running, scalar, wait_until
 

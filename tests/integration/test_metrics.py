@@ -1,4 +1,4 @@
-"""``akadze_core.metrics``: what the dashboard's /metrics says of a table whose rows are
+"""``akadze_core.ops.metrics``: what the dashboard's /metrics says of a table whose rows are
 known, read back with prometheus_client's parser; and that no statement of a scrape scans
 the jobs table."""
 
@@ -8,8 +8,9 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from akadze_core import App, metrics
-from akadze_core.queries import query
+from akadze_core import App
+from akadze_core.ops import metrics
+from akadze_core.store.queries import query
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

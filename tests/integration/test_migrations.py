@@ -13,9 +13,9 @@ import psycopg
 import pytest
 
 from akadze_core import App, SchemaMissing
-from akadze_core.database import check_schema
-from akadze_core.migrations import latest_version, migrate
-from akadze_core.queries import migrations
+from akadze_core.store.database import check_schema
+from akadze_core.store.migrations import latest_version, migrate
+from akadze_core.store.queries import migrations
 from tests.helpers import migrate_together
 
 #: Every migration's version, in order (numbers are given out ahead, so there may be gaps

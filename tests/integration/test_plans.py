@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from akadze_core import database
+from akadze_core.store import database
 
 
 def test_complete_many_finds_jobs_by_primary_key_with_stale_statistics(

@@ -21,8 +21,9 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from akadze_core import App, Cron, Every, InvalidArgs, Scheduler, Worker, schedules
-from akadze_core.cli import cli
+from akadze_core import App, Cron, Every, InvalidArgs, Scheduler, Worker
+from akadze_core.cli.main import cli
+from akadze_core.schedules import scheduler as schedules
 from tests.integration.outcome_helpers import FAST, running, wait_until
 from tests.integration.schedule_helpers import check, db_now, jobs, rewind, schedule_row
 

@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from akadze_core import App, Cron, Every, Scheduler, Worker
-from akadze_core.cli import cli
+from akadze_core.cli.main import cli
 from tests.integration.outcome_helpers import FAST, running, wait_until
 from tests.integration.schedule_helpers import check, db_now, jobs, rewind, schedule_row
 from tests.integration.schedules_app import app as cli_schedules_app

@@ -14,8 +14,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-import akadze_core.migrations as akadze_migrations
-from akadze_core.migrations import (
+import akadze_core.store.migrations as akadze_migrations
+from akadze_core.store.migrations import (
     SCHEMA_FILE,
     Applied,
     apply_migrations,
@@ -24,7 +24,7 @@ from akadze_core.migrations import (
     pg_dump_candidates,
     repeatable_migrations,
 )
-from akadze_core.queries import migrations
+from akadze_core.store.queries import migrations
 from tests.conftest import create_database, database_url_for, drop_database
 from tests.helpers import migrate_together
 

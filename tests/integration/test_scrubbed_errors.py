@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from akadze_core import App
-from akadze_core.cli import cli
+from akadze_core.cli.main import cli
 from tests.dashboard.support import dashboard
 from tests.helpers import job
 from tests.integration.outcome_helpers import ran, run_until

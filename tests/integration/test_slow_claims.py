@@ -23,7 +23,7 @@ import pytest
 from psycopg import sql
 
 from akadze_core import App
-from akadze_core.deadlines import NoAnswer, within_lease
+from akadze_core.store.deadlines import NoAnswer, within_lease
 from tests.helpers import job
 from tests.integration.outcome_helpers import run_until
 

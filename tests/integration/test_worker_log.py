@@ -16,7 +16,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from akadze_core import App, Cancel, Retry, current
-from akadze_core.outcomes import SUMMARY_LIMIT
+from akadze_core.model.outcomes import SUMMARY_LIMIT
 from tests.helpers import job, run_worker_until
 from tests.integration.outcome_helpers import fast_worker, ran, run_until
 

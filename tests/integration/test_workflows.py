@@ -1,4 +1,4 @@
-"""Workflows (akadze_core.workflow) on real Postgres with a real worker: chains, fan-in,
+"""Workflows (akadze_core.enqueue.workflow) on real Postgres with a real worker: chains, fan-in,
 failure and cancel cascades, errbacks, waiting on jobs enqueued before, the caller's
 transaction. Only the database decides what happened: the assertions read job rows."""
 
@@ -19,7 +19,7 @@ from akadze_core import (
     current,
     request_cancel_sync,
 )
-from akadze_core.serialization import strict_dumps
+from akadze_core.model.serialization import strict_dumps
 from tests.helpers import job
 from tests.integration.outcome_helpers import run_until
 
@@ -293,7 +293,7 @@ async def test_waiting_for_many_jobs_at_once(app: App, db: psycopg.Connection,
 
 async def test_prune_keeps_what_a_waiting_job_still_needs_and_purge_takes_waiting_jobs(
         app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
-    from akadze_core import database
+    from akadze_core.store import database
 
     flow = app.workflow()
     first = flow.add(tasks["add"], x=1)

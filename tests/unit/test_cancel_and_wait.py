@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from akadze_core.deadlines import cancel_and_wait
+from akadze_core.store.deadlines import cancel_and_wait
 
 
 async def swallower(swallow: int, ended: list[str]) -> None:

@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from akadze_core.control import signal_number
-from akadze_core.listener import _cancel_payload
+from akadze_core.ops.control import signal_number
+from akadze_core.store.listener import _cancel_payload
 
 
 @pytest.mark.parametrize(("given", "number"), [

@@ -6,7 +6,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from akadze_core.cli_support import OneLineErrorGroup, Secrets
+from akadze_core.cli.support import OneLineErrorGroup, Secrets
 
 
 def test_secrets_scrub_the_longest_password_first_then_the_redactors() -> None:

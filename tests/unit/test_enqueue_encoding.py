@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from akadze_core import App, InvalidArgs
-from akadze_core.serialization import encode_args, strict_dumps
-from akadze_core.tasks import BULK_CHUNK, encode_many
+from akadze_core.enqueue.encoding import BULK_CHUNK, encode_many
+from akadze_core.model.serialization import encode_args, strict_dumps
 
 VALUES: list[dict[str, Any]] = [
     {}, {"n": 1}, {"s": "plain"}, {"unicode": "😀 ünï 日本", "é": "clé"},

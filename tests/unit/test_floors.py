@@ -1,10 +1,10 @@
-"""akadze_core.floors: where claims start reading, and what moves it back."""
+"""akadze_core.store.floors: where claims start reading, and what moves it back."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from akadze_core.floors import MARGIN, Floors, parse_notice
+from akadze_core.store.floors import MARGIN, Floors, parse_notice
 
 T0 = dt.datetime(2026, 12, 2, 6, 0, tzinfo=dt.timezone.utc)
 

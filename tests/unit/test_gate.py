@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from akadze_core.gate import BodyGate
+from akadze_core.execution.gate import BodyGate
 
 
 async def test_waiting_runs_enter_in_order_and_a_dropped_one_never_does() -> None:

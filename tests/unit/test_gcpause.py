@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from akadze_core.gcpause import collector_paused
+from akadze_core.enqueue.gcpause import collector_paused
 
 
 def test_paused_inside_and_enabled_again_after_an_error() -> None:

@@ -8,6 +8,11 @@ run. A new module must be given a layer here (docs/reference/layout.md says the 
 Below the facade, the core: akadze_compat imports ``akadze_core``'s public names and the one
 module written for frameworks built on it, ``akadze_core.integration``, and no other core
 module, wherever the import stands (``test_the_facade_reaches_the_core_only_...``).
+
+The core has layers too, one subpackage each (``CORE_LAYERS``), and there every import
+counts: under ``if TYPE_CHECKING:`` and inside functions as well, so that a room never even
+names one above it (``tests/unit/test_core_circles.py`` holds the same graph free of
+circles).
 """
 
 from __future__ import annotations
@@ -39,6 +44,27 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Processes and tools: the command, the doctor, Celery's worker-side paths, the package.
     ("tools", ("", "__main__", "cli", "bin", "bin.*", "doctor", "doctor_scan", "support",
                "worker.pool", "worker.control", "contrib", "contrib.*")),
+]
+
+#: akadze_core's layers, bottom to top: subpackage (or top-level module) patterns, on the
+#: dotted name without ``akadze_core.``; an import may point down or sideways, never up.
+CORE_LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    # What a job is and the pure rules about it: no connection, nothing else of the core.
+    ("model", ("model", "model.*")),
+    # The SQL room: statements, connections, migrations, LISTEN, lookups.
+    ("store", ("store", "store.*")),
+    ("schedules", ("schedules", "schedules.*")),
+    ("enqueue", ("enqueue", "enqueue.*")),
+    # The App composes the rooms below; it names none above it.
+    ("app", ("app",)),
+    # What takes an App: control of jobs and workers, metrics.
+    ("ops", ("ops", "ops.*")),
+    ("execution", ("execution", "execution.*")),
+    ("worker", ("worker", "worker.*")),
+    ("dashboard", ("dashboard", "dashboard.*")),
+    ("cli", ("cli", "cli.*")),
+    # The package's face and the facade's door.
+    ("face", ("", "integration")),
 ]
 
 #: ``obj._x`` accesses that are Celery's own protocols, not another module's internals:
@@ -158,3 +184,55 @@ def test_the_scan_sees_an_upward_import_a_late_import_and_a_private_access(
         ("akadze_compat.result", 2, "app._tasks")]
     assert package_structure.cycles(package_structure.module_graph(
         modules, in_functions=True)) == [["akadze_compat.app.base", "akadze_compat.states"]]
+
+
+def core_layer_of(module: str) -> int:
+    name = "" if module == package_structure.CORE else module.removeprefix(
+        package_structure.CORE + ".")
+    for index, (_, patterns) in enumerate(CORE_LAYERS):
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
+            return index
+    raise AssertionError(f"{module} has no layer in tests/unit/test_layers.py (CORE_LAYERS)")
+
+
+def core_upward_imports(root: Path = package_structure.ROOT) -> list[str]:
+    """Every import of an akadze_core module from a lower layer, wherever it stands."""
+    modules = package_structure.load(root, package=package_structure.CORE)
+    found = []
+    for module in modules.values():
+        for item in module.imports:
+            if core_layer_of(item.target) > core_layer_of(module.name):
+                found.append(
+                    f"{module.name}:{item.line} ({CORE_LAYERS[core_layer_of(module.name)][0]}) "
+                    f"imports {item.target} ({CORE_LAYERS[core_layer_of(item.target)][0]})")
+    return found
+
+
+def test_every_core_module_has_a_layer() -> None:
+    for module in package_structure.load(package=package_structure.CORE):
+        core_layer_of(module)
+
+
+def test_core_imports_point_down_or_sideways() -> None:
+    assert core_upward_imports() == []
+
+
+def test_the_core_scan_sees_an_upward_import_even_for_the_type_checker(
+        tmp_path: Path) -> None:
+    """The core's check can fail: the store naming the worker, at import time, inside a
+    function or only for the type checker, is caught each time."""
+    core = tmp_path / package_structure.CORE
+    for folder in ("model", "store", "worker"):
+        (core / folder).mkdir(parents=True)
+        (core / folder / "__init__.py").write_text("")
+    (core / "__init__.py").write_text("")
+    (core / "model" / "jobs.py").write_text("")
+    (core / "worker" / "runs.py").write_text("from ..model import jobs\n")
+    (core / "store" / "database.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from ..worker import runs\n"
+        "if TYPE_CHECKING:\n    from ..worker.runs import Runs\n"
+        "def late():\n    from ..worker import runs\n")
+    assert core_upward_imports(tmp_path) == [
+        f"akadze_core.store.database:{line} (store) imports akadze_core.worker.runs (worker)"
+        for line in (2, 4, 6)]

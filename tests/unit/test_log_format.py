@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 import os
 
-from akadze_core.cli import LOG_FORMAT, _ScrubbingFormatter
-from akadze_core.cli_support import cache_pid_in_log_records
+from akadze_core.cli.main import LOG_FORMAT, _ScrubbingFormatter
+from akadze_core.cli.support import cache_pid_in_log_records
 
 
 def _record(created: float) -> logging.LogRecord:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from akadze_core import App, Cancel, Fail, JobTimeout, Retry, Snooze
-from akadze_core.outcomes import (
+from akadze_core.model.outcomes import (
     CANCEL,
     FAIL,
     RETRY,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from psycopg import _queries
 
-from akadze_core.queries import all_queries, load_queries, query
+from akadze_core.store.queries import all_queries, load_queries, query
 
 
 def test_no_query_carries_its_comment_lines() -> None:

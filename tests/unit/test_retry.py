@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 
 from akadze_core import BackoffPolicy, Cancel, Fail, Retry, Snooze, default_backoff
-from akadze_core.retry import (
+from akadze_core.model.retry import (
     DEFAULT_BACKOFF_CAP,
     MAX_POLICY_DELAY,
     RetryDecision,

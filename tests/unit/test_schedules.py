@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 
 from akadze_core import App, Cron, Every, InvalidArgs, Schedule, ScheduleSpec
-from akadze_core.schedules import MAX_CHECK_INTERVAL, MIN_CHECK_INTERVAL, next_check_in, plan
+from akadze_core.schedules.scheduler import (
+    MAX_CHECK_INTERVAL,
+    MIN_CHECK_INTERVAL,
+    next_check_in,
+    plan,
+)
 
 UTC = timezone.utc
 NOW = datetime(2024, 5, 10, 12, 7, 30, tzinfo=UTC)

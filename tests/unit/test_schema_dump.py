@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from akadze_core.migrations import normalise_dump
+from akadze_core.store.migrations import normalise_dump
 
 DUMP = """\
 --

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from akadze_core import InvalidArgs
-from akadze_core.serialization import (
+from akadze_core.model.serialization import (
     DEFAULT_MAX_ARGS_BYTES,
     check_storable,
     encode_args,

@@ -1,4 +1,4 @@
-"""Task ids derived from job ids (akadze_core.task_ids): uuid4-shaped, one per job and
+"""Task ids derived from job ids (akadze_core.model.task_ids): uuid4-shaped, one per job and
 database, found again from the id alone, and never mistaken for a uuid drawn elsewhere."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from akadze_core.task_ids import TaskIds
+from akadze_core.model.task_ids import TaskIds
 
 KEY = "3f2a9c1e77b14c3d8a5b6e0f1d2c3b4a"
 job_ids = st.integers(min_value=1, max_value=(1 << 62) - 1)

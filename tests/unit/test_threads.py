@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from akadze_core.threads import ThreadRunner
+from akadze_core.execution.threads import ThreadRunner
 
 
 async def test_results_and_exceptions_reach_their_own_futures() -> None:

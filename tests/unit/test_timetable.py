@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from akadze_core.timetable import Timetable
+from akadze_core.schedules.timetable import Timetable
 
 T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 MINUTE = timedelta(minutes=1)

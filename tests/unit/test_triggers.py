@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from akadze_core import Cron, Every, Trigger
-from akadze_core.triggers import EPOCH, as_trigger, parse_spec
+from akadze_core.schedules.triggers import EPOCH, as_trigger, parse_spec
 
 UTC = timezone.utc
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from akadze_core.migrations import migrate
+from akadze_core.store.migrations import migrate
 from tests.workers.support import RUNS_TABLE, PrivateCluster, WorkerProcess
 
 SpawnWorker = Callable[..., WorkerProcess]

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 
-from akadze_core.migrations import migrate
+from akadze_core.store.migrations import migrate
 from tests.helpers import wait_for
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Remote control in the core (``akadze_core.control.broadcast``) answered by worker processes:
+"""Remote control in the core (``akadze_core.ops.control.broadcast``) answered by worker processes:
 every live worker replies once, queues added and removed at runtime change what a worker
 claims, a lost NOTIFY is made up for by the heartbeat, a killed worker never answers, and
 a shutdown stops the worker without a reply."""
@@ -9,7 +9,7 @@ import time
 
 import psycopg
 
-from akadze_core.control import broadcast
+from akadze_core.ops.control import broadcast
 from tests.workers.conftest import SpawnWorker
 from tests.workers.support import wait_until
 from tests.workers.worker_app import build_app

@@ -27,7 +27,7 @@ import psycopg
 import pytest
 
 from akadze_core import App, ConnectionLost
-from akadze_core.migrations import migrate
+from akadze_core.store.migrations import migrate
 from tests.workers.support import (
     RUNS_TABLE,
     PrivateCluster,

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from akadze_core import App
-from akadze_core.worker_metrics import DATABASE_INTERVAL
+from akadze_core.worker.metrics import DATABASE_INTERVAL
 from tests.workers import metrics_app
 from tests.workers.support import WorkerProcess, free_port, wait_until
 
@@ -70,7 +70,7 @@ def test_the_worker_serves_counts_latency_and_run_time_of_what_it_ran(
         metrics_app.slow.configure(queue="work").enqueue(seconds=0.3)
     worker = WorkerProcess(database_url, tmp_path / "worker.log",
                            ["worker", APP, "-q", "work", "--slots", "4", "--poll-interval",
-                            "0.1", "--metrics-port", str(port)], module="akadze_core.cli")
+                            "0.1", "--metrics-port", str(port)], module="akadze_core.cli.main")
     try:
         worker.wait_log(f"metrics on http://127.0.0.1:{port}/metrics")
         worker.wait_started()
@@ -138,7 +138,7 @@ def test_a_port_already_taken_stops_the_worker_with_one_clear_line(
         port = taken.getsockname()[1]
         worker = WorkerProcess(database_url, tmp_path / "worker.log",
                                ["worker", APP, "--metrics-port", str(port)],
-                               module="akadze_core.cli")
+                               module="akadze_core.cli.main")
         try:
             code, _ = worker.wait_exit(30)
         finally:

@@ -138,7 +138,7 @@ def test_the_engine_through_pgbouncer_with_prepared_statements_off(
         assert request_cancel_sync(connection, doomed) is True
     worker = WorkerProcess(url, tmp_path / "worker.log",
                            ["worker", APP, "--slots", "8", "--poll-interval", "0.2"],
-                           module="akadze_core.cli", env={"AKADZE_PREPARE_THRESHOLD": "off"})
+                           module="akadze_core.cli.main", env={"AKADZE_PREPARE_THRESHOLD": "off"})
     try:
         worker.wait_started()
         wait_until(lambda: states(direct).get("succeeded") == 360, 60, "every job to succeed")
@@ -221,7 +221,7 @@ def test_without_the_setting_a_lost_prepared_statement_is_detected_and_run_unpre
     assert len(set(ids)) == 90 and states(direct) == {"queued": 90}  # each exactly once
     worker = WorkerProcess(url, tmp_path / "worker.log",
                            ["worker", APP, "--slots", "4", "--poll-interval", "0.05"],
-                           module="akadze_core.cli", env={"AKADZE_PREPARE_THRESHOLD": "off"})
+                           module="akadze_core.cli.main", env={"AKADZE_PREPARE_THRESHOLD": "off"})
     try:
         wait_until(lambda: states(direct).get("succeeded") == 90, 60, "every job to succeed")
     finally:
@@ -241,7 +241,7 @@ def test_without_the_setting_a_worker_and_a_producer_switch_to_unprepared_and_go
     url = bouncer.url("postgres")
     worker = WorkerProcess(url, tmp_path / "worker.log",
                            ["worker", APP, "--slots", "4", "--poll-interval", "0.05"],
-                           module="akadze_core.cli", env={"AKADZE_PREPARE_THRESHOLD": ""})
+                           module="akadze_core.cli.main", env={"AKADZE_PREPARE_THRESHOLD": ""})
     app = App(url)
     add = app.task("cli.add")(lambda a, b: a + b)
     try:
@@ -276,7 +276,7 @@ def test_a_direct_listen_url_wakes_a_worker_whose_queries_go_through_pgbouncer(
     monkeypatch.setenv("AKADZE_PREPARE_THRESHOLD", "off")
     url = bouncer.url("postgres")
     worker = WorkerProcess(url, tmp_path / "worker.log",
-                           ["worker", APP, "--poll-interval", "10"], module="akadze_core.cli",
+                           ["worker", APP, "--poll-interval", "10"], module="akadze_core.cli.main",
                            env={"AKADZE_PREPARE_THRESHOLD": "off",
                                 "AKADZE_LISTEN_URL": cluster.url()})
     app = App(url)

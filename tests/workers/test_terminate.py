@@ -42,7 +42,7 @@ def start(database_url: str, tmp_path: Path) -> Iterator[object]:
 
     def spawn(*args: str) -> WorkerProcess:
         process = WorkerProcess(database_url, tmp_path / f"worker-{len(started)}.log",
-                                ["worker", APP, *args], module="akadze_core.cli")
+                                ["worker", APP, *args], module="akadze_core.cli.main")
         started.append(process)
         if "--processes" in args:
             process.wait_log("processes ready to run bodies", 60)

@@ -10,13 +10,13 @@ ending the task leaves behind. Every run of ``replaced`` and of ``add`` appends 
 import os
 import signal
 
-import akadze_core.context
+import akadze_core.execution.context
 from akadze_compat import Celery
 
 app = Celery("replaceproj")
 app.conf.worker_prefetch_multiplier = 1
 
-_hand_over = akadze_core.context.JobContext.hand_over
+_hand_over = akadze_core.execution.context.JobContext.hand_over
 
 
 def _killing_hand_over(self, connection, to):
@@ -28,7 +28,7 @@ def _killing_hand_over(self, connection, to):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-akadze_core.context.JobContext.hand_over = _killing_hand_over
+akadze_core.execution.context.JobContext.hand_over = _killing_hand_over
 
 
 def _ran(what):

@@ -1,0 +1,2 @@
+"""The ``akadze`` command line (``cli.main``) and the process plumbing it shares with
+``akadze-compat`` (``cli.support``)."""

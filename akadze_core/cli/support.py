@@ -1,0 +1,347 @@
+"""Process plumbing shared by the ``akadze`` and ``akadze-compat`` commands: the scrubbing
+of passwords, the scrubbing log formatter, stderr logging, the click group whose failures
+are one line, and the exit that does not wait for task threads."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, ClassVar, NoReturn
+
+import click
+
+from ..model.dsn import password_of, redact_password
+
+__all__ = ["OneLineErrorGroup", "ScrubbingFormatter", "Secrets", "StderrHandler",
+           "cache_pid_in_log_records", "exit_now", "logging_to_stderr", "one_line"]
+
+# This process's id, for log records (see cache_pid_in_log_records); a fork updates it.
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def cache_pid_in_log_records() -> Callable[[], None]:
+    """Make log records take the process id from a cache; returns the undo.
+
+    ``logging.LogRecord`` calls ``os.getpid()`` for every record, a system call since glibc
+    stopped caching it: 7 % of a core worker's samples at a line per job. Records still
+    carry the right ``process`` (a forked child updates the cache), built by whatever
+    record factory was installed. Nothing changes if process ids were turned off already.
+    """
+    if not logging.logProcesses:
+        return lambda: None
+    make = logging.getLogRecordFactory()
+
+    def record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        made = make(*args, **kwargs)
+        made.process = _pid
+        return made
+
+    logging.logProcesses = False  # the factory below fills it in
+    logging.setLogRecordFactory(record)
+
+    def undo() -> None:
+        logging.setLogRecordFactory(make)
+        logging.logProcesses = True
+
+    return undo
+
+
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at emit time (test runners swap it); past a
+    ``ScrubbedOutput`` in its place (log lines are scrubbed by their formatter already)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        stream = sys.stderr
+        return stream.unscrubbed if isinstance(stream, ScrubbedOutput) else stream
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass  # always sys.stderr
+
+
+class ScrubbedOutput:
+    """A worker's ``sys.stdout`` / ``sys.stderr``: what tasks ``print()`` goes out line by
+    line through ``scrub`` (passwords removed), as the worker's log lines do.
+
+    A line is held until its newline (a password split over two ``write`` calls, as
+    ``print(a, b)`` makes, is still seen whole); a ``flush()`` writes a partial line out,
+    and so does a line longer than ``LIMIT`` characters.
+    """
+
+    LIMIT = 65536
+
+    def __init__(self, stream: Any, scrub: Callable[[str], str]) -> None:
+        self.unscrubbed = stream
+        self._scrub = scrub
+        self._pending = ""
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        """Queue ``text``; write the complete lines it ends, scrubbed."""
+        with self._lock:
+            pending = self._pending + text
+            if "\n" in text:
+                head, _, tail = pending.rpartition("\n")
+                out, self._pending = head + "\n", tail
+            elif len(pending) > self.LIMIT:
+                out, self._pending = pending, ""
+            else:
+                self._pending = pending
+                return len(text)
+            self.unscrubbed.write(self._scrub(out))
+        return len(text)
+
+    def flush(self) -> None:
+        """Write the partial line held, scrubbed, and flush the stream."""
+        with self._lock:
+            pending, self._pending = self._pending, ""
+            if pending:
+                self.unscrubbed.write(self._scrub(pending))
+        self.unscrubbed.flush()
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        """``write`` each of ``lines``."""
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        # fileno, isatty, encoding, buffer...: the stream's own.
+        return getattr(self.unscrubbed, name)
+
+
+@contextlib.contextmanager
+def scrubbed_stdio(scrub: Callable[[str], str]) -> Iterator[None]:
+    """``sys.stdout`` and ``sys.stderr`` scrubbed by ``scrub`` until the block ends (a
+    worker that ends with ``exit_now`` keeps them: it flushes them on its way out)."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout = ScrubbedOutput(saved[0], scrub)  # type: ignore[assignment]
+    sys.stderr = ScrubbedOutput(saved[1], scrub)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        sys.stdout, sys.stderr = saved
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave the process with ``code`` even if a task thread is still running.
+
+    A worker does not wait for a sync task's thread it gave up on at shutdown (a thread
+    cannot be killed); a normal interpreter exit would join it and hang for as long as the
+    task runs. So: run the atexit handlers ourselves (logging flush, the embedded Postgres
+    stopping), flush stdio, and ``os._exit``.
+    """
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+# Every control character: C0 (ESC, BEL, CR, ...), DEL and C1 (CSI and OSC as one byte).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+_HIGH_CONTROL = re.compile(r"[\x7f-\x9f]")
+
+
+def printable(value: Any, *, lines: bool = False, json_text: bool = False) -> str:
+    """``str(value)`` safe to print on a terminal: every control character written as its
+    Python escape (``\\x1b``, ``\\r``, ``\\n``), so names and messages taken from rows show
+    what they hold instead of retitling the window, writing the clipboard (OSC 52) or
+    rewriting lines. ``lines``: newlines are kept (a traceback, a table). ``json_text``:
+    ``value`` is JSON text; DEL and C1, the only controls ``json.dumps`` leaves raw, are
+    written as ``\\u00XX`` so that it stays valid JSON."""
+    text = value if isinstance(value, str) else str(value)
+    if text.isprintable():  # the common case, scanned in C: no control character
+        return text
+    if json_text:
+        return _HIGH_CONTROL.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+    pattern = _CONTROL_BUT_NEWLINE if lines else _CONTROL
+    if pattern.search(text) is None:
+        return text
+    return pattern.sub(lambda match: repr(match.group())[1:-1], text)
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (newlines included) made one space."""
+    return " ".join(text.split())
+
+
+class Secrets:
+    """The passwords an invocation saw, scrubbed from every line it prints or logs.
+
+    ``redactors`` are further scrubbers run after the passwords (the core adds each loaded
+    app's ``redact``, which knows the passwords of the app's own URLs).
+    """
+
+    def __init__(self) -> None:
+        self.passwords: set[str] = set()
+        self.redactors: list[Callable[[str], str]] = []
+
+    def clear(self) -> None:
+        """Forget every password and redactor (a new invocation in the same process)."""
+        self.passwords.clear()
+        self.redactors.clear()
+
+    def add_url(self, url: Any) -> None:
+        """Remember the password of ``url`` (a URL or key/value DSN), if it has one."""
+        if isinstance(url, str) and url:
+            password = password_of(url)
+            if password:
+                self.passwords.add(password)
+
+    def add_environment(self, names: Iterable[str]) -> None:
+        """Remember the passwords of the URLs in the environment variables ``names``."""
+        for name in names:
+            self.add_url(os.environ.get(name))
+
+    def scrub(self, text: str) -> str:
+        """``text`` without any known password (URL-shaped ones are masked anyway)."""
+        text = redact_password(text, None)
+        # Longest first, so a password that contains another one is replaced whole.
+        for password in sorted(self.passwords, key=len, reverse=True):
+            if password in text:
+                text = text.replace(password, "***")
+        for redact in self.redactors:
+            text = redact(text)
+        return text
+
+
+class ScrubbingFormatter(logging.Formatter):
+    """A ``logging.Formatter`` whose finished text (messages of other libraries, exception
+    text and tracebacks included) goes through ``secrets.scrub``."""
+
+    # (second, its text): strftime and localtime were a fifth of each line's cost, and a
+    # worker logs a line per job; the text of a second never changes. One attribute, so
+    # threads logging at once read a matching pair.
+    _second: tuple[int, str] = (-1, "")
+
+    def __init__(self, secrets: Secrets, fmt: str | None = None,
+                 datefmt: str | None = None) -> None:
+        super().__init__(fmt, datefmt)
+        self.secrets = secrets
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record's line, scrubbed, its control characters (but newlines) escaped:
+        lines quote task and queue names from rows, and tasks' own output."""
+        return printable(self.secrets.scrub(super().format(record)), lines=True)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        """``logging.Formatter.formatTime``'s text, the seconds part made once a second."""
+        if datefmt is not None or not self.default_msec_format:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        cached = self._second
+        if cached[0] != second:
+            cached = self._second = (
+                second, time.strftime(self.default_time_format, self.converter(second)))
+        return self.default_msec_format % (cached[1], record.msecs)
+
+
+@contextlib.contextmanager
+def logging_to_stderr(level: str | int, formatter: logging.Formatter) -> Iterator[None]:
+    """Send every log record (the tasks' own included) to stderr through ``formatter``, at
+    ``level`` and above. Undone on exit, so in-process callers (tests, embedding code) get
+    their logging back."""
+    root = logging.getLogger()
+    handler = StderrHandler()
+    handler.setFormatter(formatter)
+    previous_level = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    undo = cache_pid_in_log_records()
+    try:
+        yield
+    finally:
+        undo()
+        root.removeHandler(handler)
+        root.setLevel(previous_level)
+
+
+class OneLineErrorGroup(click.Group):
+    """A click group whose failures print one ``<prog>: error: ...`` line (scrubbed) instead
+    of usage text or a traceback. A subclass names ``prog_name`` and its ``secrets``, and
+    may override ``begin`` (per invocation) and ``report`` (any other exception)."""
+
+    prog_name: ClassVar[str] = "akadze"
+    secrets: ClassVar[Secrets]
+    #: The exit code after Ctrl-C at a prompt.
+    abort_exit_code: ClassVar[int] = 130
+    #: Whether a usage error's message is joined onto one line too. ``akadze-compat`` prints
+    #: click's usage text as it comes (scrubbed), as it always has.
+    join_usage_errors: ClassVar[bool] = True
+
+    def begin(self, args: Sequence[str] | None, extra: dict[str, Any]) -> None:
+        """Called first on every invocation (e.g. to reset the secrets); may change the
+        keywords ``extra`` passed on to ``click.Group.main``."""
+
+    @classmethod
+    def error_line(cls, message: str, *, join: bool = True) -> str:
+        """The one error line for ``message``: prefixed, scrubbed, and on one line unless
+        ``join`` is false. A classmethod, so that code outside an invocation (a worker's
+        last error) prints the same line."""
+        text = one_line(message) if join else message
+        # Messages may quote names from rows: no control character reaches the terminal.
+        return f"{cls.prog_name}: error: {printable(cls.secrets.scrub(text), lines=not join)}"
+
+    def report(self, exc: Exception) -> int:
+        """Print the one line for an exception click does not know; returns the exit code."""
+        click.echo(self.error_line(f"unexpected {type(exc).__name__}: {exc}"), err=True)
+        return 1
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Run the command; in standalone mode, exit with one line on any expected error."""
+        self.begin(args, extra)
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            click.echo(f"{self.prog_name}: aborted", err=True)
+            sys.exit(self.abort_exit_code)
+        except click.UsageError as exc:
+            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+            line = self.error_line(exc.format_message(), join=self.join_usage_errors)
+            click.echo(line + hint, err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(self.error_line(exc.format_message()), err=True)
+            sys.exit(exc.exit_code)
+        except BrokenPipeError:
+            # `akadze jobs list | head`: the reader left; that is not an error.
+            with contextlib.suppress(OSError):
+                sys.stderr.close()
+            sys.exit(0)
+        except Exception as exc:
+            sys.exit(self.report(exc))
+        sys.exit(code if isinstance(code, int) else 0)

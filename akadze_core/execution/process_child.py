@@ -1,0 +1,115 @@
+"""The child's side of the process pool (``akadze_core.execution.processes``), and their wire
+format.
+
+Parent and child talk over two pipes, one JSON line per message, so nothing is ever
+unpickled: the parent sends a claimed row (``encode_row``) or ``STOP``; the child answers
+each row with how long the body took and the outcome's fields (``decode_answer``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import operator
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import fields
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..model.outcomes import Outcome
+from .executor import execute_here
+
+if TYPE_CHECKING:
+    from ..app import App
+
+__all__ = ["CHILD_ENV", "STOP", "child_number", "decode_answer", "encode_row", "is_child",
+           "serve"]
+
+logger = logging.getLogger("akadze.worker")
+
+#: Set in a child's environment: ``"<number>:<read fd>:<write fd>"``.
+CHILD_ENV = "AKADZE_PROCESS_CHILD"
+#: Tells a child to exit; end of file without it means the parent died.
+STOP = b'{"stop": true}\n'
+_DATETIME_FIELDS = ("scheduled_at", "expires_at", "created_at", "started_at")
+# An outcome's fields, in order, as one tuple: dataclasses.astuple deep-copies every field
+# (a tenth of a child's time per no-op body), and the fields are plain values anyway.
+_outcome_values = operator.attrgetter(*(item.name for item in fields(Outcome)))
+
+
+def encode_row(row: Mapping[str, Any], worker_id: int | None,
+               task_id_key: str | None = None) -> bytes:
+    """The message that hands the claimed ``row`` to a child (with the database's key of
+    derived task ids, so that the child never connects to read it)."""
+    values = dict(row)
+    for name in _DATETIME_FIELDS:
+        value = values.get(name)
+        if isinstance(value, datetime):
+            values[name] = value.isoformat()
+    return json.dumps({"row": values, "worker_id": worker_id,
+                       "task_id_key": task_id_key}).encode() + b"\n"
+
+
+def _decode_row(message: dict[str, Any]) -> dict[str, Any]:
+    row = message["row"]
+    for name in _DATETIME_FIELDS:
+        value = row.get(name)
+        if isinstance(value, str):
+            row[name] = datetime.fromisoformat(value)
+    return row
+
+
+def _encode_answer(took: float, outcome: Outcome | None) -> bytes:
+    answer = [took, None if outcome is None else _outcome_values(outcome)]
+    return json.dumps(answer).encode() + b"\n"
+
+
+def decode_answer(line: bytes) -> tuple[float, Outcome | None]:
+    """A child's answer: the seconds its body took, and the outcome (None: complete_tx
+    wrote it)."""
+    took, values = json.loads(line)
+    return float(took), None if values is None else Outcome(*values)
+
+
+def is_child() -> bool:
+    """Whether this process is a pool child (its command should call ``serve``)."""
+    return CHILD_ENV in os.environ
+
+
+def child_number() -> int:
+    """This child's number in its pool (1, 2, ...; replacements get new numbers)."""
+    return int(os.environ[CHILD_ENV].split(":")[0])
+
+
+def serve(app: App) -> int:
+    """A pool child's life: tell the parent it is ready, then run one body per message
+    until the parent says stop (or dies). Returns the exit code (0)."""
+    number, read_fd, write_fd = (int(part) for part in os.environ.pop(CHILD_ENV).split(":"))
+    del number
+    parent = os.getppid()
+    # The parent decides when children stop: Ctrl-C in a terminal is for the parent.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with os.fdopen(read_fd, "rb") as reader, os.fdopen(write_fd, "wb") as writer:
+        writer.write(json.dumps({"ready": os.getpid()}).encode() + b"\n")
+        writer.flush()
+        for line in reader:
+            message = json.loads(line)
+            if message.get("stop"):
+                break
+            row = _decode_row(message)
+            if message.get("task_id_key"):
+                app.use_task_id_key(message["task_id_key"])
+            started = time.perf_counter()
+            outcome = execute_here(app, row, message["worker_id"])
+            # How long the body took tells the parent which tasks are short.
+            writer.write(_encode_answer(time.perf_counter() - started, outcome))
+            writer.flush()
+        else:
+            # End of file without a stop message: the worker process died (SIGKILL?).
+            logger.warning("the worker process (pid %s) is gone: exiting", parent)
+    sys.stdout.flush()
+    return 0

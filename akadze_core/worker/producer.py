@@ -1,0 +1,179 @@
+"""The producer: claims jobs into the worker's free slots, and knows when to claim again.
+
+It owns the queues a worker claims from and their slots, the cap on runs, the fair
+rotation's cursor, the floors where each queue's next claim starts reading, and the
+backpressure on outcomes waiting to be written. Wake-ups (a NOTIFY, a slot freed, an
+outcome batch written) set the shared ``wake`` event; between them it sleeps up to a poll
+interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from ..store import database
+from ..store.floors import Floors
+
+if TYPE_CHECKING:
+    from ..execution.processes import ProcessPool
+    from .completer import Completer
+    from .lease import Lease
+    from .runs import Runs
+    from .signals import Signals
+
+logger = logging.getLogger("akadze.worker")
+
+
+class Producer:
+    """Claims ``queues`` (``slots`` runs each) into ``runs``; ``open`` hands it the
+    completer whose pending outcomes hold claims back."""
+
+    def __init__(self, signals: Signals, lease: Lease, runs: Runs, *, queues: Iterable[str],
+                 slots: Mapping[str, int], fair: bool, max_running: int | None,
+                 max_pending_outcomes: int, poll_interval: float, heartbeat_interval: float,
+                 process_pool: ProcessPool | None) -> None:
+        self._signals = signals
+        self._lease = lease
+        self._runs = runs
+        #: The queues claimed from, in order (a new list on every change, so a claim round
+        #: iterating the old one is not disturbed).
+        self.queues = list(queues)
+        #: Runs at once per queue.
+        self.slots = dict(slots)
+        #: A cap on runs across all queues; when it binds, queues are served in order.
+        self.max_running = max_running
+        #: The queues the listener wakes the worker for (changed in place).
+        self.watched = set(self.queues)
+        self.fair = fair
+        # Backpressure: stop claiming while this many outcomes wait to be written.
+        self.max_pending_outcomes = max_pending_outcomes
+        self._poll_interval = poll_interval
+        self._heartbeat_interval = heartbeat_interval
+        self._process_pool = process_pool
+        # fair=True: the task of each queue's last fair claim, where the rotation goes on.
+        self._fair_cursor: dict[str, str | None] = dict.fromkeys(self.queues)
+        #: Where each queue's next claim starts reading (see ``floors``).
+        self.floors = Floors()
+        # Claims stopped because max_pending_outcomes outcomes wait to be written: the next
+        # written batch wakes the claim loop.
+        self._held_back = False
+        self._completer: Completer | None = None
+
+    def open(self, completer: Completer) -> None:
+        """Claims may start: ``completer`` holds the outcomes waiting to be written."""
+        self._completer = completer
+
+    def registration(self) -> tuple[list[str], list[int]]:
+        """The queues and their slots, as the workers table lists them."""
+        return self.queues, [self.slots[queue] for queue in self.queues]
+
+    def add_queue(self, queue: str, slots: int | None) -> bool:
+        """Claim from ``queue`` too; False when it already did."""
+        if queue in self.queues:
+            return False
+        self.slots[queue] = slots if slots is not None else max(self.slots.values(), default=1)
+        self._runs.busy.setdefault(queue, 0)
+        self._fair_cursor.setdefault(queue, None)
+        self.queues = [*self.queues, queue]
+        self.watched.add(queue)
+        return True
+
+    def remove_queue(self, queue: str) -> bool:
+        """Stop claiming from ``queue``; False when it did not claim from it."""
+        if queue not in self.queues:
+            return False
+        self.queues = [name for name in self.queues if name != queue]
+        self.watched.discard(queue)
+        return True
+
+    # --- claims -----------------------------------------------------------------------------
+
+    async def claim(self) -> None:
+        """Fill the free slots of every queue, in order (under the claim lock)."""
+        async with self._lease.claim_lock:
+            await self._claim_queues()
+
+    async def _claim_queues(self) -> None:
+        stop = self._signals.stop
+        health = self._lease.health
+        completer = self._completer
+        assert completer is not None
+        guard = self._lease.guard
+        for queue in self.queues:
+            while not stop.is_set() and health.is_set():
+                free = self.free(queue)
+                if free <= 0:
+                    break
+                if completer.pending >= self.max_pending_outcomes:
+                    # Backpressure. The slots may all be free already (short runs finish
+                    # before their outcomes are written), so no slot release will wake the
+                    # loop: the completer's next written batch does (written()).
+                    self._held_back = True
+                    break
+                rows: list[dict[str, Any]] = []
+
+                async def claim(connection: psycopg.AsyncConnection, limit: int = free,
+                                queue: str = queue, rows: list[dict[str, Any]] = rows) -> None:
+                    worker_id = self._lease.worker_id
+                    assert worker_id is not None
+                    rows.extend(await database.claim_jobs(
+                        connection, queue, limit, worker_id, self.fair,
+                        after_task=self._fair_cursor[queue], floors=self.floors))
+
+                if not await guard(claim, "claim"):
+                    return
+                if rows:
+                    self._fair_cursor[queue] = rows[-1]["task"]
+                for row in rows:
+                    if row["state"] == "cancelled":
+                        logger.info("job %s %s cancelled before it started", row["id"],
+                                    row["task"])
+                    else:
+                        self._runs.start(row)
+                if len(rows) < free:
+                    break  # the queue is drained; a full claim means claim again at once
+
+    def free(self, queue: str) -> int:
+        """How many runs of ``queue`` a claim may take now."""
+        # A process pool of short runs may take jobs ahead of its slots (ProcessPool.ahead).
+        ahead = self._process_pool.ahead if self._process_pool is not None else 0
+        free = self.slots[queue] + ahead - self._runs.busy[queue]
+        if self.max_running is not None:
+            free = min(free, self.max_running + ahead - len(self._runs.running))
+        return free
+
+    async def sleep(self) -> None:
+        """Until woken, or a poll interval (jittered) while slots are free, else an
+        interval between heartbeats."""
+        free = any(self.free(queue) > 0 for queue in self.queues)
+        timeout = random.uniform(self._poll_interval / 2, self._poll_interval) if free \
+            else self._heartbeat_interval
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._signals.wake.wait(), timeout)
+
+    def written(self, rows: list[dict[str, Any]]) -> None:
+        """An outcome batch was written (``rows``, as the database returned them)."""
+        if self._held_back:
+            # Claims stopped at max_pending_outcomes: claim again now. Without this the loop
+            # slept a whole poll_interval with every slot free and jobs queued. The
+            # completer drops the batch from its pending list right after this call, before
+            # it next yields, so the woken loop sees the smaller count.
+            self._held_back = False
+            self._signals.wake.set()
+        # Retries, snoozes and runs dropped unstarted are queued again below where this
+        # worker's next claims would start reading: they lower its floors.
+        self.floors.requeued(row for row in rows if row["state"] == "queued")
+        if rows and rows[0].get("settled"):
+            # The write released workflow jobs (committed already): claim now rather than
+            # when the NOTIFY comes back.
+            self._signals.wake.set()
+
+
+__all__ = ["Producer"]

@@ -1,0 +1,113 @@
+"""The worker's one line per finished run: what became of it, and for a failure its error
+and what happens next (the traceback at DEBUG only)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..model.outcomes import FAIL, RETRY, SUCCESS, Outcome, error_summary, parse_error
+
+logger = logging.getLogger("akadze.worker")
+
+
+@dataclass
+class Run:
+    """A run this worker holds: claimed, running or waiting to start, until its outcome
+    is written."""
+
+    job_id: int
+    run_count: int
+    queue: str
+    task: str
+    attempt: int
+    max_attempts: int
+    started: float
+    future: asyncio.Task[None]
+    #: The claim's fencing token (the row's claim_token).
+    claim_token: int | None = None
+    # Fires when the job expires (a job with expires_at only): if it still waits, it is
+    # dropped unstarted.
+    timer: asyncio.TimerHandle | None = None
+
+    @property
+    def fence(self) -> tuple[int, int, int | None]:
+        """(job id, run count, claim token): what a write for this run must match."""
+        return self.job_id, self.run_count, self.claim_token
+
+
+def log_outcomes(batch: Iterable[Outcome], rows: list[dict[str, Any]],
+                 finished: dict[tuple[int, int], Run], level: int,
+                 redact: Callable[[str], str],
+                 on_unregistered: Callable[[int, str], None] | None) -> None:
+    """The one line per outcome of a written ``batch`` (``rows``: those that changed), at
+    ``level``; a failure also says what happens next (see ``log_failure``). Pops each
+    outcome's run from ``finished``."""
+    changed = {(row["id"], row["run_count"]): row["state"] for row in rows}
+    # Checked once per batch: when the level is off, the lines cost nothing to skip.
+    info = logger.isEnabledFor(level)
+    now = time.monotonic()
+    for outcome in batch:
+        key = (outcome.job_id, outcome.run_count)
+        run = finished.pop(key, None)
+        state = changed.get(key)
+        # An unknown task is said whatever the level (a FAIL outcome: rare, never a success).
+        if state is not None and not info and outcome.kind != FAIL:
+            continue
+        label = f"job {outcome.job_id} {run.task if run else ''}".rstrip()
+        if state is None:
+            logger.warning("%s: outcome of run %s rejected, the run no longer owns the job",
+                           label, outcome.run_count)
+            continue
+        took = f" in {now - run.started:.3f}s" if run else ""
+        if outcome.error is None or outcome.kind == SUCCESS:  # the hot path: one check
+            logger.log(level, "%s %s%s (attempt %s, %s)", label, state,
+                       took, run.attempt if run else "?", outcome.kind)
+        else:
+            log_failure(outcome, run, state, label, took, info, level, redact,
+                        on_unregistered)
+
+def log_failure(outcome: Outcome, run: Run | None, state: str, label: str, took: str,
+                info: bool, level: int, redact: Callable[[str], str],
+                on_unregistered: Callable[[int, str], None] | None) -> None:
+    """The one line of a run that ended with an error: its type and message, and what
+    happens next; the traceback (stored in the job's errors) follows at DEBUG only."""
+    entry = parse_error(outcome.error)
+    if entry.get("type") == "NotRegistered" and run is not None:
+        if on_unregistered is not None:
+            try:
+                on_unregistered(outcome.job_id, run.task)
+            except Exception:  # the outcome is written: a broken hook must not stop us
+                logger.exception("%s: the on_unregistered hook raised", label)
+        else:
+            logger.warning("%s %s: NotRegistered: no task %r in this worker (is the "
+                           "module that defines it imported by the app?)", label, state,
+                           run.task)
+        return
+    if not info:
+        return
+    summary = error_summary(entry, redact)
+    if run is not None:
+        budget = max(run.max_attempts, outcome.max_attempts or 0)
+        attempt = f"attempt {run.attempt}/{budget}"
+    else:
+        attempt = "attempt ?"
+    if state == "queued":
+        logger.log(level, "%s failed %s%s: %s (retry in %.1fs)", label,
+                   attempt, took, summary, outcome.delay)
+    elif state == "failed":
+        # Out of attempts, or failed on purpose (Fail, bad args): no attempt follows.
+        why = "no attempts left" if outcome.kind == RETRY else "not retried"
+        logger.log(level, "%s failed for good on %s%s: %s (%s)", label,
+                   attempt, took, summary, why)
+    else:  # cancelled: a Cancel, or any error once a cancel was requested or it expired
+        logger.log(level, "%s %s on %s%s: %s", label, state, attempt,
+                   took, summary)
+    traceback = entry.get("traceback")
+    if traceback and logger.isEnabledFor(logging.DEBUG):
+        logger.debug("%s traceback of %s:\n%s", label, attempt,
+                     redact(str(traceback)).rstrip())
