@@ -11,7 +11,9 @@ after import, as Sentry and New Relic do, applies), with Celery's call shape: th
 returns is called ``tracer(task_id, args, kwargs, request_dict)`` and returns a
 ``trace_ok_t``. What the worker needs beyond that call (the time limits around the body, the
 revoke check, the early outcome store) reaches the tracer through ``worker_run``, not
-through its arguments, which wrappers pass on as they are.
+through its arguments, which wrappers pass on as they are. An ``async def`` body (which
+Celery's tracer cannot run) is traced by ``trace_async`` directly: instrumentations see it
+through the signals only.
 """
 
 from __future__ import annotations
