@@ -374,6 +374,9 @@ class WorkerRun:
     revoked: Callable[[], bool | None] | None
     store: Callable[[TraceResult], None] | None
     result: TraceResult | None = None
+    #: ``apply()``'s run (eager), and whether it re-raises the body's exception.
+    eager: bool = False
+    propagate: bool = False
 
 
 #: The run the worker is about to trace in this context (None outside it).
@@ -392,7 +395,8 @@ def build_tracer(name: str, task: Any, loader: Any = None, hostname: str | None 
     ``trace_ok_t``.
 
     The worker builds one per task and process, and again when this function was replaced
-    (a wrapper installed later applies from the next task on). ``task`` is used as given,
+    (a wrapper installed later applies from the next task on); ``apply()`` builds one per
+    call with ``eager=True``, as Celery's does. ``task`` is used as given,
     so a proxy around the task (New Relic's) is what the body is called through. ``loader``,
     ``hostname``, ``store_errors``, ``app`` and ``IGNORE_STATES`` are accepted for Celery's
     callers; results are stored by the worker, from the job, whatever they say.
@@ -400,14 +404,15 @@ def build_tracer(name: str, task: Any, loader: Any = None, hostname: str | None 
     del name, loader, hostname, store_errors, app, IGNORE_STATES
 
     def trace_task(uuid: Any, args: Any, kwargs: Any, request: Any = None) -> Any:
-        run = None if eager else worker_run.get()
+        run = worker_run.get()
         started = monotonic()
-        if run is not None and run.result is None:  # the worker's run, traced once
+        if run is not None and run.result is None and run.eager == eager:
+            # the run of the worker or of apply() that built this tracer, traced once
             result = trace(task, run.request, args, kwargs,
-                           lambda: run.call(task, args, kwargs), eager=False,
-                           revoked=run.revoked, store=run.store)
+                           lambda: run.call(task, args, kwargs), eager=run.eager,
+                           propagate=run.propagate, revoked=run.revoked, store=run.store)
             run.result = result
-        else:  # called outside the worker's run: a request from what was passed
+        else:  # called on its own: a request from what was passed
             context = Context(dict(request or {}), id=uuid, args=args, kwargs=kwargs,
                               is_eager=eager)
             result = trace(task, context, args, kwargs,
