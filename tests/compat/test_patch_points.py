@@ -341,3 +341,33 @@ async def test_request_headers_are_the_nested_headers_header_when_there_is_one(
     await work(celery, lambda: all(result.ready() for result in results), slots=1)
     assert sorted(seen, key=repr) == sorted([({"a": 1}, 1), ({"b": 2}, 1), (None, None)],
                                             key=repr)
+
+
+def test_apply_goes_through_build_tracer_with_eager_as_celerys_apply(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    app = Celery("eager", set_as_current=False)
+    builds: list[dict[str, Any]] = []
+    original = trace_module.build_tracer
+
+    def build(name: str, task: Any, *args: Any, **kwargs: Any) -> Any:
+        builds.append({"name": name, "eager": kwargs.get("eager"),
+                       "propagate": kwargs.get("propagate")})
+        return original(name, task, *args, **kwargs)
+
+    monkeypatch.setattr(trace_module, "build_tracer", build)
+
+    @app.task
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    @app.task
+    def fails() -> None:
+        raise KeyError("x")
+
+    assert add.apply((1, 2)).get() == 3
+    with pytest.raises(KeyError):
+        fails.apply(throw=True)
+    assert fails.apply().state == states.FAILURE
+    assert builds == [{"name": add.name, "eager": True, "propagate": False},
+                      {"name": fails.name, "eager": True, "propagate": True},
+                      {"name": fails.name, "eager": True, "propagate": False}]
