@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from akadze_core import Trigger
 
 from . import serialization
+from ._beat_scheduler import DEFAULT_MAX_INTERVAL, ScheduleEntry, Scheduler, SchedulingError
 from ._schedulers import HONOURED_SCHEDULERS, unhonoured_scheduler
 from ._triggers import DueTrigger, schedule_timezone, to_zone
 from .app import publish
@@ -53,7 +54,8 @@ if TYPE_CHECKING:
 
     from .app.base import Celery
 
-__all__ = ["HONOURED_SCHEDULERS", "PeriodicEntry", "UnsupportedSchedule", "add_periodic_task",
+__all__ = ["DEFAULT_MAX_INTERVAL", "HONOURED_SCHEDULERS", "PeriodicEntry", "ScheduleEntry",
+           "Scheduler", "SchedulingError", "UnsupportedSchedule", "add_periodic_task",
            "entry_to_schedule", "register_periodic_tasks", "schedule_timezone", "to_trigger",
            "unhonoured_scheduler"]
 
@@ -351,5 +353,4 @@ _NO_BEAT = ("there is no beat process to extend: every worker runs beat_schedule
             "database-backed schedules (django_celery_beat) do not run")
 __getattr__ = not_provided(__name__, {
     name: (_NO_BEAT, "beat-runs-inside-the-workers")
-    for name in ("Scheduler", "PersistentScheduler", "ScheduleEntry", "Service",
-                 "EmbeddedService", "SchedulingError", "BeatPidbox")})
+    for name in ("PersistentScheduler", "Service", "EmbeddedService", "BeatPidbox")})

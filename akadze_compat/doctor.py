@@ -424,7 +424,9 @@ def _api_findings(app: Any, files: Iterable[tuple[Path, str]], unparsed: list[st
             unparsed.append(shown)
             continue
         for use in uses:
-            subject = use.detail if use.pattern == "unavailable name" else use.pattern
+            # A wildcard names what the project uses (`app.start`), not the pattern.
+            named = use.pattern == "unavailable name" or use.pattern.endswith(".*")
+            subject = use.detail if named else use.pattern
             grouped.setdefault((use.pattern, subject), {}).setdefault(shown, []).append(
                 use.line)
     findings = []

@@ -264,7 +264,7 @@ class _Scanner(ast.NodeVisitor):
                 node.attr not in _CONTROL_HAS:
             pattern = "app.control.inspect" if node.attr == "inspect" \
                 else "app.control.rate_limit" if node.attr == "rate_limit" else "app.control.*"
-            self.add(pattern, node, f"control.{node.attr}")
+            self.add(pattern, node, f"app.control.{node.attr}")
         elif isinstance(node.ctx, ast.Load) and self._is_app(value) and \
                 node.attr not in self.app_attributes and not node.attr.startswith("_"):
             self.add("app.*", node, f"app.{node.attr}")

@@ -2,7 +2,9 @@
 
 Arguments, results and ``update_state`` metadata go through ``kombu.utils.json``, so
 ``datetime``, ``date``, ``time``, ``UUID``, ``Decimal`` and ``bytes`` come back as the same
-types, exactly as they do between a Celery client and worker. Two things are stricter than
+types, exactly as they do between a Celery client and worker (``bytes`` holding a NUL byte
+are written base64, kombu's form for bytes that are not UTF-8: Postgres cannot store U+0000
+in text, and every kombu decodes that form). Two things are stricter than
 Celery: NaN and Infinity are refused (Postgres' jsonb cannot store them), and only JSON is
 spoken at all: ``pickle``, ``yaml`` and ``msgpack`` are refused with a clear error. Nothing is
 ever unpickled.
@@ -10,6 +12,7 @@ ever unpickled.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -36,6 +39,17 @@ _REFUSED = {
 }
 
 
+class _Encoder(kombu_json.JSONEncoder):
+    """kombu's encoder, except that ``bytes`` holding a NUL byte are written in kombu's other
+    form for bytes, base64 (kombu writes them as text, with U+0000, which Postgres cannot
+    store). Every kombu decodes both forms back to the same bytes."""
+
+    def default(self, o: Any) -> Any:
+        if isinstance(o, bytes) and b"\x00" in o:
+            return {"__type__": "base64", "__value__": base64.b64encode(o).decode("ascii")}
+        return super().default(o)
+
+
 def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON (Postgres cannot store it)")
 
@@ -52,7 +66,7 @@ def dumps(value: Any) -> str:
     try:
         return strict_dumps(value)
     except TypeError:  # a type only kombu's default() knows, or an error kombu raises too
-        return kombu_json.dumps(value, allow_nan=False, ensure_ascii=False,
+        return kombu_json.dumps(value, cls=_Encoder, allow_nan=False, ensure_ascii=False,
                                 separators=(",", ":"))
 
 

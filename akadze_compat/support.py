@@ -64,8 +64,9 @@ _RESULTS_IN_POSTGRES = ("results live in the queue's Postgres database, as the j
 _NO_BROKER = ("there is no broker connection to tune: the queue is the Postgres database of "
               "broker_url")
 _IN_URL = "put it in broker_url, the Postgres URL (user, password, host, port, sslmode...)"
-_NO_EVENTS = ("there is no event stream (celery events, Flower): task states are rows in the "
-              "database; use `akadze-compat inspect`")
+_NO_EVENTS = ("there is no event stream (celery events): task states are rows in the "
+              "database; use `akadze-compat inspect`, or `akadze-compat flower` (the "
+              "dashboard, which reads the rows)")
 _NO_CHORDS = ("chords are not polled: the database releases the body in the transaction that "
               "stores the last member's result (or fails it with ChordError)")
 _PREFETCH = ("every pool, as in Celery: the worker holds up to multiplier x processes (or "
@@ -163,8 +164,8 @@ _BY_SETTING: dict[str, Support] = {
     "task_allow_error_cb_on_chord_header": _h("a chord's link_error goes to the header's "
                                               "tasks too (immutable), as in Celery"),
     "task_always_eager": _h("tasks run in the caller, results never stored"),
-    "task_annotations": _i("annotations are not applied: set those attributes on the tasks "
-                           "(@app.task(...)) or on a base class instead"),
+    "task_annotations": _h("applied when each task is bound to the app, as Celery does "
+                           "(attributes, `@method` wrappers, annotation objects)"),
     "task_create_missing_queues": _h("when off, routing to a queue not in task_queues raises "
                                      "QueueNotFound"),
     "task_default_priority": _d(_LOW_FIRST),
@@ -377,8 +378,11 @@ _GROUP_RESULTS = ("reads every member in one query and waits on LISTEN/NOTIFY; s
 #: What the doctor's source scan (``doctor_scan``) looks for: the keys are Celery's names, or
 #: a short description of a call shape; the status is ``missing`` or ``different``.
 API_PATTERNS: dict[str, Support] = {
-    "import celery": Support(MISSING, "still imports celery itself: import akadze_compat "
-                                      "instead (migration_guide/celery.md, first step)"),
+    "import celery": Support(DIFFERENT, "imports celery: it resolves to akadze_compat through "
+                                        "the celery alias, which akadze-compat switches on "
+                                        "(elsewhere AKADZE_CELERY=1: "
+                                        "migration_guide/third-party.md); importing "
+                                        "akadze_compat instead is the explicit path"),
     "unavailable name": Support(MISSING, "does not exist in akadze_compat: this import or "
                                          "attribute fails after the rename"),
     "celery.group": Support(DIFFERENT, f"group: {_CANVAS}"),
@@ -425,8 +429,8 @@ API_PATTERNS: dict[str, Support] = {
                                       "rate_limit; not autoscale, events, election, "
                                       "pool_restart or revoke_by_stamped_headers"),
     "app.*": Support(MISSING, "the app has no such attribute here (no broker connection, "
-                              "events, pool or bootsteps objects; app.backend and app.amqp "
-                              "answer from the database and the settings)"),
+                              "events or pool objects; app.backend and app.amqp answer from "
+                              "the database and the settings)"),
     "serializer=": Support(MISSING, "only JSON: pickle, yaml and msgpack are refused when the "
                                     "task is sent"),
     "priority=": Support(DIFFERENT, "lower numbers run first (RabbitMQ runs higher ones first)"),
@@ -443,10 +447,97 @@ API_PATTERNS: dict[str, Support] = {
     "celery.contrib": Support(MISSING, "this celery.contrib module is not provided (rdb, "
                                        "migrate, sphinx...; abortable and django.task are): "
                                        "debug and move tasks with the database at hand"),
-    "celery.bootsteps": Support(MISSING, "custom worker bootsteps are not supported: use the "
-                                         "worker_init / worker_ready signals"),
+    "celery.bootsteps": Support(DIFFERENT, "app.steps boot steps run in akadze-compat's "
+                                           "worker at Celery's points; consumer steps get the "
+                                           "worker (no kombu consumer), ConsumerStep is not "
+                                           "provided"),
     "celery.schedules.solar": Support(DIFFERENT, "solar schedules run as in Celery when the "
                                                  "ephem package is installed (pip install "
                                                  "'akadze[solar]'); without it the worker "
                                                  "refuses to start, saying so"),
 }
+
+
+# --- the migration guide's statements, written from these tables ------------------------
+
+#: Marks around a generated part of a guide page: ``<!-- support:NAME -->`` ... the text
+#: ``fragments()[NAME]`` ... ``<!-- /support:NAME -->``.
+_FRAGMENT_START = "<!-- support:{name} (python -m akadze_compat.support --write) -->"
+_FRAGMENT_END = "<!-- /support:{name} -->"
+
+
+_SIGNAL_WORDS = {HONOURED: "sent, as in Celery", DIFFERENT: "sent, with a difference",
+                 IGNORED: "never sent", MISSING: "never sent"}
+
+
+def _signals_fragment() -> str:
+    rows = ["| signal | here |", "|---|---|"]
+    for name, support in SIGNAL_SUPPORT.items():
+        words = _SIGNAL_WORDS[support.status]
+        note = support.note.removeprefix("never sent").lstrip(": ")
+        rows.append(f"| `{name}` | {words}{': ' + note if note else ''} |")
+    return "\n".join(rows)
+
+
+def _ignored_task_options_fragment() -> str:
+    rows = ["| task option | here |", "|---|---|"]
+    rows += [f"| `{name}` | {support.status}: {support.note} |"
+             for name, support in sorted(TASK_OPTION_SUPPORT.items())]
+    return "\n".join(rows)
+
+
+def fragments() -> dict[str, str]:
+    """The generated parts of the migration guide, by name: what these tables say, in the
+    words the guide prints."""
+    return {"signals": _signals_fragment(), "task-options": _ignored_task_options_fragment()}
+
+
+def render_page(text: str) -> str:
+    """``text`` (a guide page) with every generated part replaced by today's version."""
+    import re
+
+    for name, body in fragments().items():
+        start = re.escape(_FRAGMENT_START.format(name=name))
+        end = re.escape(_FRAGMENT_END.format(name=name))
+
+        def replace(match: re.Match[str], body: str = body) -> str:
+            return f"{match.group(1)}{body}\n{match.group(3)}"
+
+        text = re.sub(rf"({start}\n)(.*?)(^{end})", replace, text,
+                      flags=re.DOTALL | re.MULTILINE)
+    return text
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """``python -m akadze_compat.support``: print a generated part, or rewrite (``--write``)
+    or check (``--check``, exit 1 when stale) the parts of the guide pages given."""
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m akadze_compat.support",
+                                     description=_main.__doc__)
+    parser.add_argument("--markdown", choices=sorted(fragments()),
+                        help="print this generated part")
+    parser.add_argument("--write", action="store_true", help="rewrite the pages' parts")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a page is stale")
+    parser.add_argument("pages", nargs="*", type=Path,
+                        help="guide pages (default: migration_guide/*.md)")
+    options = parser.parse_args(argv)
+    if options.markdown:
+        print(fragments()[options.markdown])
+        return 0
+    stale = []
+    for page in options.pages or sorted(Path("migration_guide").glob("*.md")):
+        text = page.read_text("utf-8")
+        rendered = render_page(text)
+        if rendered != text:
+            stale.append(page)
+            if options.write:
+                page.write_text(rendered, "utf-8")
+    for page in stale:
+        print(f"{'rewrote' if options.write else 'stale'}: {page}")
+    return 1 if stale and options.check else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

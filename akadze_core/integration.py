@@ -51,6 +51,7 @@ from .schedules.scheduler import MIN_CHECK_INTERVAL
 from .schedules.triggers import EPOCH
 from .store.database import JobRequest, run_statement, run_statement_sync
 from .store.dberrors import SCHEMA_ERRORS, is_transient
+from .store.embedded import describe_database
 from .store.migrations import MIGRATE_COMMAND, schema_missing
 from .store.queries import load_queries
 from .worker.completer import store_outcome, store_outcome_sync
@@ -58,7 +59,7 @@ from .worker.config import DEFAULTS, seconds
 from .worker.panel import NO_REPLY
 
 if TYPE_CHECKING:
-    from .cli.main import dashboard_options, run_dashboard
+    from .cli.main import dashboard_options, run_dashboard, show_schedules
 
 __all__ = [
     "CHILD_ENV",
@@ -85,6 +86,7 @@ __all__ = [
     "dashboard_options",
     "decide_retry",
     "decode_job",
+    "describe_database",
     "error_entry",
     "exit_now",
     "extends_strict_dumps",
@@ -105,6 +107,7 @@ __all__ = [
     "scrubbed_stdio",
     "seconds",
     "serve",
+    "show_schedules",
     "signal_number",
     "store_outcome",
     "store_outcome_sync",
@@ -129,7 +132,8 @@ def outcome_of(context: JobContext, *, value: Any = None,
 
 #: Names loaded on first use: the dashboard's command pieces cost an import that only the
 #: command line needs (not a worker, nor an app that sends tasks).
-_LAZY = {"dashboard_options": "cli.main", "run_dashboard": "cli.main"}
+_LAZY = {"dashboard_options": "cli.main", "run_dashboard": "cli.main",
+         "show_schedules": "cli.main"}
 
 
 def __getattr__(name: str) -> Any:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
+from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
@@ -24,9 +26,10 @@ from ..exceptions import ImproperlyConfigured
 from ..loaders import Loader, django_app_names
 from ..result import AsyncResult, GroupResult
 from ..worker.entry import core_timeout, make_entry
-from . import builtins, publish  # noqa: F401  # builtins: celery.map/starmap on every app
+from . import builtins, command, publish  # noqa: F401  # builtins: celery.map/starmap on every app
 from . import routes as routing
 from .amqp import AMQP
+from .annotations import prepare as prepare_annotations
 from .config import Settings, database_url, import_object, load_source, retention
 from .control import Control
 from .registry import TaskRegistry, gen_task_name, register_task, shared_task, task_from_fun
@@ -259,6 +262,22 @@ class Celery:
         django_beat.register(self, core)
         return core
 
+    def start(self, argv: list[str] | None = None) -> None:
+        """Run the ``akadze-compat`` command line for this app, as Celery's ``app.start``
+        runs ``celery``: ``app.start(["worker", "-l", "INFO"])`` runs it to its end (a
+        failure raises ``SystemExit`` with its code); in a script's ``if __name__ ==
+        "__main__": app.start()`` the process becomes the command, with the script's
+        arguments (``python tasks.py worker``). See ``akadze_compat.app.command``."""
+        command.start(self, argv)
+
+    def worker_main(self, argv: list[str] | None = None) -> None:
+        """Run ``akadze-compat worker`` for this app: ``argv`` (default: the script's
+        arguments) must name the ``worker`` command, as Celery requires."""
+        if "worker" not in (sys.argv if argv is None else argv):
+            raise ValueError("The worker sub-command must be specified in argv. "
+                             "Use app.start() to programmatically start other commands.")
+        command.start(self, argv)
+
     def add_periodic_task(self, schedule: Any, sig: Any, args: Any = (), kwargs: Any = (),
                           name: str | None = None, **opts: Any) -> str:
         """Run ``sig`` (a signature or a task) on ``schedule`` (seconds, timedelta,
@@ -297,6 +316,29 @@ class Celery:
                                                 "abstract": True})
             self.__dict__["_task_base"] = cls
         return cls
+
+    @property
+    def steps(self) -> defaultdict[str, set[Any]]:
+        """Custom boot steps: ``app.steps["worker"].add(MyStep)`` (``celery.bootsteps``);
+        ``akadze-compat worker`` runs them."""
+        steps = self.__dict__.get("_steps")
+        if steps is None:
+            steps = self.__dict__["_steps"] = defaultdict(set)
+        return steps
+
+    @steps.setter
+    def steps(self, value: defaultdict[str, set[Any]]) -> None:
+        self.__dict__["_steps"] = value
+
+    @property
+    def annotations(self) -> list[Any]:
+        """``task_annotations``, prepared (``celery.app.annotations``): read once, when the
+        first task is bound."""
+        prepared = self.__dict__.get("_annotations")
+        if prepared is None:
+            prepared = self.__dict__["_annotations"] = prepare_annotations(
+                self.conf.get("task_annotations"))
+        return prepared
 
     @property
     def tasks(self) -> TaskRegistry:

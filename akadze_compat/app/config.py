@@ -489,8 +489,10 @@ def database_url(broker_url: str | None) -> str | None:
     shown = broker_url.replace(f":{parts.password}@", ":****@") if parts.password else broker_url
     raise ImproperlyConfigured(
         f"broker_url {shown!r} is not a Postgres URL: akadze_compat keeps its queue in "
-        "Postgres, there is no Redis or RabbitMQ broker. Set broker_url (or -b, "
-        "CELERY_BROKER_URL, or AKADZE_DATABASE_URL) to postgresql://user:password@host/db.")
+        "Postgres, there is no Redis or RabbitMQ broker. Change broker_url where the project "
+        "sets it (Celery(broker=...) or its config) to postgresql://user@host/db, or "
+        "override it with -b URL or $CELERY_BROKER_URL, which win over the setting "
+        "($AKADZE_DATABASE_URL is used only when no broker_url is set).")
 
 
 def retention(value: Any) -> timedelta:

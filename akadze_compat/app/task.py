@@ -13,6 +13,7 @@ import inspect
 import sys
 import threading
 import types
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from ..canvas import chunks, signature, xmap, xstarmap
 from ..exceptions import MaxRetriesExceededError, Retry
 from ..utils.objects import default, overrides_default
 from . import eager, publish
+from .annotations import resolve_all as resolve_all_annotations
 from .context import Context
 from .publish import EXEC_OPTIONS, PLAIN_CALL
 from .replace import prepare_replacement, send_replacement
@@ -183,6 +185,22 @@ class RequestStack(tuple):  # type: ignore[type-arg]
         return list(self)
 
 
+class _ClassProperty:
+    """``Task.app``: read on the class or an instance (``_get_app``); set on an instance, it
+    binds the class (``bind``), as Celery's ``class_property``."""
+
+    def __init__(self, getter: Any, setter: Any) -> None:
+        self.getter = getter
+        self.setter = setter
+        self.__doc__ = "The app this task belongs to (the current app for an unbound class)."
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self.getter.__get__(obj, owner if owner is not None else type(obj))()
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        self.setter.__get__(obj, type(obj))(value)
+
+
 class Task:
     """Celery's task base class. Subclass it (``base=`` / ``task_cls=``) to share behaviour."""
 
@@ -241,15 +259,51 @@ class Task:
 
     @classmethod
     def bind(cls, app: Celery) -> Celery:
-        """Attach the task class to ``app``; attributes left at None take the app's settings."""
+        """Attach the task class to ``app``; attributes left at None take the app's settings,
+        and the first time the app's ``task_annotations`` apply (``annotate``)."""
+        was_bound, cls.__bound__ = cls.__dict__.get("__bound__", False), True
         cls._app = app
-        cls.__bound__ = True
         if cls.typing is None:
             cls.typing = app.strict_typing
         for attribute, setting in FROM_CONFIG:
             if getattr(cls, attribute, None) is None:
                 setattr(cls, attribute, app.conf.get(setting))
+        if not was_bound:
+            cls.annotate()
+        cls.on_bound(app)
         return app
+
+    @classmethod
+    def on_bound(cls, app: Celery) -> None:
+        """Called each time the class is bound to ``app`` (a hook for subclasses)."""
+
+    @classmethod
+    def _get_app(cls) -> Celery:
+        """The class's app: the one it is bound to, else the current app (what ``Task.app``
+        reads, on the class as on an instance)."""
+        app = cls._app
+        return app if app is not None else _state.get_current_app()
+
+    @classmethod
+    def annotate(cls) -> None:
+        """Apply the app's ``task_annotations`` that match this task: attributes are set,
+        ``@method`` keys wrap that method (``add_around``)."""
+        for found in resolve_all_annotations(cls._get_app().annotations, cls):
+            for key, value in found.items():
+                if key.startswith("@"):
+                    cls.add_around(key[1:], value)
+                else:
+                    setattr(cls, key, value)
+
+    @classmethod
+    def add_around(cls, attr: str, around: Callable[[Any], Any]) -> None:
+        """Replace method ``attr`` by ``around(original)`` (once: the original is kept in
+        ``__wrapped__`` and a second wrapper wraps it, not the first wrapper)."""
+        original = getattr(cls, attr)
+        original = getattr(original, "__wrapped__", None) or original
+        method = around(original)
+        method.__wrapped__ = original
+        setattr(cls, attr, method)
 
     @classmethod
     def attach_app(cls, app: Celery) -> None:
@@ -257,11 +311,7 @@ class Task:
         fills the attributes left at None from the app's settings)."""
         cls._app = app
 
-    @property
-    def app(self) -> Celery:
-        """The app this task belongs to (the current app for an unbound task class)."""
-        app = type(self)._app
-        return app if app is not None else _state.get_current_app()
+    app: Celery = _ClassProperty(_get_app, bind)  # type: ignore[assignment]
 
     @property
     def backend(self) -> Any:

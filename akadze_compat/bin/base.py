@@ -155,6 +155,30 @@ def _is_app(value: Any) -> bool:
     return isinstance(value, Celery)
 
 
+def _foreign_celery(value: Any) -> str | None:
+    """The full name of the class of a Celery app that is not akadze's (an app of the real
+    celery package, installed beside akadze), e.g. ``celery.app.base.Celery``; else None."""
+    if isinstance(value, type) or _is_app(value):
+        return None
+    for klass in type(value).__mro__:
+        if klass.__name__ == "Celery" and not klass.__module__.startswith("akadze_compat"):
+            return f"{klass.__module__}.{klass.__qualname__}"
+    return None
+
+
+def _not_akadze_app(spec: str, value: Any, class_name: str) -> CliError:
+    """The error for a Celery app of another package: which one, and the two ways out."""
+    package = class_name.partition(".")[0]
+    module = sys.modules.get(package)
+    version = getattr(module, "__version__", None)
+    origin = f"{package} {version}" if isinstance(version, str) else package
+    where = getattr(module, "__file__", None)
+    origin += f" at {os.path.dirname(where)}" if isinstance(where, str) else ""
+    return CliError(f"{spec!r} is a {class_name} ({origin}), not an akadze_compat app: "
+                    "change the module's import to `from akadze_compat import Celery`, or "
+                    "set AKADZE_CELERY=1 so that `import celery` gives akadze_compat")
+
+
 def _symbol(spec: str) -> Any:
     """``module:attr.path`` → the attribute; ``a.b.c`` → attribute ``c`` of module ``a.b``,
     or module ``a.b.c`` when ``a.b`` has no such attribute (yet)."""
@@ -176,12 +200,16 @@ def _symbol(spec: str) -> Any:
 def _app_in_module(module: ModuleType, spec: str) -> Any:
     """The app a module stands for: its ``app``, its ``celery``, its submodule ``celery``
     (for a package), else the first Celery instance defined in it."""
+    foreign: tuple[str, Any, str] | None = None
     for attribute in ("app", "celery"):
         found = getattr(module, attribute, None)
         # Celery takes any non-module `app`; we skip one that is not a Celery app (a Flask
         # `app` next to the Celery one is common) and go on looking.
         if _is_app(found):
             return found
+        class_name = _foreign_celery(found)
+        if class_name and foreign is None:
+            foreign = (f"{spec}:{attribute}", found, class_name)
     if hasattr(module, "__path__"):
         try:
             submodule = _import_from_cwd(f"{spec}.celery")
@@ -193,6 +221,8 @@ def _app_in_module(module: ModuleType, spec: str) -> Any:
     for value in vars(module).values():
         if _is_app(value):
             return value
+    if foreign is not None:
+        raise _not_akadze_app(*foreign)
     raise CliError(f"unable to load the app: module {spec!r} has no attribute 'app' or "
                    "'celery' and defines no Celery instance (name it: -A module:attribute)")
 
@@ -218,6 +248,9 @@ def find_app(spec: str) -> Any:
         raise CliError(f"unable to load the app {spec!r}: {exc}") from None
     except Exception as exc:
         raise CliError(_import_failed(spec, exc)) from None
+    class_name = _foreign_celery(found)
+    if class_name:
+        raise _not_akadze_app(spec, found, class_name)
     if not _is_app(found):
         raise CliError(f"{spec!r} is not a Celery app (it is a {type(found).__name__}): "
                        "name the app with -A module:attribute")

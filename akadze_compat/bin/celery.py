@@ -4,7 +4,7 @@
 options are Celery's (``-A/--app``, ``-b/--broker``, ``--workdir``, ``--config``, ...) with its
 environment variables (``APP``, ``BROKER_URL``, ``CELERY_<COMMAND>_<OPTION>``). Commands:
 ``worker``, ``beat``, ``purge``, ``inspect``, ``status``, ``call``, ``result``, ``migrate``,
-``doctor``.
+``schedules``, ``doctor``.
 
 Every expected error ends the command with one ``akadze-compat: error: ...`` line on stderr
 and a non-zero exit code; no output ever contains a database password.
@@ -18,6 +18,8 @@ from importlib import metadata
 
 import click
 
+from .._alias import disabled_by_env
+from .._alias import install as install_celery_alias
 from ..worker.pool import child_info
 from .base import PROG_NAME, CliError, CliState, CompatGroup, secrets, warn
 from .commands import COMMANDS
@@ -95,7 +97,10 @@ _register()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """The ``akadze-compat`` console script."""
+    """The ``akadze-compat`` console script: ``import celery`` in the project (and in the
+    pool children it starts) resolves to akadze_compat, unless ``AKADZE_CELERY=0``."""
+    if not disabled_by_env():
+        install_celery_alias()
     cli.main(args=list(argv) if argv is not None else None, prog_name=PROG_NAME)
 
 

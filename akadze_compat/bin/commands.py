@@ -16,7 +16,13 @@ from typing import Any
 import click
 
 from akadze_core import run_schedules
-from akadze_core.integration import dashboard_options, printable, run_dashboard
+from akadze_core.integration import (
+    dashboard_options,
+    describe_database,
+    printable,
+    run_dashboard,
+    show_schedules,
+)
 
 from .. import states
 from ..beat import warn_unhonoured_scheduler
@@ -341,11 +347,15 @@ def _shown(value: Any) -> str | None:
 @click.pass_context
 def migrate_command(ctx: click.Context) -> None:
     """Create or upgrade the akadze schema in the database (idempotent)."""
-    applied = _state(ctx).load_app(required=False).core.migrate()
+    core = _state(ctx).load_app(required=False).core
+    applied = core.migrate()
+    # Which database: the embedded one or a URL from the environment is easy to mistake.
+    where = describe_database(core.database_url)
     if applied:
-        click.echo(f"applied migrations {', '.join(str(version) for version in applied)}")
+        click.echo(f"applied migrations {', '.join(str(version) for version in applied)} "
+                   f"in {where}")
     else:
-        click.echo("schema already up to date: nothing to do")
+        click.echo(f"schema already up to date in {where}: nothing to do")
 
 
 @click.command("beat", context_settings={"ignore_unknown_options": True,
@@ -380,6 +390,23 @@ def beat_command(ctx: click.Context, loglevel: str, scheduler: str | None) -> No
         await run_schedules(core, stop)
 
     asyncio.run(main())
+
+
+@click.command("schedules")
+@click.option("-j", "--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def schedules_command(ctx: click.Context, as_json: bool) -> None:
+    """List the app's periodic tasks (beat_schedule, add_periodic_task) and the runtime
+    schedules, with their last and next run.
+
+    Celery has no such command: beat reads beat_schedule in its own process. Here every
+    worker (or `akadze-compat beat`) runs these, and the database keeps their last runs.
+    django-celery-beat's entries stay in its tables (its admin lists them).
+    """
+    app = _existing(_state(ctx).load_app())
+    core = app.prepare_worker()  # imports the task modules, declares beat_schedule's entries
+    with core.connect(autocommit=True) as connection:
+        show_schedules(core, connection, as_json=as_json)
 
 
 @click.command("flower", context_settings={"ignore_unknown_options": True,
@@ -428,4 +455,4 @@ def flower_command(ctx: click.Context, port: int, address: str, basic_auth: str 
 COMMANDS: tuple[click.Command, ...] = (beat_command, call_command, control_command,
                                        flower_command,
                                        inspect_command, migrate_command, purge_command,
-                                       result_command, status_command)
+                                       result_command, schedules_command, status_command)

@@ -36,7 +36,9 @@ import click
 from akadze_core import Worker, WorkerConfig
 from akadze_core.integration import DEFAULTS, ProcessPool, scrubbed_stdio, serve
 
-from .. import beat, signals
+from .. import beat, bootsteps, signals
+from .._billiard import pool as billiard_pool
+from ..utils.timer2 import Timer
 from ..worker import control, entry
 from ..worker.pool import CeleryProcessPool, ChildInfo, child_info, install_child_limits
 from .base import CliError, cli_state, exit_now, host_format, report, secrets
@@ -71,6 +73,10 @@ class WorkController:
         self.options = settings.options
         #: Celery's consumer (``worker_ready``'s sender) points back to its controller.
         self.controller = self
+        #: The started boot steps (``celery.bootsteps.StartStopStep.include`` adds to it).
+        self.steps: list[Any] = []
+        #: What boot steps schedule their periodic calls on (``celery.utils.timer2``).
+        self.timer = Timer(name=f"{settings.hostname}-timer")
 
     def __repr__(self) -> str:
         return f"<WorkController {self.hostname} {self.pool_cls}:{self.concurrency}>"
@@ -150,6 +156,17 @@ def _init(app: Any, settings: WorkerSettings, instance: WorkController, *,
     return core
 
 
+def _boot_steps(app: Any, instance: WorkController) -> bootsteps.Blueprint:
+    """The project's boot steps (``app.steps``), created on the worker: Celery creates its
+    worker's and its consumer's after ``worker_init``; here both get the worker."""
+    blueprint = bootsteps.Blueprint([*app.steps["worker"], *app.steps["consumer"]],
+                                    name="Worker")
+    try:
+        return blueprint.apply(instance)
+    except Exception as exc:
+        raise CliError(f"a boot step failed to start: {type(exc).__name__}: {exc}") from exc
+
+
 def _banner(app: Any, settings: WorkerSettings, core: Any) -> None:
     if settings.quiet:
         return
@@ -222,6 +239,7 @@ def _shutting_down(settings: WorkerSettings, signum: int, how: str) -> None:
 def _run_single(app: Any, settings: WorkerSettings, instance: WorkController,
                 invocation: list[str]) -> int:
     core = _init(app, settings, instance)
+    blueprint = _boot_steps(app, instance)
     _banner(app, settings, core)
     if settings.pool == "solo":
         # Celery's solo pool sends it; its threads pool does not.
@@ -250,7 +268,15 @@ def _run_single(app: Any, settings: WorkerSettings, instance: WorkController,
         if signum == signal.SIGQUIT and len(received) == 1:
             worker.request_stop()  # the second call stops at once
 
+    try:
+        blueprint.start(instance)  # before the first claim, so before worker_ready
+    except Exception as exc:
+        blueprint.stop(instance)
+        raise CliError(f"a boot step failed to start: {type(exc).__name__}: {exc}") from exc
     code = _run_worker(worker, on_signal)
+    # As Celery: the steps stop, in reverse order, then worker_shutdown.
+    blueprint.stop(instance, terminate="Cold" in received)
+    instance.timer.stop()
     signals.worker_shutdown.send(sender=instance)
     # Celery exits 1 after a cold shutdown.
     return 1 if code == 0 and "Cold" in received else code
@@ -287,11 +313,15 @@ def _run_child(app: Any, settings: WorkerSettings, instance: WorkController,
     core = _init(app, settings, instance, main_process=False)
     signals.worker_process_init.send(sender=settings.hostname)
     install_child_limits()
-    code = serve(core)
-    with contextlib.suppress(Exception):
-        signals.worker_process_shutdown.send(sender=settings.hostname, pid=os.getpid(),
-                                             exitcode=code)
-    return code
+
+    def on_exit(pid: int, exitcode: int) -> None:
+        with contextlib.suppress(Exception):
+            signals.worker_process_shutdown.send(sender=settings.hostname, pid=pid,
+                                                 exitcode=exitcode)
+
+    # Through billiard's names, as a Celery pool child, so that agents wrapping
+    # Worker.workloop / Worker._do_exit (to flush or shut down) act here too.
+    return billiard_pool.Worker(lambda: serve(core), on_exit)()
 
 
 @contextlib.contextmanager

@@ -1,15 +1,19 @@
 """Celery's ``celery.utils`` names that projects import (the logging helpers live in ``.log``).
 
-Provided: ``uuid`` and its old name ``gen_unique_id``. The rest of Celery's ``celery.utils``
-(``cached_property``, ``chunks``, ``nodename``, ``symbol_by_name`` aliases, ...) is internal
-plumbing that Celery itself marks as kept only for backwards compatibility.
+Provided: ``uuid`` and its old name ``gen_unique_id``, ``cached_property`` (kombu's, as
+Celery re-exports it) and ``get_full_cls_name``, which add-ons import from here. The rest of
+Celery's ``celery.utils`` (``chunks``, ``nodename``, ``symbol_by_name`` aliases, ...) is
+internal plumbing that Celery itself marks as kept only for backwards compatibility.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
-__all__ = ("gen_unique_id", "uuid")
+from kombu.utils.objects import cached_property
+
+__all__ = ("cached_property", "gen_unique_id", "get_full_cls_name", "uuid")
 
 _urandom = os.urandom
 #: The variant digit of a version 4 UUID (10xx in binary) for each random hex digit.
@@ -47,3 +51,13 @@ def _draw() -> str:
 
 #: Old name of :func:`uuid`.
 gen_unique_id = uuid
+
+
+def get_full_cls_name(obj: Any) -> str:
+    """The dotted name of ``obj`` (a class or function; an instance: its class), as Celery
+    writes it: ``module.QualName``; a nested qualified name (``Outer.Inner``) is given as
+    it is, without the module, as Celery does."""
+    if not hasattr(obj, "__name__") and hasattr(obj, "__class__"):
+        obj = obj.__class__
+    name: str = obj.__qualname__
+    return name if "." in name else f"{obj.__module__}.{name}"

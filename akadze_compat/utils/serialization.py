@@ -11,11 +11,25 @@ restore.
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from ..utils.unsupported import not_provided
 
-__all__ = ["UnpickleableExceptionWrapper"]
+__all__ = ["UnpickleableExceptionWrapper", "b64decode", "b64encode"]
+
+
+def b64encode(value: str | bytes) -> str:
+    """``value`` (text is UTF-8 encoded first) in base64, as text (Celery's helper, which
+    result stores use for binary payloads)."""
+    data = value.encode("utf-8") if isinstance(value, str) else value
+    return base64.b64encode(data).decode("ascii")
+
+
+def b64decode(value: str | bytes) -> bytes:
+    """The bytes that :func:`b64encode` encoded."""
+    data = value.encode("ascii") if isinstance(value, str) else value
+    return base64.b64decode(data)
 
 
 class UnpickleableExceptionWrapper(Exception):

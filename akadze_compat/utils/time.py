@@ -12,8 +12,8 @@ from typing import Any
 
 from .unsupported import not_provided
 
-__all__ = ["get_exponential_backoff_interval", "is_naive", "localize", "make_aware",
-           "maybe_iso8601", "maybe_make_aware", "maybe_timedelta", "to_utc"]
+__all__ = ["get_exponential_backoff_interval", "humanize_seconds", "is_naive", "localize",
+           "make_aware", "maybe_iso8601", "maybe_make_aware", "maybe_timedelta", "to_utc"]
 
 
 def maybe_timedelta(delta: int | float | timedelta) -> timedelta:
@@ -68,11 +68,29 @@ def get_exponential_backoff_interval(factor: float, retries: int, maximum: float
     return max(0, countdown)
 
 
+_TIME_UNITS = (("day", 86400.0), ("hour", 3600.0), ("minute", 60.0), ("second", 1.0))
+
+
+def humanize_seconds(secs: float, prefix: str = "", sep: str = "", now: str = "now",
+                     microseconds: bool = False) -> str:
+    """``secs`` in words as Celery writes them in log lines: ``"1.00 minute"``,
+    ``"in 2.00 hours"`` with ``prefix="in "``; ``now`` under a second (with
+    ``microseconds=True``, ``"0.50 seconds"``)."""
+    secs = round(float(secs), 2)
+    for unit, size in _TIME_UNITS:
+        if secs >= size:
+            amount = secs / size
+            return f"{prefix}{sep}{amount:.2f} {unit}{'' if amount == 1 else 's'}"
+    if microseconds and secs > 0.0:
+        return f"{prefix}{sep}{secs:.2f} seconds"
+    return now
+
+
 _SCHEDULER_HELPERS: dict[str, Any] = {
     name: ("beat's internal time helpers are not provided: schedules are computed by the "
            "workers (akadze_compat.schedules)", "beat-runs-inside-the-workers")
     for name in ("LocalTimezone", "timezone", "delta_resolution", "remaining", "rate",
-                 "weekday", "humanize_seconds", "add_seconds_to_datetime",
+                 "weekday", "add_seconds_to_datetime",
                  "subtract_datetimes", "ffwd", "utcoffset", "adjust_timestamp")}
 __getattr__ = not_provided(__name__, _SCHEDULER_HELPERS)
 

@@ -35,6 +35,7 @@ from ..ops.control import request_cancel_sync, requeue_sync, signal_number
 from ..schedules.triggers import Cron, Every, Trigger
 from ..store import database
 from ..store.dberrors import fatal_message
+from ..store.embedded import describe_database
 from ..store.migrations import apply_migrations, latest_version
 from ..worker.config import DEFAULTS, WorkerConfig
 from ..worker.lifecycle import Worker
@@ -188,16 +189,20 @@ def _connection(ctx: click.Context, *, check_schema: bool = True, app: App | Non
 @click.pass_context
 def migrate_command(ctx: click.Context) -> None:
     """Create or upgrade the akadze schema (idempotent, safe to run concurrently)."""
-    with _connection(ctx, check_schema=False, create=True) as connection:
+    app = App(_options(ctx).url)
+    with _connection(ctx, check_schema=False, create=True, app=app) as connection:
         applied = apply_migrations(connection)
+    # Which database: the embedded one or a URL from the environment is easy to mistake.
+    where = f"in {describe_database(app.resolve_database_url())}"
     if applied.versions:
         versions = ", ".join(str(version) for version in applied.versions)
-        click.echo(f"applied migrations {versions}: schema at version {latest_version()}")
+        click.echo(f"applied migrations {versions}: schema at version {latest_version()} "
+                   f"{where}")
     elif applied.repeatable:
         click.echo(f"re-applied {', '.join(applied.repeatable)}: schema at version "
-                   f"{latest_version()}")
+                   f"{latest_version()} {where}")
     else:
-        click.echo(f"schema already at version {latest_version()}: nothing to do")
+        click.echo(f"schema already at version {latest_version()} {where}: nothing to do")
 
 
 # --- jobs ----------------------------------------------------------------------------------------
@@ -407,9 +412,26 @@ def schedules_list(ctx: click.Context, app_spec: str | None, as_json: bool) -> N
     """
     app = _schedules_app(ctx, app_spec)
     with _connection(ctx, app=app) as connection:
-        clock = database.fetch_one(connection, "schedule_clock")
-        rows = database.fetch_all(connection, "schedule_list", names=list(app.schedules))
-        stored = app.runtime_schedules.list(session=connection)
+        show_schedules(app, connection, as_json=as_json, named=app_spec is not None)
+
+
+#: Where the schedules code declares are listed from, said when they were not.
+CODE_SCHEDULES_HINT = ("Declared in an app's code (add_schedule, declare_schedule, or a Celery "
+                       "app's beat_schedule and add_periodic_task), they are listed with "
+                       "their app: `akadze schedules MODULE:APP`, or for a Celery app "
+                       "`akadze-compat -A proj schedules`.")
+
+
+def show_schedules(app: App, connection: psycopg.Connection, *, as_json: bool,
+                   named: bool = True) -> None:
+    """Print the runtime schedules and those ``app`` declares in code, with their last and
+    next run (``akadze schedules``, ``akadze-compat schedules``). Unless the app was
+    ``named``, the schedules of code that ran against this database are not known here:
+    their names are said on stderr, with where they are listed from."""
+    clock = database.fetch_one(connection, "schedule_clock")
+    rows = database.fetch_all(connection, "schedule_list", names=list(app.schedules))
+    stored = app.runtime_schedules.list(session=connection)
+    unseen = [] if named else database.fetch_all(connection, "schedule_code_list")
     assert clock is not None
     now = clock["now"]
     last_runs = {row["name"]: row["last_run"] for row in rows if row["source"] == "code"}
@@ -428,16 +450,20 @@ def schedules_list(ctx: click.Context, app_spec: str | None, as_json: bool) -> N
     if as_json:
         click.echo(_dump([{key: value.isoformat() if isinstance(value, datetime) else value
                            for key, value in entry.items()} for entry in listed]))
-        return
-    if not listed:
-        click.echo("no schedules")
-        return
-    click.echo(_table(
-        ("NAME", "TASK", "TRIGGER", "QUEUE", "LAST_RUN", "NEXT_RUN"),
-        [(entry["name"], entry["task"], entry["trigger"], entry["queue"],
-          _when(entry["last_run"]) if entry["last_run"] else "never",
-          "paused" if entry["paused"] else _when(entry["next_run"]))
-         for entry in listed]))
+    elif not listed:
+        click.echo("no runtime schedules" if unseen else "no schedules")
+    else:
+        click.echo(_table(
+            ("NAME", "TASK", "TRIGGER", "QUEUE", "LAST_RUN", "NEXT_RUN"),
+            [(entry["name"], entry["task"], entry["trigger"], entry["queue"],
+              _when(entry["last_run"]) if entry["last_run"] else "never",
+              "paused" if entry["paused"] else _when(entry["next_run"]))
+             for entry in listed]))
+    if unseen:
+        names = ", ".join(f"{row['name']} (last run "
+                          f"{_when(_utc(row['last_run'])) if row['last_run'] else 'never'})"
+                          for row in unseen)
+        click.echo(printable(f"not listed: {names}. {CODE_SCHEDULES_HINT}"), err=True)
 
 
 def _schedules_app(ctx: click.Context, app_spec: str | None) -> App:

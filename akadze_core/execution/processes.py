@@ -153,6 +153,9 @@ class _Child:
     # (sent behind, started a moment ago) was not the one meant, and runs again elsewhere.
     stray_signal: int | None = None
     retiring: bool = False
+    # Set once the child said it is ready: before that, its exit is its start's failure,
+    # which the spawn reports, not an idle death to replace.
+    ready: bool = False
 
     @property
     def busy(self) -> bool:
@@ -436,6 +439,7 @@ class ProcessPool:
 
     def _ready(self, child: _Child) -> None:
         """``child`` is ready to run bodies: read its answers, and give it work."""
+        child.ready = True
         task = asyncio.create_task(self._read(child), name=f"process-{child.number}")
         self._readers.add(task)
         task.add_done_callback(self._readers.discard)
@@ -569,7 +573,7 @@ class ProcessPool:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             code = await self._exit_code(child)
-            del self._children[number]
+            self._children.pop(number, None)
             writer.close()
             raise ProcessPoolError(f"a worker process {_describe_exit(code)} before it was "
                                    f"ready (its error is above)")
@@ -587,7 +591,8 @@ class ProcessPool:
         def exited() -> None:
             loop.remove_reader(pidfd)
             os.close(pidfd)
-            if not (child.busy or self._closing) and child.number in self._children:
+            if (child.ready and not (child.busy or self._closing)
+                    and child.number in self._children):
                 self._died_idle(child)
 
         loop.add_reader(pidfd, exited)

@@ -714,6 +714,11 @@ SELECT now() AS now;
 SELECT name, spec, last_tick, last_run, updated_at, source
 FROM akadze.schedules WHERE name = ANY(%(names)s::text[]);
 
+-- name: schedule_code_list
+-- The schedules declared in code that ran against this database (their rows stay after a
+-- declaration is removed), for a listing that cannot see the code that declares them.
+SELECT name, spec, last_run FROM akadze.schedules WHERE source = 'code' ORDER BY name;
+
 -- name: schedule_start
 -- A schedule seen for the first time: the ticks up to %(tick)s passed before it existed.
 INSERT INTO akadze.schedules (name, spec, last_tick)

@@ -20,10 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..model.dsn import redact
 from ..model.errors import ConfigurationError, NoDatabaseError
 
-__all__ = ["HOME_ENV", "PROJECT_MARKERS", "EmbeddedHome", "NoDatabaseError", "embedded_home",
-           "embedded_url"]
+__all__ = ["HOME_ENV", "PROJECT_MARKERS", "EmbeddedHome", "NoDatabaseError", "describe_database",
+           "embedded_home", "embedded_url"]
 
 logger = logging.getLogger("akadze.embedded")
 
@@ -42,6 +43,8 @@ PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _ANNOUNCED_ENV = "_AKADZE_EMBEDDED_ANNOUNCED"
 
 _servers: dict[Path, object] = {}
+#: The URL of each embedded Postgres this process started or joined, and its data directory.
+_urls: dict[str, Path] = {}
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ def embedded_url(directory: str | os.PathLike[str] | None = None, *,
     path = home.pgdata
     server = _servers.get(path)
     if server is not None:
-        return server.get_uri()  # type: ignore[attr-defined,no-any-return]
+        return _known(server.get_uri(), path)  # type: ignore[attr-defined]
     if not create and not home.exists():
         raise NoDatabaseError(
             "no database: set AKADZE_DATABASE_URL, or run a worker or `akadze migrate` "
@@ -143,4 +146,18 @@ def embedded_url(directory: str | os.PathLike[str] | None = None, *,
     os.environ[_ANNOUNCED_ENV] = str(path)
     logger.log(level, "using the embedded Postgres in %s (no database URL configured; "
                "%s)", path, home.reason)
-    return server.get_uri()  # type: ignore[attr-defined,no-any-return]
+    return _known(server.get_uri(), path)  # type: ignore[attr-defined]
+
+
+def _known(url: str, pgdata: Path) -> str:
+    _urls[url] = pgdata
+    return url
+
+
+def describe_database(url: str) -> str:
+    """Which database ``url`` is, for a line a person reads: ``the embedded Postgres in
+    <pgdata>`` for one this process started or joined, else the URL without its password."""
+    pgdata = _urls.get(url)
+    if pgdata is not None:
+        return f"the embedded Postgres in {pgdata}"
+    return redact(url)

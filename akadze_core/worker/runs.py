@@ -154,7 +154,7 @@ class Runs:
             logger.log(self.outcome_log_level,
                        # complete_tx (a success), or a Celery task that stored its own
                        # outcome before task_postrun (any outcome): not known here
-                       "job %s %s ended in %.3fs (attempt %s, outcome written by the task)",
+                       "job %s %s ended in %.6fs (attempt %s, outcome written by the task)",
                        run.job_id, run.task, time.monotonic() - run.started, run.attempt)
 
     # --- cancel and expiry of runs claimed ahead ------------------------------------------------

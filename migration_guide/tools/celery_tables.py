@@ -96,9 +96,25 @@ _NEVER_RAISED = "defined with Celery's hierarchy, for `except` clauses; akadze n
 _NO_BROKER = "there is no broker connection: the queue is the Postgres database"
 _CLI = "use the `akadze-compat` command"
 _INTERNAL = "Celery internals, not provided"
+_VERSION = ("Celery 5.7.0's: the Celery API akadze_compat follows (add-ons read it under the "
+            "celery alias); akadze's own version is the `akadze` distribution's")
 
 #: "module:name" (module "Celery", "Task", "AsyncResult" for members) -> (status, note).
 API_NOTES: dict[str, tuple[str, str]] = {
+    # --- celery.bootsteps
+    "celery.bootsteps:Step": (D, "`app.steps[\"worker\"]` / `[\"consumer\"]` steps run in "
+                                 "`akadze-compat worker`'s main process at Celery's points; "
+                                 "consumer steps get the worker, requirements naming "
+                                 "Celery's own steps are met already"),
+    "celery.bootsteps:StartStopStep": (D, "started before `worker_ready`, stopped before "
+                                          "`worker_shutdown`, as Celery; the worker has "
+                                          "`timer.call_repeatedly` but no pool, consumer or hub"),
+    # --- celery.beat
+    "celery.beat:Scheduler": (D, "Celery's class, for subclasses and wrappers (celery-redbeat, "
+                                 "tracing agents); akadze's workers run `beat_schedule` "
+                                 "themselves, not through a Scheduler; `producer` is None"),
+    "celery.beat:ScheduleEntry": (D, "Celery's class, for subclasses (celery-redbeat); "
+                                     "`beat_schedule` entries do not pass through it"),
     # --- celery
     "celery:Celery": (D, "`broker_url` must be a Postgres URL (none: `$AKADZE_DATABASE_URL`, "
                          "else the embedded Postgres); `result_backend` is ignored"),
@@ -115,11 +131,11 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "celery:local": (M, "`celery.local` (Proxy, PromiseProxy) is not provided"),
     "celery:maybe_patch_concurrency": (M, "eventlet and gevent are not supported (`-P "
                                           "eventlet` runs the threads pool)"),
-    "celery:SERIES": (M, "no Celery version constants"),
-    "celery:VERSION": (M, "no Celery version constants"),
-    "celery:VERSION_BANNER": (M, "no Celery version constants"),
-    "celery:version_info": (M, "no Celery version constants"),
-    "celery:version_info_t": (M, "no Celery version constants"),
+    "celery:SERIES": (D, _VERSION),
+    "celery:VERSION": (D, _VERSION),
+    "celery:VERSION_BANNER": (D, _VERSION),
+    "celery:version_info": (D, _VERSION),
+    "celery:version_info_t": (D, _VERSION),
     # --- celery.exceptions
     "celery.exceptions:Ignore": (D, "the state stays as it was, as in Celery: PENDING, or the "
                                     "custom state the body set with `update_state` (a FAILURE "
@@ -238,7 +254,11 @@ API_NOTES: dict[str, tuple[str, str]] = {
                           "`mark_as_revoked` revokes, `forget` deletes nothing"),
     "Celery:backend_cls": (M, "no result backend object: AsyncResult reads the job"),
     "Celery:events": (M, "no event stream"), "Celery:events_cls": (M, "no event stream"),
-    "Celery:start": (M, _CLI), "Celery:worker_main": (M, _CLI), "Celery:Worker": (M, _CLI),
+    "Celery:start": (D, "runs the `akadze-compat` command for the app in a new process, "
+                        "which imports the app's module; in a script's `if __name__ == "
+                        "\"__main__\"` block the process becomes the command"),
+    "Celery:worker_main": (D, "as `start`, which it calls"),
+    "Celery:Worker": (M, _CLI),
     "Celery:WorkController": (M, _CLI),
     "Celery:Beat": (M, "beat runs inside every worker"),
     "Celery:Pickler": (M, "no pickle"),
@@ -562,7 +582,8 @@ def api_page(celery: dict[str, Any], problems: list[str]) -> str:
         "`utils.threads`, `contrib.abortable` (`AbortableTask`, on the job's cancel flag) and "
         "`contrib.django.task` (`DjangoTask`; `delay_on_commit` is on every task, see "
         "[django.md](django.md)). What they leave out (custom beat schedulers, result "
-        "backends, remote control commands, the worker's `Request`, bootsteps) fails at the "
+        "backends, remote control commands, `Task.Request` subclasses, `ConsumerStep`) fails "
+        "at the "
         "import with an ImportError naming the section of [celery.md](celery.md) that says "
         "what to do instead. `akadze_compat.canvas` (Celery's canvas) and `akadze_compat.utils` "
         "(`uuid`) exist. "

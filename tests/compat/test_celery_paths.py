@@ -32,27 +32,30 @@ WORKING = [
                                  "trace_ok_t")),
     ("akadze_compat.utils.time", ("maybe_timedelta", "is_naive", "make_aware", "localize",
                                   "to_utc", "maybe_make_aware", "maybe_iso8601",
-                                  "get_exponential_backoff_interval")),
+                                  "get_exponential_backoff_interval", "humanize_seconds")),
     ("akadze_compat.utils.threads", ("Local", "get_ident")),
     ("akadze_compat.contrib.abortable", ("AbortableTask", "AbortableAsyncResult", "ABORTED")),
     ("akadze_compat.contrib.django.task", ("DjangoTask",)),
-    ("akadze_compat.beat", ()),
+    ("akadze_compat.beat", ("Scheduler", "ScheduleEntry", "SchedulingError",
+                            "DEFAULT_MAX_INTERVAL")),
+    ("akadze_compat.platforms", ("close_open_fds",)),
+    ("akadze_compat.registry", ("tasks",)),
+    ("akadze_compat.app", ("app_or_default",)),
     ("akadze_compat.backends.base", ()),
     ("akadze_compat.worker.control", ("Panel", "control_command", "inspect_command")),
     ("akadze_compat.worker.request", ("Request",)),
-    ("akadze_compat.bootsteps", ()),
+    ("akadze_compat.bootsteps", ("Step", "StartStopStep", "Blueprint")),
 ]
 #: Names left out on purpose: importing one raises NotProvided naming a guide section.
 REFUSED = [
-    ("akadze_compat.beat", "Scheduler"), ("akadze_compat.beat", "ScheduleEntry"),
-    ("akadze_compat.beat", "PersistentScheduler"),
+    ("akadze_compat.beat", "PersistentScheduler"), ("akadze_compat.beat", "Service"),
     ("akadze_compat.app.trace", "trace_task"),
     ("akadze_compat.backends.base", "BaseBackend"),
     ("akadze_compat.backends.base", "KeyValueStoreBackend"),
     ("akadze_compat.worker.request", "create_request_cls"),
-    ("akadze_compat.bootsteps", "StartStopStep"),
+    ("akadze_compat.bootsteps", "ConsumerStep"),
     ("akadze_compat.utils.threads", "bgThread"),
-    ("akadze_compat.utils.time", "humanize_seconds"),
+    ("akadze_compat.utils.time", "delta_resolution"),
 ]
 GUIDE_TEXT = (Path(akadze_compat.__file__).parent.parent / GUIDE).read_text("utf-8")
 

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from akadze_compat.bin.base import CliError, find_app, nodename
+from akadze_core.model.dsn import redact
 from tests.compat.cli_harness import (
     CompatWorker,
     command,
@@ -166,6 +168,29 @@ def test_non_postgres_broker_is_one_line_without_password(command: list[str]) ->
     assert "s3cretRedisPw" not in done.stderr + done.stdout
 
 
+def test_a_redis_broker_in_the_code_gets_advice_that_works(tmp_path: Path,
+                                                           empty_database_url: str) -> None:
+    (tmp_path / "redisproj.py").write_text(
+        "from akadze_compat import Celery\n"
+        "app = Celery('redisproj', broker='redis://:s3cretRedisPw@localhost:6379/0')\n")
+    # $AKADZE_DATABASE_URL does not override a broker_url the project sets: not advised.
+    done = run("-A", "redisproj", "migrate", cwd=tmp_path,
+               env={"AKADZE_DATABASE_URL": empty_database_url})
+    lines = error_lines(done.stderr)
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert "Change broker_url where the project sets it (Celery(broker=...) or its config) " \
+           "to postgresql://user@host/db, or override it with -b URL or $CELERY_BROKER_URL" \
+           in lines[0]
+    assert "($AKADZE_DATABASE_URL is used only when no broker_url is set)" in lines[0]
+    assert "s3cretRedisPw" not in done.stderr
+    # Each override it names works.
+    done = run("-b", empty_database_url, "-A", "redisproj", "migrate", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("applied migrations 1"), done
+    done = run("-A", "redisproj", "migrate", cwd=tmp_path,
+               env={"CELERY_BROKER_URL": empty_database_url})
+    assert done.returncode == 0 and "schema already up to date in " in done.stdout, done
+
+
 def test_unreachable_database_is_one_line_without_password() -> None:
     done = run("-b", "postgresql://postgres:hunter2pw@127.0.0.1:1/nothing", "status")
     assert done.returncode == 1
@@ -180,10 +205,25 @@ def test_migrate_then_a_worker_on_an_empty_database(empty_database_url: str) -> 
         assert done.returncode == 1
         errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
         assert len(errors) == 1 and "akadze-compat migrate" in errors[0], done.stderr
-    first = run("-b", empty_database_url, "migrate")
+    # Trust authentication ignores the password: it is here to be kept out of the output.
+    with_password = make_conninfo(empty_database_url, password="Migr8-pw")
+    shown = redact(with_password)
+    first = run("-b", with_password, "migrate")
     assert first.returncode == 0 and first.stdout.startswith("applied migrations 1"), first
-    again = run("-b", empty_database_url, "migrate")
-    assert again.stdout.strip() == "schema already up to date: nothing to do"
+    assert first.stdout.rstrip().endswith(f" in {shown}"), first.stdout
+    again = run("-b", with_password, "migrate")
+    assert again.stdout.strip() == f"schema already up to date in {shown}: nothing to do"
+    assert "Migr8-pw" not in first.stdout + first.stderr + again.stdout + again.stderr
+
+
+@pytest.mark.slow
+def test_migrate_names_the_embedded_postgres(tmp_path: Path) -> None:
+    home = tmp_path / "e"  # short: the server's socket path must fit in 107 bytes
+    done = run("migrate", cwd=tmp_path, env={"AKADZE_HOME": str(home)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    # Creating the embedded Postgres applies the schema: migrate says where it looked.
+    assert done.stdout.strip() == ("schema already up to date in the embedded Postgres in "
+                                   f"{home / 'pgdata'}: nothing to do")
 
 
 COMPAT_SCHEMA_LINE = ("akadze-compat: error: the akadze schema is not applied to this "
@@ -497,3 +537,65 @@ def test_what_a_task_prints_is_scrubbed_of_the_broker_password(
     log = worker.log()
     assert PRINT_PASSWORD not in log, log
     assert f"connecting to postgresql://{params['user']}:***@" in log
+
+
+def _real_celery_project(root: Path) -> None:
+    """A project still importing ``celery``, with a stand-in for the real package installed
+    beside akadze (its class is ``celery.app.base.Celery``, as the real one's)."""
+    (root / "celery" / "app").mkdir(parents=True)
+    (root / "celery" / "__init__.py").write_text(
+        "from celery.app.base import Celery\n__version__ = '5.7.0'\n")
+    (root / "celery" / "app" / "__init__.py").write_text("")
+    (root / "celery" / "app" / "base.py").write_text("class Celery:\n"
+                                                      "    def __init__(self, main):\n"
+                                                      "        self.main = main\n")
+    (root / "proj").mkdir()
+    (root / "proj" / "__init__.py").write_text("")
+    (root / "proj" / "celery.py").write_text("from celery import Celery\napp = Celery('proj')\n")
+
+
+@pytest.mark.parametrize("spec", ["proj.celery:app", "proj", "proj.celery"])
+def test_an_app_of_the_real_celery_is_named_with_the_way_out(tmp_path: Path, spec: str) -> None:
+    _real_celery_project(tmp_path)
+    done = run("-A", spec, "doctor", cwd=tmp_path)
+    assert done.returncode == 1
+    lines = error_lines(done.stderr)
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("akadze-compat: error: 'proj.celery:app' is a "
+                               f"celery.app.base.Celery (celery 5.7.0 at {tmp_path / 'celery'}),"
+                               " not an akadze_compat app: "), lines[0]
+    assert "`from akadze_compat import Celery`" in lines[0]
+    assert "AKADZE_CELERY=1" in lines[0]
+
+
+BEAT_PROJECT = """\
+from akadze_compat import Celery
+from akadze_compat.schedules import crontab
+
+app = Celery("beatproj")
+app.conf.beat_schedule = {
+    "every-2s": {"task": "beatproj.ping", "schedule": 2.0},
+    "nightly": {"task": "beatproj.ping", "schedule": crontab(hour=3, minute=0),
+                "options": {"queue": "night"}},
+}
+
+
+@app.task
+def ping():
+    return "pong"
+"""
+
+
+def test_schedules_lists_the_apps_beat_schedule(tmp_path: Path, database_url: str) -> None:
+    (tmp_path / "beatproj.py").write_text(BEAT_PROJECT)
+    done = run("-b", database_url, "-A", "beatproj", "schedules", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    entries = json.loads(done.stdout)
+    assert [(entry["name"], entry["task"], entry["trigger"], entry["queue"], entry["source"],
+             entry["last_run"]) for entry in entries] == [
+        ("every-2s", "beatproj.ping", "every 2s", "celery", "code", None),
+        ("nightly", "beatproj.ping", "celery-crontab 0 3 * * * tz=UTC", "night", "code", None)]
+    table = run("-b", database_url, "-A", "beatproj", "schedules", cwd=tmp_path).stdout
+    assert table.splitlines()[0].split() == ["NAME", "TASK", "TRIGGER", "QUEUE", "LAST_RUN",
+                                             "NEXT_RUN"]
+    assert table.splitlines()[1].startswith("every-2s ")

@@ -3,8 +3,11 @@ sources, and the real command on the sample projects (no database involved)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -27,7 +30,7 @@ from akadze_compat.support import (
     TASK_OPTION_SUPPORT,
     setting_value_support,
 )
-from tests.compat.cli_harness import DJANGO_PROJECT, PROJECTS, error_lines, run
+from tests.compat.cli_harness import DJANGO_PROJECT, PROJECTS, environment, error_lines, run
 
 PACKAGE = Path(akadze_compat.__file__).parent
 #: Where the facade's behaviour is, as opposed to where it is described.
@@ -274,7 +277,6 @@ def test_legacyproj_gets_every_problem_reported_and_exit_1() -> None:
     assert kinds == {
         ("settings", "accept_content"): "missing",
         ("settings", "worker_max_memory_per_child"): "ignored",
-        ("settings", "task_annotations"): "ignored",
         ("settings", "result_backend"): "ignored",
         ("settings", "CELERY_TASK_ACK_LATE"): "unknown",
         ("periodic tasks", "beat_schedule"): "ignored",
@@ -300,8 +302,9 @@ def test_legacyproj_gets_every_problem_reported_and_exit_1() -> None:
     assert found[("settings", "worker_max_memory_per_child")]["subject"] == \
         "CELERYD_MAX_MEMORY_PER_CHILD"
     assert "CELERY_ACKS_LATE" in found[("settings", "CELERY_TASK_ACK_LATE")]["message"]
+    # CELERY_ANNOTATIONS sets it over the decorator's 10/m, as on Celery.
     assert found[("task options", "rate_limit")]["where"] == [
-        "legacyproj.orders.tasks.fetch_rates ('10/m')"]
+        "legacyproj.orders.tasks.fetch_rates ('10/s')"]
     # The async task's time limit is exact: only the plain def one is reported.
     assert found[("task options", "time_limit")]["where"] == [
         "legacyproj.orders.tasks.settle (30)"]
@@ -310,7 +313,7 @@ def test_legacyproj_gets_every_problem_reported_and_exit_1() -> None:
     assert found[("periodic tasks", "beat_schedule")]["subject"] == "nightly-report"
     # maintenance.py's AbortableTask is provided now (akadze_compat.contrib.abortable);
     # app.control.inspect() and task_received are, differently.
-    assert report["summary"] == {"missing": 4, "different": 10, "ignored": 7, "unknown": 1}
+    assert report["summary"] == {"missing": 4, "different": 10, "ignored": 6, "unknown": 1}
     # Passwords: the result backend's and the -b URL's are never shown.
     assert "legacy-s3cret" not in stdout and "Doct0r-pw" not in stdout
     assert found[("settings", "result_backend")]["value"] == "'redis://:***@localhost:6379/0'"
@@ -327,7 +330,7 @@ def test_text_report() -> None:
             "      not supported: use worker_max_tasks_per_child") in out
     assert ("  [different] task_received\n      legacyproj.celery.count_received\n"
             "      sent just before task_prerun") in out
-    assert out.rstrip().endswith("Summary: 4 missing, 10 different, 7 ignored, 1 unknown: "
+    assert out.rstrip().endswith("Summary: 4 missing, 10 different, 6 ignored, 1 unknown: "
                                  "something the project uses is missing in akadze (exit 1)")
     assert "legacy-s3cret" not in out
 
@@ -341,15 +344,27 @@ def test_errors_are_one_line() -> None:
     assert done.returncode == 1 and len(error_lines(done.stderr)) == 1
 
 
-def test_a_project_still_on_celery_is_told_to_rename(tmp_path: Path) -> None:
+def test_a_project_still_on_celery_runs_unchanged_under_the_alias(tmp_path: Path) -> None:
     package = tmp_path / "oldproj"
     package.mkdir()
     (package / "__init__.py").write_text("from celery import Celery\napp = Celery('old')\n")
-    done = run("-A", "oldproj", "doctor", cwd=tmp_path)
+    done = run("-A", "oldproj", "doctor", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    [finding] = [item for item in report["findings"] if item["key"] == "import celery"]
+    assert finding["kind"] == "different" and "celery alias" in finding["message"]
+
+
+def test_with_the_alias_refused_a_project_on_celery_fails_in_one_line(tmp_path: Path) -> None:
+    package = tmp_path / "oldproj"
+    package.mkdir()
+    (package / "__init__.py").write_text("from celery import Celery\napp = Celery('old')\n")
+    done = run("-A", "oldproj", "doctor", cwd=tmp_path, env={"AKADZE_CELERY": "0"})
     assert done.returncode == 1
     [line] = error_lines(done.stderr)
-    assert "No module named 'celery'" in line
-    assert "replace `celery` with `akadze_compat` in its imports first" in line
+    if importlib.util.find_spec("celery") is None:
+        assert "No module named 'celery'" in line
+        assert "replace `celery` with `akadze_compat` in its imports first" in line
 
 
 @pytest.mark.parametrize("args", [("--help",), ("doctor", "--help")])
@@ -380,3 +395,61 @@ def test_task_options_nothing_reads_are_reported() -> None:
     reported = {finding.subject: (finding.kind, finding.where) for finding in found}
     assert reported == {"max_retry": ("ignored", ["u.typo (3)"]),
                         "Request": ("ignored", ["u.typo ('proj.MyRequest')"])}
+
+
+TUTORIAL = """\
+from akadze_compat import Celery
+
+app = Celery("tasks", broker="{url}")
+app.conf.update(task_default_queue="celery")
+
+
+@app.task
+def add(x, y):
+    return x + y
+{extra}
+
+if __name__ == "__main__":
+    app.start()
+"""
+
+
+def test_celery_tutorials_app_start_passes_and_runs_the_command(tmp_path: Path) -> None:
+    (tmp_path / "tasks.py").write_text(TUTORIAL.format(url=NO_DATABASE, extra=""))
+    code, report, _ = doctor("-A", "tasks", cwd=tmp_path)
+    assert (code, report["findings"]) == (0, [])
+    # `python tasks.py doctor`: app.start() runs the command line for its own app.
+    done = subprocess.run([sys.executable, "tasks.py", "doctor", "--json"], cwd=tmp_path,
+                          env=environment(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [task["name"] for task in json.loads(done.stdout)["tasks"]] == ["tasks.add"]
+    # A failing command exits with its code, as the command does.
+    done = subprocess.run([sys.executable, "tasks.py", "nosuchcommand"], cwd=tmp_path,
+                          env=environment(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "No such command 'nosuchcommand'" in done.stderr
+    # From a program: the command runs to its end and start() returns.
+    (tmp_path / "run.py").write_text("import tasks\ntasks.app.start(['doctor'])\n"
+                                     "print('returned')\n")
+    done = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, env=environment(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "nothing blocks the move (exit 0)\nreturned\n" in done.stdout
+
+
+def test_worker_main_requires_the_worker_command() -> None:
+    app = akadze_compat.Celery("wm", set_as_current=False)
+    with pytest.raises(ValueError, match="worker sub-command must be specified"):
+        app.worker_main(["inspect", "ping"])
+
+
+def test_an_app_attribute_akadze_lacks_is_named(tmp_path: Path) -> None:
+    extra = ("\n\ndef f():\n    app.pool.connection\n    app.events.State()\n"
+             "    app.events.State()\n")
+    (tmp_path / "tasks.py").write_text(TUTORIAL.format(url=NO_DATABASE, extra=extra))
+    code, report, _ = doctor("-A", "tasks", cwd=tmp_path)
+    named = sorted((item["key"], item["subject"], item["where"]) for item in report["findings"])
+    assert code == 1 and named == [("app.*", "app.events", ["tasks.py:14, 15"]),
+                                   ("app.*", "app.pool", ["tasks.py:13"])]
+    done = run("-b", NO_DATABASE, "-A", "tasks", "doctor", cwd=tmp_path)
+    assert "[missing] app.events\n" in done.stdout and "[missing] app.pool\n" in done.stdout
+    assert done.stdout.rstrip().endswith("(exit 1)") and done.returncode == 1

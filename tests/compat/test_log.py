@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import uuid as uuid_module
 from collections.abc import Iterator
 
@@ -138,3 +139,24 @@ def test_matches_celery(key: str) -> None:
 def test_probe_keys_are_all_compared() -> None:
     celery, ours = observed("log")
     assert sorted(celery) == sorted(ours) == sorted(KEYS)
+
+
+def test_a_task_logs_its_real_runtime_as_celery_does(caplog: pytest.LogCaptureFixture) -> None:
+    from akadze_compat import Celery
+
+    app = Celery("proj", set_as_current=False)
+
+    @app.task
+    def double(x: int) -> int:
+        return 2 * x
+
+    caplog.set_level(logging.INFO, logger="celery.app.trace")
+    result = double.apply((3,))
+    lines = [record.getMessage() for record in caplog.records
+             if record.name == "celery.app.trace"]
+    # Celery's LOG_SUCCESS: the runtime as a plain float, not rounded to milliseconds.
+    assert len(lines) == 1, lines
+    found = re.fullmatch(rf"Task {double.name}\[{result.id}\] succeeded in (\S+)s: 6", lines[0])
+    assert found, lines[0]
+    assert 0 < float(found.group(1)) < 1 and found.group(1) != "0.0"
+    app.close()

@@ -47,6 +47,20 @@ def test_same_encoding_as_kombu(value: object) -> None:
     assert kombu_json.loads(dumps(value)) == value
 
 
+@pytest.mark.parametrize("value", [b"\x00\x01", b"\x00", [b"a\x00b", {"k": b"\x00"}],
+                                   {"when": date(2024, 5, 17), "raw": b"\x00z"}], ids=repr)
+def test_bytes_holding_nul_round_trip_in_kombus_base64_form(value: object) -> None:
+    # kombu writes UTF-8 bytes as text, and U+0000 cannot be stored by Postgres: such bytes
+    # go in kombu's other form for bytes, base64, which every kombu decodes.
+    text = dumps(value)
+    assert "\\u0000" not in text and "\x00" not in text and '"__type__":"base64"' in text
+    assert loads(text) == value and kombu_json.loads(text) == value
+
+
+def test_a_string_holding_nul_is_not_changed_into_bytes() -> None:
+    assert loads(dumps("a\x00b")) == "a\x00b"  # text: refused where it is stored, as before
+
+
 class _Reduced:
     """An object kombu encodes through its ``__json__`` method."""
 

@@ -215,6 +215,23 @@ async def test_decimal_headers_and_retry_args_reach_the_body(celery: Celery) -> 
     assert seen == {"amount": Decimal("2.50"), "header": Decimal("9.99")}
 
 
+async def test_bytes_with_nul_bytes_round_trip_through_the_database(celery: Celery) -> None:
+    """Arguments, a header, update_state's meta and the result: bytes stay bytes."""
+    seen: dict[str, Any] = {}
+
+    @celery.task(bind=True)
+    def echo(self: Task, data: bytes, more: list[Any]) -> Any:
+        seen.update(data=data, more=more, header=self.request.get("raw"))
+        self.update_state(state="PROGRESS", meta={"chunk": data})
+        return {"data": data, "more": more}
+
+    data, more = b"\x00\x01", [b"a\x00b", "text", b"\xff\x00"]
+    result = echo.apply_async((data, more), headers={"raw": b"\x00"})
+    await work(celery, result.ready)
+    assert seen == {"data": data, "more": more, "header": b"\x00"}
+    assert result.get() == {"data": data, "more": more}
+
+
 @pytest.mark.parametrize("meta", METAS)
 def test_the_pools_limits_skip_parsing_only_metas_without_limits(meta: Any) -> None:
     import json

@@ -27,6 +27,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from akadze_core import App
 from akadze_core.cli.main import cli
+from akadze_core.model.dsn import redact
 from tests.helpers import job, wait_for
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -79,9 +80,12 @@ def test_migrate_applies_the_schema_and_is_idempotent(empty_database_url: str) -
     with psycopg.connect(empty_database_url) as connection:
         assert connection.execute("SELECT count(*) FROM akadze.jobs").fetchone() == (0,)
 
-    second = run("migrate", url=empty_database_url)
+    # Which database is named, without the password (trust authentication ignores it).
+    with_password = make_conninfo(empty_database_url, password="Migr8-pw")
+    second = run("migrate", url=with_password)
     assert second.exit_code == 0, second.output
-    assert "nothing to do" in second.stdout
+    assert second.stdout.endswith(f" in {redact(with_password)}: nothing to do\n")
+    assert "Migr8-pw" not in second.output
     assert run("jobs", "list", url=empty_database_url).exit_code == 0
 
 
@@ -490,7 +494,10 @@ def test_without_any_url_the_embedded_postgres_serves(tmp_path: Path, spawn: Any
                               cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=120)
     assert migrated.returncode == 0, migrated.stderr
-    assert "schema already at version" in migrated.stdout  # the embedded one is migrated
+    # The embedded one is migrated when it is made; migrate names it.
+    assert migrated.stdout.startswith("schema already at version"), migrated.stdout
+    assert f" in the embedded Postgres in {tmp_path / 'embedded' / 'pgdata'}: nothing to do" \
+        in migrated.stdout
     # Said once, in one log line.
     assert migrated.stderr.count("using the embedded Postgres") == 1, migrated.stderr
     postmaster = tmp_path / "embedded" / "pgdata" / "postmaster.pid"

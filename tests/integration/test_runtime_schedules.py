@@ -400,3 +400,33 @@ async def test_cli_says_a_code_schedule_is_changed_in_the_code(
     assert result.stderr.splitlines() == [
         "akadze: error: schedule 'from.code' is declared in code, not a runtime schedule: "
         "change it in the code"]
+
+
+async def test_without_an_app_the_code_schedules_are_named_with_where_to_list_them(
+        database_url: str, db: psycopg.Connection) -> None:
+    deploy = App(database_url)
+    try:
+        deploy.add_schedule("beat.cleanup", "tasks.cleanup", trigger=Every(HOUR))
+        deploy.add_schedule("beat.nightly", "tasks.report", trigger=Cron("0 3 * * *"))
+        await check(deploy, database_url)  # a worker's pass records them in the database
+    finally:
+        await deploy.close_async()
+    hint = ("not listed: beat.cleanup (last run never), beat.nightly (last run never). "
+            "Declared in an app's code (add_schedule, declare_schedule, or a Celery app's "
+            "beat_schedule and add_periodic_task), they are listed with their app: "
+            "`akadze schedules MODULE:APP`, or for a Celery app "
+            "`akadze-compat -A proj schedules`.\n")
+    listed = run(database_url, "schedules")
+    assert (listed.exit_code, listed.stdout, listed.stderr) == (0, "no runtime schedules\n", hint)
+    as_json = run(database_url, "schedules", "--json")
+    assert (as_json.stdout, as_json.stderr) == ("[]\n", hint)  # stdout stays JSON
+    run(database_url, "schedules", "add", "poll", "--task", "poll.run", "--every", "60")
+    listed = run(database_url, "schedules")
+    assert listed.stdout.splitlines()[1].startswith("poll ") and listed.stderr == hint
+    # Named, the app's own are listed, and nothing is said.
+    named = run(database_url, "schedules", "tests.integration.schedules_app:app")
+    assert named.exit_code == 0 and named.stderr == ""
+    # Nothing from code: nothing to say.
+    db.execute("DELETE FROM akadze.schedules")
+    empty = run(database_url, "schedules")
+    assert (empty.stdout, empty.stderr) == ("no schedules\n", "")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from datetime import timedelta
 
 import psycopg
@@ -126,3 +127,30 @@ async def test_on_unregistered_replaces_the_warning(
     assert heard == [(job_id, "elsewhere.hooked")]
     assert job_lines(caplog, job_id) == []
     assert job(db, job_id)["state"] == "failed"
+
+
+async def test_a_fast_run_logs_its_real_duration(
+        database_url: str, db: psycopg.Connection, caplog: pytest.LogCaptureFixture) -> None:
+    app = App(database_url)
+
+    @app.task("quick")
+    async def quick() -> int:
+        return 1
+
+    @app.task("short")
+    async def short() -> None:
+        await asyncio.sleep(0.05)
+
+    caplog.set_level(logging.INFO, logger="akadze.worker")
+    ids = {"quick": int(await quick.enqueue_async()), "short": int(await short.enqueue_async())}
+    try:
+        await run_until(app, lambda: all(ran(db, job_id)() for job_id in ids.values()))
+    finally:
+        await app.close_async()
+    took = {}
+    for name, job_id in ids.items():
+        found = re.search(r" succeeded in (\d+\.\d{6})s \(", only_line(caplog, job_id))
+        assert found, only_line(caplog, job_id)
+        took[name] = float(found.group(1))
+    # Measured, not rounded away: a body that returns at once still takes some microseconds.
+    assert 0 < took["quick"] < took["short"] and took["short"] >= 0.05

@@ -26,9 +26,11 @@ from tests import package_structure
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Celery's import paths that are pure data or process state: no app, no database.
     ("base", ("_state", "_schedulers", "_triggers", "exceptions", "states", "signals",
-              "serialization", "schedules", "bootsteps", "utils", "utils.*")),
+              "serialization", "schedules", "bootsteps", "utils", "utils.*", "platforms",
+              "registry", "_alias")),
     # Settings and what is read from them.
-    ("settings", ("app.defaults", "app.config", "app.routes", "app.context", "loaders")),
+    ("settings", ("app.defaults", "app.config", "app.routes", "app.context", "loaders",
+                  "app.annotations")),
     # The client side: sending tasks, reading results, revoking.
     ("client", ("backends", "backends.*", "result", "canvas", "canvas.*", "app.amqp",
                 "app.flow", "app.publish", "app.control")),
@@ -37,13 +39,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
              "worker.entry", "worker.timelimits", "worker.request")),
     # The app and its tasks, which compose everything below.
     ("app", ("app", "app.task", "app.registry", "app.validation", "app.base", "app.builtins",
-             "beat",
+             "app.command",
+             "beat", "_beat_scheduler",
              "django_beat",
              "contrib.abortable",
              "contrib.django", "contrib.django.*")),
     # Processes and tools: the command, the doctor, Celery's worker-side paths, the package.
     ("tools", ("", "__main__", "cli", "bin", "bin.*", "doctor", "doctor_scan", "support",
-               "worker.pool", "worker.control", "contrib", "contrib.*")),
+               "worker.pool", "worker.control", "contrib", "contrib.*", "as_celery",
+               "_billiard", "_billiard.*")),
 ]
 
 #: akadze_core's layers, bottom to top: subpackage (or top-level module) patterns, on the

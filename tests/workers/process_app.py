@@ -11,6 +11,10 @@ import time
 
 from akadze_core import App, current
 
+if os.environ.get("PROCESS_APP_FAILS_IN_CHILD") and os.environ.get("AKADZE_PROCESS_CHILD"):
+    # A child that cannot load the app (a missing setting of its own, a broken import).
+    raise RuntimeError("process_app: cannot load in a child")
+
 app = App(os.environ.get("AKADZE_DATABASE_URL"))
 
 

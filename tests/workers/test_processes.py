@@ -230,3 +230,21 @@ def test_async_bodies_in_a_child_share_one_pool_of_its_app(app: App, db: psycopg
     # connection, and the test app's own.
     assert held <= 12, held
     assert worker.proc.poll() is None
+
+
+def test_children_that_cannot_load_the_app_stop_the_worker_with_one_line(
+        database_url: str, tmp_path: Path) -> None:
+    """Children that die before they are ready end the start with the pool's one-line error,
+    not a traceback from the bookkeeping of a child already gone, and are not replaced."""
+    process = WorkerProcess(database_url, tmp_path / "worker.log",
+                            ["worker", APP, "--processes", "2"], module="akadze_core.cli.main",
+                            env={"PROCESS_APP_FAILS_IN_CHILD": "1"})
+    try:
+        code = process.proc.wait(timeout=90)
+    finally:
+        process.stop()
+    log = process.log()
+    assert code != 0, log
+    assert "before it was ready" in log, log
+    assert "KeyError" not in log, log
+    assert "replacing it" not in log, log
