@@ -15,7 +15,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from ..model.errors import SchemaMissing
-from ..model.outcomes import Outcome
+from ..model.outcomes import Outcome, OutcomeWriter
 from ..model.retry import DEFAULT_BACKOFF_CAP
 from ..model.serialization import check_name
 from .floors import Floors
@@ -147,6 +147,31 @@ def complete_many_sync(connection: psycopg.Connection,
     """Sync twin of ``complete_many``: a body that must see its own outcome stored before
     it goes on (the Celery facade's ``task_postrun``) writes it this way, fenced the same."""
     return fetch_all(connection, "job_complete_many", **_outcome_params(outcomes))
+
+
+def write_outcome_extras_sync(connection: psycopg.Connection, writers: Sequence[OutcomeWriter],
+                              rows: Sequence[dict[str, Any]]) -> None:
+    """Run each writer over the jobs of ``rows`` (the outcomes just written), in the
+    caller's transaction, so that both are committed or neither is."""
+    ids = {"ids": [int(row["id"]) for row in rows]}
+    for writer in writers:
+        with connection.cursor(row_factory=dict_row) as cursor:
+            made = writer.statement(cursor.execute(writer.select, ids).fetchall())
+            if made is not None:
+                cursor.execute(made[0], made[1])
+
+
+async def write_outcome_extras(connection: psycopg.AsyncConnection,
+                               writers: Sequence[OutcomeWriter],
+                               rows: Sequence[dict[str, Any]]) -> None:
+    """Async twin of ``write_outcome_extras_sync``."""
+    ids = {"ids": [int(row["id"]) for row in rows]}
+    for writer in writers:
+        async with connection.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(writer.select, ids)
+            made = writer.statement(await cursor.fetchall())
+            if made is not None:
+                await cursor.execute(made[0], made[1])
 
 
 def update_job_meta(connection: psycopg.Connection, job_id: int, run_count: int,

@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import psycopg
-from psycopg.rows import dict_row
 
 from ..model.errors import UnstorableOutcome
 from ..model.outcomes import FAIL, Outcome, OutcomeWriter, error_entry
@@ -70,10 +69,6 @@ def _writers(app: object) -> Sequence[OutcomeWriter]:
     return getattr(app, "outcome_writers", None) or ()
 
 
-def _changed_ids(rows: list[dict[str, Any]]) -> list[int]:
-    return [int(row["id"]) for row in rows]
-
-
 def _complete_sync(connection: psycopg.Connection, outcomes: Sequence[Outcome],
                    writers: Sequence[OutcomeWriter]) -> list[dict[str, Any]]:
     """``complete_many_sync``, and ``writers`` in the same transaction when there are any."""
@@ -82,13 +77,7 @@ def _complete_sync(connection: psycopg.Connection, outcomes: Sequence[Outcome],
     with connection.transaction():
         rows = database.complete_many_sync(connection, outcomes)
         if rows:
-            for writer in writers:
-                with connection.cursor(row_factory=dict_row) as cursor:
-                    found = cursor.execute(writer.select,
-                                           {"ids": _changed_ids(rows)}).fetchall()
-                    made = writer.statement(found)
-                    if made is not None:
-                        cursor.execute(made[0], made[1])
+            database.write_outcome_extras_sync(connection, writers, rows)
     return rows
 
 
@@ -100,12 +89,7 @@ async def _complete(connection: psycopg.AsyncConnection, outcomes: Sequence[Outc
     async with connection.transaction():
         rows = await database.complete_many(connection, outcomes)
         if rows:
-            for writer in writers:
-                async with connection.cursor(row_factory=dict_row) as cursor:
-                    await cursor.execute(writer.select, {"ids": _changed_ids(rows)})
-                    made = writer.statement(await cursor.fetchall())
-                    if made is not None:
-                        await cursor.execute(made[0], made[1])
+            await database.write_outcome_extras(connection, writers, rows)
     return rows
 
 
