@@ -37,9 +37,9 @@ class SingleEnqueueResult:
     compat: float | None = None
     compat_ratio: float | None = None
     compat_error: str | None = None
-    # The bare INSERT of the very row .delay() writes (Celery's args and meta, with a uuid4
-    # task id of its own made per row), and .delay() against it: what the facade adds,
-    # without the larger row's own cost.
+    # The bare INSERT of the very row .delay() writes (Celery's args and meta, and a uuid4
+    # task id made per row when .delay() stores one), and .delay() against it: what the
+    # facade adds, without the larger row's own cost.
     bare_compat_row: float | None = None
     compat_ratio_same_row: float | None = None
 
@@ -65,10 +65,11 @@ def single_enqueue(url: str, count: int, *, rounds: int = 50,
         with psycopg.connect(url, autocommit=True) as bare:
             sides["bare"] = lambda i: _bare_insert(bare, i)
             if celery_task is not None:
-                queue, attempts, head = _delay_row(bare, celery_task.delay(0).job_id)
+                queue, attempts, head, with_id = _delay_row(bare, celery_task.delay(0).job_id)
                 sides["bare_compat_row"] = lambda i: _bare_insert(
                     bare, i, {"args": [i], "kwargs": {}},
-                    f'{head}"task_id": "{uuid.uuid4()}"}}', queue, attempts)
+                    f'{head}"task_id": "{uuid.uuid4()}"}}' if with_id else head, queue,
+                    attempts)
             for i in range(20):  # warm up pools and prepared statements
                 for call in sides.values():
                     call(i)
@@ -110,17 +111,21 @@ def _bare_insert(connection: psycopg.Connection, n: int, args: Any = None,
     return int(row[0])
 
 
-def _delay_row(connection: psycopg.Connection, job_id: int) -> tuple[str, int, str]:
+def _delay_row(connection: psycopg.Connection,
+               job_id: int) -> tuple[str, int, str, bool]:
     """The queue, max_attempts and meta of the job a .delay() inserted (the same for every
-    plain call), the meta without its task id and its closing brace, ready for a
-    ``"task_id"`` key: what a hand-written INSERT of the row would keep and complete per
-    row."""
+    plain call), and whether it stored a task id. With one, the meta comes without the id
+    and its closing brace, ready for a per-row ``"task_id"`` key; without (the id is derived
+    from the job's own), the meta as it is: what a hand-written INSERT of the row would
+    write."""
     row = connection.execute("SELECT queue, max_attempts, meta ? 'task_id',"
                              " (meta - 'task_id')::text FROM akadze.jobs WHERE id = %s",
                              (int(job_id),)).fetchone()
-    assert row is not None and row[2], "a .delay() row carries a task id"
+    assert row is not None
+    if not row[2]:
+        return str(row[0]), int(row[1]), str(row[3]), False
     text = str(row[3])[:-1].rstrip()
-    return str(row[0]), int(row[1]), text if text == "{" else f"{text}, "
+    return str(row[0]), int(row[1]), text if text == "{" else f"{text}, ", True
 
 
 def _compat_task(url: str) -> tuple[Any, str | None]:
