@@ -48,6 +48,12 @@ SKIPPED = {"text", "ini", "yaml", "dockerfile", "mermaid"}
 
 #: (page, section, language, index in the section) -> the test that runs the block.
 COVERED = {
+    ("third-party.md", "The switch: `celery` resolves to akadze_compat", "sh", 0):
+        "test_the_third_party_page_blocks_run",
+    ("third-party.md", "The switch: `celery` resolves to akadze_compat", "python", 0):
+        "test_the_third_party_page_blocks_run",
+    ("third-party.md", "Boot steps and task annotations", "python", 0):
+        "test_the_third_party_page_blocks_run",
     ("README.md", "Regenerating the tables", "sh", 0):
         "test_the_tables_regenerate_as_committed",
     ("celery.md", "1. Install, and create the schema", "sh", 0):
@@ -851,3 +857,14 @@ def test_the_django_project_of_the_guide(tmp_path: Path, admin_url: str) -> None
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
     assert re.search(r"Ran 3 tests? in", output) and "OK" in output, output[-3000:]
+
+
+def test_the_third_party_page_blocks_run(tmp_path: Path) -> None:
+    """third-party.md's blocks, run by its own tests (tests/addons/test_third_party_guide.py:
+    python without AKADZE_CELERY, each switching the alias on by its first line; the shell
+    block prints what its comment says)."""
+    from tests.addons import test_third_party_guide as page
+
+    for index in range(len(page.blocks("python"))):
+        page.test_python_blocks_run_as_written(index, tmp_path)
+    page.test_the_shell_block_prints_what_its_comment_says(tmp_path)
