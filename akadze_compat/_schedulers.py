@@ -29,6 +29,11 @@ _KEPT_ELSEWHERE = {
     "redbeat": "the schedules RedBeat keeps in Redis",
 }
 
+#: What to do instead, for the schedulers that have a way over.
+_WAY_OVER = {
+    "redbeat": "; `akadze-compat import-redbeat` copies them into akadze's schedules once",
+}
+
 
 def scheduler_name(value: Any) -> str:
     """``module:Class`` for a scheduler given as text (either spelling) or as a class."""
@@ -49,8 +54,8 @@ def unhonoured_scheduler(value: Any, where: str = "beat_scheduler") -> str | Non
     name = scheduler_name(value)
     if name in HONOURED_SCHEDULERS:
         return None
-    kept = _KEPT_ELSEWHERE.get(name.split(":")[0].split(".")[0],
-                               f"the schedules {name} keeps or computes")
+    package = name.split(":")[0].split(".")[0]
+    kept = _KEPT_ELSEWHERE.get(package, f"the schedules {name} keeps or computes")
     return (f"{where} {name} is not supported: {kept} will not run; only beat_schedule "
             'and add_periodic_task entries do (migration_guide/celery.md, "Beat runs inside '
-            'the workers")')
+            f'the workers"){_WAY_OVER.get(package, "")}')

@@ -392,8 +392,12 @@ class AsyncResult(ResultBase):
         follow = follow_parents and propagate and self.parent is not None
         if follow:
             self._maybe_reraise_parent_error()
-        deadline = None if timeout is None else time.monotonic() + timeout
         job = self._job()
+        # Read only when there is something to wait for: on a ready result Celery never
+        # looks at the timeout, so a value that is not a number (celery-progress passes the
+        # task id there) is ignored.
+        deadline = None if timeout is None or (job is not None and job.state in FINISHED) \
+            else time.monotonic() + timeout
         while job is None:
             # A task_id= given to a job that is not committed yet: look again now and then.
             if deadline is not None and time.monotonic() >= deadline:
@@ -527,8 +531,13 @@ class EagerResult(AsyncResult):
     def __init__(self, id: str, ret_value: Any, state: str, traceback: str | None = None,
                  name: str | None = None) -> None:
         self.id = id
-        self.app = None  # type: ignore[assignment]
-        self.backend = None
+        # A subclass may set these before calling this (celery-progress's KnownResult sets
+        # backend = DisabledBackend, whose state sets its ready() reads): kept, as in Celery,
+        # whose EagerResult sets neither.
+        if "app" not in self.__dict__:
+            self.app = None  # type: ignore[assignment]
+        if "backend" not in self.__dict__:
+            self.backend = None
         self.parent = None
         self.task_name = name
         self._result = ret_value
@@ -538,6 +547,16 @@ class EagerResult(AsyncResult):
         self._job_id = None
         self._cache = None
         self.ignored = False
+
+    @property  # type: ignore[override]
+    def id(self) -> str | None:  # type: ignore[override]
+        """The task id (None for a result made without one, as Celery allows:
+        celery-once answers a refused call with ``EagerResult(None, None, REJECTED)``)."""
+        return self._id
+
+    @id.setter
+    def id(self, value: str | None) -> None:
+        self._id = value
 
     def _get_task_meta(self) -> dict[str, Any]:
         """The meta of the eager run (nothing is stored)."""

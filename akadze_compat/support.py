@@ -88,6 +88,10 @@ _TIME_LIMITS = ("raised inside the body; prefork as Celery's: the soft limit is 
                 "at the next Python bytecode, so a thread blocked in C code sees it only "
                 "when the call returns, and a stuck thread cannot be killed (the attempt "
                 "ends at the limit plus max(2 s, 5%))")
+_NO_STAMPING = ("stamping (StampingVisitor, Signature.stamp, revoke_by_stamped_headers) is "
+                "not provided: a sent canvas is jobs in the database and a revoke updates "
+                "their rows, so there are no worker-held stamps to match; tag tasks with "
+                "headers= and revoke by id (GroupResult.revoke, control.revoke([ids]))")
 _LOW_FIRST = "lower numbers run first (RabbitMQ runs higher ones first; Redis, as here, lower)"
 
 #: Status of every setting of a namespace, unless ``_BY_SETTING`` says otherwise.
@@ -142,7 +146,9 @@ _BY_SETTING: dict[str, Support] = {
     "broker_vhost": _i("one database is one queue namespace: use another database or queue "
                        "names"),
     # --- result
-    "result_backend": _i(_RESULTS_IN_POSTGRES),
+    "result_backend": _i(_RESULTS_IN_POSTGRES + "; 'django-db' with django_celery_results "
+                         "installed also writes its TaskResult rows, in the outcome's "
+                         "transaction"),
     "result_expires": _h("succeeded jobs are deleted that long after they finish (None or 0: "
                          "kept); forget() deletes nothing"),
     "result_failure_expires": _h("failed jobs are deleted that long after they fail (default "
@@ -421,9 +427,13 @@ API_PATTERNS: dict[str, Support] = {
                                                  "rate on the task and says so)"),
     "app.control.*": Support(MISSING, "app.control has revoke, purge, inspect, broadcast, "
                                       "ping, shutdown, pool_grow/pool_shrink (threads pool), "
-                                      "add_consumer/cancel_consumer, time_limit and "
-                                      "rate_limit; not autoscale, events, election, "
+                                      "add_consumer/cancel_consumer, time_limit, "
+                                      "rate_limit and enable_events/disable_events (the "
+                                      "flag is kept; there is no event stream); not "
+                                      "autoscale, election, "
                                       "pool_restart or revoke_by_stamped_headers"),
+    "app.control.revoke_by_stamped_headers": Support(MISSING, _NO_STAMPING),
+    "celery.canvas.StampingVisitor": Support(MISSING, _NO_STAMPING),
     "app.*": Support(MISSING, "the app has no such attribute here (no broker connection, "
                               "events or pool objects; app.backend and app.amqp answer from "
                               "the database and the settings)"),

@@ -6,8 +6,9 @@ a late run never wins.
 """
 
 from .app import App
+from .enqueue.nodes import Node, OnFailure
 from .enqueue.tasks import Task, TaskCall
-from .enqueue.workflow import Node, OnFailure, Workflow
+from .enqueue.workflow import Workflow
 from .execution.context import JobContext, current
 from .model.dsn import password_of, redact, redact_password
 from .model.errors import (

@@ -17,6 +17,7 @@ import psycopg_pool
 from .enqueue.tasks import Task
 from .enqueue.workflow import Workflow
 from .model.jobs import Job
+from .model.outcomes import OutcomeWriter
 from .model.retry import BackoffPolicy
 from .model.serialization import (
     DEFAULT_MAX_ARGS_BYTES,
@@ -31,7 +32,8 @@ from .schedules.runtime import RuntimeSchedules
 from .schedules.scheduler import Schedule, ScheduleSource, ScheduleSpec
 from .schedules.triggers import Trigger
 from .store import lookup
-from .store.connections import RECONNECT_WINDOW, UNSURE, Connections, found_dead
+from .store.connections import RECONNECT_WINDOW, Connections
+from .store.liveness import UNSURE, found_dead
 from .store.migrations import MIGRATE_COMMAND, migrate
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -122,6 +124,9 @@ class App:
         self.schedules: dict[str, Schedule] = {}
         #: Where more schedules come from, asked on every scheduling pass (``ScheduleSource``).
         self.schedule_sources: list[ScheduleSource] = []
+        #: What records outcomes in the outcome's own transaction besides the job row
+        #: (``model.outcomes.OutcomeWriter``): empty, the outcome write is one statement.
+        self.outcome_writers: list[OutcomeWriter] = []
         #: The command that applies the schema, named by ``SchemaMissing`` when an enqueue or
         #: a lookup finds no schema (the Celery facade names its own).
         self.migrate_command = MIGRATE_COMMAND

@@ -17,7 +17,9 @@ The groups, in the order of a job's path:
   fencing token); ``store_outcome_sync``/``store_outcome`` write it at once through the
   completer's write (fenced, an unstorable outcome failing the job), for a framework that
   must see the outcome stored before it tells its own listeners; ``decide_retry`` is the one
-  rule for "retry, when, or fail" (``akadze_core.model.retry``).
+  rule for "retry, when, or fail" (``akadze_core.model.retry``); an ``OutcomeWriter`` in the
+  core app's ``outcome_writers`` records outcomes in a table of the framework's own, in their
+  transaction (the facade's ``django-db`` result backend).
 - **Remote control, schedules, the command line**: the pieces a framework's own worker and
   beat commands reuse (control replies, schedule clocks, log scrubbing, worker defaults,
   the migration hint, the dashboard).
@@ -39,11 +41,12 @@ from .cli.support import (
     scrubbed_stdio,
 )
 from .enqueue.gcpause import collector_paused
+from .execution.children import Terminated
 from .execution.context import JobContext
 from .execution.executor import decode_job
-from .execution.processes import CHILD_ENV, ProcessPool, Terminated, child_number, is_child, serve
+from .execution.processes import CHILD_ENV, ProcessPool, child_number, is_child, serve
 from .model.dsn import redact_json
-from .model.outcomes import FAIL, Outcome, error_entry, raised, succeeded
+from .model.outcomes import FAIL, Outcome, OutcomeWriter, error_entry, raised, succeeded
 from .model.retry import RetryDecision, attempts_left, decide_retry
 from .model.serialization import extends_strict_dumps, is_strict, strict_dumps
 from .ops.control import revoked_task_ids, scheduled_jobs, signal_number
@@ -59,10 +62,13 @@ from .worker.config import DEFAULTS, seconds
 from .worker.panel import NO_REPLY
 
 if TYPE_CHECKING:
-    from .cli.main import dashboard_options, run_dashboard, show_schedules
+    from .cli.main import dashboard_options, run_dashboard
+    from .cli.schedules import show_schedules
+    from .ops.metrics import CONTENT_TYPE, exposition, read_database
 
 __all__ = [
     "CHILD_ENV",
+    "CONTENT_TYPE",
     "DEFAULTS",
     "EPOCH",
     "FAIL",
@@ -73,6 +79,7 @@ __all__ = [
     "JobRequest",
     "OneLineErrorGroup",
     "Outcome",
+    "OutcomeWriter",
     "ProcessPool",
     "RetryDecision",
     "ScrubbingFormatter",
@@ -89,6 +96,7 @@ __all__ = [
     "describe_database",
     "error_entry",
     "exit_now",
+    "exposition",
     "extends_strict_dumps",
     "is_child",
     "is_strict",
@@ -97,6 +105,7 @@ __all__ = [
     "one_line",
     "outcome_of",
     "printable",
+    "read_database",
     "redact_json",
     "revoked_task_ids",
     "run_dashboard",
@@ -133,7 +142,10 @@ def outcome_of(context: JobContext, *, value: Any = None,
 #: Names loaded on first use: the dashboard's command pieces cost an import that only the
 #: command line needs (not a worker, nor an app that sends tasks).
 _LAZY = {"dashboard_options": "cli.main", "run_dashboard": "cli.main",
-         "show_schedules": "cli.main"}
+         "show_schedules": "cli.schedules",
+         # The metrics extra (prometheus_client): what a dashboard's /metrics renders.
+         "CONTENT_TYPE": "ops.metrics", "exposition": "ops.metrics",
+         "read_database": "ops.metrics"}
 
 
 def __getattr__(name: str) -> Any:

@@ -136,10 +136,8 @@ def build_ref(ref: str, cache: Path, run_dir: Path, label: str) -> Build:
 
 def prepare(url: str, kind: str, jobs: int) -> None:
     """Migrate the empty database ``url`` and fill it (run by the build's interpreter)."""
-    from akadze_core.store.migrations import migrate
-
     with psycopg.connect(url, autocommit=True) as connection:
-        migrate(connection)
+        db.migrate(connection)
     if kind == "core":
         from .apps.core_app import NOOP
 

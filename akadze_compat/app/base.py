@@ -20,13 +20,16 @@ from zoneinfo import ZoneInfo
 from akadze_core import App as CoreApp
 
 from .. import _state, beat, django_beat, serialization, signals
+from ..backends import django_results
 from ..backends.database import DatabaseBackend
 from ..canvas import Signature, signature
 from ..exceptions import ImproperlyConfigured
 from ..loaders import Loader, django_app_names
 from ..result import AsyncResult, GroupResult
+from ..worker import entry as worker_entry
 from ..worker.entry import core_timeout, make_entry
 from . import builtins, command, publish  # noqa: F401  # builtins: celery.map/starmap on every app
+from . import report as _report
 from . import routes as routing
 from .amqp import AMQP
 from .annotations import prepare as prepare_annotations
@@ -38,6 +41,11 @@ from .task import Task as _Task
 __all__ = ["Celery", "database_url", "gen_task_name", "shared_task"]
 
 logger = logging.getLogger("akadze_compat.app")
+
+
+def _worker_hostname() -> str:
+    """The name of the worker in this process (``-n``), as ``request.hostname`` has it."""
+    return worker_entry.worker_hostname
 
 class Celery:
     """A Celery application (``Celery(main=None, broker=None, ..., **config)``)."""
@@ -118,6 +126,11 @@ class Celery:
         if core is not None:
             core.close()
         _state.unregister_app(self)
+
+    def bugreport(self) -> str:
+        """Celery's bug-report text: versions, platform, loader, then the changed settings
+        (secrets masked)."""
+        return _report.bugreport(self)
 
     # --- configuration -----------------------------------------------------------------------
 
@@ -226,7 +239,7 @@ class Celery:
         url = database_url(conf.broker_url)
         serialization.check_serializer(conf.task_serializer, "task_serializer")
         serialization.check_accept_content(conf.accept_content)
-        if conf.result_backend:
+        if conf.result_backend and not django_results.wanted(self):
             logger.info("result_backend=%r is ignored: results live in the same Postgres "
                         "database as the queue", str(conf.result_backend).split("://")[0])
         expires = conf.result_expires
@@ -240,6 +253,9 @@ class Celery:
         # app's module when it has a real one (Celery("tasks") -> -A tasks).
         project = self.main if self.main and self.main != "__main__" else "PROJECT"
         core.migrate_command = f"akadze-compat -A {project} migrate"
+        # django-db: django_celery_results' rows, written with each outcome wherever it is
+        # stored (the worker's batches, a prefork child's own write before task_postrun).
+        django_results.register(self, core, _worker_hostname)
         return core
 
     def register_core_task(self, task: _Task) -> None:
@@ -257,9 +273,17 @@ class Celery:
         on the core app, and return it for a Worker to run. Safe to call again."""
         self.loader.import_default_modules()
         self.finalize()
+        # As Celery's worker does: ``include`` gains the modules of the registered tasks
+        # (inspect's conf() shows it).
+        modules = {type(task).__module__ for task in self.tasks.values()}
+        included = self.conf.include or ()
+        included = (included,) if isinstance(included, str) else tuple(included)
+        if not modules <= set(included):
+            self.conf.include = tuple(set(included) | modules)
         core = self.core
         beat.register_periodic_tasks(self, core)
         django_beat.register(self, core)
+        django_results.register(self, core, _worker_hostname)
         return core
 
     def start(self, argv: list[str] | None = None) -> None:

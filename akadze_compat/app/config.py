@@ -361,10 +361,14 @@ class Settings(MutableMapping[str, Any]):
         return self["_".join(part for part in parts if part)]
 
     def without_defaults(self) -> dict[str, Any]:
-        """The settings that were set (changes over the source), Celery's defaults left out."""
+        """The settings that were set (changes over the source over the defaults added with
+        ``add_defaults``), Celery's own defaults left out, as in Celery."""
         self._ensure_loaded()
         state = self.__dict__
-        values = dict(state["source"] or {})
+        values: dict[str, Any] = {}
+        for layer in reversed(state["added_defaults"]):
+            values.update(layer)
+        values.update(state["source"] or {})
         values.update(state["changes"])
         return values
 

@@ -99,6 +99,14 @@ class Inspect:
             callback=self.callback, connection=self.connection, limit=self.limit,
             timeout=self.timeout, reply=True, pattern=self.pattern, matcher=self.matcher))
 
+    def report(self) -> Any:
+        """``{node: {"ok": bug-report text}}`` (``app.bugreport()`` on each worker)."""
+        return self._request("report")
+
+    def clock(self) -> Any:
+        """``{node: {"clock": n}}``: each worker's logical clock."""
+        return self._request("clock")
+
     def ping(self, destination: Any = None) -> Any:
         """``{node: {"ok": "pong"}}`` for every live worker."""
         if destination:
@@ -232,6 +240,17 @@ class Control:
     def shutdown(self, destination: Any = None, **kwargs: Any) -> Any:
         """Stop the workers (warm: running tasks finish); they send no reply."""
         return self.broadcast("shutdown", arguments={}, destination=destination, **kwargs)
+
+    def enable_events(self, destination: Any = None, **kwargs: Any) -> Any:
+        """Turn task events on in the workers (Celery's reply; akadze has no event
+        stream: task states are rows in the database)."""
+        return self.broadcast("enable_events", arguments={}, destination=destination,
+                              **kwargs)
+
+    def disable_events(self, destination: Any = None, **kwargs: Any) -> Any:
+        """Turn task events off in the workers (Celery's reply)."""
+        return self.broadcast("disable_events", arguments={}, destination=destination,
+                              **kwargs)
 
     def pool_grow(self, n: int = 1, destination: Any = None, **kwargs: Any) -> Any:
         """Let the workers run ``n`` more tasks at once (threads pool)."""

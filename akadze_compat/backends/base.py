@@ -18,10 +18,19 @@ from typing import TYPE_CHECKING, Any
 from akadze_core import current
 
 from .. import _state, exceptions, states
+from .._state import get_current_task
 from ..exceptions import ChordError, TaskRevokedError
 from ..serialization import revive
 from ..utils.serialization import UnpickleableExceptionWrapper
-from ..utils.unsupported import not_provided
+from .classes import (
+    Backend,
+    BaseBackend,
+    BaseDictBackend,
+    BaseKeyValueStoreBackend,
+    DisabledBackend,
+    KeyValueStoreBackend,
+    SyncBackendMixin,
+)
 
 if TYPE_CHECKING:
     from akadze_core import App as CoreApp
@@ -29,11 +38,32 @@ if TYPE_CHECKING:
 
     from ..app.task import Task
 
-__all__ = ["FINISHED", "GROUP_BODY", "TaskIdOf", "celery_meta", "custom_result",
-           "exception_from_entry", "failure_exception", "failure_traceback", "job_failure",
-           "job_result", "job_state",
-           "lookup_job", "never_ran",
-           "root_failure", "update_state", "upstream_exception"]
+__all__ = [
+    "FINISHED",
+    "GROUP_BODY",
+    "Backend",
+    "BaseBackend",
+    "BaseDictBackend",
+    "BaseKeyValueStoreBackend",
+    "DisabledBackend",
+    "KeyValueStoreBackend",
+    "SyncBackendMixin",
+    "TaskIdOf",
+    "celery_meta",
+    "custom_result",
+    "exception_from_entry",
+    "failure_exception",
+    "failure_traceback",
+    "get_current_task",
+    "job_failure",
+    "job_result",
+    "job_state",
+    "lookup_job",
+    "never_ran",
+    "root_failure",
+    "update_state",
+    "upstream_exception",
+]
 
 #: Gives the Celery task id of a job id (to name a chord's failed member).
 TaskIdOf = Callable[[int], str]
@@ -280,7 +310,7 @@ def lookup_job(core: CoreApp, task_id: str) -> Job | None:
     job id (``CoreApp.task_id_of``: a group's plain members, jobs enqueued through
     akadze_core); such a job also answers to its job id in digits, as before task ids were
     uuids."""
-    if task_id.isdigit():
+    if task_id.isdigit() and len(task_id) < 19:  # a bigint: longer digits are no job id
         job = core.get_job(int(task_id))
         if job is not None and job.meta.get("task_id") in (None, task_id):
             return job
@@ -308,10 +338,3 @@ def update_state(task: Task, task_id: str | None, state: str | None, meta: Any) 
     patch = {**stored, "state": state or states.PENDING, "result": meta}
     if current().update_meta_sync({"celery": patch}):
         stored.update(state=patch["state"], result=meta)
-
-
-__getattr__ = not_provided(__name__, {
-    name: ("there are no result backends: a task's state and result are read from its "
-           "job's row in the queue's database", "results-live-in-postgres")
-    for name in ("BaseBackend", "Backend", "KeyValueStoreBackend", "DisabledBackend",
-                 "BaseKeyValueStoreBackend", "SyncBackendMixin")})

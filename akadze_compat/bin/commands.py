@@ -24,10 +24,11 @@ from akadze_core.integration import (
     show_schedules,
 )
 
-from .. import states
+from .. import redbeat_import, states
 from ..beat import warn_unhonoured_scheduler
 from ..django_beat import names_database_scheduler
 from ..exceptions import TimeoutError as CeleryTimeout
+from ..flower_api import flower_extension
 from ..worker.control import Panel
 from .base import CliError, cli_state, secrets, split_names, warn
 from .flower import read_flower_options
@@ -392,6 +393,46 @@ def beat_command(ctx: click.Context, loglevel: str, scheduler: str | None) -> No
     asyncio.run(main())
 
 
+@click.command("import-redbeat")
+@click.option("--redis-url", "--redis", "redis_url",
+              help="Where RedBeat keeps its entries (default: redbeat_redis_url, else a "
+                   "redis:// broker_url).")
+@click.option("--key-prefix", help="RedBeat's redbeat_key_prefix (default: the app's, else "
+                                   "redbeat:).")
+@click.option("--replace", is_flag=True, help="Change a runtime schedule of the same name "
+                                              "(else the entry is skipped).")
+@click.option("--dry-run", is_flag=True, help="Say what would be imported; store nothing.")
+@click.pass_context
+def import_redbeat_command(ctx: click.Context, redis_url: str | None, key_prefix: str | None,
+                           replace: bool, dry_run: bool) -> None:
+    """Import celery-redbeat's entries once into akadze's runtime schedules.
+
+    The entries added at run time (RedBeatSchedulerEntry(...).save()) become runtime
+    schedules, which every worker runs; the beat_schedule entries RedBeat copied to Redis are
+    left to the code, which the workers already run. Run it once, then drop
+    beat_scheduler='redbeat...' from the configuration.
+    """
+    app = _state(ctx).load_app()
+    secrets.add_url(redis_url)
+    url = redis_url or redbeat_import.redis_url_of(app.conf)
+    if not url:
+        raise CliError("import-redbeat: no Redis to read: give --redis-url (the "
+                       "redbeat_redis_url RedBeat used)")
+    secrets.add_url(url)
+    try:
+        done = redbeat_import.import_entries(app, url, prefix=key_prefix, replace=replace,
+                                             dry_run=dry_run)
+    except ImportError as exc:
+        raise CliError(f"import-redbeat needs the redis package: {exc}") from exc
+    verb = "would import" if dry_run else "imported"
+    click.echo(f"{verb} {len(done.stored)} RedBeat entries as runtime schedules"
+               + (f": {', '.join(done.stored)}" if done.stored else ""))
+    if done.static:
+        click.echo(f"left to beat_schedule in the code: {', '.join(done.static)}")
+    for name, why in done.skipped.items():
+        click.echo(f"skipped {name}: {why}")
+
+
 @click.command("schedules")
 @click.option("-j", "--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
@@ -449,10 +490,11 @@ def flower_command(ctx: click.Context, port: int, address: str, basic_auth: str 
     core = app.core
     run_dashboard(core, port=port, address=address, basic_auth=basic_auth, tokens=tokens,
                   read_only=read_only, url_prefix=url_prefix, log_level=loglevel,
-                  secrets=secrets, unauthenticated=unauthenticated)
+                  secrets=secrets, unauthenticated=unauthenticated,
+                  extensions=[flower_extension(app)])
 
 
 COMMANDS: tuple[click.Command, ...] = (beat_command, call_command, control_command,
-                                       flower_command,
+                                       flower_command, import_redbeat_command,
                                        inspect_command, migrate_command, purge_command,
                                        result_command, schedules_command, status_command)

@@ -33,6 +33,9 @@ _VALUE_OPTIONS = ("basic_auth", "port", "address", "url_prefix", "read_only")
 _AUTH_OPTIONS = ("auth", "auth_provider", "oauth2_key", "oauth2_secret", "oauth2_redirect_uri")
 #: TLS the dashboard does not serve (a proxy in front does).
 _TLS_OPTIONS = ("certfile", "keyfile", "ca_certs")
+#: Flower's variables that are not options: the config file's name, and the switch that
+#: opens the API without credentials (honoured by ``akadze_compat.flower_api``).
+_NOT_OPTIONS = (f"{ENV_PREFIX}CONF", f"{ENV_PREFIX}UNAUTHENTICATED_API")
 _TRUE = ("1", "true", "yes", "y", "on", "t")
 _FALSE = ("0", "false", "no", "n", "off", "f")
 
@@ -91,7 +94,7 @@ def _set(options: FlowerOptions, name: str, value: object, where: str) -> None:
 
 def _from_environment(options: FlowerOptions, environ: Mapping[str, str]) -> None:
     for variable in sorted(environ):
-        if variable.startswith(ENV_PREFIX) and variable != f"{ENV_PREFIX}CONF":
+        if variable.startswith(ENV_PREFIX) and variable not in _NOT_OPTIONS:
             _set(options, _name(variable[len(ENV_PREFIX):]), environ[variable], variable)
 
 

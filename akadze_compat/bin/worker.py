@@ -253,7 +253,7 @@ def _run_single(app: Any, settings: WorkerSettings, instance: WorkController,
     else:  # threads: at most ``bodies`` run at once, the rest of the window waits for one
         worker = _worker(core, settings, slots, [ready], concurrency=bodies)
     # app.control / inspect: Celery's commands and the project's own (control_command).
-    control.install(worker, app, settings.hostname, instance)
+    control.install(worker, app, settings.hostname, instance, settings.options)
 
     def on_signal(signum: int) -> None:
         cold = signum == signal.SIGQUIT or bool(received)

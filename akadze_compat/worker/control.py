@@ -22,15 +22,17 @@ import inspect
 import logging
 import os
 import resource
+import threading
 import time
 from collections import namedtuple
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from akadze_core import Job
 from akadze_core.integration import NO_REPLY, revoked_task_ids, scheduled_jobs
 
+from ..app.defaults import TO_NEW_NAME
 from ..utils.time import rate
 
 if TYPE_CHECKING:
@@ -132,6 +134,20 @@ class ControlState:
         #: The jobs the worker held when the request came, by id: True when started.
         self.running: dict[int, bool] = {}
         self.started = time.monotonic()
+        #: The event groups a Celery worker's dispatcher would send (empty: all), None
+        #: where it would have no dispatcher: what ``enable_events``/``disable_events``
+        #: change and answer from. akadze has no event stream, so they change nothing else.
+        self.event_groups: set[str] | None = set()
+        #: Celery's Lamport clock counts the events and messages a worker saw; there are
+        #: none here, so this one counts the control requests answered (always > 0).
+        self.clock = 0
+        self._clock_lock = threading.Lock()
+
+    def tick(self) -> int:
+        """Advance the logical clock and return it."""
+        with self._clock_lock:
+            self.clock += 1
+            return self.clock
 
     @staticmethod
     def tset(items: Iterable[Any]) -> set[Any]:
@@ -139,10 +155,31 @@ class ControlState:
         return set(items)
 
 
-def install(worker: Worker, app: Any, hostname: str, controller: Any) -> None:
+def _conf(app: Any, key: str) -> Any:
+    conf = getattr(app, "conf", None)
+    return conf.get(key) if conf is not None else None
+
+
+def event_groups(app: Any, options: Mapping[str, Any]) -> set[str] | None:
+    """The groups a Celery worker started with ``options`` would send events of (Celery's
+    ``Events`` bootstep): all (an empty set) with ``-E``/``worker_send_task_events``, else
+    the worker's own; None (no dispatcher) when neither task events, nor gossip, nor
+    heartbeats are on."""
+    task_events = options.get("task_events")
+    if task_events is None:
+        task_events = _conf(app, "worker_send_task_events")
+    if not task_events and options.get("without_gossip") and options.get("without_heartbeat"):
+        return None
+    return set() if task_events else {"worker"}
+
+
+def install(worker: Worker, app: Any, hostname: str, controller: Any,
+            options: Mapping[str, Any] | None = None) -> None:
     """Answer Celery's commands, and every command registered with ``control_command`` /
-    ``inspect_command`` so far, on akadze's ``worker``."""
+    ``inspect_command`` so far, on akadze's ``worker`` (started with the worker command's
+    ``options``)."""
     state = ControlState(app, hostname, controller, worker)
+    state.event_groups = event_groups(app, options or {})
     for name, fun in Panel.data.items():
         worker.control.commands[name] = _adapter(state, fun)
 
@@ -151,11 +188,16 @@ def _adapter(state: ControlState, fun: Callable[..., Any]) -> Callable[..., Any]
     async def command(worker: Worker, **arguments: Any) -> Any:
         # Taken in the loop: the worker changes it there, the thread below only reads it.
         state.running = worker.running()
+        state.tick()
         if inspect.iscoroutinefunction(fun):
             return await fun(state, **arguments)
         return await asyncio.to_thread(lambda: fun(state, **arguments))
 
     return command
+
+
+#: The priority Celery's worker gives the timer entry of every ETA task (``scheduled``).
+ETA_TIMER_PRIORITY = 6
 
 
 # --- what a job looks like to Celery's inspect --------------------------------------------------
@@ -199,6 +241,18 @@ async def ping(state: ControlState, **kwargs: Any) -> Any:
     return ok("pong")
 
 
+@inspect_command()
+def report(state: ControlState, **kwargs: Any) -> Any:
+    """Information about Celery installation for bug reports."""
+    return ok(state.app.bugreport())
+
+
+@inspect_command()
+def clock(state: ControlState, **kwargs: Any) -> Any:
+    """Get current logical clock value."""
+    return {"clock": state.tick()}
+
+
 @inspect_command(alias="dump_active")
 def active(state: ControlState, safe: bool = False, **kwargs: Any) -> Any:
     """List of tasks currently being executed."""
@@ -230,7 +284,9 @@ def scheduled(state: ControlState, **kwargs: Any) -> Any:
     task_id_of = state.app.core.task_id_of
     worker = state.worker
     jobs = scheduled_jobs(state.app.core, worker.worker_id, worker.queues, SCHEDULED_MAX)
-    return [{"eta": job.scheduled_at.isoformat(), "priority": job.priority,
+    # "priority" is that of Celery's ETA timer entry, which is always 6 (the task's own
+    # priority is in delivery_info).
+    return [{"eta": job.scheduled_at.isoformat(), "priority": ETA_TIMER_PRIORITY,
              "request": {**request_info(job, task_id_of(job), state.hostname, None),
                          "time_start": None,
                          "acknowledged": False}}
@@ -286,8 +342,9 @@ def stats(state: ControlState, **kwargs: Any) -> Any:
     return {
         "total": dict(sorted(worker.accepted.items())),
         "pid": os.getpid(),
-        "clock": str(int(time.monotonic() - state.started)),
-        "uptime": int(time.monotonic() - state.started),
+        "clock": str(state.clock),
+        # Celery rounds the seconds since the worker started.
+        "uptime": round(time.monotonic() - state.started),
         "pool": _pool_info(state),
         "broker": _broker(state.app),
         "prefetch_count": sum(worker.slots.get(queue, 0) for queue in worker.queues),
@@ -354,9 +411,19 @@ def _queue_info(name: str) -> dict[str, Any]:
                         ("1", "true", "yes", "y", "on"))])
 def conf(state: ControlState, with_defaults: bool = False, **kwargs: Any) -> Any:
     """List configuration."""
-    return {key: _plain(value) for key, value in
-            state.app.conf.table(with_defaults=with_defaults).items()
-            if isinstance(key, str) and not key.startswith("__")}
+    table = state.app.conf.table(with_defaults=with_defaults)
+    answer = {key: _plain(value) for key, value in table.items()
+              if isinstance(key, str) and not key.startswith("__")}
+    # Celery's settings object stores the old-style names it was given under this key
+    # (None when there were none), so its conf() answer always carries it.
+    answer.setdefault("deprecated_settings", _plain(_deprecated_names(table)))
+    return answer
+
+
+def _deprecated_names(table: dict[str, Any]) -> set[str] | None:
+    """The old-style setting names (``CELERY_RESULT_BACKEND``...) among ``table``'s."""
+    found = {key for key in table if isinstance(key, str) and key in TO_NEW_NAME}
+    return found or None
 
 
 def _plain(value: Any) -> Any:
@@ -365,9 +432,9 @@ def _plain(value: Any) -> Any:
         return value
     if isinstance(value, dict):
         return {str(key): _plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
+    if isinstance(value, list | tuple):
         return [_plain(item) for item in value]
-    return repr(value)
+    return repr(value)  # a set too, as Celery's jsonify leaves it to repr
 
 
 # --- control commands ---------------------------------------------------------------------------
@@ -380,6 +447,32 @@ async def shutdown(state: ControlState, msg: str = "Got shutdown from remote",
     # As Celery's: the worker stops (warm) and the sender gets no reply from it.
     state.worker.control.after_reply(state.worker.request_stop)
     return NO_REPLY
+
+
+@control_command()
+def enable_events(state: ControlState, **kwargs: Any) -> Any:
+    """Tell worker(s) to send task-related events."""
+    groups = state.event_groups
+    if groups is None:
+        return nok("event dispatcher unavailable")
+    if groups and "task" not in groups:
+        groups.add("task")
+        logger.info("Events of group {task} enabled by remote.")
+        return ok("task events enabled")
+    return ok("task events already enabled")
+
+
+@control_command()
+def disable_events(state: ControlState, **kwargs: Any) -> Any:
+    """Tell worker(s) to stop sending task-related events."""
+    groups = state.event_groups
+    if groups is None:
+        return nok("event dispatcher unavailable")
+    if "task" in groups:
+        groups.discard("task")
+        logger.info("Events of group {task} disabled by remote.")
+        return ok("task events disabled")
+    return ok("task events already disabled")
 
 
 @control_command(args=[("n", int)], signature="[N=1]")

@@ -36,7 +36,8 @@ GROUP BY queue;
 -- name: hour_stats
 -- The jobs finished in the last hour (jobs_finished_idx: state, finished_at), the newest
 -- %(cap)s of each final state, by grouping set: per queue and state (the overview's
--- table), per minute and state (throughput chart) and per minute (latency chart). Latency
+-- table), per queue (its latency columns), per minute and state (throughput chart) and per
+-- minute (latency chart). Latency
 -- is enqueue-to-start: from when the job was due (its scheduled_at, the enqueue time for
 -- a job without a countdown) to its last start.
 WITH recent AS (
@@ -62,7 +63,7 @@ SELECT queue, state, minutes_ago, count(*) AS jobs, avg(latency) AS latency_avg,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY latency) AS latency_p95,
        GROUPING(queue) = 1 AS per_minute, GROUPING(state) = 1 AS all_states
 FROM timed
-GROUP BY GROUPING SETS ((queue, state), (minutes_ago, state), (minutes_ago));
+GROUP BY GROUPING SETS ((queue, state), (queue), (minutes_ago, state), (minutes_ago));
 
 -- name: job_page
 -- One page of the jobs list, newest first, inside the id window [%(low)s, %(high)s]

@@ -16,7 +16,7 @@ import psycopg
 
 from ..model.jobs import Job
 from ..model.task_ids import TaskIds
-from ..ops.control import request_cancel_sync, requeue_sync
+from ..ops.control import broadcast, request_cancel_sync, requeue_sync
 from ..schedules.triggers import parse_spec
 from ..store import database, lookup
 from ..store.queries import load_queries
@@ -384,6 +384,41 @@ def retry(connection: psycopg.Connection, job_id: int) -> bool:
 def cancel(connection: psycopg.Connection, job_id: int) -> bool:
     """Cancel a queued job or ask a running one to stop (``control.request_cancel_sync``)."""
     return request_cancel_sync(connection, job_id)
+
+
+def terminate(connection: psycopg.Connection, job_id: int) -> bool:
+    """Cancel a running job and have its worker send SIGTERM to the process running it
+    (``control.request_cancel_sync(terminate=True)``); False when it is not running."""
+    job = lookup.get_job(connection, job_id)
+    if job is None or job.state != "running":
+        return False
+    return request_cancel_sync(connection, job_id, terminate=True)
+
+
+#: The remote-control commands the workers page sends, with what the notice says of each.
+WORKER_COMMANDS = {"pool_grow": "pool grown by 1", "pool_shrink": "pool shrunk by 1",
+                   "add_queue": "now consuming from {queue}",
+                   "remove_queue": "no longer consuming from {queue}",
+                   "shutdown": "shutdown requested (running jobs finish first)"}
+
+
+def worker_control(app: App, name: str, command: str, queue: str | None) -> str:
+    """Send ``command`` (one of ``WORKER_COMMANDS``) to the live worker ``name`` and wait
+    for its answer (``control.broadcast``); returns what to tell the user."""
+    arguments: dict[str, Any] = {"queue": queue} if command in ("add_queue", "remove_queue") \
+        else {"n": 1} if command.startswith("pool_") else {}
+    if command == "shutdown":
+        broadcast(app, command, arguments, destination=[name])
+        return WORKER_COMMANDS[command]
+    replies = broadcast(app, command, arguments, destination=[name], reply=True, timeout=3.0)
+    if not replies:
+        return "no answer (the worker may have stopped)"
+    reply = replies[0].reply
+    if isinstance(reply, dict) and "error" in reply:
+        return f"refused: {reply['error']}"
+    if isinstance(reply, dict) and isinstance(reply.get("ok"), str):
+        return str(reply["ok"])
+    return WORKER_COMMANDS[command].format(queue=queue)
 
 
 def purge(connection: psycopg.Connection, queue: str) -> int:

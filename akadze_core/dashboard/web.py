@@ -33,7 +33,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from ..model.dsn import redact_password
 from ..model.jobs import JOB_STATES
@@ -66,12 +66,18 @@ NOTICES = {
     "not-requeued": "job {job} was not requeued: only failed jobs can be",
     "cancel-requested": "job {job}: cancel requested",
     "not-cancelled": "job {job} was not cancelled: only queued or running jobs can be",
+    "terminate-requested": "job {job}: terminate requested (SIGTERM to the process running "
+                           "it, in a process pool)",
+    "not-terminated": "job {job} was not terminated: only running jobs can be",
+    "worker-control": "worker {worker}: {what}",
     "purged": "queue {queue} purged: {n} queued jobs deleted",
     "bulk-retry": "bulk retry: requeued {changed} of {selected} matching jobs{more}",
     "bulk-cancel": "bulk cancel: cancel requested for {changed} of {selected} matching "
                    "jobs{more}",
 }
-_NOTICE_FIELDS = ("job", "queue", "n", "changed", "selected")
+_NOTICE_FIELDS = ("job", "queue", "n", "changed", "selected", "worker", "what")
+#: Seconds between reloads of a jobs list that follows new jobs.
+FOLLOW_REFRESH = 5
 #: No script may run on a page, whatever a job's data holds; styles are inline.
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
@@ -112,6 +118,10 @@ class DashboardConfig:
     max_body: int = MAX_BODY
     login_attempts: int = 5
     login_backoff_max: float = 60.0
+    #: More routes, each callable given the ``Dashboard`` (``akadze-compat flower`` adds
+    #: Flower's HTTP API this way); they come first, so one may serve a path of its own
+    #: (``/metrics`` with more series). Wrap their handlers with ``Dashboard.api``.
+    extensions: Sequence[Callable[[Dashboard], Sequence[BaseRoute]]] = ()
 
     @property
     def has_credentials(self) -> bool:
@@ -470,6 +480,94 @@ class Dashboard:
         sent, expected = form.get("csrf", ""), self.csrf_token(request)
         return bool(sent and expected) and hmac.compare_digest(expected.encode(), sent.encode())
 
+    # --- admission: pages and API ------------------------------------------------------------
+
+    async def admit(self, request: Request, *, api: bool = False) -> Response | None:
+        """Authenticate ``request`` (when credentials are configured): None to go on, or
+        the answer that refuses it (429 while its address is locked out, 401, a redirect to
+        the login form for a page, 403). Sets ``request.state.caller`` and ``identity``."""
+        address = self.client_address(request)
+        if self.presents_credentials(request):
+            wait = self.throttle.retry_after(address)
+            if wait > 0:
+                return self.too_many(wait)
+        # A parent's check may block (a Django ORM query): off the event loop.
+        caller = (await run_in_threadpool(self.authenticate, request)
+                  if self.config.authorize is not None else self.authenticate(request))
+        if caller is not None and self.presents_credentials(request):
+            self.throttle.succeeded(address)
+        request.state.caller = caller
+        identity = request.state.identity = caller.identity if caller else None
+        if self.config.has_credentials and identity is None:
+            if self.config.basic_auth:
+                return PlainTextResponse(
+                    "authentication required", status_code=401, headers={
+                        **SECURITY_HEADERS, "WWW-Authenticate": 'Basic realm="akadze"'})
+            if self.config.tokens:
+                if api:
+                    return PlainTextResponse("authentication required", status_code=401,
+                                             headers={**SECURITY_HEADERS,
+                                                      "WWW-Authenticate": "Bearer"})
+                return RedirectResponse(f"{base_path(request)}/login", status_code=303)
+            return PlainTextResponse("forbidden", status_code=403, headers=SECURITY_HEADERS)
+        return None
+
+    def cross_site(self, request: Request) -> bool:
+        """Whether a browser says the request comes from another site (``Sec-Fetch-Site``
+        other than same-origin/none, or an ``Origin`` not ours, ``null`` included)."""
+        site = request.headers.get("sec-fetch-site")
+        if site is not None and site not in ("same-origin", "none"):
+            return True
+        origin = request.headers.get("origin")
+        return origin is not None and origin not in self.own_origins(request)
+
+    def api(self, handler: Callable[[Request], Awaitable[Response]], *,
+            action: bool = False) -> Callable[[Request], Awaitable[Response]]:
+        """``handler`` as an API endpoint behind the dashboard's rules: authenticated as the
+        pages are (basic auth or a bearer token for a client such as Flower's), and for an
+        ``action`` (a state-changing POST) allowed only when actions are (credentials, not
+        read-only), never from a browser on another site, and, for a caller known by a
+        cookie (a token login's session, a parent's authentication), only with this
+        caller's CSRF token in ``X-CSRF-Token``. Database
+        errors answer 503 with a scrubbed message."""
+        async def endpoint(request: Request) -> Response:
+            refused = await self.admit(request, api=True)
+            if refused is not None:
+                return refused
+            if action:
+                why = self.refuse_action(request)
+                if why is not None:
+                    return PlainTextResponse(why, status_code=403, headers=SECURITY_HEADERS)
+                logger.info("%s by %s", request.url.path, request.state.identity)
+            try:
+                return await handler(request)
+            except psycopg.Error as exc:
+                message = self.scrub(f"database error: {type(exc).__name__}: {exc}")
+                logger.warning("%s %s: %s", request.method, request.url.path, message)
+                return PlainTextResponse(message, status_code=503, headers=SECURITY_HEADERS)
+            except psycopg_pool.PoolTimeout as exc:
+                return PlainTextResponse(self.scrub(f"database unreachable: {exc}"),
+                                         status_code=503, headers=SECURITY_HEADERS)
+        return endpoint
+
+    def refuse_action(self, request: Request) -> str | None:
+        """Why an API action is refused (None: allowed); see ``api``."""
+        identity = request.state.identity
+        if not self.can_act(identity):
+            return ("the dashboard is read-only" if self.config.read_only else
+                    "actions need credentials (start the dashboard with --basic-auth or "
+                    "--token)")
+        if self.cross_site(request):
+            return "refused: the request comes from another site"
+        caller: Caller | None = request.state.caller
+        if caller is not None and caller.binding.startswith(("session\0", "parent\0")):
+            sent = request.headers.get("x-csrf-token", "")
+            expected = self.csrf_token(request)
+            if not (sent and expected and hmac.compare_digest(expected.encode(),
+                                                              sent.encode())):
+                return "CSRF check failed: send this session's token in X-CSRF-Token"
+        return None
+
     # --- notices ----------------------------------------------------------------------------
 
     def notice_query(self, code: str, **values: str | int) -> str:
@@ -618,13 +716,17 @@ def create_app(app: App | None = None, *, database_url: str | None = None,
         raise TypeError("give config or its fields as keywords, not both")
     dashboard = Dashboard(app, config)
     pages = Pages(dashboard)
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/", pages.overview, name="overview"),
         Route("/jobs", pages.jobs, name="jobs"),
         Route("/jobs/bulk", pages.bulk, methods=["POST"], name="bulk"),
         Route("/jobs/{job_id:int}", pages.job, name="job"),
         Route("/jobs/{job_id:int}/retry", pages.retry, methods=["POST"], name="retry"),
         Route("/jobs/{job_id:int}/cancel", pages.cancel, methods=["POST"], name="cancel"),
+        Route("/jobs/{job_id:int}/terminate", pages.terminate, methods=["POST"],
+              name="terminate"),
+        Route("/workers/{worker_id:int}/control", pages.worker_control, methods=["POST"],
+              name="worker_control"),
         Route("/queues/purge", pages.purge, methods=["POST"], name="purge"),
         Route("/workers", pages.workers, name="workers"),
         Route("/schedules", pages.schedules, name="schedules"),
@@ -633,6 +735,8 @@ def create_app(app: App | None = None, *, database_url: str | None = None,
         Route("/metrics", pages.metrics, name="metrics"),
         Route("/healthz", pages.healthz, name="healthz"),
     ]
+    routes = [*(route for extend in config.extensions for route in extend(dashboard)),
+              *routes]
     # Every route: no body is read past the limit (a login form must not be a way to fill
     # the process's memory before any credential is checked).
     web = Starlette(routes=routes, middleware=[Middleware(BodyLimit, limit=config.max_body)])
@@ -648,26 +752,9 @@ def _guarded(method: Callable[[Pages, Request], Any]) -> Callable[[Pages, Reques
     errors into a scrubbed 503 page."""
     async def wrapper(self: Pages, request: Request) -> Response:
         dashboard = self.dashboard
-        address = dashboard.client_address(request)
-        if dashboard.presents_credentials(request):
-            wait = dashboard.throttle.retry_after(address)
-            if wait > 0:
-                return dashboard.too_many(wait)
-        # A parent's check may block (a Django ORM query): off the event loop.
-        caller = (await run_in_threadpool(dashboard.authenticate, request)
-                  if dashboard.config.authorize is not None else dashboard.authenticate(request))
-        if caller is not None and dashboard.presents_credentials(request):
-            dashboard.throttle.succeeded(address)
-        request.state.caller = caller
-        identity = request.state.identity = caller.identity if caller else None
-        if dashboard.config.has_credentials and identity is None:
-            if dashboard.config.basic_auth:
-                return PlainTextResponse(
-                    "authentication required", status_code=401, headers={
-                        **SECURITY_HEADERS, "WWW-Authenticate": 'Basic realm="akadze"'})
-            if dashboard.config.tokens:
-                return RedirectResponse(f"{base_path(request)}/login", status_code=303)
-            return PlainTextResponse("forbidden", status_code=403, headers=SECURITY_HEADERS)
+        refused = await dashboard.admit(request)
+        if refused is not None:
+            return refused
         try:
             return await method(self, request)  # type: ignore[no-any-return]
         except psycopg.Error as exc:
@@ -734,7 +821,8 @@ class Pages:
             if job is not None:
                 return RedirectResponse(f"{base}/jobs/{job.id}", status_code=303)
         filters = _filters(params)
-        before_text = params.get("before", "")
+        follow = params.get("follow") == "1"
+        before_text = "" if follow else params.get("before", "")
         before = int(before_text) if before_text.isdigit() and len(before_text) < 19 else None
 
         def read(connection: psycopg.Connection) -> tuple[data.JobPage, list[str]]:
@@ -751,7 +839,9 @@ class Pages:
         return self.dashboard.render(
             request, "jobs.html", page=page, filters=filters, values=keep, queues=queues,
             next_url=next_url, not_found=found_text if found_text else None,
-            bulk_limit=data.BULK_LIMIT, first_url=f"{base}/jobs?{urlencode(keep)}")
+            bulk_limit=data.BULK_LIMIT, first_url=f"{base}/jobs?{urlencode(keep)}",
+            follow=follow, refresh=FOLLOW_REFRESH if follow else None,
+            follow_url=f"{base}/jobs?{urlencode({**keep, 'follow': '1'})}")
 
     @_guarded
     async def job(self, request: Request) -> Response:
@@ -801,6 +891,37 @@ class Pages:
         done = await self.dashboard.read(lambda c: data.cancel(c, job_id))
         return _back(self.dashboard, request, form,
                      "cancel-requested" if done else "not-cancelled", job=job_id)
+
+    @_action
+    async def terminate(self, request: Request, form: dict[str, str]) -> Response:
+        """Cancel a running job and stop the process running it (SIGTERM)."""
+        job_id = int(request.path_params["job_id"])
+        done = await self.dashboard.read(lambda c: data.terminate(c, job_id))
+        return _back(self.dashboard, request, form,
+                     "terminate-requested" if done else "not-terminated", job=job_id)
+
+    @_action
+    async def worker_control(self, request: Request, form: dict[str, str]) -> Response:
+        """Pool grow/shrink, add/cancel a consumer (queue), or shut down one live worker."""
+        worker_id = int(request.path_params["worker_id"])
+        command = form.get("action", "")
+        if command not in data.WORKER_COMMANDS:
+            return self.dashboard.error(request, 400, "unknown worker action")
+        queue = form.get("queue", "").strip() or None
+        if command in ("add_queue", "remove_queue") and (
+                queue is None or len(queue) > 255
+                or any(ord(char) < 32 or ord(char) == 127 for char in queue)):
+            return self.dashboard.error(request, 400, "a queue name is 1-255 printable "
+                                                      "characters")
+        rows, _ = await self.dashboard.read(data.workers)
+        worker = next((row for row in rows if row["id"] == worker_id and row["live"]), None)
+        if worker is None:
+            return self.dashboard.error(request, 404, f"no live worker {worker_id}")
+        app = self.dashboard.app
+        what = await run_in_threadpool(data.worker_control, app, worker["name"], command,
+                                       queue)
+        return _back(self.dashboard, request, {"next": f"{base_path(request)}/workers"},
+                     "worker-control", worker=worker["name"], what=what)
 
     @_action
     async def purge(self, request: Request, form: dict[str, str]) -> Response:
@@ -861,7 +982,7 @@ class Pages:
     async def metrics(self, request: Request) -> Response:
         """Prometheus metrics, when ``akadze_core.ops.metrics`` is installed (404 otherwise)."""
         try:
-            from ..store import metrics  # type: ignore[attr-defined]
+            from ..ops import metrics
         except ImportError:
             return PlainTextResponse("metrics are not available in this build",
                                      status_code=404)

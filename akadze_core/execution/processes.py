@@ -55,18 +55,26 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..model.errors import AkadzeError, JobTimeout
+from ..model.errors import JobTimeout
 from ..model.outcomes import CANCEL, UNSTARTED, Outcome, error_entry, raised
+from .children import (
+    Child,
+    NotStarted,
+    ProcessLost,
+    ProcessPoolError,
+    Run,
+    Terminated,
+    describe_exit,
+    signal_name,
+)
 
 # The child's side, re-exported: the commands that start children import them from here.
 from .process_child import CHILD_ENV, STOP, child_number, decode_answer, encode_row, is_child, serve
 
-__all__ = ["AHEAD", "AHEAD_BUDGET", "CHILD_ENV", "DEPTH", "SHORT", "NotStarted", "ProcessLost",
-           "ProcessPool", "ProcessPoolError", "Terminated", "child_number", "is_child",
-           "serve"]
+__all__ = ["AHEAD", "AHEAD_BUDGET", "CHILD_ENV", "DEPTH", "SHORT", "ProcessPool", "child_number",
+           "is_child", "serve"]
 
 if TYPE_CHECKING:
     from ..app import App
@@ -101,67 +109,6 @@ AHEAD = 16
 _PACE_WEIGHT = 0.1
 
 
-class ProcessPoolError(AkadzeError):
-    """The pool could not start its processes (the child's own error is on stderr)."""
-
-
-class ProcessLost(Exception):
-    """The process running the body died before it answered."""
-
-
-class NotStarted(Exception):
-    """The job was dropped while it waited for a process: its body never started."""
-
-
-class Terminated(Exception):
-    """The process running the body was ended by the signal a terminate request sent."""
-
-    def __init__(self, signum: int, message: str) -> None:
-        super().__init__(message)
-        self.signum = signum
-
-
-@dataclass
-class _Run:
-    """A job handed to the pool: waiting for a process, or sent to one."""
-
-    row: Mapping[str, Any]
-    worker_id: int | None
-    timeout: float | None
-    future: asyncio.Future[Outcome | None]
-    soft: float | None = None  # the soft limit: soft_signal is sent to the child then
-    terminate: int | None = None  # a terminate request's signal, heard before it started
-
-
-@dataclass
-class _Child:
-    number: int
-    process: subprocess.Popen[bytes]
-    reader: asyncio.StreamReader
-    writer: asyncio.WriteTransport
-    started: float = field(default_factory=time.monotonic)
-    done: int = 0
-    # The runs sent to it, in order: the first is running, the others wait in its pipe.
-    sent: collections.deque[_Run] = field(default_factory=collections.deque)
-    timer: asyncio.TimerHandle | None = None
-    soft_timer: asyncio.TimerHandle | None = None
-    run_since: float = 0.0  # when the running one (the first sent) started
-    timed_out: float | None = None  # the timeout that ended it
-    terminated: int | None = None  # the signal sent to end the running one (terminate)
-    # The signal sent for a run that answered anyway: it finished just before the signal
-    # landed (or survived it). If the process then dies of that signal, the run it was on
-    # (sent behind, started a moment ago) was not the one meant, and runs again elsewhere.
-    stray_signal: int | None = None
-    retiring: bool = False
-    # Set once the child said it is ready: before that, its exit is its start's failure,
-    # which the spawn reports, not an idle death to replace.
-    ready: bool = False
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.sent)
-
-
 class ProcessPool:
     """``processes`` children, each started with ``argv`` (plus ``env``), running bodies.
 
@@ -190,15 +137,15 @@ class ProcessPool:
         #: The database's key of derived task ids, handed to the children with each job
         #: (the worker sets it once connected; ``akadze_core.model.task_ids``).
         self.task_id_key: str | None = None
-        self._idle: list[_Child] = []
-        self._children: dict[int, _Child] = {}
+        self._idle: list[Child] = []
+        self._children: dict[int, Child] = {}
         self._readers: set[asyncio.Task[None]] = set()
         self._numbers = 0
         self._young_deaths = 0
         self._replacing: set[asyncio.Task[None]] = set()
         self._closing = False
         # Jobs handed to run() that wait for a process (claimed ahead of the children).
-        self._pending: collections.deque[_Run] = collections.deque()
+        self._pending: collections.deque[Run] = collections.deque()
         self._waiting: set[int] = set()
         # Per task name: how many of its last runs in a row were short (see SHORT).
         self._short_streak: dict[str, int] = {}
@@ -272,10 +219,10 @@ class ProcessPool:
                 return True
         return False
 
-    def _signal(self, child: _Child, signum: int) -> None:
+    def _signal(self, child: Child, signum: int) -> None:
         """Send a terminate request's signal to ``child``, which runs its first sent job."""
         logger.info("job %s: terminate requested, sending %s to process %s",
-                    child.sent[0].row["id"], _signal_name(signum), child.process.pid)
+                    child.sent[0].row["id"], signal_name(signum), child.process.pid)
         child.terminated = signum
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.process.pid, signum)
@@ -305,7 +252,7 @@ class ProcessPool:
         it). ``soft``: the child gets ``soft_signal`` after that many seconds. Raises
         ``JobTimeout``, ``ProcessLost`` or ``Terminated``; on cancellation the child running
         it is ended, since its body cannot be stopped any other way."""
-        run = _Run(row, worker_id, timeout, asyncio.get_running_loop().create_future(), soft)
+        run = Run(row, worker_id, timeout, asyncio.get_running_loop().create_future(), soft)
         self._pending.append(run)
         self._waiting.add(row["id"])
         self._dispatch()
@@ -390,14 +337,14 @@ class ProcessPool:
                              child.process.pid, child.sent[-1].row["id"])
                 self._send(child, pending.popleft())
 
-    def _send(self, child: _Child, run: _Run) -> None:
+    def _send(self, child: Child, run: Run) -> None:
         self._waiting.discard(run.row["id"])
         child.sent.append(run)
         if len(child.sent) == 1:
             self._started(child)
         child.writer.write(encode_row(run.row, run.worker_id, self.task_id_key))
 
-    def _started(self, child: _Child) -> None:
+    def _started(self, child: Child) -> None:
         """The first job sent to ``child`` starts now: its limits start too."""
         child.run_since = time.monotonic()
         child.terminated = None
@@ -410,19 +357,19 @@ class ProcessPool:
         if run.terminate is not None:  # asked while it waited behind another job
             self._signal(child, run.terminate)
 
-    def _stop_timers(self, child: _Child) -> None:
+    def _stop_timers(self, child: Child) -> None:
         for timer in (child.timer, child.soft_timer):
             if timer is not None:
                 timer.cancel()
         child.timer = child.soft_timer = None
 
-    def _time_out(self, child: _Child, timeout: float) -> None:
+    def _time_out(self, child: Child, timeout: float) -> None:
         child.timer = None
         child.timed_out = timeout
         with contextlib.suppress(ProcessLookupError):
             child.process.kill()  # its end of file reaches _read, which ends the run
 
-    def _soft_time_out(self, child: _Child, run: _Run) -> None:
+    def _soft_time_out(self, child: Child, run: Run) -> None:
         child.soft_timer = None
         if child.sent and child.sent[0] is run:
             self.soft_limit_reached(run.row, run.soft)
@@ -432,12 +379,12 @@ class ProcessPool:
     def soft_limit_reached(self, row: Mapping[str, Any], soft: float | None) -> None:
         """Called as the child running ``row`` is sent ``soft_signal`` (a log line)."""
         logger.info("job %s reached its soft limit of %gs: sending %s to its process",
-                    row["id"], soft or 0.0, _signal_name(self.soft_signal))
+                    row["id"], soft or 0.0, signal_name(self.soft_signal))
 
-    def _is_short(self, run: _Run) -> bool:
+    def _is_short(self, run: Run) -> bool:
         return self._short_streak.get(run.row["task"], 0) >= SHORT_RUNS
 
-    def _ready(self, child: _Child) -> None:
+    def _ready(self, child: Child) -> None:
         """``child`` is ready to run bodies: read its answers, and give it work."""
         child.ready = True
         task = asyncio.create_task(self._read(child), name=f"process-{child.number}")
@@ -446,7 +393,7 @@ class ProcessPool:
         self._idle.append(child)
         self._dispatch()
 
-    async def _read(self, child: _Child) -> None:
+    async def _read(self, child: Child) -> None:
         """Answers of ``child``, one line per job sent, in order, until its end of file."""
         while True:
             line = await child.reader.readline()
@@ -485,7 +432,7 @@ class ProcessPool:
                 self._idle.append(child)
             self._dispatch()
 
-    async def _ended(self, child: _Child) -> None:
+    async def _ended(self, child: Child) -> None:
         """``child``'s pipe reached end of file: it exited (killed, crashed, timed out,
         retired). The job it was running ends; those waiting behind it go elsewhere."""
         child.retiring = True  # nothing more is sent to it while its exit code is read
@@ -502,31 +449,31 @@ class ProcessPool:
             # line with those behind it, unspent (it had started an instant before).
             logger.info("worker process %s %s, the signal meant for the job before job %s: "
                         "replacing it; the job runs again", child.process.pid,
-                        _describe_exit(code), child.sent[0].row["id"])
+                        describe_exit(code), child.sent[0].row["id"])
             self._lost(child)
             return
         running = child.sent.popleft()
         if child.terminated is not None and child.timed_out is None:
             logger.info("worker process %s %s after a terminate request for job %s: "
-                        "replacing it", child.process.pid, _describe_exit(code),
+                        "replacing it", child.process.pid, describe_exit(code),
                         running.row["id"])
             error: Exception = Terminated(
                 child.terminated, f"terminated by request: the process running the job "
-                f"(pid {child.process.pid}) {_describe_exit(code)}")
+                f"(pid {child.process.pid}) {describe_exit(code)}")
         elif child.timed_out is not None:
             error = JobTimeout(
                 f"the task ran longer than its timeout of {child.timed_out:g}s; its "
                 f"process (pid {child.process.pid}) was ended")
         else:
             logger.warning("worker process %s %s while running job %s: replacing it",
-                           child.process.pid, _describe_exit(code), running.row["id"])
+                           child.process.pid, describe_exit(code), running.row["id"])
             error = ProcessLost(f"the process running the job (pid {child.process.pid}) "
-                                f"{_describe_exit(code)} before it answered")
+                                f"{describe_exit(code)} before it answered")
         self._lost(child)
         if not running.future.done():
             running.future.set_exception(error)
 
-    def _lost(self, child: _Child) -> None:
+    def _lost(self, child: Child) -> None:
         """End and replace ``child``; the jobs sent behind its running one never started:
         they wait for a process again, first in line."""
         behind = list(child.sent)
@@ -544,7 +491,7 @@ class ProcessPool:
 
     # --- children -----------------------------------------------------------------------------
 
-    async def _spawn(self) -> _Child:
+    async def _spawn(self) -> Child:
         self._numbers += 1
         number = self._numbers
         to_child_r, to_child_w = os.pipe()
@@ -562,7 +509,7 @@ class ProcessPool:
                                      os.fdopen(from_child_r, "rb", buffering=0))
         writer, _ = await loop.connect_write_pipe(asyncio.Protocol,
                                                   os.fdopen(to_child_w, "wb", buffering=0))
-        child = _Child(number, process, reader, writer)  # type: ignore[arg-type]
+        child = Child(number, process, reader, writer)  # type: ignore[arg-type]
         self._children[number] = child
         self._watch(child)
         try:
@@ -575,11 +522,11 @@ class ProcessPool:
             code = await self._exit_code(child)
             self._children.pop(number, None)
             writer.close()
-            raise ProcessPoolError(f"a worker process {_describe_exit(code)} before it was "
+            raise ProcessPoolError(f"a worker process {describe_exit(code)} before it was "
                                    f"ready (its error is above)")
         return child
 
-    def _watch(self, child: _Child) -> None:
+    def _watch(self, child: Child) -> None:
         """Hear at once of a child that exits while idle (killed from outside), so it is
         replaced before a job is handed to it; a busy child's exit reaches ``run``."""
         try:
@@ -597,12 +544,12 @@ class ProcessPool:
 
         loop.add_reader(pidfd, exited)
 
-    def _died_idle(self, child: _Child) -> None:
+    def _died_idle(self, child: Child) -> None:
         logger.warning("worker process %s %s while idle: replacing it", child.process.pid,
-                       _describe_exit(child.process.poll()))
+                       describe_exit(child.process.poll()))
         self._replace(child, kill=True)
 
-    def _replace(self, child: _Child, kill: bool) -> None:
+    def _replace(self, child: Child, kill: bool) -> None:
         """Retire ``child`` (killed, or told to exit) and start its replacement."""
         self._children.pop(child.number, None)
         child.retiring = True
@@ -622,7 +569,7 @@ class ProcessPool:
         self._replacing.add(task)
         task.add_done_callback(self._replacing.discard)
 
-    async def _replacement(self, old: _Child, young_deaths: int) -> None:
+    async def _replacement(self, old: Child, young_deaths: int) -> None:
         await self._exit_code(old)
         delay = min(MAX_RESTART_DELAY, 0.1 * 2 ** young_deaths) if young_deaths > 1 else 0.0
         while not self._closing:
@@ -635,22 +582,8 @@ class ProcessPool:
                 delay = min(MAX_RESTART_DELAY, max(0.5, delay * 2))
                 logger.error("%s; trying again in %.1fs", exc, delay)
 
-    async def _exit_code(self, child: _Child) -> int:
+    async def _exit_code(self, child: Child) -> int:
         """Wait (without blocking the loop) for ``child`` to exit; its exit code."""
         while (code := child.process.poll()) is None:
             await asyncio.sleep(0.01)
         return code
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is not None and code < 0:
-        with contextlib.suppress(ValueError):
-            return f"was ended by {signal.Signals(-code).name}"
-    return f"exited with code {code}"

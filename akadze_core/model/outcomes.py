@@ -6,7 +6,9 @@ import json
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+from psycopg import sql
 
 from . import dsn
 from .errors import (
@@ -209,3 +211,26 @@ def raised(
                    error=error_entry(exc, type_name, redact),
                    max_attempts=decision.max_attempts, claim_token=claim_token)
 
+
+#: A statement an ``OutcomeWriter`` runs: SQL text or a ``psycopg.sql`` composition.
+Statement = str | sql.SQL | sql.Composed
+
+
+class OutcomeWriter(Protocol):
+    """Writes something of its own about stored outcomes, in their own transaction (a
+    framework's copy of a task's result in its table, as Celery's result backends keep one):
+    either both are committed or neither is.
+
+    ``select`` is run with ``{"ids": [the jobs the write changed]}`` after the outcomes are
+    written; ``statement`` turns its rows (dicts) into the statement and parameters to run
+    then, or None for nothing. An app with no writer pays nothing (no transaction block, no
+    query)."""
+
+    @property
+    def select(self) -> Statement:
+        """The query of the rows ``statement`` is given (parameter ``ids``)."""
+        ...
+
+    def statement(self, rows: list[dict[str, Any]]) -> tuple[Statement, dict[str, Any]] | None:
+        """The statement that records ``rows`` (None: nothing to record)."""
+        ...

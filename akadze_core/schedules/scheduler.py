@@ -51,7 +51,7 @@ import psycopg
 
 from ..model.dsn import listen_url
 from ..model.serialization import check_name, check_storable, encode_args
-from ..store import database
+from ..store import ticks
 from ..store.database import JobRequest
 from ..store.dberrors import is_prepared_statement_lost, is_transient
 from ..store.deadlines import cancel_and_wait
@@ -385,7 +385,7 @@ class Scheduler:
         """Bring every schedule up to the database's ``now()``: record new and changed code
         schedules, take in changed runtime ones, enqueue due ticks. Returns seconds until it
         should run again."""
-        now = await database.schedule_clock(connection)
+        now = await ticks.schedule_clock(connection)
         wait = MAX_CHECK_INTERVAL
         schedules = list(self.app.schedules.values())
         sources: dict[str, ScheduleSource] = {}
@@ -399,7 +399,7 @@ class Scheduler:
                 schedules.append(schedule)
                 sources[schedule.name] = source
         if schedules:
-            states = await database.schedule_states(
+            states = await ticks.schedule_states(
                 connection, [schedule.name for schedule in schedules])
             schedules = [schedule for schedule in schedules
                          if not self._owned_by_runtime(schedule, states.get(schedule.name))]
@@ -429,7 +429,7 @@ class Scheduler:
             step = plan(schedule.trigger, state, now, schedule.since)
             if step is not None and step[0] != "enqueue":
                 action, tick = step
-                recorded = await database.record_schedule_tick(
+                recorded = await ticks.record_schedule_tick(
                     connection, schedule.name, spec, tick, reset=action == "reset")
                 if recorded and action == "reset":
                     logger.info("schedule %r changed to %s: it runs from the next tick "
@@ -450,7 +450,7 @@ class Scheduler:
         expected = state["last_tick"] if state is not None and isinstance(
             schedule.trigger, LastRunTrigger) else None
         if source is None:
-            job_id = await database.enqueue_schedule_tick(
+            job_id = await ticks.enqueue_schedule_tick(
                 connection, request, name=schedule.name, spec=spec, tick=tick,
                 expected=expected)
         else:
@@ -466,7 +466,7 @@ class Scheduler:
                            expected: datetime | None = None) -> int | None:
         """Enqueue the tick and let ``source`` record it, in one transaction."""
         async with connection.transaction():
-            job_id = await database.enqueue_schedule_tick(
+            job_id = await ticks.enqueue_schedule_tick(
                 connection, request, name=schedule.name, spec=schedule.trigger.spec, tick=tick,
                 expected=expected)
             if job_id is None:
@@ -492,7 +492,7 @@ class Scheduler:
                     # Paced: a minute's thousands of ticks spread over a few hundred ms, so
                     # the claims of every worker never queue behind one burst of inserts.
                     await asyncio.sleep(RUNTIME_BATCH_PAUSE)
-                enqueued += await database.enqueue_runtime_ticks(connection, due)
+                enqueued += await ticks.enqueue_runtime_ticks(connection, due)
             except BaseException:
                 self.timetable.put_back(due)
                 raise
@@ -512,21 +512,21 @@ class Scheduler:
         if time.monotonic() >= self._next_poll:
             self._next_poll = time.monotonic() + RUNTIME_POLL_INTERVAL
             if not self._resync:
-                stored = await database.runtime_schedule_fingerprint(connection)
+                stored = await ticks.runtime_schedule_fingerprint(connection)
                 self._resync = stored != self.timetable.fingerprint()
         names: list[str]
         if self._resync:
             # Cleared first: a notification arriving meanwhile is handled next pass.
             self._resync = False
             self._changed.clear()
-            versions = await database.runtime_schedule_versions(connection)
+            versions = await ticks.runtime_schedule_versions(connection)
             names, removed = self.timetable.stale(versions)
             self.timetable.drop(removed)
         else:
             names, self._changed = sorted(self._changed), set()
         for start in range(0, len(names), RUNTIME_BATCH):
             chunk = names[start:start + RUNTIME_BATCH]
-            rows = await database.runtime_schedule_timing(connection, chunk)
+            rows = await ticks.runtime_schedule_timing(connection, chunk)
             found = {row["name"] for row in rows}
             self.timetable.drop(name for name in chunk if name not in found)
             for first in range(0, len(rows), RUNTIME_LOAD_SLICE):

@@ -301,8 +301,8 @@ $$;
 -- is_local: the setting ends with the transaction (the statement's own, in autocommit), so
 -- nothing leaks to the session, nor through a transaction pooler to another client.
 -- Plans: PL/pgSQL caches them like a prepared statement (custom plans, a generic one when
--- no costlier), as the statement prepared by psycopg was before; the claim always plans for
--- its own queue and limit.
+-- no costlier), as the statement prepared by psycopg was before; the claim keeps one
+-- generic plan (see there).
 
 -- Claim up to %(limit)s due jobs of one queue, in (priority, scheduled_at, id) order.
 -- Jobs cancelled or expired before they start end here as cancelled, without running.
@@ -325,9 +325,18 @@ RETURNS TABLE (
     upstream_results text, result_arg text, "position" integer, releases boolean,
     notified boolean)
 LANGUAGE plpgsql VOLATILE
--- A generic plan of the claim (with the queue and limit unknown) joins the claimed ids to
--- the table by hash; the custom one by primary key, as a prepared claim got it before.
-SET plan_cache_mode = force_custom_plan
+-- One generic plan per session: planning this statement afresh (a custom plan) cost more
+-- server time than running it. Every step reads an index whatever the arguments: the claim
+-- index by queue and floor, then the claimed rows by primary key (through ANY of the
+-- chosen ids, which a generic plan estimates at a few rows; a join to them was planned as
+-- a hash join over the whole table, with the limit unknown). A plan kept for the session
+-- must not follow the statistics of the moment it was made: planned on an empty table (a
+-- worker started before the first enqueue) it read the table whole and sorted it, on every
+-- claim until the next ANALYZE (130 ms a claim behind 200,000 jobs). Hence no sequential or
+-- bitmap scans in it: the indexes are always the right way here.
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -385,8 +394,7 @@ BEGIN
                 claim_token = (random() * 9007199254740992)::bigint,
                 finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= now()
                                    THEN now() END
-            FROM chosen
-            WHERE j.id = chosen.id
+            WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
             RETURNING j.*
         ),
         settled AS (
@@ -411,6 +419,110 @@ BEGIN
         FROM claimed
         WHERE (SELECT count(*) FROM settled) >= 0
         ORDER BY priority, scheduled_at, id;
+END
+$$;
+
+-- A fair claim: like akadze.claim_jobs (and bounding its lock waits the same way), but
+-- rotates across the task names of the queue: each task's oldest job
+-- first, then each task's second, and so on, so a flooding task cannot starve the others.
+-- Within a turn, tasks are taken in name order starting after `after_task` (the last task
+-- this worker claimed from the queue), wrapping around: without that cursor a one-slot
+-- worker would pick the flood's oldest job on every claim and starve the other tasks.
+-- The distinct task names come from a loose index scan of jobs_fair_claim_idx, which fair
+-- workers build when they start (akadze_core/store/fair_index.py). Its plans are cached as the
+-- statement's were when psycopg prepared it.
+CREATE OR REPLACE FUNCTION akadze.claim_jobs_fair(
+    p_lock_timeout text, p_queue text, p_limit integer, p_worker_id bigint, p_after_task text)
+RETURNS TABLE (
+    id bigint, task text, queue text, args text, state text, priority integer,
+    scheduled_at timestamptz, attempt integer, max_attempts integer, run_count integer,
+    claim_token bigint, expires_at timestamptz, meta text, created_at timestamptz,
+    started_at timestamptz, cancel_requested boolean, last_error text, upstreams bigint[],
+    upstream_results text, result_arg text, "position" integer, releases boolean,
+    notified boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_lock_timeout IS NOT NULL THEN
+        PERFORM set_config('lock_timeout', p_lock_timeout, true);
+    END IF;
+    RETURN QUERY
+        WITH RECURSIVE tasks AS (
+            (SELECT task FROM akadze.jobs
+             WHERE state = 'queued' AND queue = p_queue ORDER BY task LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.task FROM akadze.jobs AS j
+                    WHERE j.state = 'queued' AND j.queue = p_queue AND j.task > tasks.task
+                    ORDER BY j.task LIMIT 1)
+            FROM tasks WHERE tasks.task IS NOT NULL
+        ),
+        candidates AS (
+            SELECT c.id, c.priority, c.scheduled_at, tasks.task,
+                   (p_after_task::text IS NOT NULL AND tasks.task <= p_after_task) AS wrapped,
+                   row_number() OVER (PARTITION BY tasks.task
+                                      ORDER BY c.priority, c.scheduled_at, c.id) AS turn
+            FROM tasks
+            CROSS JOIN LATERAL (
+                SELECT id, priority, scheduled_at FROM akadze.jobs AS j
+                WHERE j.state = 'queued' AND j.queue = p_queue AND j.task = tasks.task
+                  AND j.scheduled_at <= now()
+                ORDER BY j.priority, j.scheduled_at, j.id
+                LIMIT p_limit
+            ) AS c
+            WHERE tasks.task IS NOT NULL
+        ),
+        picked AS (
+            SELECT j.id, c.turn, c.wrapped
+            FROM akadze.jobs AS j JOIN candidates AS c ON c.id = j.id
+            WHERE j.state = 'queued'
+            ORDER BY c.turn, c.priority, c.wrapped, c.task, c.scheduled_at, c.id
+            LIMIT p_limit
+            FOR UPDATE OF j SKIP LOCKED
+        ),
+        claimed AS (
+            UPDATE akadze.jobs AS j
+            SET state = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                             THEN 'cancelled' ELSE 'running' END,
+                run_count = j.run_count + CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                               THEN 0 ELSE 1 END,
+                attempt = j.attempt + CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                           THEN 0 ELSE 1 END,
+                worker_id = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                 THEN NULL ELSE p_worker_id END,
+                started_at = now(),
+                -- The run's fencing token (with run_count): random, so a claim lost in a failover
+                -- and made again under the same run_count still gets a token of its own.
+                claim_token = (random() * 9007199254740992)::bigint,
+                finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                   THEN now() END
+            FROM picked
+            WHERE j.id = picked.id
+            RETURNING j.*, picked.turn, picked.wrapped
+        ),
+        settled AS (
+            SELECT akadze.settle(array_agg(id)) AS touched FROM claimed
+            WHERE state = 'cancelled' AND (dependents IS NOT NULL OR on_failure IS NOT NULL)
+            HAVING count(*) > 0
+        )
+        SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
+               max_attempts, run_count, claim_token, expires_at, meta::text AS meta, created_at,
+               started_at, cancel_requested, (errors -> -1)::text AS last_error, upstreams,
+               upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg, position,
+               -- Its outcome is flushed without waiting for company when it may release a job
+               -- that waits on it: a chain's next step, a fan-in's body with few upstreams left
+               -- (no more than this claim takes). Every other member of a fan-in gathers like a
+               -- plain job: a 10,000-member chord's drain wrote an outcome batch per claim.
+               dependents IS NOT NULL AND EXISTS (
+                   SELECT 1 FROM akadze.jobs AS d
+                   WHERE d.id = ANY(claimed.dependents) AND d.state = 'waiting'
+                     AND d.waiting_for <= p_limit) AS releases,
+               CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) IS NULL END
+                   AS notified
+        FROM claimed
+        WHERE (SELECT count(*) FROM settled) >= 0
+        -- In rotation order: the caller passes the last row's task as the next after_task.
+        ORDER BY turn, priority, wrapped, task, scheduled_at, id;
 END
 $$;
 

@@ -258,87 +258,12 @@ SELECT * FROM akadze.claim_jobs(
     %(floor_priority)s::integer[], %(floor_at)s::timestamptz[], %(floor_id)s::bigint[]);
 
 -- name: job_claim_fair
--- Like job_claim, but rotates across the task names of the queue: each task's oldest job
--- first, then each task's second, and so on, so a flooding task cannot starve the others.
--- Within a turn, tasks are taken in name order starting after `after_task` (the last task
--- this worker claimed from the queue), wrapping around: without that cursor a one-slot
--- worker would pick the flood's oldest job on every claim and starve the other tasks.
--- The distinct task names come from a loose index scan of jobs_fair_claim_idx, which fair
--- workers build when they start (akadze_core/store/fair_index.py).
-WITH RECURSIVE tasks AS (
-    (SELECT task FROM akadze.jobs
-     WHERE state = 'queued' AND queue = %(queue)s ORDER BY task LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.task FROM akadze.jobs AS j
-            WHERE j.state = 'queued' AND j.queue = %(queue)s AND j.task > tasks.task
-            ORDER BY j.task LIMIT 1)
-    FROM tasks WHERE tasks.task IS NOT NULL
-),
-candidates AS (
-    SELECT c.id, c.priority, c.scheduled_at, tasks.task,
-           (%(after_task)s::text IS NOT NULL AND tasks.task <= %(after_task)s) AS wrapped,
-           row_number() OVER (PARTITION BY tasks.task
-                              ORDER BY c.priority, c.scheduled_at, c.id) AS turn
-    FROM tasks
-    CROSS JOIN LATERAL (
-        SELECT id, priority, scheduled_at FROM akadze.jobs AS j
-        WHERE j.state = 'queued' AND j.queue = %(queue)s AND j.task = tasks.task
-          AND j.scheduled_at <= now()
-        ORDER BY j.priority, j.scheduled_at, j.id
-        LIMIT %(limit)s
-    ) AS c
-    WHERE tasks.task IS NOT NULL
-),
-picked AS (
-    SELECT j.id, c.turn, c.wrapped
-    FROM akadze.jobs AS j JOIN candidates AS c ON c.id = j.id
-    WHERE j.state = 'queued'
-    ORDER BY c.turn, c.priority, c.wrapped, c.task, c.scheduled_at, c.id
-    LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED
-),
-claimed AS (
-    UPDATE akadze.jobs AS j
-    SET state = CASE WHEN j.cancel_requested OR j.expires_at <= now()
-                     THEN 'cancelled' ELSE 'running' END,
-        run_count = j.run_count + CASE WHEN j.cancel_requested OR j.expires_at <= now()
-                                       THEN 0 ELSE 1 END,
-        attempt = j.attempt + CASE WHEN j.cancel_requested OR j.expires_at <= now()
-                                   THEN 0 ELSE 1 END,
-        worker_id = CASE WHEN j.cancel_requested OR j.expires_at <= now()
-                         THEN NULL ELSE %(worker_id)s END,
-        started_at = now(),
-        -- The run's fencing token (with run_count): random, so a claim lost in a failover
-        -- and made again under the same run_count still gets a token of its own.
-        claim_token = (random() * 9007199254740992)::bigint,
-        finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= now()
-                           THEN now() END
-    FROM picked
-    WHERE j.id = picked.id
-    RETURNING j.*, picked.turn, picked.wrapped
-),
-settled AS (
-    SELECT akadze.settle(array_agg(id)) AS touched FROM claimed
-    WHERE state = 'cancelled' AND (dependents IS NOT NULL OR on_failure IS NOT NULL)
-    HAVING count(*) > 0
-)
-SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
-       max_attempts, run_count, claim_token, expires_at, meta::text AS meta, created_at,
-       started_at, cancel_requested, (errors -> -1)::text AS last_error, upstreams,
-       upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg, position,
-       -- Its outcome is flushed without waiting for company when it may release a job
-       -- that waits on it: a chain's next step, a fan-in's body with few upstreams left
-       -- (no more than this claim takes). Every other member of a fan-in gathers like a
-       -- plain job: a 10,000-member chord's drain wrote an outcome batch per claim.
-       dependents IS NOT NULL AND EXISTS (
-           SELECT 1 FROM akadze.jobs AS d
-           WHERE d.id = ANY(claimed.dependents) AND d.state = 'waiting'
-             AND d.waiting_for <= %(limit)s) AS releases,
-       CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) END AS notified
-FROM claimed
-WHERE (SELECT count(*) FROM settled) >= 0
--- In rotation order: the caller passes the last row's task as the next after_task.
-ORDER BY turn, priority, wrapped, task, scheduled_at, id;
+-- Like job_claim, but rotates across the task names of the queue (each task's oldest job
+-- first, then each task's second, ...): akadze.claim_jobs_fair in functions.sql, which
+-- bounds its lock waits by %(lock_timeout)s (NULL: no bound) in the same statement.
+SELECT * FROM akadze.claim_jobs_fair(
+    %(lock_timeout)s::text, %(queue)s::text, %(limit)s::integer, %(worker_id)s::bigint,
+    %(after_task)s::text);
 
 -- name: job_complete_many
 -- Write a batch of run outcomes in one statement, each fenced by its run_count and

@@ -9,7 +9,9 @@ CREATE SCHEMA akadze;
 
 CREATE FUNCTION akadze.claim_jobs(p_lock_timeout text, p_queue text, p_limit integer, p_worker_id bigint, p_floor_priority integer[], p_floor_at timestamp with time zone[], p_floor_id bigint[]) RETURNS TABLE(id bigint, task text, queue text, args text, state text, priority integer, scheduled_at timestamp with time zone, attempt integer, max_attempts integer, run_count integer, claim_token bigint, expires_at timestamp with time zone, meta text, created_at timestamp with time zone, started_at timestamp with time zone, cancel_requested boolean, last_error text, upstreams bigint[], upstream_results text, result_arg text, "position" integer, releases boolean, notified boolean)
     LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_custom_plan'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET enable_bitmapscan TO 'off'
     AS $$
 #variable_conflict use_column
 BEGIN
@@ -67,8 +69,7 @@ BEGIN
                 claim_token = (random() * 9007199254740992)::bigint,
                 finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= now()
                                    THEN now() END
-            FROM chosen
-            WHERE j.id = chosen.id
+            WHERE j.id = ANY(ARRAY(SELECT id FROM chosen))
             RETURNING j.*
         ),
         settled AS (
@@ -93,6 +94,93 @@ BEGIN
         FROM claimed
         WHERE (SELECT count(*) FROM settled) >= 0
         ORDER BY priority, scheduled_at, id;
+END
+$$;
+
+CREATE FUNCTION akadze.claim_jobs_fair(p_lock_timeout text, p_queue text, p_limit integer, p_worker_id bigint, p_after_task text) RETURNS TABLE(id bigint, task text, queue text, args text, state text, priority integer, scheduled_at timestamp with time zone, attempt integer, max_attempts integer, run_count integer, claim_token bigint, expires_at timestamp with time zone, meta text, created_at timestamp with time zone, started_at timestamp with time zone, cancel_requested boolean, last_error text, upstreams bigint[], upstream_results text, result_arg text, "position" integer, releases boolean, notified boolean)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_lock_timeout IS NOT NULL THEN
+        PERFORM set_config('lock_timeout', p_lock_timeout, true);
+    END IF;
+    RETURN QUERY
+        WITH RECURSIVE tasks AS (
+            (SELECT task FROM akadze.jobs
+             WHERE state = 'queued' AND queue = p_queue ORDER BY task LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.task FROM akadze.jobs AS j
+                    WHERE j.state = 'queued' AND j.queue = p_queue AND j.task > tasks.task
+                    ORDER BY j.task LIMIT 1)
+            FROM tasks WHERE tasks.task IS NOT NULL
+        ),
+        candidates AS (
+            SELECT c.id, c.priority, c.scheduled_at, tasks.task,
+                   (p_after_task::text IS NOT NULL AND tasks.task <= p_after_task) AS wrapped,
+                   row_number() OVER (PARTITION BY tasks.task
+                                      ORDER BY c.priority, c.scheduled_at, c.id) AS turn
+            FROM tasks
+            CROSS JOIN LATERAL (
+                SELECT id, priority, scheduled_at FROM akadze.jobs AS j
+                WHERE j.state = 'queued' AND j.queue = p_queue AND j.task = tasks.task
+                  AND j.scheduled_at <= now()
+                ORDER BY j.priority, j.scheduled_at, j.id
+                LIMIT p_limit
+            ) AS c
+            WHERE tasks.task IS NOT NULL
+        ),
+        picked AS (
+            SELECT j.id, c.turn, c.wrapped
+            FROM akadze.jobs AS j JOIN candidates AS c ON c.id = j.id
+            WHERE j.state = 'queued'
+            ORDER BY c.turn, c.priority, c.wrapped, c.task, c.scheduled_at, c.id
+            LIMIT p_limit
+            FOR UPDATE OF j SKIP LOCKED
+        ),
+        claimed AS (
+            UPDATE akadze.jobs AS j
+            SET state = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                             THEN 'cancelled' ELSE 'running' END,
+                run_count = j.run_count + CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                               THEN 0 ELSE 1 END,
+                attempt = j.attempt + CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                           THEN 0 ELSE 1 END,
+                worker_id = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                 THEN NULL ELSE p_worker_id END,
+                started_at = now(),
+                -- The run's fencing token (with run_count): random, so a claim lost in a failover
+                -- and made again under the same run_count still gets a token of its own.
+                claim_token = (random() * 9007199254740992)::bigint,
+                finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                   THEN now() END
+            FROM picked
+            WHERE j.id = picked.id
+            RETURNING j.*, picked.turn, picked.wrapped
+        ),
+        settled AS (
+            SELECT akadze.settle(array_agg(id)) AS touched FROM claimed
+            WHERE state = 'cancelled' AND (dependents IS NOT NULL OR on_failure IS NOT NULL)
+            HAVING count(*) > 0
+        )
+        SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
+               max_attempts, run_count, claim_token, expires_at, meta::text AS meta, created_at,
+               started_at, cancel_requested, (errors -> -1)::text AS last_error, upstreams,
+               upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg, position,
+               -- Its outcome is flushed without waiting for company when it may release a job
+               -- that waits on it: a chain's next step, a fan-in's body with few upstreams left
+               -- (no more than this claim takes). Every other member of a fan-in gathers like a
+               -- plain job: a 10,000-member chord's drain wrote an outcome batch per claim.
+               dependents IS NOT NULL AND EXISTS (
+                   SELECT 1 FROM akadze.jobs AS d
+                   WHERE d.id = ANY(claimed.dependents) AND d.state = 'waiting'
+                     AND d.waiting_for <= p_limit) AS releases,
+               CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) IS NULL END
+                   AS notified
+        FROM claimed
+        WHERE (SELECT count(*) FROM settled) >= 0
+        -- In rotation order: the caller passes the last row's task as the next after_task.
+        ORDER BY turn, priority, wrapped, task, scheduled_at, id;
 END
 $$;
 

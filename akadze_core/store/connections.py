@@ -2,8 +2,8 @@
 
 ``Connections`` owns the database URL (the embedded Postgres when none is set), the sync
 pool, an async pool per event loop, the single-call connection of ``run_single``, the
-replacement of a connection found dead before anything was sent on it, and the switch to
-unprepared statements behind a transaction pooler (``stop_preparing``). It sits at the
+replacement of a connection found dead before anything was sent on it (``liveness``), and
+the switch to unprepared statements behind a transaction pooler (``stop_preparing``). It sits at the
 bottom of the core: it knows nothing of tasks, schedules or workers, so everything above
 can use it without importing ``App``.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import select
 import threading
 import time
 import weakref
@@ -25,9 +24,10 @@ import psycopg_pool
 
 from ..model.dsn import configured_url, listen_url, password_of, redact_password
 from ..model.dsn import prepare_threshold as resolve_prepare_threshold
-from ..model.errors import AkadzeError, ConfigurationError, ConnectionLost, DatabaseUnavailable
+from ..model.errors import AkadzeError, ConfigurationError, DatabaseUnavailable
 from .dberrors import PREPARED_STATEMENT_LOST, is_too_many_connections, is_transient
 from .embedded import embedded_url
+from .liveness import UNSURE, found_dead, sent, sent_async
 from .migrations import migrate
 
 logger = logging.getLogger("akadze.app")
@@ -43,7 +43,6 @@ SINGLE_LIFETIME = 3600.0
 #: for a while, and the call waits that out instead of failing.
 RECONNECT_WINDOW = 15.0
 _IDLE = psycopg.pq.TransactionStatus.IDLE
-_OK = psycopg.pq.ConnStatus.OK
 
 #: libpq's connection settings on every connection akadze opens (over TCP; libpq ignores
 #: the keepalives and ``tcp_user_timeout`` on a Unix socket). They make the kernel give up
@@ -58,83 +57,6 @@ _OK = psycopg.pq.ConnStatus.OK
 TCP_SETTINGS: dict[str, int] = {
     "connect_timeout": 10, "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
     "keepalives_count": 3, "tcp_user_timeout": 20_000}
-
-#: What a lost connection leaves unknown, for ``ConnectionLost``'s message.
-UNSURE = "the statement may or may not have taken effect"
-
-
-if hasattr(select, "poll"):
-    def _readable(fd: int) -> bool:
-        poller = select.poll()  # poll, not select: no FD_SETSIZE limit on the descriptor
-        poller.register(fd, select.POLLIN)
-        return bool(poller.poll(0))  # POLLHUP and POLLERR count too
-else:  # Windows
-    def _readable(fd: int) -> bool:
-        return bool(select.select([fd], [], [], 0)[0])
-
-
-def found_dead(connection: psycopg.Connection | psycopg.AsyncConnection) -> bool:
-    """True when an idle connection is provably unusable, found without a round trip.
-
-    ``connection`` must be idle with nothing sent on it: then it has read everything up to
-    its last ReadyForQuery, and a connection nobody LISTENs on is sent nothing unasked
-    except on the server's way out. A restart, failover, ``pg_terminate_backend`` or
-    ``idle_session_timeout`` leaves a FATAL ErrorResponse and the end of the stream
-    waiting on the socket. So closed, or anything to read, means "do not send on it".
-    The odd harmless message (a notice) only costs a reconnect; nothing was sent either
-    way, so replacing the connection can never run a statement twice. One zero-timeout
-    poll: microseconds. A server gone without closing the socket (a host lost, a cable
-    cut) is not seen here; a statement sent on it fails after sending (``ConnectionLost``).
-    """
-    pgconn = connection.pgconn
-    if pgconn.status != _OK:
-        return True
-    try:
-        return _readable(pgconn.socket)
-    except (psycopg.OperationalError, OSError, ValueError):
-        return True
-
-
-def _lost(room: Connections, exc: psycopg.Error, unsure: str) -> ConnectionLost:
-    """The ``ConnectionLost`` for a connection that broke after its statement was sent."""
-    cause = " ".join(str(exc).split()) or "the connection was closed"
-    return ConnectionLost(room.redact(
-        f"the connection to Postgres broke after the statement was sent, so {unsure}; "
-        "akadze does not send it again, since that could do it twice "
-        f"({type(exc).__name__}: {cause})"))
-
-
-def _sent(room: Connections, call: Callable[[psycopg.Connection], T],
-          connection: psycopg.Connection, unsure: str) -> T:
-    """``call(connection)``; an error that left the connection closed happened after the
-    statement was sent, so it becomes ``ConnectionLost`` (``unsure``: what is unknown)."""
-    try:
-        return call(connection)
-    except ConnectionLost:
-        raise
-    except psycopg.Error as exc:
-        if connection.closed:
-            raise _lost(room, exc, unsure) from exc
-        if not room.lost_a_prepared_statement(exc, connection):
-            raise
-    # The statement never ran (Parse or Bind failed): run it again, now unprepared.
-    return call(connection)
-
-
-async def _sent_async(room: Connections, call: Callable[[psycopg.AsyncConnection], Any],
-                      connection: psycopg.AsyncConnection, unsure: str) -> Any:
-    """Async twin of ``_sent``."""
-    try:
-        return await call(connection)
-    except ConnectionLost:
-        raise
-    except psycopg.Error as exc:
-        if connection.closed:
-            raise _lost(room, exc, unsure) from exc
-        if not room.lost_a_prepared_statement(exc, connection):
-            raise
-    return await call(connection)
-
 
 def _after_fork() -> None:
     """In a forked child, every app's connections are let go of unclosed.
@@ -451,7 +373,7 @@ class Connections:
             pool = self.pool()
             pooled = self.live_pooled(pool)
             try:
-                return _sent(self, call, pooled, unsure)
+                return sent(self, call, pooled, unsure)
             finally:
                 pool.putconn(pooled)
         try:
@@ -471,7 +393,7 @@ class Connections:
                                          time.monotonic())
             connection = single[0]
             try:
-                return _sent(self, call, connection, unsure)
+                return sent(self, call, connection, unsure)
             finally:
                 if connection.pgconn.transaction_status != _IDLE \
                         or time.monotonic() - single[1] > SINGLE_LIFETIME:
@@ -492,7 +414,7 @@ class Connections:
         pool = self.pool()
         connection = self.live_pooled(pool)
         try:
-            return _sent(self, call, connection, unsure)
+            return sent(self, call, connection, unsure)
         finally:
             pool.putconn(connection)
 
@@ -616,7 +538,7 @@ class Connections:
             await self._open_async_pool(pool)
             connection = await self.live_pooled_async(pool)
             try:
-                return await _sent_async(self, call, connection, unsure)
+                return await sent_async(self, call, connection, unsure)
             finally:
                 await pool.putconn(connection)
         finally:
@@ -649,4 +571,4 @@ class Connections:
         self.close()
 
 
-__all__ = ["RECONNECT_WINDOW", "TCP_SETTINGS", "UNSURE", "Connections", "found_dead"]
+__all__ = ["RECONNECT_WINDOW", "TCP_SETTINGS", "Connections"]

@@ -4,7 +4,6 @@ parameters; only the awaiting differs."""
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from ..model.errors import SchemaMissing
-from ..model.outcomes import Outcome
+from ..model.outcomes import Outcome, OutcomeWriter
 from ..model.retry import DEFAULT_BACKOFF_CAP
 from ..model.serialization import check_name
 from .floors import Floors
@@ -150,6 +149,31 @@ def complete_many_sync(connection: psycopg.Connection,
     return fetch_all(connection, "job_complete_many", **_outcome_params(outcomes))
 
 
+def write_outcome_extras_sync(connection: psycopg.Connection, writers: Sequence[OutcomeWriter],
+                              rows: Sequence[dict[str, Any]]) -> None:
+    """Run each writer over the jobs of ``rows`` (the outcomes just written), in the
+    caller's transaction, so that both are committed or neither is."""
+    ids = {"ids": [int(row["id"]) for row in rows]}
+    for writer in writers:
+        with connection.cursor(row_factory=dict_row) as cursor:
+            made = writer.statement(cursor.execute(writer.select, ids).fetchall())
+            if made is not None:
+                cursor.execute(made[0], made[1])
+
+
+async def write_outcome_extras(connection: psycopg.AsyncConnection,
+                               writers: Sequence[OutcomeWriter],
+                               rows: Sequence[dict[str, Any]]) -> None:
+    """Async twin of ``write_outcome_extras_sync``."""
+    ids = {"ids": [int(row["id"]) for row in rows]}
+    for writer in writers:
+        async with connection.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(writer.select, ids)
+            made = writer.statement(await cursor.fetchall())
+            if made is not None:
+                await cursor.execute(made[0], made[1])
+
+
 def update_job_meta(connection: psycopg.Connection, job_id: int, run_count: int,
                     patch: str, claim_token: int | None = None) -> bool:
     """Merge the JSON object ``patch`` into the job's meta while run ``run_count``, claimed
@@ -202,6 +226,7 @@ def listen(connection: psycopg.Connection, channels: Iterable[str]) -> None:
 #: database migrated by older code has the current schema version but lacks them until
 #: ``migrate`` re-applies the file (the version counts versioned migrations only).
 _FUNCTIONS_PRESENT = ("SELECT to_regproc('akadze.claim_jobs') IS NOT NULL"
+                      " AND to_regproc('akadze.claim_jobs_fair') IS NOT NULL"
                       " AND to_regproc('akadze.complete_jobs') IS NOT NULL")
 
 
@@ -445,11 +470,15 @@ async def claim_jobs(
     worker's claims of the queue start reading (akadze_core.store.floors; not for fair claims),
     moved on by the rows claimed; without, the queue is read from its head.
     """
+    # The claim bounds its own lock waits (akadze.claim_jobs, akadze.claim_jobs_fair): one
+    # statement, no pipeline.
     if fair:
-        return await fetch_all_async(connection, "job_claim_fair", queue=queue, limit=limit,
-                                     worker_id=worker_id, after_task=after_task)
+        async with connection.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(query("job_claim_fair"), {
+                "lock_timeout": _bound(), "queue": queue, "limit": limit,
+                "worker_id": worker_id, "after_task": after_task})
+            return await cursor.fetchall()
     priorities, ats, ids = floors.bounds(queue) if floors is not None else ([], [], [])
-    # The claim bounds its own lock waits (akadze.claim_jobs): one statement, no pipeline.
     async with connection.cursor(row_factory=dict_row) as cursor:
         await cursor.execute(query("job_claim"), {
             "lock_timeout": _bound(), "queue": queue, "limit": limit, "worker_id": worker_id,
@@ -533,87 +562,6 @@ async def unregister_worker(connection: psycopg.AsyncConnection, worker_id: int 
     """Remove the worker's row (it stopped and handed its jobs back)."""
     async with connection.cursor() as cursor:
         await _execute_async(cursor, query("worker_unregister"), {"id": worker_id})
-
-
-# --- schedules ---------------------------------------------------------------------------------
-
-async def schedule_clock(connection: psycopg.AsyncConnection) -> datetime:
-    """The database's ``now()``: schedules run on its clock, never on a worker's."""
-    clock = await fetch_one_async(connection, "schedule_clock")
-    assert clock is not None
-    return clock["now"]  # type: ignore[no-any-return]
-
-
-async def schedule_states(
-    connection: psycopg.AsyncConnection, names: Sequence[str]
-) -> dict[str, dict[str, Any]]:
-    """The state rows of the schedules ``names``, by name."""
-    rows = await fetch_all_async(connection, "schedule_list", names=list(names))
-    return {row["name"]: row for row in rows}
-
-
-async def record_schedule_tick(
-    connection: psycopg.AsyncConnection, name: str, spec: str, tick: datetime, *, reset: bool
-) -> bool:
-    """Record ``tick`` as accounted for without enqueueing it: for a schedule seen for the
-    first time, or (``reset``) one whose spec changed. False if another worker did it."""
-    async with connection.cursor() as cursor:
-        await _execute_async(cursor, query("schedule_reset" if reset else "schedule_start"),
-                             {"name": name, "spec": spec, "tick": tick})
-        return cursor.rowcount > 0
-
-
-async def enqueue_schedule_tick(
-    connection: psycopg.AsyncConnection, request: JobRequest, *, name: str, spec: str,
-    tick: datetime, expected: datetime | None = None,
-) -> int | None:
-    """Advance schedule ``name`` to ``tick`` and insert ``request`` in one statement; returns
-    the job id, or None when the tick was taken already (or the stored spec differs, or the
-    stored last tick is no longer ``expected`` when that is given)."""
-    row = await fetch_one_async(connection, "schedule_enqueue", **request.params(), name=name,
-                                spec=spec, tick=tick, expected=expected)
-    return int(row["id"]) if row else None
-
-
-# --- runtime schedules (the worker's side; the API's statements go through fetch_one) -------
-
-async def runtime_schedule_timing(
-    connection: psycopg.AsyncConnection, names: Sequence[str]
-) -> list[dict[str, Any]]:
-    """Name, spec, paused, version and last tick of the runtime schedules ``names`` that
-    exist (a name missing from the answer was removed)."""
-    return await fetch_all_async(connection, "schedule_runtime_timing", names=list(names))
-
-
-async def runtime_schedule_versions(connection: psycopg.AsyncConnection) -> dict[str, int]:
-    """Every runtime schedule's version, by name."""
-    rows = await fetch_all_async(connection, "schedule_runtime_versions")
-    return {row["name"]: int(row["version"]) for row in rows}
-
-
-async def runtime_schedule_fingerprint(
-    connection: psycopg.AsyncConnection
-) -> tuple[int, int, int]:
-    """(count, sum, max) of the runtime schedules' versions: changed by any add, change or
-    removal."""
-    row = await fetch_one_async(connection, "schedule_runtime_fingerprint")
-    assert row is not None
-    return int(row["count"]), int(row["total"]), int(row["newest"])
-
-
-async def enqueue_runtime_ticks(
-    connection: psycopg.AsyncConnection, ticks: Sequence[tuple[str, int, Any, str, Any]]
-) -> int:
-    """Enqueue one tick per runtime schedule of ``ticks`` (``timetable.DueTick``: name,
-    version, tick, tick as ISO text, ...) in one statement, each at most once across the
-    fleet; returns how many jobs this call inserted (the others were taken already, paused,
-    changed or removed).
-
-    The ticks travel as one JSON text: adapting arrays of names and datetimes cost psycopg
-    about 8 µs per tick, more than everything else a pass does for it."""
-    due = json.dumps([[tick[0], tick[1], tick[3]] for tick in ticks])
-    rows = await fetch_all_async(connection, "schedule_runtime_enqueue", due=due)
-    return sum(int(row["jobs"]) for row in rows)
 
 
 # --- metrics (akadze_core.ops.metrics) ------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import psycopg
 
 from ..model.errors import UnstorableOutcome
-from ..model.outcomes import FAIL, Outcome, error_entry
+from ..model.outcomes import FAIL, Outcome, OutcomeWriter, error_entry
 from ..store import database
 from ..store.dberrors import is_lock_timeout, is_transient
 from ..store.deadlines import within_lease
@@ -65,6 +65,34 @@ def _failure(outcome: Outcome, exc: Exception,
                    error=error_entry(error, redact=redact), claim_token=outcome.claim_token)
 
 
+def _writers(app: object) -> Sequence[OutcomeWriter]:
+    return getattr(app, "outcome_writers", None) or ()
+
+
+def _complete_sync(connection: psycopg.Connection, outcomes: Sequence[Outcome],
+                   writers: Sequence[OutcomeWriter]) -> list[dict[str, Any]]:
+    """``complete_many_sync``, and ``writers`` in the same transaction when there are any."""
+    if not writers:
+        return database.complete_many_sync(connection, outcomes)
+    with connection.transaction():
+        rows = database.complete_many_sync(connection, outcomes)
+        if rows:
+            database.write_outcome_extras_sync(connection, writers, rows)
+    return rows
+
+
+async def _complete(connection: psycopg.AsyncConnection, outcomes: Sequence[Outcome],
+                    writers: Sequence[OutcomeWriter]) -> list[dict[str, Any]]:
+    """Async twin of ``_complete_sync``."""
+    if not writers:
+        return await database.complete_many(connection, outcomes)
+    async with connection.transaction():
+        rows = await database.complete_many(connection, outcomes)
+        if rows:
+            await database.write_outcome_extras(connection, writers, rows)
+    return rows
+
+
 class Pooled(Protocol):
     """What ``store_outcome_sync`` needs of an ``App``: its pooled connections and its
     redaction (a protocol, so this module does not depend on the app's)."""
@@ -81,32 +109,33 @@ def store_outcome_sync(app: Pooled, outcome: Outcome) -> bool:
     completer's write, fenced by the run's ``run_count`` and claim token, and an outcome
     Postgres refuses as unstorable failing the job as a batch's would. True when it was
     written, False when the run no longer owns the job. A failure to write (a lost
-    connection) is raised: the worker's completer then writes the outcome as usual."""
+    connection) is raised: the worker's completer then writes the outcome as usual. The
+    app's ``outcome_writers`` run in the outcome's transaction."""
+    writers = _writers(app)
 
     def write(connection: psycopg.Connection) -> list[dict[str, Any]]:
         try:
-            return database.complete_many_sync(connection, [outcome])
+            return _complete_sync(connection, [outcome], writers)
         except psycopg.Error as exc:
             if not is_unstorable(exc):
                 raise
-            # Autocommit: the refused statement wrote nothing.
-            return database.complete_many_sync(connection,
-                                               [_failure(outcome, exc, app.redact)])
+            # Autocommit, or a transaction rolled back: the refused statement wrote nothing.
+            return _complete_sync(connection, [_failure(outcome, exc, app.redact)], writers)
 
     return bool(app.run_pooled(write))
 
 
 async def store_outcome(app: Pooled, outcome: Outcome) -> bool:
     """``store_outcome_sync`` from a coroutine (an ``async def`` body)."""
+    writers = _writers(app)
 
     async def write(connection: psycopg.AsyncConnection) -> list[dict[str, Any]]:
         try:
-            return await database.complete_many(connection, [outcome])
+            return await _complete(connection, [outcome], writers)
         except psycopg.Error as exc:
             if not is_unstorable(exc):
                 raise
-            return await database.complete_many(connection,
-                                                [_failure(outcome, exc, app.redact)])
+            return await _complete(connection, [_failure(outcome, exc, app.redact)], writers)
 
     return bool(await app.run_pooled_async(write))
 
@@ -121,15 +150,18 @@ class Completer:
     ``lease_end()``, if given, bounds each write (``deadlines.within_lease``, at most ``cap``
     seconds): one the database does not answer while the lease holds (a partition) abandons
     its connection and is retried like a lost one; a slow one on a live server is waited for.
-    ``redact`` scrubs the error entry of an outcome that could not be stored."""
+    ``redact`` scrubs the error entry of an outcome that could not be stored. ``writers``
+    (``OutcomeWriter``) run in each write's transaction."""
 
     def __init__(self, connection: Connect, on_written: Written, max_batch: int = 1000,
                  retry_cap: float = 5.0, gather: float = GATHER,
                  lock_timeout: float | None = None,
                  on_lock: Callable[[str, bool], None] | None = None,
                  lease_end: Callable[[], float] | None = None, cap: float = 60.0,
-                 redact: Callable[[str], str] | None = None) -> None:
+                 redact: Callable[[str], str] | None = None,
+                 writers: Sequence[OutcomeWriter] = ()) -> None:
         self._connection = connection
+        self._writers = writers
         # Each write gives up on a lock after this many seconds (None: waits as long as the
         # session would) and reports it to on_lock(step, locked) instead of a line per try.
         self._lock_timeout = lock_timeout
@@ -224,7 +256,7 @@ class Completer:
 
     async def _store(self, connection: Any, batch: list[Outcome]) -> list[dict[str, Any]]:
         try:
-            return await database.complete_many(connection, batch)
+            return await _complete(connection, batch, self._writers)
         except psycopg.Error as exc:
             if not is_unstorable(exc):
                 raise
@@ -241,7 +273,8 @@ class Completer:
                              exc: Exception) -> list[dict[str, Any]]:
         """Fail the job of ``outcome``, which Postgres refused with ``exc``, at once: the
         same outcome would be refused again on every attempt."""
-        return await database.complete_many(connection, [_failure(outcome, exc, self._redact)])
+        return await _complete(connection, [_failure(outcome, exc, self._redact)],
+                               self._writers)
 
     async def close(self, timeout: float | None = None) -> bool:
         """Stop after writing what is pending; returns False if that did not finish in time."""

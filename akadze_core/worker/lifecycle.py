@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import psycopg_pool
 
-from ..execution.processes import ProcessPoolError
+from ..execution.children import ProcessPoolError
 from ..execution.threads import ThreadRunner
 from ..model.dsn import listen_url
 from ..model.errors import AkadzeError, SchemaMissing
@@ -356,7 +356,7 @@ class Worker:
         self._completer = completer = Completer(
             lease.connection, self._outcomes_written, lock_timeout=lease.lock_timeout,
             on_lock=lease.lock_seen, lease_end=lease.end, cap=lease.answer_cap(),
-            redact=self.app.redact)
+            redact=self.app.redact, writers=self.app.outcome_writers)
         self._completer_task = asyncio.create_task(completer.run(), name="completer")
         self._runs.open(completer, self._threads)
         self._producer.open(completer)

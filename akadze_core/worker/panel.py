@@ -65,6 +65,14 @@ class PanelWorker(Protocol):
     async def remove_queue(self, queue: str) -> bool:
         """Stop claiming from ``queue``."""
 
+    @property
+    def concurrency(self) -> int | None:
+        """How many bodies run at once (None: no limit of threads to change)."""
+
+    def resize(self, concurrency: int | None = None, *, slots: int | None = None,
+               max_running: int | None = None) -> None:
+        """Change how many bodies run at once."""
+
 
 #: A command's handler: ``handler(worker, **arguments)``, plain or ``async def``.
 Handler = Callable[..., Any]
@@ -117,11 +125,30 @@ async def _remove_queue(worker: PanelWorker, queue: str, **arguments: Any) -> An
     return list(worker.queues)
 
 
+async def _resize(worker: PanelWorker, delta: int) -> Any:
+    concurrency = worker.concurrency
+    if concurrency is None:
+        return {"error": "this worker's pool cannot be resized (only a threads pool can)"}
+    try:
+        worker.resize(max(1, concurrency + delta))
+    except ValueError as exc:
+        return {"error": str(exc)}
+    return {"ok": f"pool now runs {worker.concurrency} bodies at once"}
+
+
+async def _pool_grow(worker: PanelWorker, n: int = 1, **arguments: Any) -> Any:
+    return await _resize(worker, int(n))
+
+
+async def _pool_shrink(worker: PanelWorker, n: int = 1, **arguments: Any) -> Any:
+    return await _resize(worker, -int(n))
+
+
 #: The commands every worker answers; integrations add theirs (or replace these) in
 #: ``worker.control.commands``.
 BUILTIN_COMMANDS: dict[str, Handler] = {
     "ping": _ping, "shutdown": _shutdown, "queues": _queues, "add_queue": _add_queue,
-    "remove_queue": _remove_queue,
+    "remove_queue": _remove_queue, "pool_grow": _pool_grow, "pool_shrink": _pool_shrink,
 }
 
 

@@ -261,6 +261,8 @@ API_NOTES: dict[str, tuple[str, str]] = {
     "Celery:Worker": (M, _CLI),
     "Celery:WorkController": (M, _CLI),
     "Celery:Beat": (M, "beat runs inside every worker"),
+    "Celery:bugreport": (S, "Celery's sections, naming akadze's and psycopg's versions, the "
+                            "database as transport and the job rows as results"),
     "Celery:Pickler": (M, "no pickle"),
     "Celery:GroupResult": (S, "bound to the app (`app.GroupResult.restore(id)`)"),
     "Celery:ResultSet": (M, "use `akadze_compat.result.ResultSet`"),
@@ -271,7 +273,7 @@ API_NOTES: dict[str, tuple[str, str]] = {
         "connection_for_write", "connection_or_acquire", "default_connection",
         "default_producer", "pool", "producer_or_acquire", "producer_pool", "select_queues")},
     **{f"Celery:{name}": (M, _INTERNAL) for name in (
-        "IS_WINDOWS", "IS_macOS", "SYSTEM", "builtin_fixups", "bugreport", "control_cls",
+        "IS_WINDOWS", "IS_macOS", "SYSTEM", "builtin_fixups", "control_cls",
         "create_task_cls", "either", "loader_cls", "log", "log_cls", "oid", "prepare_config",
         "registry_cls", "steps", "subclass_with_self", "thread_oid", "type_checker")},
     # --- Task

@@ -67,3 +67,37 @@ def test_the_suspects_measure_each_side(admin_url: str,
     assert re.search(r"^lock: plain: wall \d+ us, client CPU \d+ us per claim; lock bound",
                      out, re.M)
     assert re.search(r"^task-id: with task id: backend CPU \d+ us per job; without", out, re.M)
+
+
+def test_the_harness_migrates_a_build_from_before_the_subpackages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A base from before akadze_core's subpackages has its migrate in
+    ``akadze_core.migrations``: the harness's ``db.migrate`` finds it there, and a module
+    that exists but fails on an import of its own still fails."""
+    import importlib
+    import types
+
+    from bench import db
+
+    calls: list[object] = []
+    old = types.SimpleNamespace(migrate=calls.append)
+    real = importlib.import_module
+
+    def older_build(name: str) -> object:
+        if name == "akadze_core.store.migrations":
+            raise ModuleNotFoundError("no akadze_core.store", name="akadze_core.store")
+        if name == "akadze_core.migrations":
+            return old
+        return real(name)
+
+    monkeypatch.setattr(importlib, "import_module", older_build)
+    db.migrate("the connection")  # type: ignore[arg-type]
+    assert calls == ["the connection"]
+
+    def broken(name: str) -> object:
+        raise ModuleNotFoundError("no croniter", name="croniter")
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    with pytest.raises(ModuleNotFoundError, match="croniter"):
+        db.migrate("the connection")  # type: ignore[arg-type]

@@ -175,6 +175,9 @@ def probe(side: str) -> dict[str, Any]:
     replies["rate_limit(bad)"] = control.rate_limit("ctlproj.add", "ten", reply=True,
                                                     timeout=2.0)
     replies["pool_grow"] = control.pool_grow(1, reply=True, timeout=2.0)
+    for turn in ("enable_events", "enable_events again", "disable_events",
+                 "disable_events again"):
+        replies[turn] = getattr(control, turn.split()[0])(reply=True, timeout=2.0)
     control.revoke(later.id)
     time.sleep(0.5)
     replies["inspect.revoked has the id"] = later.id in (inspect.revoked() or {}).get(NODE, [])

@@ -38,10 +38,8 @@ KNOWN_DIFFERENCES = {
         "a database URL has no failover strategy (kombu's default is round-robin)",
     f"inspect.stats.{NODE}.broker.userid":
         "the database user is in the URL; the Redis URL has none",
-    f"inspect.conf.{NODE}.deprecated_settings": "Celery's internal bookkeeping setting",
     f"inspect.conf.{NODE}.worker_disable_prefetch": "a Celery 5.6+ worker option not in "
                                                     "akadze's settings",
-    f"inspect.conf.{NODE}.include": "Celery adds its built-in modules to include",
     f"pool_grow[].{NODE}.ok": "akadze's threads pool grows; Celery's has no grow "
                               "(AttributeError)",
     f"pool_grow[].{NODE}.error": "the same, from Celery's side",
@@ -55,7 +53,8 @@ SAME_VALUES = [
     "active_queues after add_consumer", "cancel_consumer",
     "active_queues after cancel_consumer", "time_limit", "time_limit(unknown task)",
     "rate_limit(bad)", "inspect.revoked has the id", "reserved lists the waiting task",
-    "shutdown", "worker exited after shutdown",
+    "shutdown", "worker exited after shutdown", "enable_events", "enable_events again",
+    "disable_events", "disable_events again",
 ]
 
 

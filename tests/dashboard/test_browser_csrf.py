@@ -157,3 +157,45 @@ def test_a_sibling_origin_cannot_forge_an_action_in_chromium(
             browser.delete_all_cookies()
         log = served.process.log()
         assert log.count("POST /queues/purge HTTP/1.1\" 403") == 2, log[-3000:]
+
+
+def test_another_site_cannot_drive_the_flower_api_in_chromium(
+        database_url: str, db: psycopg.Connection, tmp_path: Path,
+        attacker: Attacker) -> None:
+    """The browser holds the dashboard's basic-auth credentials (as a Flower user's does):
+    a page on another port of the same host posts to Flower's API through its own 307
+    (``Origin: null``): refused, nothing sent. The victim's jobs list still follows new
+    jobs."""
+    command = ("-m", "akadze_compat", "-b", database_url, "-A", "tests.dashboard.compat_app",
+               "flower", "--address", "127.0.0.1", "--basic-auth", "admin:pw-admin")
+    with chromium(*BROWSER_ARGS) as browser, \
+            dashboard(database_url, tmp_path, command=command) as served:
+        from selenium.webdriver.common.by import By
+
+        host = urlsplit(served.base).netloc
+        browser.get(f"http://admin:pw-admin@{host}/")
+        _until(lambda: browser.find_elements(By.ID, "queues"), "the overview")
+        targets = [f"{served.base}/api/task/send-task/tests.dashboard.compat_app.add",
+                   f"{served.base}/api/task/async-apply/tests.dashboard.compat_app.add",
+                   f"{served.base}/api/task/revoke/some-task?terminate=true"]
+        for target in targets:
+            hits = len(attacker.hits)
+            browser.get(f"http://127.0.0.1:{attacker.port}/attack?target={target}")
+            _until(lambda hits=hits: len(attacker.hits) > hits, "the forged post")
+            _until(lambda target=target: browser.current_url == target
+                   and browser.execute_script("return document.readyState") == "complete",
+                   "the redirected post's answer")
+            body = browser.find_element(By.TAG_NAME, "body").text
+            assert "another site" in body, (target, body)
+        assert db.execute("SELECT count(*) FROM akadze.jobs").fetchone()[0] == 0
+        log = served.process.log()
+        assert log.count("POST /api/task/") == 3 and log.count('HTTP/1.1" 403') >= 3, \
+            log[-3000:]
+        # The victim's own page: the jobs list follows new jobs (a meta refresh, no script).
+        browser.get(served.base + "/jobs")
+        browser.find_element(By.ID, "follow").click()
+        _until(lambda: browser.find_elements(By.ID, "unfollow"), "the followed list")
+        db.execute("INSERT INTO akadze.jobs (task, queue) VALUES ('noop', 'followed')")
+        newest = db.execute("SELECT max(id) FROM akadze.jobs").fetchone()[0]
+        _until(lambda: browser.find_elements(By.CSS_SELECTOR, f'a[href="/jobs/{newest}"]'),
+               "the new job, after the page reloaded itself", timeout=20)

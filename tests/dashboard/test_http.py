@@ -309,6 +309,8 @@ def test_overview_counts_match_the_table(
     assert row, page
     cells = [re.sub(r"<[^>]+>", "", cell).strip()
              for cell in re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.DOTALL)]
-    # queued, scheduled, running, failed, succeeded 1 h, failed 1 h, per minute, rate
-    assert cells[:8] == ["3", "2", "1", "4", "5", "4", "0.1", "44.4 %"], cells
+    # queued, scheduled, running, failed, succeeded 1 h, failed 1 h, per minute, rate, and
+    # the latency (due two minutes ago, started ten seconds ago) mean and p95
+    assert cells[:10] == ["3", "2", "1", "4", "5", "4", "0.1", "44.4 %", "110.0 s",
+                          "110.0 s"], cells
     assert page.count('class="chart"') == 3

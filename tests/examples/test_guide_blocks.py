@@ -46,6 +46,10 @@ GUIDE = PROJECT_ROOT / "migration_guide"
 RUNNABLE = {"python", "sh", "console"}
 SKIPPED = {"text", "ini", "yaml", "dockerfile", "mermaid"}
 
+#: django.md's section on Django 6's own task framework: a project of its own, run by Django
+#: 6 in ``$DJANGO6_PYTHON`` (``test_the_django_tasks_section``), not the Celery project.
+DJANGO_TASKS = "Django's own task framework (`django.tasks`, Django 6)"
+
 #: (page, section, language, index in the section) -> the test that runs the block.
 COVERED = {
     ("third-party.md", "The switch: `celery` resolves to akadze_compat", "sh", 0):
@@ -86,6 +90,8 @@ COVERED = {
            ("Enqueueing inside `transaction.atomic()`", "python", 0),
            ("Testing", "python", 0), ("Testing", "python", 1), ("Testing", "python", 2),
            ("Testing", "sh", 0), ("The dashboard (instead of Flower)", "python", 0))},
+    **{("django.md", DJANGO_TASKS, language, index): "test_the_django_tasks_section"
+       for language, index in (("python", 0), ("python", 1), ("python", 2), ("sh", 0))},
     ("arq.md", "The dead-letter queue is the `failed` state", "sh", 0):
         "test_command_lists_parse",
     ("deployment.md", "Containers (Docker, Podman, Compose)", "sh", 0):
@@ -825,7 +831,8 @@ def test_the_django_project_of_the_guide(tmp_path: Path, admin_url: str) -> None
     module in that order, and its shell block runs the tests: the guide's real-worker test,
     the eager settings applied per test, and the mounted dashboard behind a staff session."""
     blocks = [(title, code) for title, language, _index, code in
-              fenced_blocks(GUIDE / "django.md") if language == "python"]
+              fenced_blocks(GUIDE / "django.md")
+              if language == "python" and title != DJANGO_TASKS]
     files: dict[str, str] = dict(DJANGO_PROJECT)
     for title, code in blocks:
         first = code.splitlines()[0]
@@ -857,6 +864,128 @@ def test_the_django_project_of_the_guide(tmp_path: Path, admin_url: str) -> None
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
     assert re.search(r"Ran 3 tests? in", output) and "OK" in output, output[-3000:]
+
+
+DJANGO_TASKS_PROJECT = {
+    "manage.py": """\
+        import os
+        import sys
+
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "proj.settings")
+        from django.core.management import execute_from_command_line
+
+        execute_from_command_line(sys.argv)
+        """,
+    "proj/__init__.py": "",
+    "proj/settings.py": """\
+        import os
+
+        from psycopg.conninfo import conninfo_to_dict
+
+        _db = conninfo_to_dict(os.environ["SHOP_DATABASE_URL"])
+        SECRET_KEY = "guide-test-only"
+        INSTALLED_APPS = ["shop"]
+        DATABASES = {"default": {
+            "ENGINE": "django.db.backends.postgresql", "NAME": _db["dbname"],
+            "USER": _db.get("user", ""), "PASSWORD": _db.get("password", ""),
+            "HOST": _db.get("host", ""), "PORT": _db.get("port", "")}}
+        USE_TZ = True
+        DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+        """,
+    "shop/__init__.py": "",
+    "shop/models.py": """\
+        from django.db import models
+
+
+        class Order(models.Model):
+            email = models.CharField(max_length=200)
+            receipt_sent = models.BooleanField(default=False)
+        """,
+    "shop/migrations/__init__.py": "",
+    "shop/migrations/0001_initial.py": """\
+        from django.db import migrations, models
+
+
+        class Migration(migrations.Migration):
+            initial = True
+            dependencies = []
+            operations = [migrations.CreateModel("Order", fields=[
+                ("id", models.AutoField(primary_key=True, serialize=False)),
+                ("email", models.CharField(max_length=200)),
+                ("receipt_sent", models.BooleanField(default=False))])]
+        """,
+}
+
+DJANGO_TASKS_CHECK = """\
+import os, sys, time
+import django
+
+django.setup()
+from django.db import transaction
+from django.tasks.exceptions import TaskResultDoesNotExist
+from shop.models import Order
+from shop.tasks import send_receipt
+from shop.views import place_order, receipt_status
+
+order, result = place_order("c@example.com")
+print("enqueued", result.status)
+deadline = time.monotonic() + 60
+while receipt_status(result.id)[0] != "SUCCESSFUL" and time.monotonic() < deadline:
+    time.sleep(0.2)
+order.refresh_from_db()
+print("finished", *receipt_status(result.id), order.receipt_sent)
+try:
+    with transaction.atomic():
+        rolled = send_receipt.enqueue(order.pk)
+        raise RuntimeError
+except RuntimeError:
+    pass
+try:
+    send_receipt.get_result(rolled.id)
+except TaskResultDoesNotExist:
+    print("rolled back: no job")
+"""
+
+
+def test_the_django_tasks_section(tmp_path: Path, empty_database_url: str) -> None:
+    """django.md's ``django.tasks`` section is one Django 6 project: its settings block
+    appended to a settings module, its tasks and views as written, its shell block run as
+    given (the worker line in the background); a view's order gets its receipt from the
+    worker, and a rolled-back enqueue leaves no job."""
+    from tests.django6.test_backend import django6_python
+
+    interpreter = Path(django6_python())
+    files: dict[str, str] = dict(DJANGO_TASKS_PROJECT)
+    for title, language, _index, code in fenced_blocks(GUIDE / "django.md"):
+        if title != DJANGO_TASKS or language != "python":
+            continue
+        name = re.match(r"# ([\w/]+\.py)", code.splitlines()[0])
+        assert name, code
+        path = name.group(1)
+        files[path] = (textwrap.dedent(files[path]) + "\n" + code) if path in files else code
+    assert {"proj/settings.py", "shop/tasks.py", "shop/views.py"} <= files.keys()
+    write_files(tmp_path, files)
+    env = {"PATH": f"{interpreter.parent}{os.pathsep}/usr/bin:/bin",
+           "HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(PROJECT_ROOT)]),
+           "SHOP_DATABASE_URL": empty_database_url, "PYTHONUNBUFFERED": "1"}
+    command = guide_block("django.md", DJANGO_TASKS, "sh")
+    lines = command.strip().splitlines()
+    assert lines[-1].startswith("python manage.py akadze worker")
+    setup = bash("\n".join(lines[:-1]), tmp_path, env, timeout=300)
+    assert "applied migrations" in setup.stdout, setup.stdout
+    worker = subprocess.Popen(["bash", "-c", lines[-1]], cwd=tmp_path,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=True)
+    try:
+        done = subprocess.run([str(interpreter), "-c", DJANGO_TASKS_CHECK], cwd=tmp_path,
+                              env={**env, "DJANGO_SETTINGS_MODULE": "proj.settings"},
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        log, _ = worker.communicate(timeout=60)
+    assert done.returncode == 0, (done.stderr[-3000:], log[-3000:])
+    assert done.stdout.splitlines() == [
+        "enqueued READY", "finished SUCCESSFUL 1 True", "rolled back: no job"], log[-3000:]
 
 
 def test_the_third_party_page_blocks_run(tmp_path: Path) -> None:

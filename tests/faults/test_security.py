@@ -61,10 +61,13 @@ sys.meta_path.insert(0, Finder())
 
 report = {}
 EXTRAS = "akadze_core.dashboard"  # an optional extra: imported last, on its own
+# Integrations import their framework (Django 6's django.tasks), which may not be installed:
+# the source scan below covers them.
+FRAMEWORKS = "akadze_core.contrib."
 
 def walk(path, prefix):  # pkgutil.walk_packages, minus the extras (it imports packages)
     for info in pkgutil.iter_modules(path, prefix):
-        if info.name.startswith(EXTRAS):
+        if info.name.startswith((EXTRAS, FRAMEWORKS)):
             continue
         yield info.name
         if info.ispkg:

@@ -36,3 +36,55 @@ def test_complete_many_finds_jobs_by_primary_key_with_stale_statistics(
     assert "jobs_running_idx" not in plan, plan
     assert "jobs_pkey" in plan, plan
     assert len(rows) == 500 and {row["state"] for row in rows} == {"succeeded"}
+
+
+def test_claim_reads_indexes_on_its_cached_generic_plan(db: psycopg.Connection) -> None:
+    """The claim keeps one generic plan per session: past the plan cache's first calls it
+    must still read the claim index and fetch the claimed rows by primary key, never scan
+    the table (a join to the chosen ids was planned as a hash join over every row)."""
+    db.execute("INSERT INTO akadze.jobs (task, queue, args) "
+               "SELECT 't', 'q', '{}' FROM generate_series(1, 5000)")
+    db.execute("ANALYZE akadze.jobs")
+    plans: list[str] = []
+    db.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    db.execute("LOAD 'auto_explain'")
+    db.execute("SET auto_explain.log_min_duration = 0")
+    db.execute("SET auto_explain.log_nested_statements = on")
+    db.execute("SET client_min_messages = log")
+    claimed = []
+    for _ in range(7):  # beyond the five custom plans a plan cache may try first
+        plans.clear()
+        claimed += database.fetch_all(
+            db, "job_claim", lock_timeout=None, queue="q", limit=10, worker_id=1,
+            floor_priority=[], floor_at=[], floor_id=[])
+    db.execute("RESET client_min_messages")
+    plan = "\n".join(text for text in plans if "UPDATE akadze.jobs" in text)
+    assert "jobs_claim_idx" in plan and "jobs_pkey" in plan, plan
+    assert "Seq Scan" not in plan and "Hash Join" not in plan, plan
+    assert len(claimed) == 70 and len({row["id"] for row in claimed}) == 70
+
+
+def test_the_claim_plan_kept_from_an_empty_table_still_reads_indexes(
+    db: psycopg.Connection,
+) -> None:
+    """A worker that starts before the first enqueue makes its claim's generic plan on an
+    empty, analyzed table, and keeps it until the next ANALYZE: that plan must not read the
+    table whole (a sequential scan and a sort per claim once the backlog has grown)."""
+    db.execute("ANALYZE akadze.jobs")
+    params = {"lock_timeout": None, "queue": "q", "limit": 10, "worker_id": 1,
+              "floor_priority": [], "floor_at": [], "floor_id": []}
+    assert database.fetch_all(db, "job_claim", **params) == []
+    db.execute("INSERT INTO akadze.jobs (task, queue, args) "
+               "SELECT 't', 'q', '{}' FROM generate_series(1, 5000)")
+    plans: list[str] = []
+    db.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    db.execute("LOAD 'auto_explain'")
+    db.execute("SET auto_explain.log_min_duration = 0")
+    db.execute("SET auto_explain.log_nested_statements = on")
+    db.execute("SET client_min_messages = log")
+    rows = database.fetch_all(db, "job_claim", **params)
+    db.execute("RESET client_min_messages")
+    plan = "\n".join(text for text in plans if "UPDATE akadze.jobs" in text)
+    assert "jobs_claim_idx" in plan and "jobs_pkey" in plan, plan
+    assert "Seq Scan on jobs" not in plan and "Bitmap" not in plan, plan
+    assert len(rows) == 10

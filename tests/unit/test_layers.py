@@ -32,22 +32,25 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("settings", ("app.defaults", "app.config", "app.routes", "app.context", "loaders",
                   "app.annotations")),
     # The client side: sending tasks, reading results, revoking.
-    ("client", ("backends", "backends.*", "result", "canvas", "canvas.*", "app.amqp",
+    ("client", ("backends", "backends.*", "app.backends", "result", "canvas", "canvas.*",
+                "app.amqp",
                 "app.flow", "app.publish", "app.control")),
     # Running one task call: the tracer, eager runs, the worker's entry and time limits.
     ("run", ("app.trace", "app.eager", "app.autoretry", "app.replace", "worker", "worker.canvas",
              "worker.entry", "worker.timelimits", "worker.request")),
     # The app and its tasks, which compose everything below.
     ("app", ("app", "app.task", "app.registry", "app.validation", "app.base", "app.builtins",
+             "app.report",
              "app.command",
              "beat", "_beat_scheduler",
              "django_beat",
+             "redbeat_import",
              "contrib.abortable",
              "contrib.django", "contrib.django.*")),
     # Processes and tools: the command, the doctor, Celery's worker-side paths, the package.
     ("tools", ("", "__main__", "cli", "bin", "bin.*", "doctor", "doctor_scan", "support", "addons",
                "worker.pool", "worker.control", "contrib", "contrib.*", "as_celery",
-               "_billiard", "_billiard.*")),
+               "_billiard", "_billiard.*", "flower_api")),
 ]
 
 #: akadze_core's layers, bottom to top: subpackage (or top-level module) patterns, on the
@@ -69,6 +72,8 @@ CORE_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("cli", "cli.*")),
     # The package's face and the facade's door.
     ("face", ("", "integration")),
+    # Integrations with other frameworks (Django's task framework), which import those.
+    ("contrib", ("contrib", "contrib.*")),
 ]
 
 #: ``obj._x`` accesses that are Celery's own protocols, not another module's internals:

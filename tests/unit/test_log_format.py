@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 
-from akadze_core.cli.main import LOG_FORMAT, _ScrubbingFormatter
+from akadze_core.cli.base import LOG_FORMAT, CommandFormatter
 from akadze_core.cli.support import cache_pid_in_log_records
 
 
@@ -19,7 +19,7 @@ def _record(created: float) -> logging.LogRecord:
 
 
 def test_lines_equal_the_stock_formatters_within_and_across_seconds() -> None:
-    ours, stock = _ScrubbingFormatter(LOG_FORMAT), logging.Formatter(LOG_FORMAT)
+    ours, stock = CommandFormatter(LOG_FORMAT), logging.Formatter(LOG_FORMAT)
     # Within one second, into the next, back to an earlier one (another thread's record
     # formatted late), across midnight and a year end.
     for created in (1_764_583_200.001, 1_764_583_200.999, 1_764_583_201.5, 1_764_583_200.25,

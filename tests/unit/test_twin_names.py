@@ -25,10 +25,16 @@ ALIASES = {
 }
 
 
+#: Integrations implement another framework's interface, in its names (Django's
+#: ``aenqueue``, ``aget_result``), and import that framework, which may not be installed.
+FRAMEWORKS = "akadze_core.contrib."
+
+
 def _modules() -> Iterator[Any]:
     yield akadze_core
     for info in pkgutil.walk_packages(akadze_core.__path__, "akadze_core."):
-        yield importlib.import_module(info.name)
+        if not info.name.startswith(FRAMEWORKS):
+            yield importlib.import_module(info.name)
 
 
 def _namespaces() -> dict[str, dict[str, Any]]:

@@ -116,3 +116,16 @@ def test_shutdown_stops_the_worker_without_a_reply(runs_db: psycopg.Connection,
     assert time.monotonic() - started < 3.0  # handled (a NULL reply): not waited for
     code, _ = worker.wait_exit()
     assert code == 0 and "asked to by a remote-control shutdown" in worker.log()
+
+
+def test_pool_grow_on_a_worker_without_a_threads_limit_says_why_not(
+        runs_db: psycopg.Connection, database_url: str, spawn_worker: SpawnWorker) -> None:
+    # `akadze worker` runs async bodies without a limit of threads: nothing to resize (the
+    # dashboard shows the reason; akadze-compat's threads pool answers with Celery's reply).
+    worker = spawn_worker(database_url, "--queue", "a")
+    worker.wait_started()
+    app = build_app(database_url)
+    for command in ("pool_grow", "pool_shrink"):
+        replies = broadcast(app, command, {"n": 1}, reply=True, timeout=5.0)
+        assert [reply.reply for reply in replies] == [
+            {"error": "this worker's pool cannot be resized (only a threads pool can)"}]

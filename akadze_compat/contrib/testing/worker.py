@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import os
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from akadze_compat import Celery, signals
+from akadze_compat.utils.nodenames import anon_nodename
 from akadze_compat.worker import control
 from akadze_core import Worker
 
@@ -46,8 +45,6 @@ test_worker_starting = signals.Signal(name="test_worker_starting", providing_arg
 test_worker_started = signals.Signal(name="test_worker_started",
                                      providing_args={"worker", "consumer"})
 test_worker_stopped = signals.Signal(name="test_worker_stopped", providing_args={"worker"})
-
-_numbers = itertools.count(1)
 
 
 class TestWorkController:
@@ -198,8 +195,8 @@ def _make_controller(app: Celery, concurrency: int, pool: str, loglevel: str | i
     # shared tasks called in the test go to it.
     app.set_current()
     app.set_default()
-    hostname = str(options.pop("hostname", None)
-                   or f"gen{os.getpid()}-{next(_numbers)}@{socket.gethostname()}")
+    # Celery's default, which its suites look for in inspect() replies.
+    hostname = str(options.pop("hostname", None) or anon_nodename())
     if pool not in ("solo", "threads"):
         logger.info("pool %r runs as 'threads' in the embedded test worker", pool)
         pool = "threads"

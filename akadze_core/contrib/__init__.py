@@ -1,0 +1,1 @@
+"""akadze_core's integrations with other frameworks (each imports its framework)."""
