@@ -340,8 +340,12 @@ SIGNAL_SUPPORT: dict[str, Support] = {
     "task_rejected": _i("never sent: there are no raw messages to reject"),
     "task_sent": _i("never sent (deprecated; Celery 5 does not send it either): use "
                     "after_task_publish"),
-    "celeryd_init": _h(), "celeryd_after_setup": _h("sent once the worker is set up"),
-    "import_modules": _h(), "worker_init": _h(), "worker_ready": _h(),
+    "celeryd_init": _h("also in each prefork child (a fresh interpreter, where Celery's is a "
+                       "fork of the process that sent it), before worker_process_init"),
+    "celeryd_after_setup": _h("sent once the worker is set up"),
+    "import_modules": _h(),
+    "worker_init": _h("also in each prefork child, before worker_process_init"),
+    "worker_ready": _h(),
     "worker_process_init": _h("in each prefork child and in a solo worker"),
     "worker_process_shutdown": _h("in each prefork child"),
     "worker_shutdown": _h(), "worker_shutting_down": _h(),

@@ -1,6 +1,6 @@
 """``Task.apply()`` and ``task_always_eager``: run a task here, as the worker would.
 
-The call goes through the same tracer as in the worker (signals and handlers included);
+The call goes through ``build_tracer`` as in the worker (signals and handlers included);
 nothing touches the database. A ``retry()`` runs the task again at once with the retry's
 arguments (Celery does not wait for the countdown either).
 """
@@ -20,8 +20,9 @@ from ..exceptions import Retry
 from ..result import EagerResult
 from ..utils import uuid
 from ..worker.canvas import new_style_errback
+from . import trace as trace_module
 from .context import Context
-from .trace import RetryCall, call_body, trace
+from .trace import RetryCall, WorkerRun, call_body, worker_run
 
 if TYPE_CHECKING:
     from .task import Task
@@ -50,6 +51,23 @@ def _run_coroutine(coroutine: Any) -> Any:
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")
+
+
+def _traced(task: Task, request: Context, args: Any, kwargs: Any, body: Any,
+            throw: bool) -> Any:
+    """One call through ``build_tracer(..., eager=True)`` as it is now (Celery's apply()
+    builds one per call, so a wrapper around it sees eager calls too)."""
+    tracer = trace_module.build_tracer(str(task.name), task, eager=True, propagate=throw,
+                                       app=task.app)
+    run = WorkerRun(request, body, None, None, eager=True, propagate=throw)
+    token = worker_run.set(run)
+    try:
+        tracer(request.id, args, kwargs, request.__dict__)
+    finally:
+        worker_run.reset(token)
+    if run.result is None:
+        raise RuntimeError(f"the tracer of {task.name!r} did not run the task")
+    return run.result
 
 
 def apply_eagerly(task: Task, args: Any, kwargs: Any, *, task_id: str | None, retries: int,
@@ -83,12 +101,12 @@ def apply_eagerly(task: Task, args: Any, kwargs: Any, *, task_id: str | None, re
                            "routing_key": options.get("routing_key"),
                            "priority": options.get("priority")})
 
-        def body(args: Any = args, kwargs: Any = kwargs) -> Any:
-            value = call_body(task, args, kwargs)
+        def body(called: Any, args: Any, kwargs: Any) -> Any:
+            value = call_body(called, args, kwargs)
             return _run_coroutine(value) if inspect.iscoroutine(value) else value
 
         try:
-            result = trace(task, request, args, kwargs, body, eager=True, propagate=throw)
+            result = _traced(task, request, args, kwargs, body, throw)
         except Exception as exc:  # propagated (throw): the errbacks run first, as in Celery
             if link_error and not isinstance(exc, Retry):
                 call_errbacks(app, request, exc, "".join(format_exception(exc)), link_error)

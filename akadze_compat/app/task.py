@@ -169,6 +169,22 @@ def raise_with_context(exc: BaseException) -> None:
     raise exc from current
 
 
+class RequestStack(tuple):  # type: ignore[type-arg]
+    """A task's requests, innermost last: a tuple with Celery's ``LocalStack`` reads."""
+
+    __slots__ = ()
+
+    @property
+    def top(self) -> Context | None:
+        """The innermost request, or None."""
+        return self[-1] if self else None
+
+    @property
+    def stack(self) -> list[Context]:
+        """The requests, innermost last."""
+        return list(self)
+
+
 class _ClassProperty:
     """``Task.app``: read on the class or an instance (``_get_app``); set on an instance, it
     binds the class (``bind``), as Celery's ``class_property``."""
@@ -187,6 +203,9 @@ class _ClassProperty:
 
 class Task:
     """Celery's task base class. Subclass it (``base=`` / ``task_cls=``) to share behaviour."""
+
+    #: Where ``task_has_custom`` stops looking: what is defined here is the default.
+    __akadze_base_task__ = True
 
     MaxRetriesExceededError = MaxRetriesExceededError
 
@@ -338,9 +357,10 @@ class Task:
         return default
 
     @property
-    def request_stack(self) -> tuple[Context, ...]:
-        """Every request pushed in this context, innermost last."""
-        return self.request_var.get()
+    def request_stack(self) -> RequestStack:
+        """Every request pushed in this context, innermost last (``.top``: the innermost,
+        as on Celery's stack, which instrumentations read)."""
+        return RequestStack(self.request_var.get())
 
     def push_request(self, *args: Any, **kwargs: Any) -> None:
         """Push a request that inherits the current one's attributes."""

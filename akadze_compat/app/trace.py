@@ -4,13 +4,26 @@
 body, then per outcome ``on_success``/``task_success``, ``on_retry``/``task_retry`` or
 ``on_failure``/``task_failure``, ``after_return`` and ``task_postrun``. The worker side
 (``entry.py``) then turns the outcome into what akadze_core understands.
+
+Celery's patch point: the worker runs each task through ``build_tracer(name, task, ...)``
+looked up on this module when the task runs (so ``celery.app.trace.build_tracer`` replaced
+after import, as Sentry and New Relic do, applies), with Celery's call shape: the tracer it
+returns is called ``tracer(task_id, args, kwargs, request_dict)`` and returns a
+``trace_ok_t``. What the worker needs beyond that call (the time limits around the body, the
+revoke check, the early outcome store) reaches the tracer through ``worker_run``, not
+through its arguments, which wrappers pass on as they are. An ``async def`` body (which
+Celery's tracer cannot run) is traced by ``trace_async`` directly: instrumentations see it
+through the signals only.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import sys
 import time
 import traceback as traceback_module
+from collections import namedtuple
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,14 +35,16 @@ from .. import serialization, signals, states
 from .._state import task_stack, worker_request
 from ..exceptions import Ignore, Reject, Retry
 from ..result import stored_value
-from ..utils.objects import is_default, overrides_default
+from ..utils.objects import is_default, overrides_default, wraps_default
 from ..utils.unsupported import not_provided
+from .context import Context
 
 if TYPE_CHECKING:
-    from .context import Context
     from .task import Task
 
-__all__ = ["ExceptionInfo", "RetryCall", "TraceResult", "call_body", "trace", "trace_async"]
+__all__ = ["IGNORE_STATES", "ExceptionInfo", "RetryCall", "TraceInfo", "TraceResult",
+           "WorkerRun", "build_tracer", "call_body", "task_has_custom", "trace", "trace_async",
+           "trace_ok_t", "worker_run"]
 
 logger = logging.getLogger("celery.app.trace")
 
@@ -51,15 +66,37 @@ class RetryCall(NamedTuple):
 
 
 class ExceptionInfo:
-    """What Celery hands to ``on_failure``/``on_retry`` as ``einfo``."""
+    """What Celery hands to ``on_failure``/``on_retry`` and ``task_failure`` as ``einfo``:
+    billiard's ``ExceptionInfo`` interface (``type``, ``exception``, ``tb``, ``traceback``
+    as text, ``exc_info``, ``internal``).
 
-    def __init__(self, exc: BaseException) -> None:
+    ``ExceptionInfo()`` takes the exception being handled (``sys.exc_info()``), as
+    billiard's does; ``exc_info`` may be that triple or an exception instance.
+    ``exception`` is the exception itself (billiard wraps it for pickling, which nothing
+    here needs), ``tb`` its traceback object.
+    """
+
+    #: Set to true if this is an internal error.
+    internal = False
+
+    def __init__(self, exc_info: BaseException | tuple[Any, Any, Any] | None = None,
+                 internal: bool = False) -> None:
+        if isinstance(exc_info, BaseException):
+            exc: BaseException | None = exc_info
+            etype: Any = type(exc_info)
+            tb = exc_info.__traceback__
+        else:
+            etype, exc, tb = exc_info or sys.exc_info()
         self.exception = exc
-        self.type = type(exc)
-        self.tb = exc.__traceback__
-        self.traceback = "".join(traceback_module.format_exception(type(exc), exc, self.tb))
-        self.exc_info = (self.type, exc, self.tb)
-        self.internal = False
+        self.type = etype
+        self.tb = tb
+        self.traceback = "".join(traceback_module.format_exception(etype, exc, tb))
+        self.internal = internal
+
+    @property
+    def exc_info(self) -> tuple[Any, BaseException | None, Any]:
+        """``(type, exception, traceback)``, as ``sys.exc_info()`` gave them."""
+        return self.type, self.exception, self.tb
 
     def __str__(self) -> str:
         return self.traceback
@@ -289,9 +326,109 @@ async def trace_async(task: Task, request: Context, args: Any, kwargs: Any,
         return tracing.result
 
 
+class TraceInfo:
+    """Celery's ``TraceInfo``: the state a traced call ended in and its exception (the
+    ``info`` of the ``trace_ok_t`` a tracer returns when the call did not succeed)."""
+
+    __slots__ = ("retval", "state")
+
+    def __init__(self, state: str, retval: Any = None) -> None:
+        self.state = state
+        self.retval = retval
+
+
+#: What a tracer returns, as in Celery: the return value (the exception when the call did
+#: not succeed), None or the ``TraceInfo`` of a call that did not succeed, the seconds it
+#: took, and the text of the return value (None here: nothing reads it).
+trace_ok_t = namedtuple("trace_ok_t", ("retval", "info", "runtime", "retstr"))
+#: The states after which Celery stores nothing.
+IGNORE_STATES = frozenset({states.IGNORED, states.RETRY, states.REJECTED})
+
+
+def task_has_custom(task: Any, attr: str) -> type | None:
+    """The class that gives ``task`` its own ``attr`` (None: it is the base Task's), as
+    Celery's ``task_has_custom``. Asked of ``task.__class__``, which an instrumentation
+    proxy around a task answers with the task's class. An ``attr`` replaced on the base class
+    itself (a wrapper around its method) counts as custom, as Celery's check of the
+    method's module does."""
+    for node in task.__class__.__mro__:
+        value = node.__dict__.get(attr)
+        if node.__dict__.get("__akadze_base_task__") or node is object:
+            if value is None:
+                return None
+            own = getattr(value, "__module__", None) == node.__module__
+            return None if own and not wraps_default(value) else node
+        if value is not None:
+            return node
+    return None
+
+
+@dataclass(slots=True)
+class WorkerRun:
+    """What the worker hands to the tracer of the call it runs, beside the tracer's
+    arguments: the request as built from the job, the body's caller (time limits around it),
+    the revoke check and the early outcome store (see ``trace``); the tracer leaves the
+    ``TraceResult`` in ``result``."""
+
+    request: Context
+    call: Callable[[Any, Any, Any], Any]
+    revoked: Callable[[], bool | None] | None
+    store: Callable[[TraceResult], None] | None
+    result: TraceResult | None = None
+    #: ``apply()``'s run (eager), and whether it re-raises the body's exception.
+    eager: bool = False
+    propagate: bool = False
+
+
+#: The run the worker is about to trace in this context (None outside it).
+worker_run: contextvars.ContextVar[WorkerRun | None] = contextvars.ContextVar(
+    "akadze_compat.worker_run", default=None)
+
+
+def build_tracer(name: str, task: Any, loader: Any = None, hostname: str | None = None,
+                 store_errors: bool = True, Info: type = TraceInfo, eager: bool = False,
+                 propagate: bool = False, app: Any = None,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 trace_ok_t: Callable[..., Any] = trace_ok_t,
+                 IGNORE_STATES: frozenset[str] = IGNORE_STATES) -> Callable[..., Any]:
+    """Celery's ``build_tracer``: a function ``trace_task(uuid, args, kwargs, request=None)``
+    that runs one call of ``task`` with its handlers and signals and returns a
+    ``trace_ok_t``.
+
+    The worker builds one per task and process, and again when this function was replaced
+    (a wrapper installed later applies from the next task on); ``apply()`` builds one per
+    call with ``eager=True``, as Celery's does. ``task`` is used as given,
+    so a proxy around the task (New Relic's) is what the body is called through. ``loader``,
+    ``hostname``, ``store_errors``, ``app`` and ``IGNORE_STATES`` are accepted for Celery's
+    callers; results are stored by the worker, from the job, whatever they say.
+    """
+    del name, loader, hostname, store_errors, app, IGNORE_STATES
+
+    def trace_task(uuid: Any, args: Any, kwargs: Any, request: Any = None) -> Any:
+        run = worker_run.get()
+        started = monotonic()
+        if run is not None and run.result is None and run.eager == eager:
+            # the run of the worker or of apply() that built this tracer, traced once
+            result = trace(task, run.request, args, kwargs,
+                           lambda: run.call(task, args, kwargs), eager=run.eager,
+                           propagate=run.propagate, revoked=run.revoked, store=run.store)
+            run.result = result
+        else:  # called on its own: a request from what was passed
+            context = Context(dict(request or {}), id=uuid, args=args, kwargs=kwargs,
+                              is_eager=eager)
+            result = trace(task, context, args, kwargs,
+                           lambda: call_body(task, args, kwargs), eager=eager,
+                           propagate=propagate)
+        if result.state == states.SUCCESS:
+            return trace_ok_t(result.retval, None, monotonic() - started, None)
+        return trace_ok_t(result.retval, Info(result.state, result.retval),
+                          monotonic() - started, None)
+
+    return trace_task
+
+
 __getattr__ = not_provided(__name__, {
-    name: ("the tracer is internal here (the worker and apply() share it); hook in with "
-           "the task_prerun / task_postrun / task_success / task_failure signals or the "
+    name: ("the worker builds its tracers itself; hook in with build_tracer, the "
+           "task_prerun / task_postrun / task_success / task_failure signals or the "
            "Task handlers", "signals")
-    for name in ("TraceInfo", "build_tracer", "trace_task", "setup_worker_optimizations",
-                 "reset_worker_optimizations")})
+    for name in ("trace_task", "setup_worker_optimizations", "reset_worker_optimizations")})

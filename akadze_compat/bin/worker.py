@@ -8,9 +8,12 @@ same Worker running task bodies in N child processes, one each (``worker_pool``)
 Celery's worker signals are sent with Celery's senders and arguments, at the same points:
 ``celeryd_init`` and ``worker_init`` first, then ``setup_logging`` (a receiver takes logging
 over), ``after_setup_logger``, ``after_setup_task_logger``; ``worker_process_init`` in each
-prefork child and in a solo worker; ``worker_ready`` once claiming; ``worker_shutting_down``
-on a stop signal; ``worker_process_shutdown`` as a prefork child exits; ``worker_shutdown``
-last.
+prefork child and in a solo worker. A prefork child is a fresh interpreter, not a fork, so
+it sends ``celeryd_init`` and ``worker_init`` (and the logging signals) again before its
+``worker_process_init``: what their receivers set up in a Celery worker's process is
+inherited by its forked children, and must be there in ours. ``worker_ready`` once
+claiming; ``worker_shutting_down`` on a stop signal; ``worker_process_shutdown`` as a
+prefork child exits; ``worker_shutdown`` last.
 
 Hidden environment overrides (seconds), for tests and tuning: ``AKADZE_POLL_INTERVAL``,
 ``AKADZE_HEARTBEAT_INTERVAL``, ``AKADZE_HEARTBEAT_TTL``, ``AKADZE_SHUTDOWN_TIMEOUT``.
@@ -128,10 +131,12 @@ def _init(app: Any, settings: WorkerSettings, instance: WorkController, *,
         app.conf.task_soft_time_limit = settings.soft_time_limit
     if settings.scheduler:
         app.conf.beat_scheduler = settings.scheduler
-    if main_process:
-        signals.celeryd_init.send(sender=settings.hostname, instance=instance, conf=app.conf,
-                                  options=settings.options)
-        signals.worker_init.send(sender=instance)
+    # Also in each prefork child: Celery's children are forks of a process that ran these
+    # receivers, so what they set up (sentry_sdk.init in celeryd_init, as Sentry's docs
+    # show) is there when tasks run; ours are fresh interpreters, which must run them too.
+    signals.celeryd_init.send(sender=settings.hostname, instance=instance, conf=app.conf,
+                              options=settings.options)
+    signals.worker_init.send(sender=instance)
     setup_worker_logging(app, settings.loglevel, settings.logfile)
     for line in settings.notes if main_process else ():
         logger.info("%s", line)

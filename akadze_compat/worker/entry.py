@@ -43,10 +43,19 @@ from akadze_core.integration import (
 )
 
 from .. import signals, states
+from ..app import trace as trace_module
 from ..app.context import Context
 from ..app.flow import ERRBACK
 from ..app.publish import FOREVER
-from ..app.trace import ExceptionInfo, RetryCall, TraceResult, call_body, trace, trace_async
+from ..app.trace import (
+    ExceptionInfo,
+    RetryCall,
+    TraceResult,
+    WorkerRun,
+    call_body,
+    trace_async,
+    worker_run,
+)
 from ..backends.base import celery_meta
 from ..exceptions import (
     MaxRetriesExceededError,
@@ -142,7 +151,10 @@ def build_request(task: Task, job: Job, meta: dict[str, Any], args: list[Any],
                           "routing_key": meta.get("routing_key") or job.queue,
                           "queue": job.queue, "priority": job.priority,
                           "redelivered": job.run_count > job.attempt},
-        "headers": custom_headers or None, "root_id": meta.get("root_id") or task_id,
+        # Celery's request.headers: the custom headers, or the custom header named
+        # "headers" when there is one (where tracers nest their context).
+        "headers": custom_headers.get("headers", custom_headers or None),
+        "root_id": meta.get("root_id") or task_id,
         "parent_id": meta.get("parent_id"), "correlation_id": task_id, "reply_to": "",
         "ignore_result": ignore_result, "shadow": meta.get("shadow"),
         "callbacks": meta.get("link"), "errbacks": meta.get("link_error"), "utc": True,
@@ -479,6 +491,25 @@ async def _store_async(run: _Run, result: TraceResult) -> None:
     _stored(run, written)
 
 
+#: Where a task keeps its tracer: ``(build_tracer it came from, tracer)``.
+_TRACER = "_akadze_tracer"
+
+
+def _tracer(task: Task) -> Any:
+    """The tracer the worker runs ``task`` through: built by ``build_tracer`` as it is on
+    ``akadze_compat.app.trace`` now (Celery's ``celery.app.trace``), once per task and
+    process, and again after that function was replaced."""
+    builder = trace_module.build_tracer
+    kept = task.__dict__.get(_TRACER)
+    if kept is not None and kept[0] is builder:
+        return kept[1]
+    app = task.app
+    tracer = builder(str(task.name), task, getattr(app, "loader", None), worker_hostname,
+                     app=app)
+    task.__dict__[_TRACER] = (builder, tracer)
+    return tracer
+
+
 def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[str, Any]) \
         -> Any:
     run = _prepare(app, name, args, kwargs, unexpected)
@@ -495,19 +526,26 @@ def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[s
     _check_deadline(run)
     send_received(run.task, run.request)
 
-    def body() -> Any:
+    def body(task: Any, args: Any, kwargs: Any) -> Any:
         limits = sync_limits(run.limits)
         if limits is None:  # no timers to arm: skip the context manager
-            return call_body(run.task, run.args, run.kwargs)
+            return call_body(task, args, kwargs)
         with limits:
-            return call_body(run.task, run.args, run.kwargs)
+            return call_body(task, args, kwargs)
 
     def revoked() -> bool | None:
         local = _revoked_locally(run)
         return local if local is not None else _revoked(app.core.get_job(context.id))
 
-    result = trace(run.task, run.request, run.args, run.kwargs, body, eager=False,
-                   revoked=revoked, store=lambda traced: _store_sync(run, traced))
+    traced = WorkerRun(run.request, body, revoked, lambda outcome: _store_sync(run, outcome))
+    token = worker_run.set(traced)
+    try:
+        _tracer(run.task)(run.request.id, run.args, run.kwargs, run.request.__dict__)
+    finally:
+        worker_run.reset(token)
+    result = traced.result
+    if result is None:  # a wrapper around the tracer returned without calling it
+        raise Fail(f"the tracer of {name!r} did not run the task")
     if context.completed:
         return None
     patch = _meta_patch(run, result)

@@ -281,9 +281,7 @@ def test_ddtrace_module_watchdog_hook_fires_on_akadze_modules() -> None:
 # Imported by each add-on at import time (its own module, as its docs have the user import
 # it); None: the module needs nothing more than the alias.
 ADDON_MODULES = [
-    pytest.param("sentry_sdk.integrations.celery", marks=pytest.mark.xfail(
-        strict=True, reason="needs celery.app.trace.task_has_custom, which comes with the "
-                            "worker's Celery patch points")),
+    "sentry_sdk.integrations.celery",
     "ddtrace.contrib.internal.celery.patch",
     "newrelic.hooks.application_celery",
     "opentelemetry.instrumentation.celery",
