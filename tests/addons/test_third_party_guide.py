@@ -56,19 +56,6 @@ def test_the_shell_block_prints_what_its_comment_says(tmp_path: Path) -> None:
     assert done.stdout.strip() == block.split("#")[-1].strip() == "akadze_compat"
 
 
-def test_the_names_the_page_says_are_missing_are() -> None:
-    # Sentry's CeleryIntegration needs it.
-    done = run("from celery.app.trace import task_has_custom")
-    assert done.returncode != 0 and "task_has_custom" in done.stderr
-    assert re.search(r"^\S*(ImportError|NotProvided): ", done.stderr, re.MULTILINE)
-
-
-def test_sentry_integration_reports_celery_not_installed() -> None:
-    pytest.importorskip("sentry_sdk")
-    done = run("import sentry_sdk.integrations.celery")
-    assert done.returncode != 0 and "DidNotEnable: Celery not installed" in done.stderr
-
-
 def test_the_django_structlog_step_is_created_as_the_worker_creates_steps(
         tmp_path: Path) -> None:
     pytest.importorskip("django_structlog")
