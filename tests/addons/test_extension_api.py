@@ -25,8 +25,8 @@ import pytest
 from tests.compat import differential
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The Redis database this file uses (other add-on tests take 9, 12 and 13).
-REDIS_URL = "redis://127.0.0.1:6379/14"
+#: The Redis database this file uses (other add-on tests take 9 and 11 to 14).
+REDIS_URL = "redis://127.0.0.1:6379/15"
 
 
 def celery_python() -> str:
@@ -359,7 +359,7 @@ from celery import Celery
 from celery_once import QueueOnce, AlreadyQueued
 from celery_singleton import Singleton
 
-REDIS = "redis://127.0.0.1:6379/14"
+REDIS = "redis://127.0.0.1:6379/15"
 app = Celery("proj", broker=os.environ["BROKER"], set_as_current=True)
 app.conf.ONCE = {"backend": "celery_once.backends.Redis",
                  "settings": {"url": REDIS, "default_timeout": 60}}
