@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from ..addons import alias_state, installed_addons
 from ..doctor import KINDS, Report, build_report
 from .base import CliError, cli_state, secrets
 
@@ -65,8 +66,28 @@ def _wrap(text: str, indent: int) -> str:
                          break_long_words=False)
 
 
-def render_text(report: Report) -> str:
-    """The report as the doctor prints it."""
+def render_addons(state: dict[str, Any], addons: list[dict[str, Any]]) -> list[str]:
+    """The lines on the celery alias and the Celery add-ons installed."""
+    if state["on"]:
+        switch = "on: `import celery` resolves to akadze_compat"
+    else:
+        switch = "off: `import celery` imports " + (
+            f"the real celery {state['real_celery']}" if state["real_celery"]
+            else "nothing (no celery is installed)")
+    lines = ["", "Celery add-ons", f"  celery alias: {switch} (AKADZE_CELERY="
+             f"{state['env'] if state['env'] is not None else '(unset)'})"]
+    if state["on"] and state["real_celery"]:
+        lines.append(f"  celery {state['real_celery']} is installed (a dependency of the "
+                     "add-ons): not used while the alias is on")
+    for addon in addons:
+        lines.append(f"  {addon['distribution']} {addon['version']}: see {addon['guide']}")
+    if not addons:
+        lines.append("  none of the add-ons migration_guide/third-party.md covers is installed")
+    return lines
+
+
+def render_text(report: Report, addon_lines: list[str] | None = None) -> str:
+    """The report as the doctor prints it (``addon_lines`` go before the summary)."""
     counts = report.counts()
     config = f"config {report.config}; " if report.config else ""
     lines = [f"akadze-compat doctor: app {report.app} ({config}{len(report.tasks)} tasks; "
@@ -93,6 +114,7 @@ def render_text(report: Report) -> str:
             lines.append(_wrap(item.message, 6))
     if report.unparsed:
         lines += ["", "Not scanned (does not parse): " + ", ".join(report.unparsed)]
+    lines += addon_lines or []
     summary = ", ".join(f"{counts[kind]} {kind}" for kind in KINDS)
     verdict = ("something the project uses is missing in akadze" if report.exit_code
                else "nothing blocks the move")
@@ -119,9 +141,11 @@ def doctor_command(ctx: click.Context, as_json: bool) -> None:
     report = build_report(app, cli_state(ctx).app_spec)
     for value in app.conf.without_defaults().values():
         secrets.add_url(value if isinstance(value, str) and "://" in value else None)
+    state, addons = alias_state(), installed_addons()
     if as_json:
-        text = json.dumps(report.as_dict(), indent=2, ensure_ascii=False, default=str)
+        data = {**report.as_dict(), "celery_alias": state, "addons": addons}
+        text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
     else:
-        text = render_text(report)
+        text = render_text(report, render_addons(state, addons))
     click.echo(secrets.scrub(text))
     ctx.exit(report.exit_code)

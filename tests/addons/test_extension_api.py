@@ -25,8 +25,8 @@ import pytest
 from tests.compat import differential
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The Redis database Celery's side of the worker test uses (others are taken by other tests).
-REDIS_URL = "redis://127.0.0.1:6379/13"
+#: The Redis database this file uses (other add-on tests take 9 and 11 to 14).
+REDIS_URL = "redis://127.0.0.1:6379/15"
 
 
 def celery_python() -> str:
@@ -349,3 +349,59 @@ def test_redbeat_scheduler_is_built_on_akadze_classes() -> None:
                           issubclass(RedBeatSchedulerEntry, akadze_compat.beat.ScheduleEntry)]))
     """, sys.executable)
     assert seen == [True, True]
+
+
+#: celery-once and celery-singleton as their READMEs use them: a second identical call is
+#: refused (QueueOnce) or answered with the first one's result (Singleton).
+ONCE_AND_SINGLETON = """
+import json, os, uuid
+from celery import Celery
+from celery_once import QueueOnce, AlreadyQueued
+from celery_singleton import Singleton
+
+REDIS = "redis://127.0.0.1:6379/15"
+app = Celery("proj", broker=os.environ["BROKER"], set_as_current=True)
+app.conf.ONCE = {"backend": "celery_once.backends.Redis",
+                 "settings": {"url": REDIS, "default_timeout": 60}}
+app.conf.singleton_backend_url = REDIS
+
+@app.task(base=QueueOnce, name="proj.once")
+def once(n):
+    return n
+
+@app.task(base=Singleton, name="proj.single")
+def single(n):
+    return n
+
+token = uuid.uuid4().hex
+first = once.delay(token)
+try:
+    once.delay(token)
+    second = "sent"
+except AlreadyQueued as exc:
+    second = "AlreadyQueued"
+other = once.delay(token + "x")
+graceful = once.apply_async(args=(token,), once={"graceful": True})
+a = single.delay(token)
+b = single.delay(token)
+c = single.delay(token + "x")
+print(json.dumps({"once": [bool(first.id), second, bool(other.id), type(graceful).__name__],
+                  "single": [a.id == b.id, a.id != c.id, type(b).__name__]}))
+"""
+
+
+@pytest.mark.slow
+def test_celery_once_and_singleton_refuse_a_duplicate_as_on_celery(database_url: str) -> None:
+    pytest.importorskip("celery_once")
+    pytest.importorskip("celery_singleton")
+    python = celery_python()
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL).ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"no Redis at {REDIS_URL}: {exc}")
+    on_celery = run_script(ONCE_AND_SINGLETON, python, env={"BROKER": REDIS_URL})
+    on_akadze = run_script(ONCE_AND_SINGLETON, sys.executable, env={"BROKER": database_url})
+    assert on_akadze == on_celery
+    assert on_akadze["once"][1] == "AlreadyQueued" and on_akadze["single"][0] is True

@@ -52,6 +52,12 @@ DJANGO_TASKS = "Django's own task framework (`django.tasks`, Django 6)"
 
 #: (page, section, language, index in the section) -> the test that runs the block.
 COVERED = {
+    ("third-party.md", "The switch: `celery` resolves to akadze_compat", "sh", 0):
+        "test_the_third_party_page_blocks_run",
+    ("third-party.md", "The switch: `celery` resolves to akadze_compat", "python", 0):
+        "test_the_third_party_page_blocks_run",
+    ("third-party.md", "Boot steps and task annotations", "python", 0):
+        "test_the_third_party_page_blocks_run",
     ("README.md", "Regenerating the tables", "sh", 0):
         "test_the_tables_regenerate_as_committed",
     ("celery.md", "1. Install, and create the schema", "sh", 0):
@@ -980,3 +986,14 @@ def test_the_django_tasks_section(tmp_path: Path, empty_database_url: str) -> No
     assert done.returncode == 0, (done.stderr[-3000:], log[-3000:])
     assert done.stdout.splitlines() == [
         "enqueued READY", "finished SUCCESSFUL 1 True", "rolled back: no job"], log[-3000:]
+
+
+def test_the_third_party_page_blocks_run(tmp_path: Path) -> None:
+    """third-party.md's blocks, run by its own tests (tests/addons/test_third_party_guide.py:
+    python without AKADZE_CELERY, each switching the alias on by its first line; the shell
+    block prints what its comment says)."""
+    from tests.addons import test_third_party_guide as page
+
+    for index in range(len(page.blocks("python"))):
+        page.test_python_blocks_run_as_written(index, tmp_path)
+    page.test_the_shell_block_prints_what_its_comment_says(tmp_path)

@@ -125,9 +125,10 @@ def test_what_does_not_come_along() -> None:
     from akadze_compat.bin.celery import cli
 
     text = _section(CELERY, "0. What does not come along")
-    assert "accepted, not enforced" in _row(text, "`rate_limit`, `task_annotations`")[1]
+    assert "accepted, not enforced" in _row(text, "`rate_limit`")[1]
+    assert "`task_annotations` are applied" in _row(text, "`rate_limit`")[1]
     assert TASK_OPTION_SUPPORT["rate_limit"].status == IGNORED
-    assert SETTING_SUPPORT["task_annotations"].status == IGNORED
+    assert SETTING_SUPPORT["task_annotations"].status == HONOURED
     assert SETTING_SUPPORT["task_default_rate_limit"].status == IGNORED
 
     assert _row(text, "pickle, yaml, msgpack")[1].startswith("refused")
@@ -162,8 +163,7 @@ def test_what_does_not_come_along() -> None:
 
 
 @pytest.mark.parametrize("path", [
-    "akadze_compat.beat:Scheduler", "akadze_compat.beat:ScheduleEntry",
-    "akadze_compat.bootsteps:StartStopStep",
+    "akadze_compat.beat:PersistentScheduler", "akadze_compat.bootsteps:ConsumerStep",
     "akadze_compat.contrib.rdb", "akadze_compat.contrib.migrate"])
 def test_the_paths_the_guide_says_fail_at_import_do(path: str) -> None:
     """Section 0: custom beat schedulers and bootsteps fail with an

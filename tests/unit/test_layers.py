@@ -48,7 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
              "contrib.abortable",
              "contrib.django", "contrib.django.*")),
     # Processes and tools: the command, the doctor, Celery's worker-side paths, the package.
-    ("tools", ("", "__main__", "cli", "bin", "bin.*", "doctor", "doctor_scan", "support",
+    ("tools", ("", "__main__", "cli", "bin", "bin.*", "doctor", "doctor_scan", "support", "addons",
                "worker.pool", "worker.control", "contrib", "contrib.*", "as_celery",
                "_billiard", "_billiard.*", "flower_api")),
 ]
