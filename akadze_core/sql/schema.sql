@@ -12,6 +12,7 @@ CREATE FUNCTION akadze.claim_jobs(p_lock_timeout text, p_queue text, p_limit int
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_seqscan TO 'off'
     SET enable_bitmapscan TO 'off'
+    SET jit TO 'off'
     AS $$
 #variable_conflict use_column
 BEGIN
@@ -99,6 +100,7 @@ $$;
 
 CREATE FUNCTION akadze.claim_jobs_fair(p_lock_timeout text, p_queue text, p_limit integer, p_worker_id bigint, p_after_task text) RETURNS TABLE(id bigint, task text, queue text, args text, state text, priority integer, scheduled_at timestamp with time zone, attempt integer, max_attempts integer, run_count integer, claim_token bigint, expires_at timestamp with time zone, meta text, created_at timestamp with time zone, started_at timestamp with time zone, cancel_requested boolean, last_error text, upstreams bigint[], upstream_results text, result_arg text, "position" integer, releases boolean, notified boolean)
     LANGUAGE plpgsql
+    SET jit TO 'off'
     AS $$
 #variable_conflict use_column
 BEGIN
@@ -186,6 +188,7 @@ $$;
 
 CREATE FUNCTION akadze.complete_jobs(p_lock_timeout text, p_id bigint[], p_run_count integer[], p_claim_token bigint[], p_kind text[], p_result text[], p_delay double precision[], p_error text[], p_max_attempts integer[]) RETURNS TABLE(id bigint, run_count integer, state text, queue text, priority integer, scheduled_at timestamp with time zone, settled integer)
     LANGUAGE plpgsql
+    SET jit TO 'off'
     AS $$
 #variable_conflict use_column
 BEGIN
@@ -299,6 +302,7 @@ $$;
 CREATE FUNCTION akadze.settle(finished bigint[]) RETURNS integer
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
+    SET jit TO 'off'
     AS $$
 DECLARE
     -- The finished jobs that count down dependents, that doom them, that have errbacks.
