@@ -4,11 +4,15 @@ A step class added to ``app.steps["worker"]`` (or ``app.steps["consumer"]``) is 
 the worker is set up, after ``worker_init`` (``Step(worker)``, then ``include_if`` /
 ``create``); a ``StartStopStep`` is started before the worker claims its first task (before
 ``worker_ready``) and stopped, in reverse order, when it stops (before ``worker_shutdown``),
-as in Celery. Steps run in the worker's main process, ordered by their ``requires`` among
-themselves; a requirement naming one of Celery's own steps (``celery.worker.components:Timer``)
-is met already: akadze's worker plays their parts. The worker they get is
-``akadze_compat.bin.worker.WorkController``: ``app``, ``hostname``, ``pid``, ``steps``, and a
-``timer`` with ``call_repeatedly`` / ``call_after`` (the liveness-probe recipe uses it).
+as in Celery. Steps start and stop in the worker's main process, ordered by their
+``requires`` among themselves. Each prefork child creates them too (``__init__``,
+``include_if``, ``create``), never starting them: Celery's children are forks of the process
+that created them, so what a step set up there (the signal receivers django-structlog's step
+connects) is in the child that runs the task. A requirement naming one of Celery's own
+steps (``celery.worker.components:Timer``) is met already: akadze's worker plays their
+parts. The worker they get is ``akadze_compat.bin.worker.WorkController``: ``app``,
+``hostname``, ``pid``, ``steps``, ``blueprint`` (the created steps), and a ``timer`` with
+``call_repeatedly`` / ``call_after`` (the liveness-probe recipe uses it).
 
 What differs: consumer steps get the worker too (there is no kombu consumer), and
 ``ConsumerStep``, which consumes from a kombu channel, is not provided.
