@@ -14,8 +14,9 @@ parts. The worker they get is ``akadze_compat.bin.worker.WorkController``: ``app
 ``hostname``, ``pid``, ``steps``, ``blueprint`` (the created steps), and a ``timer`` with
 ``call_repeatedly`` / ``call_after`` (the liveness-probe recipe uses it).
 
-What differs: consumer steps get the worker too (there is no kombu consumer), and
-``ConsumerStep``, which consumes from a kombu channel, is not provided.
+What differs: consumer steps get the worker too (there is no kombu consumer), and a
+``ConsumerStep``, which consumes from a kombu channel, imports but refuses to start (the
+worker says why and exits).
 """
 
 from __future__ import annotations
@@ -26,9 +27,7 @@ from typing import Any
 
 from kombu.utils.imports import symbol_by_name
 
-from .utils.unsupported import not_provided
-
-__all__ = ["Blueprint", "StartStopStep", "Step", "StepType"]
+__all__ = ["Blueprint", "ConsumerStep", "StartStopStep", "Step", "StepType"]
 
 logger = logging.getLogger("celery.bootsteps")
 
@@ -207,6 +206,31 @@ class Blueprint:
         return self.steps[name]
 
 
-__getattr__ = not_provided(__name__, {
-    "ConsumerStep": ("akadze's worker has no kombu consumer to add consumers to: a "
-                     "StartStopStep starts with the worker", "signals")})
+class ConsumerStep(StartStopStep):
+    """Celery's step that adds kombu consumers to the worker's broker connection: it imports
+    and can be subclassed and added to ``app.steps["consumer"]``, but starting it raises
+    ``NotImplementedError`` (the worker then refuses to start, saying why): akadze's worker
+    has no kombu connection to open a channel on (``support.CONSUMER_STEP``)."""
+
+    requires: Any = ("celery.worker.consumer:Connection",)
+    #: The kombu consumers ``get_consumers`` returned (never any here).
+    consumers: Any = None
+
+    def get_consumers(self, channel: Any) -> Any:
+        """The kombu consumers to add, on ``channel`` (the subclass says)."""
+        raise NotImplementedError("missing get_consumers")
+
+    def start(self, parent: Any) -> Any:
+        """Refuse: there is no channel to give ``get_consumers``."""
+        from .support import CONSUMER_STEP  # support imports much of the package
+
+        raise NotImplementedError(f"{type(self).__name__} (a bootsteps.ConsumerStep) cannot "
+                                  f"run on akadze: {CONSUMER_STEP}")
+
+    def stop(self, parent: Any) -> Any:
+        """Nothing to stop: it never started."""
+        return None
+
+    def shutdown(self, parent: Any) -> Any:
+        """Nothing to close."""
+        return None

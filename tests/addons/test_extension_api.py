@@ -150,6 +150,59 @@ def test_step_classes_are_named_as_celery_names_them() -> None:
     assert on_akadze == on_celery
 
 
+CONSUMER_STEP_CLASS = """
+    import json
+    from celery import Celery, bootsteps
+    from kombu import Consumer, Queue
+
+    class MyConsumerStep(bootsteps.ConsumerStep):
+        def get_consumers(self, channel):
+            return [Consumer(channel, queues=[Queue("custom")], callbacks=[print])]
+
+    app = Celery("proj", set_as_current=False)
+    app.steps["consumer"].add(MyConsumerStep)
+    step = MyConsumerStep(None)
+    print(json.dumps([MyConsumerStep.name, list(MyConsumerStep.requires), step.consumers,
+                      isinstance(step, bootsteps.StartStopStep),
+                      MyConsumerStep in app.steps["consumer"]]))
+"""
+
+
+def test_a_consumer_step_imports_and_subclasses_as_on_celery() -> None:
+    on_celery, on_akadze = both(CONSUMER_STEP_CLASS)
+    assert on_akadze == on_celery == [
+        "__main__.MyConsumerStep", ["celery.worker.consumer:Connection"], None, True, True]
+
+
+def test_the_worker_refuses_to_start_with_a_consumer_step(tmp_path: Path,
+                                                        database_url: str) -> None:
+    """Its get_consumers needs a kombu channel, which akadze's worker has not: the worker
+    exits at start, saying why (support.CONSUMER_STEP), before it claims anything."""
+    from akadze_compat.support import CONSUMER_STEP
+
+    (tmp_path / "consumerproj.py").write_text(textwrap.dedent('''
+        from celery import Celery, bootsteps
+
+        class MyConsumerStep(bootsteps.ConsumerStep):
+            def get_consumers(self, channel):
+                raise AssertionError("never called: there is no channel")
+
+        app = Celery("consumerproj")
+        app.steps["consumer"].add(MyConsumerStep)
+    '''))
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("AKADZE_DATABASE_URL", "CELERY_BROKER_URL", "AKADZE_CELERY")}
+    done = subprocess.run([str(Path(sys.executable).with_name("akadze-compat")), "-b",
+                           database_url, "-A", "consumerproj", "worker", "-P", "solo"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    assert "a boot step failed to start: NotImplementedError: MyConsumerStep (a " \
+        "bootsteps.ConsumerStep) cannot run on akadze: " in output
+    assert " ".join(CONSUMER_STEP.split()) in " ".join(output.split())
+    assert "ready." not in output and "never called" not in output
+
+
 #: A project with the liveness-probe boot step as it is usually written for Celery, recording
 #: the order of what happens to $EVENTS.
 PROBE_PROJECT = '''
