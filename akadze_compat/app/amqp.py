@@ -344,7 +344,8 @@ def publish_retry(task: Task, request: Context, args: Any, kwargs: Any, *,
     Celery sends them (it publishes the retry as a new message there); None without
     receivers. Returns the custom headers for the next run: the job's, as the receivers
     left them in the message headers (django-structlog puts the task's logging context
-    there, for instance); the rest of the message is the job's already."""
+    there, for instance), or None when they are not JSON; the rest of the message is the
+    job's already."""
     if not (signals.before_task_publish.receivers or signals.after_task_publish.receivers):
         return None
     meta = getattr(request, "_akadze_meta", None) or {}
@@ -375,7 +376,8 @@ def publish_retry(task: Task, request: Context, args: Any, kwargs: Any, *,
     signals.after_task_publish.send(sender=task.name, body=body, headers=headers,
                                     exchange="", routing_key=queue)
     custom = {key: value for key, value in headers.items() if key not in STANDARD_HEADERS}
-    return _json_or_none(custom, "headers") or {}
+    # Headers that are not JSON are logged and left out: the job keeps the ones it had.
+    return _json_or_none(custom, "headers")
 
 
 def to_datetime(value: datetime | str, app: Celery) -> datetime:
