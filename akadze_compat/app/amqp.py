@@ -46,8 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["AMQP", "FOREVER", "MESSAGE_PROPERTIES", "ROUTE_KEYS", "STANDARD_HEADERS", "Message",
            "PublishConnectionLost", "PublishUnavailable", "current_session",
            "enclosing_session", "max_attempts_for", "message_meta", "prepare", "publish_retry",
-           "to_datetime",
-           "transaction"]
+           "to_datetime", "transaction"]
 
 logger = logging.getLogger("akadze_compat.publish")
 
