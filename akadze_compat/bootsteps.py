@@ -4,14 +4,19 @@ A step class added to ``app.steps["worker"]`` (or ``app.steps["consumer"]``) is 
 the worker is set up, after ``worker_init`` (``Step(worker)``, then ``include_if`` /
 ``create``); a ``StartStopStep`` is started before the worker claims its first task (before
 ``worker_ready``) and stopped, in reverse order, when it stops (before ``worker_shutdown``),
-as in Celery. Steps run in the worker's main process, ordered by their ``requires`` among
-themselves; a requirement naming one of Celery's own steps (``celery.worker.components:Timer``)
-is met already: akadze's worker plays their parts. The worker they get is
-``akadze_compat.bin.worker.WorkController``: ``app``, ``hostname``, ``pid``, ``steps``, and a
-``timer`` with ``call_repeatedly`` / ``call_after`` (the liveness-probe recipe uses it).
+as in Celery. Steps start and stop in the worker's main process, ordered by their
+``requires`` among themselves. Each prefork child creates them too (``__init__``,
+``include_if``, ``create``), never starting them: Celery's children are forks of the process
+that created them, so what a step set up there (the signal receivers django-structlog's step
+connects) is in the child that runs the task. A requirement naming one of Celery's own
+steps (``celery.worker.components:Timer``) is met already: akadze's worker plays their
+parts. The worker they get is ``akadze_compat.bin.worker.WorkController``: ``app``,
+``hostname``, ``pid``, ``steps``, ``blueprint`` (the created steps), and a ``timer`` with
+``call_repeatedly`` / ``call_after`` (the liveness-probe recipe uses it).
 
-What differs: consumer steps get the worker too (there is no kombu consumer), and
-``ConsumerStep``, which consumes from a kombu channel, is not provided.
+What differs: consumer steps get the worker too (there is no kombu consumer), and a
+``ConsumerStep``, which consumes from a kombu channel, imports but refuses to start (the
+worker says why and exits).
 """
 
 from __future__ import annotations
@@ -22,9 +27,7 @@ from typing import Any
 
 from kombu.utils.imports import symbol_by_name
 
-from .utils.unsupported import not_provided
-
-__all__ = ["Blueprint", "StartStopStep", "Step", "StepType"]
+__all__ = ["Blueprint", "ConsumerStep", "StartStopStep", "Step", "StepType"]
 
 logger = logging.getLogger("celery.bootsteps")
 
@@ -203,6 +206,31 @@ class Blueprint:
         return self.steps[name]
 
 
-__getattr__ = not_provided(__name__, {
-    "ConsumerStep": ("akadze's worker has no kombu consumer to add consumers to: a "
-                     "StartStopStep starts with the worker", "signals")})
+class ConsumerStep(StartStopStep):
+    """Celery's step that adds kombu consumers to the worker's broker connection: it imports
+    and can be subclassed and added to ``app.steps["consumer"]``, but starting it raises
+    ``NotImplementedError`` (the worker then refuses to start, saying why): akadze's worker
+    has no kombu connection to open a channel on (``support.CONSUMER_STEP``)."""
+
+    requires: Any = ("celery.worker.consumer:Connection",)
+    #: The kombu consumers ``get_consumers`` returned (never any here).
+    consumers: Any = None
+
+    def get_consumers(self, channel: Any) -> Any:
+        """The kombu consumers to add, on ``channel`` (the subclass says)."""
+        raise NotImplementedError("missing get_consumers")
+
+    def start(self, parent: Any) -> Any:
+        """Refuse: there is no channel to give ``get_consumers``."""
+        from .support import CONSUMER_STEP  # support imports much of the package
+
+        raise NotImplementedError(f"{type(self).__name__} (a bootsteps.ConsumerStep) cannot "
+                                  f"run on akadze: {CONSUMER_STEP}")
+
+    def stop(self, parent: Any) -> Any:
+        """Nothing to stop: it never started."""
+        return None
+
+    def shutdown(self, parent: Any) -> Any:
+        """Nothing to close."""
+        return None

@@ -30,9 +30,9 @@ from .django_beat import names_database_scheduler
 from .exceptions import ImproperlyConfigured
 from .serialization import check_accept_content, check_serializer
 
-__all__ = ["API_PATTERNS", "DIFFERENT", "EXTRA_SETTINGS", "HONOURED", "IGNORED", "MISSING",
-           "SETTING_SUPPORT", "SIGNAL_SUPPORT", "SYNC_ONLY_OPTIONS", "TASK_OPTION_SUPPORT",
-           "Support", "setting_value_support", "task_option_value_support"]
+__all__ = ["API_PATTERNS", "CONSUMER_STEP", "DIFFERENT", "EXTRA_SETTINGS", "HONOURED",
+           "IGNORED", "MISSING", "SETTING_SUPPORT", "SIGNAL_SUPPORT", "SYNC_ONLY_OPTIONS",
+           "TASK_OPTION_SUPPORT", "Support", "setting_value_support", "task_option_value_support"]
 
 HONOURED, DIFFERENT, IGNORED, MISSING = "honoured", "different", "ignored", "missing"
 
@@ -381,6 +381,13 @@ _RESULT_ONLY_JOBS = ("then() is not provided (no promises); collect(), iterdeps(
 _GROUP_RESULTS = ("reads every member in one query and waits on LISTEN/NOTIFY; save() "
                   "stores the group in the akadze.saved_groups table")
 
+#: Why a ``bootsteps.ConsumerStep`` cannot run here (the worker refuses to start with one).
+CONSUMER_STEP = ("a ConsumerStep adds kombu consumers (get_consumers(channel)) to the "
+                 "worker's broker connection; akadze's worker has no kombu connection or "
+                 "channel: it claims jobs from Postgres. Consume another broker from a "
+                 "StartStopStep of your own (its start/stop run with the worker), or send "
+                 "those messages as tasks")
+
 #: What the doctor's source scan (``doctor_scan``) looks for: the keys are Celery's names, or
 #: a short description of a call shape; the status is ``missing`` or ``different``.
 API_PATTERNS: dict[str, Support] = {
@@ -438,6 +445,7 @@ API_PATTERNS: dict[str, Support] = {
                                       "pool_restart or revoke_by_stamped_headers"),
     "app.control.revoke_by_stamped_headers": Support(MISSING, _NO_STAMPING),
     "celery.canvas.StampingVisitor": Support(MISSING, _NO_STAMPING),
+    "celery.bootsteps.ConsumerStep": Support(MISSING, CONSUMER_STEP),
     "app.*": Support(MISSING, "the app has no such attribute here (no broker connection, "
                               "events or pool objects; app.backend and app.amqp answer from "
                               "the database and the settings)"),
@@ -459,8 +467,8 @@ API_PATTERNS: dict[str, Support] = {
                                        "debug and move tasks with the database at hand"),
     "celery.bootsteps": Support(DIFFERENT, "app.steps boot steps run in akadze-compat's "
                                            "worker at Celery's points; consumer steps get the "
-                                           "worker (no kombu consumer), ConsumerStep is not "
-                                           "provided"),
+                                           "worker (no kombu consumer), a ConsumerStep "
+                                           "refuses to start"),
     "celery.schedules.solar": Support(DIFFERENT, "solar schedules run as in Celery when the "
                                                  "ephem package is installed (pip install "
                                                  "'akadze[solar]'); without it the worker "

@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 
 __all__ = ["AMQP", "FOREVER", "MESSAGE_PROPERTIES", "ROUTE_KEYS", "STANDARD_HEADERS", "Message",
            "PublishConnectionLost", "PublishUnavailable", "current_session",
-           "enclosing_session", "max_attempts_for", "message_meta", "prepare", "to_datetime",
-           "transaction"]
+           "enclosing_session", "max_attempts_for", "message_meta", "prepare", "publish_retry",
+           "to_datetime", "transaction"]
 
 logger = logging.getLogger("akadze_compat.publish")
 
@@ -335,6 +335,48 @@ def message_meta(routed: Mapping[str, Any], *, headers: Mapping[str, Any] | None
     # Only what was given: readers take a missing key as None (no headers: {}), and every
     # byte is in each job's row and WAL (a plain delay()'s meta went from 264 bytes to ~40).
     return {key: value for key, value in meta.items() if value is not None}
+
+
+def publish_retry(task: Task, request: Context, args: Any, kwargs: Any, *,
+                  countdown: float | None, eta: datetime | str | None) -> dict[str, Any] | None:
+    """The publish signals of a retry, sent from ``Task.retry`` in the running task, as
+    Celery sends them (it publishes the retry as a new message there); None without
+    receivers. Returns the custom headers for the next run: the job's, as the receivers
+    left them in the message headers (django-structlog puts the task's logging context
+    there, for instance), or None when they are not JSON; the rest of the message is the
+    job's already."""
+    if not (signals.before_task_publish.receivers or signals.after_task_publish.receivers):
+        return None
+    meta = getattr(request, "_akadze_meta", None) or {}
+    at = to_datetime(eta, task.app) if eta else (
+        datetime.now(timezone.utc) + timedelta(seconds=float(countdown or 0)))
+    hard, soft = request.timelimit or (None, None)
+    headers: dict[str, Any] = {
+        "lang": "py", "task": request.task, "id": request.id, "shadow": request.shadow,
+        "eta": at.isoformat(), "expires": request.expires, "group": request.group,
+        "group_index": request.group_index, "retries": request.retries + 1,
+        "timelimit": [hard, soft], "root_id": request.root_id,
+        "parent_id": request.parent_id, "argsrepr": repr(args)[:1024],
+        "kwargsrepr": repr(kwargs)[:1024], "origin": f"gen{os.getpid()}@{socket.gethostname()}",
+        "ignore_result": request.ignore_result, "replaced_task_nesting": 0,
+        "stamped_headers": None, "stamps": {}, **(meta.get("headers") or {}),
+    }
+    body = (list(args), dict(kwargs), {"callbacks": request.callbacks,
+                                       "errbacks": request.errbacks, "chain": None,
+                                       "chord": None})
+    delivery = request.delivery_info or {}
+    queue = delivery.get("routing_key") or delivery.get("queue") or ""
+    properties: dict[str, Any] = {"correlation_id": request.id, "reply_to": ""}
+    if delivery.get("priority") is not None:  # Celery's retry keeps the message's priority
+        properties["priority"] = delivery["priority"]
+    signals.before_task_publish.send(
+        sender=task.name, body=body, exchange="", routing_key=queue, declare=[],
+        headers=headers, properties=properties, retry_policy=None)
+    signals.after_task_publish.send(sender=task.name, body=body, headers=headers,
+                                    exchange="", routing_key=queue)
+    custom = {key: value for key, value in headers.items() if key not in STANDARD_HEADERS}
+    # Headers that are not JSON are logged and left out: the job keeps the ones it had.
+    return _json_or_none(custom, "headers")
 
 
 def to_datetime(value: datetime | str, app: Celery) -> datetime:

@@ -24,7 +24,7 @@ from ..backends.base import update_state
 from ..canvas import chunks, signature, xmap, xstarmap
 from ..exceptions import MaxRetriesExceededError, Retry
 from ..utils.objects import default, overrides_default
-from . import eager, publish
+from . import amqp, eager, publish
 from .annotations import resolve_all as resolve_all_annotations
 from .context import Context
 from .publish import EXEC_OPTIONS, PLAIN_CALL
@@ -546,8 +546,12 @@ class Task:
                 f"Can't retry {self.name}[{request.id}] args:{call_args} kwargs:{call_kwargs}",
                 task_args=call_args, task_kwargs=call_kwargs)
         changed = args is not None or kwargs is not None
+        # Celery publishes the retry here, in the task: its publish signals are sent now
+        # (not for a retry returned with throw=False, which is not run again here).
+        headers = None if request.is_eager or not throw else amqp.publish_retry(
+            self, request, call_args, call_kwargs, countdown=countdown, eta=eta)
         call = RetryCall(call_args if changed else None, call_kwargs if changed else None,
-                         countdown, eta, options, limit)
+                         countdown, eta, options, limit, headers)
         retry = Retry(exc=exc, when=eta or countdown, is_eager=request.is_eager, sig=call)
         if throw:
             raise retry

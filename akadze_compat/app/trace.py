@@ -63,6 +63,9 @@ class RetryCall(NamedTuple):
     eta: datetime | None
     options: dict[str, Any]
     max_retries: int | None = None
+    #: The next run's custom headers, when the publish signals' receivers were sent the
+    #: retry's message (None: the job's stay as they are).
+    headers: dict[str, Any] | None = None
 
 
 class ExceptionInfo:

@@ -75,6 +75,10 @@ class WorkController:
         self.controller = self
         #: The started boot steps (``celery.bootsteps.StartStopStep.include`` adds to it).
         self.steps: list[Any] = []
+        #: The boot steps created on this worker (Celery's ``worker.blueprint``): it keeps
+        #: them alive, with what they hold (receivers a step connected weakly, as
+        #: django-structlog's does).
+        self.blueprint: bootsteps.Blueprint | None = None
         #: What boot steps schedule their periodic calls on (``celery.utils.timer2``).
         self.timer = Timer(name=f"{settings.hostname}-timer")
 
@@ -162,7 +166,8 @@ def _boot_steps(app: Any, instance: WorkController) -> bootsteps.Blueprint:
     blueprint = bootsteps.Blueprint([*app.steps["worker"], *app.steps["consumer"]],
                                     name="Worker")
     try:
-        return blueprint.apply(instance)
+        instance.blueprint = blueprint.apply(instance)
+        return instance.blueprint
     except Exception as exc:
         raise CliError(f"a boot step failed to start: {type(exc).__name__}: {exc}") from exc
 
@@ -311,6 +316,12 @@ def _run_child(app: Any, settings: WorkerSettings, instance: WorkController,
                info: ChildInfo) -> int:
     multiprocessing.current_process().name = f"ForkPoolWorker-{info.number}"
     core = _init(app, settings, instance, main_process=False)
+    # Celery forks its pool children after the boot steps were created (their __init__ and
+    # create ran in the worker process), so what those did is in every child: the signal
+    # receivers django-structlog's step connects, for one. Ours are fresh interpreters: the
+    # steps are created here too, at the same point, and never started (start and stop
+    # run in the worker process, as in Celery).
+    _boot_steps(app, instance)
     signals.worker_process_init.send(sender=settings.hostname)
     install_child_limits()
 

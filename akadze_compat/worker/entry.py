@@ -362,13 +362,17 @@ def _retry_countdown(run: _Run, when: Any) -> float:
 
 
 def _retry_patch(run: _Run, result: TraceResult) -> dict[str, Any] | None:
-    """New arguments asked for by ``retry(args=..., kwargs=...)``, kept in the job's meta."""
+    """New arguments asked for by ``retry(args=..., kwargs=...)``, and the custom headers
+    the publish signals' receivers left in the retry's message, kept in the job's meta."""
     if result.state != states.RETRY:
         return None
     sig = getattr(result.exception, "sig", None)
-    if not isinstance(sig, RetryCall) or sig.args is None:
+    if not isinstance(sig, RetryCall) or (sig.args is None and sig.headers is None):
         return None
-    run.meta["retry_args"] = {"args": list(sig.args), "kwargs": dict(sig.kwargs or {})}
+    if sig.args is not None:
+        run.meta["retry_args"] = {"args": list(sig.args), "kwargs": dict(sig.kwargs or {})}
+    if sig.headers is not None:
+        run.meta["headers"] = sig.headers or None
     return {"celery": run.meta}
 
 

@@ -103,9 +103,13 @@ _VERSION = ("Celery 5.7.0's: the Celery API akadze_compat follows (add-ons read 
 API_NOTES: dict[str, tuple[str, str]] = {
     # --- celery.bootsteps
     "celery.bootsteps:Step": (D, "`app.steps[\"worker\"]` / `[\"consumer\"]` steps run in "
-                                 "`akadze-compat worker`'s main process at Celery's points; "
+                                 "`akadze-compat worker`'s main process at Celery's points "
+                                 "(each prefork child creates them too, never starts them); "
                                  "consumer steps get the worker, requirements naming "
                                  "Celery's own steps are met already"),
+    "celery.bootsteps:ConsumerStep": (M, "imports and subclasses; the worker refuses to start "
+                                         "with one: there is no kombu channel for "
+                                         "`get_consumers`"),
     "celery.bootsteps:StartStopStep": (D, "started before `worker_ready`, stopped before "
                                           "`worker_shutdown`, as Celery; the worker has "
                                           "`timer.call_repeatedly` but no pool, consumer or hub"),
@@ -584,7 +588,7 @@ def api_page(celery: dict[str, Any], problems: list[str]) -> str:
         "`utils.threads`, `contrib.abortable` (`AbortableTask`, on the job's cancel flag) and "
         "`contrib.django.task` (`DjangoTask`; `delay_on_commit` is on every task, see "
         "[django.md](django.md)). What they leave out (custom beat schedulers, result "
-        "backends, remote control commands, `Task.Request` subclasses, `ConsumerStep`) fails "
+        "backends, remote control commands, `Task.Request` subclasses) fails "
         "at the "
         "import with an ImportError naming the section of [celery.md](celery.md) that says "
         "what to do instead. `akadze_compat.canvas` (Celery's canvas) and `akadze_compat.utils` "

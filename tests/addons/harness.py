@@ -108,6 +108,8 @@ class Run:
     records: list[dict[str, Any]]
     log: str
     worker_pid: int
+    #: The project's directory (what the project wrote there beside ``out``).
+    directory: Path | None = None
 
     @property
     def producer(self) -> dict[str, Any]:
@@ -147,9 +149,11 @@ def _environment(extra: dict[str, str], project: Path) -> dict[str, str]:
 
 def run_project(tmp_path: Path, side: str, observe: str, *, database_url: str = "",
                 celery: str = "", env: dict[str, str] | None = None,
-                timeout: float = 90) -> Run:
+                timeout: float = 90, files: dict[str, str] | None = None) -> Run:
     """Run the project with ``observe`` (observe.py's text after ``EMIT``) on ``side``
-    ("celery": with the interpreter ``celery``; "akadze": on ``database_url``)."""
+    ("celery": with the interpreter ``celery``; "akadze": on ``database_url``). ``files``
+    (name: text) are written into the project after ``proj.py`` and ``producer.py``, which
+    they may replace: an add-on whose docs set the project up differently."""
     number = next(_runs)
     project = tmp_path / f"{side}-{number}"
     out = project / "out"
@@ -157,6 +161,8 @@ def run_project(tmp_path: Path, side: str, observe: str, *, database_url: str = 
     (project / "proj.py").write_text(textwrap.dedent(PROJECT))
     (project / "producer.py").write_text(textwrap.dedent(PRODUCER))
     (project / "observe.py").write_text(textwrap.dedent(EMIT) + textwrap.dedent(observe))
+    for name, text in (files or {}).items():
+        (project / name).write_text(textwrap.dedent(text))
     queue = f"addons_{os.getpid()}_{number}"
     extra = {"ADDON_OUT": str(out), "PROJ_QUEUE": queue, **(env or {})}
     if side == "celery":
@@ -202,4 +208,4 @@ def run_project(tmp_path: Path, side: str, observe: str, *, database_url: str = 
         pid = int(path.stem)
         for line in path.read_text().splitlines():
             records.append({"pid": pid, **json.loads(line)})
-    return Run(side, records, log_path.read_text(errors="replace"), worker.pid)
+    return Run(side, records, log_path.read_text(errors="replace"), worker.pid, project)

@@ -1,7 +1,8 @@
 """Celery's task-class and worker extension API, as add-ons and projects use it, compared
 with Celery 5.7: ``Task._get_app``/``bind``/``annotate``, class-level ``Task.app``,
 ``task_annotations``; ``app.steps`` with ``bootsteps.StartStopStep`` run at their points of
-the worker's life (the liveness-probe recipe); ``beat.Scheduler``/``ScheduleEntry``
+the worker's life (the liveness-probe recipe), their set-up in the prefork children, and
+``bootsteps.ConsumerStep`` refused at the worker's start; ``beat.Scheduler``/``ScheduleEntry``
 subclassed and driven as celery-redbeat does.
 
 The same script runs in Celery's interpreter (``CELERY_PYTHON``, skipped when absent) and in
@@ -148,6 +149,59 @@ BOOTSTEP_NAMES = """
 def test_step_classes_are_named_as_celery_names_them() -> None:
     on_celery, on_akadze = both(BOOTSTEP_NAMES)
     assert on_akadze == on_celery
+
+
+CONSUMER_STEP_CLASS = """
+    import json
+    from celery import Celery, bootsteps
+    from kombu import Consumer, Queue
+
+    class MyConsumerStep(bootsteps.ConsumerStep):
+        def get_consumers(self, channel):
+            return [Consumer(channel, queues=[Queue("custom")], callbacks=[print])]
+
+    app = Celery("proj", set_as_current=False)
+    app.steps["consumer"].add(MyConsumerStep)
+    step = MyConsumerStep(None)
+    print(json.dumps([MyConsumerStep.name, list(MyConsumerStep.requires), step.consumers,
+                      isinstance(step, bootsteps.StartStopStep),
+                      MyConsumerStep in app.steps["consumer"]]))
+"""
+
+
+def test_a_consumer_step_imports_and_subclasses_as_on_celery() -> None:
+    on_celery, on_akadze = both(CONSUMER_STEP_CLASS)
+    assert on_akadze == on_celery == [
+        "__main__.MyConsumerStep", ["celery.worker.consumer:Connection"], None, True, True]
+
+
+def test_the_worker_refuses_to_start_with_a_consumer_step(tmp_path: Path,
+                                                        database_url: str) -> None:
+    """Its get_consumers needs a kombu channel, which akadze's worker has not: the worker
+    exits at start, saying why (support.CONSUMER_STEP), before it claims anything."""
+    from akadze_compat.support import CONSUMER_STEP
+
+    (tmp_path / "consumerproj.py").write_text(textwrap.dedent('''
+        from celery import Celery, bootsteps
+
+        class MyConsumerStep(bootsteps.ConsumerStep):
+            def get_consumers(self, channel):
+                raise AssertionError("never called: there is no channel")
+
+        app = Celery("consumerproj")
+        app.steps["consumer"].add(MyConsumerStep)
+    '''))
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("AKADZE_DATABASE_URL", "CELERY_BROKER_URL", "AKADZE_CELERY")}
+    done = subprocess.run([str(Path(sys.executable).with_name("akadze-compat")), "-b",
+                           database_url, "-A", "consumerproj", "worker", "-P", "solo"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    assert "a boot step failed to start: NotImplementedError: MyConsumerStep (a " \
+        "bootsteps.ConsumerStep) cannot run on akadze: " in output
+    assert " ".join(CONSUMER_STEP.split()) in " ".join(output.split())
+    assert "ready." not in output and "never called" not in output
 
 
 #: A project with the liveness-probe boot step as it is usually written for Celery, recording
@@ -405,3 +459,97 @@ def test_celery_once_and_singleton_refuse_a_duplicate_as_on_celery(database_url:
     on_akadze = run_script(ONCE_AND_SINGLETON, sys.executable, env={"BROKER": database_url})
     assert on_akadze == on_celery
     assert on_akadze["once"][1] == "AlreadyQueued" and on_akadze["single"][0] is True
+
+
+#: A project whose boot steps connect a task signal receiver (weakly, on an object the step
+#: holds, as django-structlog's step does) and record where they start and stop.
+STEPS_PROJECT = '''
+import os
+
+import observe
+from celery import Celery, bootsteps, signals
+
+app = Celery("proj", broker=os.environ["PROJ_BROKER"],
+             backend=os.environ.get("PROJ_BACKEND") or None)
+app.conf.task_default_queue = os.environ["PROJ_QUEUE"]
+
+
+class Receiver:
+    def prerun(self, task=None, **kwargs):
+        observe.emit({"kind": "prerun", "task": task.name})
+
+
+class ConnectsReceivers(bootsteps.Step):
+    def __init__(self, parent, **kwargs):
+        super().__init__(parent, **kwargs)
+        self.receiver = Receiver()
+        signals.task_prerun.connect(self.receiver.prerun)
+
+
+class StartsAndStops(bootsteps.StartStopStep):
+    def start(self, worker):
+        observe.emit({"kind": "start"})
+
+    def stop(self, worker):
+        observe.emit({"kind": "stop"})
+
+
+app.steps["worker"].add(ConnectsReceivers)
+app.steps["worker"].add(StartsAndStops)
+
+
+@app.task(name="proj.double")
+def double(x):
+    return x * 2
+
+
+@app.task(name="proj.boom")
+def boom():
+    raise ValueError("boom from the task")
+'''
+
+STEPS_OBSERVE = '''
+import contextlib
+
+
+def producer_span():
+    return contextlib.nullcontext()
+
+
+def producer_facts():
+    return {}
+
+
+def finish():
+    pass
+'''
+
+
+def _step_facts(run: Any) -> dict[str, Any]:
+    def where(record: dict[str, Any]) -> str:
+        return "worker" if record["pid"] == run.worker_pid else "child"
+
+    return {"producer": (run.producer["value"], run.producer["error"]),
+            "prerun": sorted((record["task"], where(record)) for record in run.of("prerun")),
+            "start": [where(record) for record in run.of("start")],
+            "stop": [where(record) for record in run.of("stop")]}
+
+
+STEP_FACTS = {"producer": (42, "ValueError"),
+              # The step's receivers are where the tasks run: in the prefork child.
+              "prerun": [("proj.boom", "child"), ("proj.double", "child")],
+              # Started and stopped once, by the worker process.
+              "start": ["worker"], "stop": ["worker"]}
+
+
+@pytest.mark.slow
+def test_steps_set_up_the_prefork_children_as_on_celery(tmp_path: Path,
+                                                        module_database_url: str) -> None:
+    from tests.addons.harness import celery_side_python, run_project
+
+    files = {"proj.py": STEPS_PROJECT}
+    assert _step_facts(run_project(tmp_path, "akadze", STEPS_OBSERVE,
+                                   database_url=module_database_url, files=files)) == STEP_FACTS
+    python = celery_side_python()
+    assert _step_facts(run_project(tmp_path, "celery", STEPS_OBSERVE, celery=python,
+                                   files=files)) == STEP_FACTS

@@ -46,7 +46,7 @@ WORKING = [
                                      "get_current_task")),
     ("akadze_compat.worker.control", ("Panel", "control_command", "inspect_command")),
     ("akadze_compat.worker.request", ("Request",)),
-    ("akadze_compat.bootsteps", ("Step", "StartStopStep", "Blueprint")),
+    ("akadze_compat.bootsteps", ("Step", "StartStopStep", "Blueprint", "ConsumerStep")),
 ]
 #: Names left out on purpose: importing one raises NotProvided naming a guide section.
 REFUSED = [
@@ -54,7 +54,6 @@ REFUSED = [
     ("akadze_compat.app.trace", "trace_task"),
     ("akadze_compat.worker.request", "create_request_cls"),
     ("akadze_compat.canvas", "StampingVisitor"),
-    ("akadze_compat.bootsteps", "ConsumerStep"),
     ("akadze_compat.utils.threads", "bgThread"),
     ("akadze_compat.utils.time", "delta_resolution"),
 ]

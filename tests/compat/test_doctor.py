@@ -125,6 +125,19 @@ def test_canvas_is_found_however_it_is_imported() -> None:
                      ("Task.map / Task.starmap / Task.chunks", 13), ("celery.group", 14)]
 
 
+def test_a_consumer_step_is_found_as_missing() -> None:
+    """It imports (the worker refuses to start with it), so the scan names it itself."""
+    found = scan("""\
+        from akadze_compat import bootsteps
+        from akadze_compat.bootsteps import ConsumerStep, StartStopStep
+
+        class Mine(bootsteps.ConsumerStep):
+            pass
+        """)
+    assert found == [("celery.bootsteps.ConsumerStep", 2), ("celery.bootsteps.ConsumerStep", 4)]
+    assert API_PATTERNS["celery.bootsteps.ConsumerStep"].status == MISSING
+
+
 def test_names_akadze_compat_lacks_and_celery_imports() -> None:
     found = scan("""\
         import celery

@@ -255,6 +255,43 @@ async def test_retry_with_new_arguments(celery: Celery) -> None:
     assert result.get() == "done after 2"
 
 
+async def test_a_retry_sends_the_publish_signals_and_keeps_what_they_set(
+        celery: Celery) -> None:
+    """Celery publishes a retry as a new message from ``retry()``: the publish signals get
+    its headers there, and what a receiver sets in them (django-structlog's logging
+    context) is what the next run's request has; without retry(args=...) the arguments
+    stay the job's."""
+    seen: list[tuple[int, Any, Any]] = []
+
+    @celery.task(bind=True, max_retries=2)
+    def flaky(self: Task, n: int) -> int:
+        seen.append((self.request.retries, getattr(self.request, "ctx", None),
+                     getattr(self.request, "tenant", None)))
+        if self.request.retries < 2:
+            raise self.retry(countdown=0)
+        return n
+
+    def add_context(headers: dict[str, Any], **_: Any) -> None:
+        headers["ctx"] = {"sent_at_retry": headers["retries"]}
+
+    result = flaky.apply_async((7,), headers={"tenant": "acme"})
+    recorder = Recorder("before_task_publish", "after_task_publish")
+    akadze_compat.signals.before_task_publish.connect(add_context)
+    try:
+        await work(celery, finished(result))
+    finally:
+        akadze_compat.signals.before_task_publish.disconnect(add_context)
+        recorder.close()
+    assert result.get() == 7
+    assert seen == [(0, None, "acme"), (1, {"sent_at_retry": 1}, "acme"),
+                    (2, {"sent_at_retry": 2}, "acme")]
+    assert recorder.names() == ["before_task_publish", "after_task_publish"] * 2
+    before = recorder.calls[0][1]
+    assert before["sender"] == flaky.name
+    assert before["headers"]["id"] == result.id and before["body"][0] == [7]
+    assert before["routing_key"] == "celery"
+
+
 async def test_request_fields(celery: Celery) -> None:
     seen: dict[str, Any] = {}
 

@@ -163,8 +163,8 @@ def test_what_does_not_come_along() -> None:
 
 
 @pytest.mark.parametrize("path", [
-    "akadze_compat.beat:PersistentScheduler", "akadze_compat.bootsteps:ConsumerStep",
-    "akadze_compat.contrib.rdb", "akadze_compat.contrib.migrate"])
+    "akadze_compat.beat:PersistentScheduler", "akadze_compat.contrib.rdb",
+    "akadze_compat.contrib.migrate"])
 def test_the_paths_the_guide_says_fail_at_import_do(path: str) -> None:
     """Section 0: custom beat schedulers and bootsteps fail with an
     ImportError naming the section to read; rdb and migrate do not exist."""
