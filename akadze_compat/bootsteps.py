@@ -29,6 +29,14 @@ from kombu.utils.imports import symbol_by_name
 
 __all__ = ["Blueprint", "ConsumerStep", "StartStopStep", "Step", "StepType"]
 
+#: Why a ``ConsumerStep`` cannot run here (the worker refuses to start with one); the
+#: support table (``akadze_compat.support``) says the same.
+CONSUMER_STEP = ("a ConsumerStep adds kombu consumers (get_consumers(channel)) to the "
+                 "worker's broker connection; akadze's worker has no kombu connection or "
+                 "channel: it claims jobs from Postgres. Consume another broker from a "
+                 "StartStopStep of your own (its start/stop run with the worker), or send "
+                 "those messages as tasks")
+
 logger = logging.getLogger("celery.bootsteps")
 
 
@@ -210,7 +218,7 @@ class ConsumerStep(StartStopStep):
     """Celery's step that adds kombu consumers to the worker's broker connection: it imports
     and can be subclassed and added to ``app.steps["consumer"]``, but starting it raises
     ``NotImplementedError`` (the worker then refuses to start, saying why): akadze's worker
-    has no kombu connection to open a channel on (``support.CONSUMER_STEP``)."""
+    has no kombu connection to open a channel on (``CONSUMER_STEP``)."""
 
     requires: Any = ("celery.worker.consumer:Connection",)
     #: The kombu consumers ``get_consumers`` returned (never any here).
@@ -222,8 +230,6 @@ class ConsumerStep(StartStopStep):
 
     def start(self, parent: Any) -> Any:
         """Refuse: there is no channel to give ``get_consumers``."""
-        from .support import CONSUMER_STEP  # support imports much of the package
-
         raise NotImplementedError(f"{type(self).__name__} (a bootsteps.ConsumerStep) cannot "
                                   f"run on akadze: {CONSUMER_STEP}")
 

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from ._schedulers import unhonoured_scheduler
 from .app.config import database_url
 from .app.defaults import NAMESPACES
+from .bootsteps import CONSUMER_STEP
 from .django_beat import names_database_scheduler
 from .exceptions import ImproperlyConfigured
 from .serialization import check_accept_content, check_serializer
@@ -381,12 +382,6 @@ _RESULT_ONLY_JOBS = ("then() is not provided (no promises); collect(), iterdeps(
 _GROUP_RESULTS = ("reads every member in one query and waits on LISTEN/NOTIFY; save() "
                   "stores the group in the akadze.saved_groups table")
 
-#: Why a ``bootsteps.ConsumerStep`` cannot run here (the worker refuses to start with one).
-CONSUMER_STEP = ("a ConsumerStep adds kombu consumers (get_consumers(channel)) to the "
-                 "worker's broker connection; akadze's worker has no kombu connection or "
-                 "channel: it claims jobs from Postgres. Consume another broker from a "
-                 "StartStopStep of your own (its start/stop run with the worker), or send "
-                 "those messages as tasks")
 
 #: What the doctor's source scan (``doctor_scan``) looks for: the keys are Celery's names, or
 #: a short description of a call shape; the status is ``missing`` or ``different``.
