@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import akadze_compat
-from akadze_compat import Celery, Task, current_app, shared_task
+from akadze_compat import Celery, Task, _state, current_app, shared_task
 from akadze_compat.app.base import database_url, gen_task_name
 from akadze_compat.exceptions import ImproperlyConfigured, NotRegistered
 from akadze_compat.result import AsyncResult
@@ -248,7 +248,11 @@ def packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[s
             """))
     monkeypatch.syspath_prepend(str(tmp_path))
     names = [f"akadze_pkg_alpha{suffix}", f"akadze_pkg_beta{suffix}"]
+    # The shared task a discovered module defines would join every app made later in this
+    # process, and a worker prepared for one imports its module, gone with tmp_path.
+    shared_before = list(_state._on_finalize)
     yield names
+    _state._on_finalize[:] = shared_before
     for module in [m for m in sys.modules if m.startswith("akadze_pkg_")]:
         del sys.modules[module]
 
