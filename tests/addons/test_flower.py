@@ -19,12 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from tests.compat import canvas_differential, differential
-from tests.conftest import database_url_for
+from tests.conftest import create_database, database_url_for, drop_database
 
 pytestmark = pytest.mark.slow
 
@@ -74,19 +72,6 @@ def _unavailable() -> str:
     return canvas_differential.redis_reachable(REDIS_URL)
 
 
-def _result(proc: subprocess.Popen[str], out: Path, what: str) -> dict[str, Any]:
-    try:
-        _, stderr = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, stderr = proc.communicate()
-    if proc.returncode != 0 or not out.exists():
-        raise AssertionError(f"the {what} flower probe failed ({proc.returncode}):\n"
-                             f"{stderr[-4000:]}")
-    observed: dict[str, Any] = json.loads(out.read_text("utf-8"))
-    return observed
-
-
 @pytest.fixture(scope="module")
 def runs(admin_url: str, template_database: str,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Any],
@@ -95,12 +80,7 @@ def runs(admin_url: str, template_database: str,
     reason = _unavailable()
     if reason:
         pytest.skip(reason)
-    name = f"flower_diff_{os.getpid()}"
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            sql.Identifier(name)))
-        admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-            sql.Identifier(name), sql.Identifier(template_database)))
+    name = create_database(admin_url, template_database)
     try:
         directory = tmp_path_factory.mktemp("flower-diff")
         clean = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
@@ -115,12 +95,11 @@ def runs(admin_url: str, template_database: str,
         flower = side(flower_python(), "celery", REDIS_URL, clean)
         ours = side(sys.executable, "akadze_compat", database_url_for(admin_url, name),
                     {**os.environ, "PYTHONPATH": str(differential.REPOSITORY)})
-        yield (_result(flower, directory / "celery.json", "Flower"),
-               _result(ours, directory / "akadze_compat.json", "akadze_compat"))
+        yield (differential.probe_result(flower, directory / "celery.json", "Flower"),
+               differential.probe_result(ours, directory / "akadze_compat.json",
+                                         "akadze_compat flower"))
     finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))
+        drop_database(admin_url, name)
 
 
 def _differences(flower: Any, ours: Any, path: str) -> list[str]:

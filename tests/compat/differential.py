@@ -91,3 +91,18 @@ def observed(section: str) -> tuple[dict[str, Any], dict[str, Any]]:
         error = observations[section].get("probe_error")
         assert error is None, f"probing {name} ({section}) failed:\n{error}"
     return celery[section], ours[section]
+
+
+def probe_result(proc: subprocess.Popen[str], out: Path, what: str) -> dict[str, Any]:
+    """What a probe subprocess wrote to ``out`` (JSON), once it ends (killed after 240 s);
+    its stderr in the failure when it failed or wrote nothing."""
+    try:
+        _, stderr = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, stderr = proc.communicate()
+    if proc.returncode != 0 or not out.exists():
+        raise AssertionError(f"the {what} probe failed ({proc.returncode}):\n"
+                             f"{stderr[-4000:]}")
+    observed: dict[str, Any] = json.loads(out.read_text("utf-8"))
+    return observed

@@ -72,19 +72,6 @@ def _side(python: str, side: str, broker: str, out: Path,
                             text=True)
 
 
-def _result(proc: subprocess.Popen[str], out: Path, what: str) -> dict[str, Any]:
-    try:
-        _, stderr = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, stderr = proc.communicate()
-    if proc.returncode != 0 or not out.exists():
-        raise AssertionError(f"the {what} control probe failed ({proc.returncode}):\n"
-                             f"{stderr[-4000:]}")
-    observed: dict[str, Any] = json.loads(out.read_text("utf-8"))
-    return observed
-
-
 @pytest.fixture(scope="module")
 def runs(admin_url: str, template_database: str,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Any],
@@ -107,8 +94,8 @@ def runs(admin_url: str, template_database: str,
         ours = _side(sys.executable, "akadze_compat", database_url_for(admin_url, name),
                      directory / "ours.json",
                      {**os.environ, "PYTHONPATH": str(differential.REPOSITORY)})
-        yield (_result(celery, directory / "celery.json", "Celery"),
-               _result(ours, directory / "ours.json", "akadze_compat"))
+        yield (differential.probe_result(celery, directory / "celery.json", "Celery control"),
+               differential.probe_result(ours, directory / "ours.json", "akadze_compat control"))
     finally:
         with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
