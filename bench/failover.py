@@ -1,0 +1,182 @@
+"""How long a Patroni failover stops the queue: SIGKILL of the leader → first job finished on
+the new primary, with jobs lost counted.
+
+The cluster is the fault tests' own (``tests/faults/patroni_support.py``: etcd, three
+Postgres 15 nodes under Patroni, ``synchronous_mode``, leader TTL 10 s, on free loopback
+ports, stopped by pid), and so are the two ``akadze worker`` processes
+(``tests.faults.ha_app:app``, ``--heartbeat-ttl 60`` so they ride a failover out) on one
+multi-host DSN with ``target_session_attrs=read-write``. A producer thread enqueues back to
+back and notes when each enqueue returned. Each round SIGKILLs the leader's Patroni and
+postmaster and reads, on the host clock the three nodes share:
+
+- ``leader``: kill → Patroni reports a new running leader;
+- the longest pause between two acknowledged enqueues around the kill, and kill → the
+  first enqueue after it;
+- the longest pause between two ``finished_at`` around the kill, and kill → the first job
+  finished after it (on the new primary; ``finished_at`` is the server's clock, the same host
+  clock on loopback). A pause, not "the first after the kill": a commit the old leader
+  made in the milliseconds its postmaster took to die reaches the standby too.
+
+At the end every acknowledged job must exist and have succeeded (``lost`` counts those that
+do not). ``python -m bench.failover --rounds 2``; about a minute a round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import platform
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from akadze_core import App
+from akadze_core.store.migrations import migrate
+from tests.faults.ha_app import HA_RUNS_TABLE
+from tests.faults.patroni_support import PatroniCluster, missing
+from tests.faults.test_patroni_failover import Worker, connect
+from tests.workers.support import wait_until
+
+
+class TimedProducer(threading.Thread):
+    """Enqueues ``ha_record`` jobs back to back; keeps (host time, id) of each enqueue that
+    returned an id (one in flight at the crash may fail: it is not acknowledged)."""
+
+    def __init__(self, app: App) -> None:
+        super().__init__(name="producer", daemon=True)
+        self.task = app.tasks["ha_record"]
+        self.acknowledged: list[tuple[float, int]] = []
+        self.failed = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                job_id = self.task.enqueue()
+                self.acknowledged.append((time.time(), job_id))
+            except Exception:
+                self.failed += 1
+                time.sleep(0.05)
+            time.sleep(0.01)
+
+    def more(self, count: int, what: str) -> None:
+        """Wait until ``count`` more enqueues returned an id."""
+        target = len(self.acknowledged) + count
+        wait_until(lambda: len(self.acknowledged) >= target, timeout=90, what=what)
+
+
+def _largest_gap(moments: list[float], since: float) -> tuple[float, float]:
+    """(length, end) of the longest pause between consecutive ``moments`` that ends after
+    ``since``: how long the queue stood still around the crash, and when it moved again."""
+    moments = sorted(moments)
+    gaps = [(later - earlier, later) for earlier, later in itertools.pairwise(moments)
+            if later > since]
+    return max(gaps) if gaps else (0.0, since)
+
+
+def _finished_between(dsn: str, start: float, stop: float) -> list[float]:
+    with connect(dsn) as connection:
+        return [float(at) for at, in connection.execute(
+            "SELECT extract(epoch FROM finished_at)::float8 FROM akadze.jobs"
+            " WHERE finished_at BETWEEN to_timestamp(%s) AND to_timestamp(%s)",
+            (start, stop))]
+
+
+def _round(cluster: PatroniCluster, producer: TimedProducer, dsn: str) -> dict[str, float]:
+    producer.more(100, "jobs before the crash")
+    leader = cluster.leader()
+    assert leader is not None
+    killed = time.time()
+    cluster.crash(leader)
+    cluster.wait_leader_other_than(leader)
+    elected = time.time()
+    producer.more(100, "jobs after the crash")
+    time.sleep(2)  # the jobs enqueued last are finished too
+    window = (killed - 5, time.time())
+    pause, resumed = _largest_gap([at for at, _ in producer.acknowledged
+                                   if window[0] <= at <= window[1]], killed)
+    stood, finished = _largest_gap(_finished_between(dsn, *window), killed)
+    return {"leader": elected - killed, "enqueue_pause": pause, "enqueue": resumed - killed,
+            "finished_pause": stood, "finished": finished - killed}
+
+
+def main() -> None:
+    """Run the rounds and print one line each, then the jobs lost."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    reason = missing()
+    if reason is not None:
+        raise SystemExit(f"no Patroni cluster here: {reason}")
+    cluster = PatroniCluster(synchronous=True)
+    run_dir = Path(tempfile.mkdtemp(prefix="akadze-failover-"))
+    workers: list[Worker] = []
+    app: App | None = None
+    producer: TimedProducer | None = None
+    try:
+        cluster.start()
+        dsn = cluster.dsn()
+        with connect(dsn) as connection:
+            migrate(connection)
+            connection.execute(HA_RUNS_TABLE)
+        app = App(dsn)
+
+        @app.task("ha_record")
+        def ha_record() -> None:  # the producer's handle; the workers run tests.faults.ha_app
+            raise AssertionError("runs in the worker processes only")
+
+        workers = [Worker(dsn, run_dir / f"worker{i}.log") for i in range(2)]
+        producer = TimedProducer(app)
+        producer.start()
+        print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+              f"{os.cpu_count()} cores, Patroni failover, synchronous_mode, "
+              f"TTL {cluster.ttl} s, loopback")
+        for number in range(1, args.rounds + 1):
+            figures = _round(cluster, producer, dsn)
+            print(f"round {number}: kill → new leader {figures['leader']:.1f} s; "
+                  f"no enqueue acknowledged for {figures['enqueue_pause']:.1f} s, the first "
+                  f"again {figures['enqueue']:.1f} s after the kill; no job finished for "
+                  f"{figures['finished_pause']:.1f} s, the first on the new primary "
+                  f"{figures['finished']:.1f} s after the kill", flush=True)
+            if number < args.rounds:
+                _restart(cluster)
+        producer.done.set()
+        producer.join(30)
+        acknowledged = [job_id for _, job_id in producer.acknowledged]
+
+        def settled() -> bool:
+            with connect(dsn) as connection:
+                (left,), = connection.execute(
+                    "SELECT count(*) FROM akadze.jobs WHERE state <> 'succeeded'").fetchall()
+            return int(left) == 0
+        wait_until(settled, timeout=90, what="every job to succeed")
+        with connect(dsn) as connection:
+            succeeded = {row[0] for row in connection.execute(
+                "SELECT id FROM akadze.jobs WHERE state = 'succeeded'")}
+        lost = [job_id for job_id in acknowledged if job_id not in succeeded]
+        print(f"acknowledged {len(acknowledged)}, enqueues that raised {producer.failed}, "
+              f"jobs lost {len(lost)}")
+    finally:
+        if producer is not None:
+            producer.done.set()
+        for worker in workers:
+            worker.stop()
+        if app is not None:
+            app.close()
+        cluster.destroy()
+
+
+def _restart(cluster: PatroniCluster) -> None:
+    """Start the killed nodes' Patroni again, so the next round has a sync standby to
+    promote; it rejoins as a replica (pg_rewind or a fresh copy)."""
+    for name in cluster.names:
+        if not cluster.alive(name):
+            cluster._spawn(name, ["patroni", str(cluster.root / f"{name}.yml")])
+    cluster.wait_healthy(120)
+
+
+if __name__ == "__main__":
+    main()
