@@ -89,6 +89,14 @@ def _finished_between(dsn: str, start: float, stop: float) -> list[float]:
 
 def _crash(cluster: PatroniCluster, producer: TimedProducer, dsn: str) -> dict[str, float]:
     producer.more(100, "jobs before the crash")
+
+    def steady() -> bool:  # the workers are up and finishing jobs before the crash
+        with connect(dsn) as connection:
+            (recent,), = connection.execute(
+                "SELECT count(*) FROM akadze.jobs"
+                " WHERE finished_at > now() - interval '1 second'").fetchall()
+        return int(recent) >= 10
+    wait_until(steady, timeout=90, what="the workers to finish jobs steadily")
     leader = cluster.leader()
     assert leader is not None
     killed = time.time()
@@ -100,7 +108,11 @@ def _crash(cluster: PatroniCluster, producer: TimedProducer, dsn: str) -> dict[s
     window = (killed - 5, time.time())
     pause, resumed = _largest_gap([at for at, _ in producer.acknowledged
                                    if window[0] <= at <= window[1]], killed)
-    stood, finished = _largest_gap(_finished_between(dsn, *window), killed)
+    finished_at = _finished_between(dsn, *window)
+    stood, finished = _largest_gap(finished_at, killed)
+    per_second = [sum(1 for at in finished_at if second <= at - killed < second + 1)
+                  for second in range(-2, 25)]
+    print("jobs finished per second from 2 s before the kill:", per_second, flush=True)
     return {"leader": elected - killed, "enqueue_pause": pause, "enqueue": resumed - killed,
             "finished_pause": stood, "finished": finished - killed}
 
