@@ -15,7 +15,8 @@ SIGKILLed, and the script reads, on the host clock the three nodes share:
 - the longest pause between two ``finished_at`` around the kill, and kill → the first job
   finished after it (on the new primary; ``finished_at`` is the server's clock, the same host
   clock on loopback). A pause, not "the first after the kill": a commit the old leader
-  made in the milliseconds its postmaster took to die reaches the standby too.
+  made in the milliseconds its postmaster took to die reaches the standby too. The jobs
+  finished in each second from 2 s before the kill are printed beside.
 
 At the end every acknowledged job must exist and have succeeded (``lost`` counts those that
 do not), and ``ha_runs`` shows any body run twice. ``python -m bench.failover``: about a
