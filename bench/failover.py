@@ -21,7 +21,9 @@ SIGKILLed, and the script reads, on the host clock the three nodes share:
 At the end every acknowledged job must exist and have succeeded (``lost`` counts those that
 do not), and ``ha_runs`` shows any body run twice. ``python -m bench.failover``: about a
 minute; one crash a run (the old leader would need pg_rewind to rejoin), so run it again
-for more samples.
+for more samples. ``python -m bench.failover --commit-cost 20000``: instead, that many
+no-ops drained by one ``akadze worker --slots 10`` on a cluster with ``synchronous_mode`` and
+on one without (a fresh cluster each): what waiting for the standby costs, on loopback.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ from pathlib import Path
 
 from akadze_core import App
 from akadze_core.store.migrations import migrate
+from bench import db
+from bench.apps.core_app import NOOP
+from bench.core import worker_argv
+from bench.drain import drain
 from tests.faults.ha_app import HA_RUNS_TABLE
 from tests.faults.patroni_support import PatroniCluster, missing
 from tests.faults.test_patroni_failover import Worker, connect
@@ -118,13 +124,39 @@ def _crash(cluster: PatroniCluster, producer: TimedProducer, dsn: str) -> dict[s
             "finished_pause": stood, "finished": finished - killed}
 
 
+def commit_cost(jobs: int) -> None:
+    """Drain ``jobs`` no-ops with one ``akadze worker --slots 10`` on a fresh cluster with
+    ``synchronous_mode`` and on one without: what waiting for the standby costs a drain."""
+    for synchronous in (True, False):
+        cluster = PatroniCluster(synchronous=synchronous)
+        run_dir = Path(tempfile.mkdtemp(prefix="akadze-failover-"))
+        try:
+            cluster.start()
+            dsn = cluster.dsn()
+            with connect(dsn) as connection:
+                migrate(connection)
+            db.fill(dsn, jobs, task=NOOP)
+            result = drain(dsn, worker_argv(dsn, 10), jobs=jobs,
+                           log=run_dir / "drain.log", timeout=900)
+            print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.1f}: "
+                  f"synchronous_mode {'on ' if synchronous else 'off'}: {jobs:,} no-ops "
+                  f"drained at {result.rate:,.0f} jobs/s", flush=True)
+        finally:
+            cluster.destroy()
+
+
 def main() -> None:
-    """Start the cluster, crash its leader once, print the figures and the jobs lost."""
+    """Start the cluster, crash its leader once, print the figures and the jobs lost (or,
+    with ``--commit-cost N``, the drains with and without a synchronous standby)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.parse_args()
+    parser.add_argument("--commit-cost", type=int, metavar="JOBS", default=0)
+    args = parser.parse_args()
     reason = missing()
     if reason is not None:
         raise SystemExit(f"no Patroni cluster here: {reason}")
+    if args.commit_cost:
+        commit_cost(args.commit_cost)
+        return
     cluster = PatroniCluster(synchronous=True)
     run_dir = Path(tempfile.mkdtemp(prefix="akadze-failover-"))
     workers: list[Worker] = []
