@@ -1,9 +1,9 @@
 """The code blocks of the README and of docs/ run, or are parsed by the CLI they call.
 
-Every ```python or ```sh block of those files is listed in ``COVERED`` with the test that
-runs it, and ``test_every_runnable_block_is_covered`` fails on one that is not: a new block
-needs a test here (or in test_readme.py), or a fence the tests skip (``text`` for output,
-``ini`` for configuration, ``mermaid`` for diagrams). Blocks are found by file, section
+Every ```python, ```sh or ```sql block of those files is listed in ``COVERED`` with the
+test that runs it, and ``test_every_runnable_block_is_covered`` fails on one that is not: a
+new block needs a test here (or in test_readme.py), or a fence the tests skip (``text`` for
+output, ``ini`` for configuration, ``mermaid`` for diagrams). Blocks are found by file, section
 (the nearest ``#``/``##`` heading above them) and their order in it, so a block moved to
 another page or section must be moved here too.
 """
@@ -28,7 +28,7 @@ from tests.examples.test_readme import PROJECT_ROOT, README, blocks, environment
 
 DOCS = PROJECT_ROOT / "docs"
 DOCUMENTS = [README, *sorted(DOCS.rglob("*.md"))]
-RUNNABLE = {"python", "sh"}
+RUNNABLE = {"python", "sh", "sql"}
 SKIPPED = {"text", "ini", "mermaid"}
 FENCE = re.compile(r"^```(\S*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 HEADING = re.compile(r"^#{1,2} (.+)$", re.MULTILINE)
@@ -37,6 +37,7 @@ CORE_API = DOCS / "tutorial" / "core-api.md"
 WORKFLOWS = DOCS / "tutorial" / "workflows.md"
 SCHEDULES = DOCS / "how-to" / "schedules.md"
 DASHBOARD = DOCS / "how-to" / "dashboard-and-metrics.md"
+SCALING = DOCS / "how-to" / "scaling.md"
 
 #: (file, section, language, index in the section) → the test that runs the block.
 COVERED = {
@@ -65,6 +66,8 @@ COVERED = {
         "test_the_runtime_schedules_example_runs_as_written",
     ("docs/how-to/dashboard-and-metrics.md", "Dashboard and metrics", "sh", 0):
         "test_command_lists_parse",
+    ("docs/how-to/scaling.md", "The signals", "sql", 0):
+        "test_the_scaling_checks_run_and_count_the_prune_backlog",
 }
 
 
@@ -288,3 +291,26 @@ def test_the_runtime_schedules_example_runs_as_written(database_url: str,
     finally:
         app.close()
 
+
+
+def test_the_scaling_checks_run_and_count_the_prune_backlog(db: psycopg.Connection) -> None:
+    """Each query of the scaling page's checks runs as written and answers one row; the
+    prune backlog counts exactly the finished jobs past the default retentions."""
+    db.execute(
+        "INSERT INTO akadze.jobs (task, queue, args, state, finished_at) VALUES"
+        " ('t', 'q', '{}', 'succeeded', now() - interval '2 days'),"  # past its retention
+        " ('t', 'q', '{}', 'cancelled', now() - interval '2 days'),"  # past its retention
+        " ('t', 'q', '{}', 'failed', now() - interval '8 days'),"     # past its retention
+        " ('t', 'q', '{}', 'failed', now() - interval '2 days'),"     # kept: 7 days
+        " ('t', 'q', '{}', 'succeeded', now() - interval '1 hour')")  # kept
+    db.execute("INSERT INTO akadze.jobs (task, queue, args) VALUES ('t', 'q', '{}')")
+    db.execute("ANALYZE akadze.jobs")
+    block, = blocks(page_section(SCALING, "The signals"), "sql")
+    statements = [statement for statement in block.split(";") if statement.strip()]
+    answers = [db.execute(statement).fetchall() for statement in statements]
+    assert [len(rows) for rows in answers] == [1, 1, 1]
+    (connections, limit), = answers[0]
+    assert 0 < connections <= limit
+    assert answers[1] == [(3,)]
+    size, _live, _dead = answers[2][0]
+    assert size.endswith(("kB", "MB"))
