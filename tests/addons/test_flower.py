@@ -95,9 +95,10 @@ def runs(admin_url: str, template_database: str,
         flower = side(flower_python(), "celery", REDIS_URL, clean)
         ours = side(sys.executable, "akadze_compat", database_url_for(admin_url, name),
                     {**os.environ, "PYTHONPATH": str(differential.REPOSITORY)})
-        yield (differential.probe_result(flower, directory / "celery.json", "Flower"),
-               differential.probe_result(ours, directory / "akadze_compat.json",
-                                         "akadze_compat flower"))
+        theirs, mine = differential.probe_results(
+            (flower, directory / "celery.json", "Flower"),
+            (ours, directory / "akadze_compat.json", "akadze_compat flower"))
+        yield theirs, mine
     finally:
         drop_database(admin_url, name)
 

@@ -106,3 +106,19 @@ def probe_result(proc: subprocess.Popen[str], out: Path, what: str) -> dict[str,
                              f"{stderr[-4000:]}")
     observed: dict[str, Any] = json.loads(out.read_text("utf-8"))
     return observed
+
+
+def probe_results(*probes: tuple[subprocess.Popen[str], Path, str]) -> list[dict[str, Any]]:
+    """``probe_result`` of each (process, output, what), in order: every process is waited
+    for before a failure is raised, so a failed side never leaves the other running (its
+    unclosed pipes then fail a later test in the same pytest worker)."""
+    answers: list[dict[str, Any]] = []
+    failures: list[str] = []
+    for proc, out, what in probes:
+        try:
+            answers.append(probe_result(proc, out, what))
+        except AssertionError as failure:
+            failures.append(str(failure))
+    if failures:
+        raise AssertionError("\n".join(failures))
+    return answers

@@ -94,8 +94,10 @@ def runs(admin_url: str, template_database: str,
         ours = _side(sys.executable, "akadze_compat", database_url_for(admin_url, name),
                      directory / "ours.json",
                      {**os.environ, "PYTHONPATH": str(differential.REPOSITORY)})
-        yield (differential.probe_result(celery, directory / "celery.json", "Celery control"),
-               differential.probe_result(ours, directory / "ours.json", "akadze_compat control"))
+        theirs, mine = differential.probe_results(
+            (celery, directory / "celery.json", "Celery control"),
+            (ours, directory / "ours.json", "akadze_compat control"))
+        yield theirs, mine
     finally:
         with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
