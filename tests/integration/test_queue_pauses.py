@@ -5,6 +5,7 @@ once it returns no job slips; a resume wakes idle workers at once, not at their 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from typing import Any
@@ -16,6 +17,7 @@ from akadze_core import App, Worker
 from akadze_core.model.errors import InvalidArgs
 from akadze_core.store import database, pauses
 from tests.integration.lease_support import FAST, claim, fake_worker, running, scalar, wait_until
+from tests.integration.test_cli import DEAD_URL, PASSWORD, SCHEMA_LINE, one_error_line, run
 
 
 def register_noop(app: App) -> Any:
@@ -147,3 +149,47 @@ async def test_a_worker_started_while_paused_claims_nothing_from_the_queue(
         assert states(db, "default") == ["queued"]
         app.resume_queue("default")
         await wait_until(lambda: states(db, "default") == ["succeeded"])
+
+
+# --- akadze queues ---------------------------------------------------------------------------
+
+
+def test_cli_pauses_lists_and_resumes_a_queue(app: App, database_url: str) -> None:
+    register_noop(app).enqueue()
+    paused = run("queues", "pause", "default", url=database_url)
+    assert (paused.exit_code, paused.output) == (0, "paused queue default\n")
+    again = run("queues", "pause", "default", url=database_url)
+    assert (again.exit_code, again.output) == (0, "queue default was already paused\n")
+    assert app.paused_queues() == ["default"]
+    listed = run("queues", "list", url=database_url)
+    assert listed.exit_code == 0
+    header, line = listed.output.splitlines()
+    assert header.split()[:4] == ["QUEUE", "STATE", "DUE", "WORKERS"]
+    assert line.split()[:4] == ["default", "paused", "1", "0"] and line.endswith("cli")
+    [entry] = json.loads(run("queues", "list", "--json", url=database_url).output)
+    assert (entry["queue"], entry["paused"], entry["paused_by"]) == ("default", True, "cli")
+    resumed = run("queues", "resume", "default", url=database_url)
+    assert (resumed.exit_code, resumed.output) == (0, "resumed queue default\n")
+    assert run("queues", "resume", "default", url=database_url).output \
+        == "queue default was not paused\n"
+    assert run("queues", "list", url=database_url).output.splitlines()[1].split()[:2] \
+        == ["default", "active"]
+
+
+@pytest.mark.parametrize("args", [("queues", "list"), ("queues", "pause", "q"),
+                                  ("queues", "resume", "q")], ids=" ".join)
+def test_cli_words_a_missing_schema_and_a_dead_database_on_one_line(
+        empty_database_url: str, args: tuple[str, ...]) -> None:
+    missing = run(*args, url=empty_database_url)
+    assert missing.exit_code == 1
+    assert one_error_line(missing) == SCHEMA_LINE
+    dead = run(*args, url=DEAD_URL)
+    assert dead.exit_code == 1
+    assert one_error_line(dead).startswith("akadze: error: cannot connect to Postgres")
+    assert PASSWORD not in dead.output
+
+
+def test_cli_refuses_a_queue_name_postgres_cannot_store(database_url: str) -> None:
+    result = run("queues", "pause", "a\x00b", url=database_url)
+    assert result.exit_code == 1
+    assert "NUL" in one_error_line(result)
