@@ -2,7 +2,8 @@
 
 Plain functions of a sync connection, so the pages, the tests and the benchmark share
 them. The actions are the core's own functions (``control.requeue_sync``,
-``control.request_cancel_sync``, ``lookup.purge``, ``pauses.pause``), never a statement of their own.
+``control.request_cancel_sync``, ``lookup.purge``, ``pauses.pause``), never a statement
+of their own.
 """
 
 from __future__ import annotations
