@@ -88,7 +88,7 @@ async def resume_async(connection: psycopg.AsyncConnection, queue: str) -> bool:
     return bool(row and row["changed"])
 
 
-async def paused_names_async(connection: psycopg.AsyncConnection) -> set[str]:
+async def paused_names(connection: psycopg.AsyncConnection) -> set[str]:
     """The names of the paused queues (what a worker skips)."""
     return {row["queue"] for row in await database.fetch_all_async(connection, "queue_paused")}
 
@@ -105,5 +105,5 @@ def _state(row: dict[str, Any]) -> QueueState:
 
 
 __all__ = ["DUE_CAP", "PAUSE_CHANNEL", "QueueState", "list_queues", "list_queues_async",
-           "parse_notice", "pause", "pause_async", "paused", "paused_names_async", "resume",
+           "parse_notice", "pause", "pause_async", "paused", "paused_names", "resume",
            "resume_async"]

@@ -121,7 +121,7 @@ class Producer:
     async def _read_paused(self, connection: psycopg.AsyncConnection) -> None:
         while self._paused_stale:
             heard = self._pauses_heard
-            names = await pauses.paused_names_async(connection)
+            names = await pauses.paused_names(connection)
             if heard == self._pauses_heard:
                 self.paused = names
                 self._paused_stale = False
