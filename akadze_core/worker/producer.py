@@ -72,7 +72,8 @@ class Producer:
         #: then asked, and the set is read again once LISTEN is back.
         self.paused: set[str] = set()
         self._paused_stale = False
-        # Pauses heard so far: a read of the set that overlapped one is read again.
+        # Pauses heard and LISTEN restarts so far: a read of the set that overlapped one is
+        # not applied (read again while LISTEN is up).
         self._pauses_heard = 0
 
     def open(self, completer: Completer) -> None:
@@ -107,8 +108,8 @@ class Producer:
         self.floors.set_listening(up)
         self.paused.clear()
         self._paused_stale = up
-        if up:
-            self._signals.wake.set()
+        # A read of the set under way when LISTEN went down (or restarted) is not applied.
+        self._pauses_heard += 1
 
     def heard_pause(self, queue: str, paused: bool) -> None:
         """A NOTIFY said ``queue`` was paused or resumed for the fleet."""
