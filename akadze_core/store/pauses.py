@@ -50,7 +50,7 @@ def pause(connection: psycopg.Connection, queue: str, by: str | None = None) -> 
     """Pause ``queue`` for the whole fleet (``by``: who, for people reading the list); True
     when it was not paused already. On an autocommit connection, it holds once this returns;
     inside a transaction, once that commits."""
-    check_name(queue, "a queue name")
+    _check(queue, by)
     row = database.fetch_one(connection, "queue_pause", queue=queue, by=by)
     return bool(row and row["changed"])
 
@@ -76,7 +76,7 @@ def list_queues(connection: psycopg.Connection) -> list[QueueState]:
 async def pause_async(connection: psycopg.AsyncConnection, queue: str,
                       by: str | None = None) -> bool:
     """Async twin of ``pause``."""
-    check_name(queue, "a queue name")
+    _check(queue, by)
     row = await database.fetch_one_async(connection, "queue_pause", queue=queue, by=by)
     return bool(row and row["changed"])
 
@@ -97,6 +97,11 @@ async def list_queues_async(connection: psycopg.AsyncConnection) -> list[QueueSt
     """Async twin of ``list_queues``."""
     rows = await database.fetch_all_async(connection, "queue_list", cap=DUE_CAP)
     return [_state(row) for row in rows]
+
+
+def _check(queue: str, by: str | None) -> None:
+    check_name(queue, "a queue name")
+    check_name(by, "who paused it", key=True)
 
 
 def _state(row: dict[str, Any]) -> QueueState:

@@ -67,6 +67,9 @@ async def test_async_twins_pause_and_resume(app: App) -> None:
 def test_a_bad_queue_name_is_refused_before_anything_is_written(app: App) -> None:
     with pytest.raises(InvalidArgs):
         app.pause_queue("")
+    with pytest.raises(InvalidArgs):
+        app.pause_queue("q", by="a\x00b")
+    assert app.paused_queues() == []
 
 
 def test_a_pause_waits_for_the_claims_under_way_so_none_commits_after_it(
