@@ -49,7 +49,8 @@ def parse_notice(payload: str) -> tuple[str, bool] | None:
 def pause(connection: psycopg.Connection, queue: str, by: str | None = None) -> bool:
     """Pause ``queue`` for the whole fleet (``by``: who, for people reading the list); True
     when it was not paused already. On an autocommit connection, it holds once this returns;
-    inside a transaction, once that commits."""
+    inside a transaction, once that commits, and until then the queue's claims wait for it
+    (it holds the queue's claim lock exclusively): keep that transaction short."""
     _check(queue, by)
     row = database.fetch_one(connection, "queue_pause", queue=queue, by=by)
     return bool(row and row["changed"])
