@@ -43,6 +43,7 @@ from .ops.control import (
 from .schedules.runtime import RuntimeSchedules, StoredSchedule
 from .schedules.scheduler import Schedule, Scheduler, ScheduleSpec, run_schedules
 from .schedules.triggers import Cron, Every, Trigger
+from .store.pauses import QueueState
 from .worker.config import WorkerConfig
 from .worker.lifecycle import Worker, WorkerError
 
@@ -66,6 +67,7 @@ __all__ = [
     "Node",
     "NotOwner",
     "OnFailure",
+    "QueueState",
     "ResultNotJson",
     "ResultTooLarge",
     "Retry",

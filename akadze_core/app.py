@@ -31,7 +31,7 @@ from .model.task_ids import TaskIds
 from .schedules.runtime import RuntimeSchedules
 from .schedules.scheduler import Schedule, ScheduleSource, ScheduleSpec
 from .schedules.triggers import Trigger
-from .store import lookup
+from .store import lookup, pauses
 from .store.connections import RECONNECT_WINDOW, Connections
 from .store.liveness import UNSURE, found_dead
 from .store.migrations import MIGRATE_COMMAND, migrate
@@ -422,6 +422,37 @@ class App:
     def purge(self, queues: list[str] | None = None) -> int:
         """Delete the queued jobs of ``queues`` (every queue when None); returns how many."""
         return self.run_pooled(lambda connection: lookup.purge(connection, queues))
+
+    def pause_queue(self, queue: str, *, by: str | None = None) -> bool:
+        """Pause ``queue`` for every worker, running or started later, until resumed; True
+        when it was not paused already. Once this returns, no worker starts a new job of
+        the queue; jobs already running finish, and enqueues still insert (the jobs wait).
+        ``by``: who paused it, shown by ``list_queues`` and ``akadze queues list``."""
+        return self.run_pooled(lambda connection: pauses.pause(connection, queue, by))
+
+    def resume_queue(self, queue: str) -> bool:
+        """Resume a paused ``queue``, waking its idle workers at once; True when it was
+        paused."""
+        return self.run_pooled(lambda connection: pauses.resume(connection, queue))
+
+    async def pause_queue_async(self, queue: str, *, by: str | None = None) -> bool:
+        """Async twin of ``pause_queue``."""
+        return await self.run_pooled_async(
+            lambda connection: pauses.pause_async(connection, queue, by))
+
+    async def resume_queue_async(self, queue: str) -> bool:
+        """Async twin of ``resume_queue``."""
+        return await self.run_pooled_async(
+            lambda connection: pauses.resume_async(connection, queue))
+
+    def paused_queues(self) -> list[str]:
+        """The names of the paused queues, in name order."""
+        return [state.queue for state in self.run_pooled(pauses.paused)]
+
+    def list_queues(self) -> list[pauses.QueueState]:
+        """Every queue with queued jobs, live workers or a pause: whether it is paused (when,
+        by whom), its due jobs and its live workers."""
+        return self.run_pooled(pauses.list_queues)
 
 
 __all__ = ["RECONNECT_WINDOW", "App", "found_dead"]

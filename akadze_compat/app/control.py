@@ -276,6 +276,25 @@ class Control:
         return self.broadcast("cancel_consumer", destination=destination,
                               arguments={"queue": queue}, **kwargs)
 
+    # Not Celery's: Celery has no pause that holds for the whole fleet. cancel_consumer
+    # above keeps Celery's meaning (the workers named stop consuming, until they restart).
+
+    def pause_queue(self, queue: str) -> bool:
+        """Pause ``queue`` for every worker, running or started later, until
+        ``resume_queue``; True when it was not paused already (an akadze extension). Once
+        this returns no worker starts a new task of ``queue``; running tasks finish, and
+        ``delay``/``apply_async`` still store tasks (they wait)."""
+        return bool(self.app.core.pause_queue(queue))
+
+    def resume_queue(self, queue: str) -> bool:
+        """Resume a paused ``queue``, waking its idle workers at once; True when it was
+        paused (an akadze extension)."""
+        return bool(self.app.core.resume_queue(queue))
+
+    def paused_queues(self) -> list[str]:
+        """The names of the paused queues (an akadze extension)."""
+        return list(self.app.core.paused_queues())
+
     def time_limit(self, task_name: str, soft: float | None = None,
                    hard: float | None = None, destination: Any = None,
                    **kwargs: Any) -> Any:

@@ -42,6 +42,7 @@ from .base import (
     stderr_logging,
 )
 from .jobs import jobs_group, stats_command
+from .queues import queues_group
 from .schedules import schedules_group
 from .support import (
     Secrets,
@@ -78,6 +79,7 @@ def cli(ctx: click.Context, database_url: str | None) -> None:
 cli.add_command(jobs_group)
 cli.add_command(stats_command)
 cli.add_command(schedules_group)
+cli.add_command(queues_group)
 
 
 # --- migrate -------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Plain functions of a sync connection, so the pages, the tests and the benchmark share
 them. The actions are the core's own functions (``control.requeue_sync``,
-``control.request_cancel_sync``, ``lookup.purge``), never a statement of their own.
+``control.request_cancel_sync``, ``lookup.purge``, ``pauses.pause``), never a statement
+of their own.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ..model.jobs import Job
 from ..model.task_ids import TaskIds
 from ..ops.control import broadcast, request_cancel_sync, requeue_sync
 from ..schedules.triggers import parse_spec
-from ..store import database, lookup
+from ..store import database, lookup, pauses
 from ..store.queries import load_queries
 
 if TYPE_CHECKING:
@@ -69,6 +70,8 @@ class QueueRow:
     cancelled_hour: int = 0
     latency_avg: float | None = None
     latency_p95: float | None = None
+    #: Paused for the fleet (``akadze queues pause``): no worker claims its jobs.
+    paused: bool = False
 
     @property
     def throughput(self) -> float:
@@ -147,6 +150,8 @@ def overview(connection: psycopg.Connection) -> Overview:
             entry.latency_p95 = _float(line["latency_p95"])
         else:
             setattr(entry, f"{line['state']}_hour", int(line["jobs"]))
+    for paused in pauses.paused(connection):
+        row(paused.queue).paused = True
     result.queues = [rows[name] for name in sorted(rows)]
     result.capped = capped
     return result
@@ -424,6 +429,14 @@ def worker_control(app: App, name: str, command: str, queue: str | None) -> str:
 def purge(connection: psycopg.Connection, queue: str) -> int:
     """Delete the queued (and waiting) jobs of ``queue`` (``lookup.purge``)."""
     return lookup.purge(connection, [queue])
+
+
+def set_paused(connection: psycopg.Connection, queue: str, paused: bool) -> bool:
+    """Pause or resume ``queue`` for the fleet (``pauses.pause``/``resume``); True when
+    that changed it."""
+    if paused:
+        return pauses.pause(connection, queue, "dashboard")
+    return pauses.resume(connection, queue)
 
 
 def bulk(connection: psycopg.Connection, action: str, filters: JobFilter) -> tuple[int, int]:

@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
+from ..model.errors import InvalidArgs
 from ..model.jobs import JOB_STATES
 from ..store import lookup
 from . import charts, data
@@ -253,6 +254,29 @@ class Pages:
             return self.dashboard.error(request, 400, "which queue? (none given)")
         deleted = await self.dashboard.read(lambda c: data.purge(c, queue))
         return _back(self.dashboard, request, form, "purged", queue=queue, n=deleted)
+
+    @_action
+    async def pause(self, request: Request, form: dict[str, str]) -> Response:
+        """Pause one queue for every worker."""
+        return await self._set_paused(request, form, paused=True)
+
+    @_action
+    async def resume(self, request: Request, form: dict[str, str]) -> Response:
+        """Resume one paused queue."""
+        return await self._set_paused(request, form, paused=False)
+
+    async def _set_paused(self, request: Request, form: dict[str, str], *,
+                          paused: bool) -> Response:
+        queue = form.get("queue", "")
+        if not queue:
+            return self.dashboard.error(request, 400, "which queue? (none given)")
+        try:
+            changed = await self.dashboard.read(lambda c: data.set_paused(c, queue, paused))
+        except InvalidArgs as exc:
+            return self.dashboard.error(request, 400, str(exc))
+        code = ("paused" if paused else "resumed") if changed else \
+            ("not-paused" if paused else "not-resumed")
+        return _back(self.dashboard, request, form, code, queue=queue)
 
     @_action
     async def bulk(self, request: Request, form: dict[str, str]) -> Response:

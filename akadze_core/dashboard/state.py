@@ -61,6 +61,10 @@ NOTICES = {
     "not-terminated": "job {job} was not terminated: only running jobs can be",
     "worker-control": "worker {worker}: {what}",
     "purged": "queue {queue} purged: {n} queued jobs deleted",
+    "paused": "queue {queue} paused: no worker starts its jobs until it is resumed",
+    "not-paused": "queue {queue} was paused already",
+    "resumed": "queue {queue} resumed",
+    "not-resumed": "queue {queue} was not paused",
     "bulk-retry": "bulk retry: requeued {changed} of {selected} matching jobs{more}",
     "bulk-cancel": "bulk cancel: cancel requested for {changed} of {selected} matching "
                    "jobs{more}",

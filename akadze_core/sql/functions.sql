@@ -306,6 +306,72 @@ $$;
 -- no costlier), as the statement prepared by psycopg was before; the claim keeps one
 -- generic plan (see there).
 
+-- Whether a claim may take jobs of p_queue now: false while the queue is paused. Exact: once
+-- akadze.queue_pause has committed, no claim takes a job of the queue. The probe alone would
+-- not do it: a claim whose snapshot was taken before the pause committed would not see the
+-- row and could commit its claim after the pause returned. So every claim holds a shared
+-- transaction-level advisory lock on the queue, and a pause takes it exclusively before its
+-- insert: the pause waits for the claims under way, the claims that come later wait for the
+-- pause to commit, and (this function being VOLATILE and its caller's next statement taking
+-- a new snapshot) read its row. The lock is shared between claims, so they never wait on
+-- each other; it costs one lock-table entry per claim.
+CREATE OR REPLACE FUNCTION akadze.queue_claimable(p_queue text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET jit = off
+AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(akadze.queue_pause_key(), hashtext(p_queue));
+    RETURN NOT EXISTS (SELECT 1 FROM akadze.queue_pauses AS p WHERE p.queue = p_queue);
+END
+$$;
+
+-- The first half of the advisory lock key of a queue's pause (the second: hashtext(queue)).
+-- A constant of its own, so the lock never collides with the single-key advisory locks of
+-- migrate and the fair index's builder (which use the bigint key space).
+CREATE OR REPLACE FUNCTION akadze.queue_pause_key()
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT 1635412337 $$;
+
+-- Pause p_queue for the whole fleet (see akadze.queue_claimable); true when it was not paused
+-- already. Waits for the claims of the queue under way to commit: when this returns
+-- committed, no worker takes a new job from the queue. Notifies akadze_pauses ('1' then the
+-- queue), so that workers stop asking.
+CREATE OR REPLACE FUNCTION akadze.queue_pause(p_queue text, p_by text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    inserted integer;
+BEGIN
+    PERFORM pg_advisory_xact_lock(akadze.queue_pause_key(), hashtext(p_queue));
+    INSERT INTO akadze.queue_pauses (queue, paused_by) VALUES (p_queue, p_by)
+    ON CONFLICT (queue) DO NOTHING;
+    GET DIAGNOSTICS inserted = ROW_COUNT;
+    PERFORM pg_notify('akadze_pauses', '1' || p_queue);
+    RETURN inserted > 0;
+END
+$$;
+
+-- Resume p_queue; true when it was paused. Notifies akadze_pauses ('0' then the queue) and
+-- the queue's jobs channel, so idle workers claim at once rather than at their next poll.
+CREATE OR REPLACE FUNCTION akadze.queue_resume(p_queue text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    deleted integer;
+BEGIN
+    DELETE FROM akadze.queue_pauses WHERE queue = p_queue;
+    GET DIAGNOSTICS deleted = ROW_COUNT;
+    PERFORM pg_notify('akadze_pauses', '0' || p_queue);
+    PERFORM pg_notify('akadze_jobs', p_queue);
+    RETURN deleted > 0;
+END
+$$;
+
+
 -- Claim up to %(limit)s due jobs of one queue, in (priority, scheduled_at, id) order.
 -- Jobs cancelled or expired before they start end here as cancelled, without running.
 -- The floors (akadze_core/store/floors.py): per priority, the (scheduled_at, id) of the last job
@@ -347,6 +413,10 @@ AS $$
 BEGIN
     IF p_lock_timeout IS NOT NULL THEN
         PERFORM set_config('lock_timeout', p_lock_timeout, true);
+    END IF;
+    -- A paused queue: claim nothing (akadze.queue_pause).
+    IF akadze.queue_claimable(p_queue) IS NOT TRUE THEN
+        RETURN;
     END IF;
     RETURN QUERY
         WITH floor AS (
@@ -453,6 +523,10 @@ AS $$
 BEGIN
     IF p_lock_timeout IS NOT NULL THEN
         PERFORM set_config('lock_timeout', p_lock_timeout, true);
+    END IF;
+    -- A paused queue: claim nothing (akadze.queue_pause).
+    IF akadze.queue_claimable(p_queue) IS NOT TRUE THEN
+        RETURN;
     END IF;
     RETURN QUERY
         WITH RECURSIVE tasks AS (

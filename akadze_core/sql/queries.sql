@@ -1021,3 +1021,44 @@ SELECT queue, task, state, wait_bucket, run_bucket, count(*) AS jobs,
        GROUPING(queue, task, state, wait_bucket, run_bucket) AS grouping_id
 FROM bucketed
 GROUP BY GROUPING SETS ((queue, task, state), (queue, wait_bucket), (task, run_bucket));
+
+-- name: queue_pause
+-- Pause a queue for the whole fleet (akadze.queue_pause in functions.sql): true when it was
+-- not paused already. Returns once the claims of the queue under way have committed.
+SELECT akadze.queue_pause(%(queue)s::text, %(by)s::text) AS changed;
+
+-- name: queue_resume
+-- Resume a paused queue and wake its idle workers (akadze.queue_resume): true when it was
+-- paused.
+SELECT akadze.queue_resume(%(queue)s::text) AS changed;
+
+-- name: queue_paused
+-- The paused queues, in name order: when and by whom each was paused.
+SELECT queue, paused_at, paused_by FROM akadze.queue_pauses ORDER BY queue;
+
+-- name: queue_list
+-- Every queue the database knows of (those with queued jobs, those of live workers, the
+-- paused ones), whether it is paused, its due jobs (counted up to %(cap)s) and live workers.
+WITH RECURSIVE queued(queue) AS (
+    -- A loose index scan of jobs_claim_idx: one probe per queue with queued jobs.
+    (SELECT queue FROM akadze.jobs WHERE state = 'queued' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM akadze.jobs AS j
+            WHERE j.state = 'queued' AND j.queue > queued.queue ORDER BY j.queue LIMIT 1)
+    FROM queued WHERE queued.queue IS NOT NULL
+), known AS (
+    SELECT queue FROM queued WHERE queue IS NOT NULL
+    UNION
+    SELECT q.queue FROM akadze.workers AS w CROSS JOIN LATERAL unnest(w.queues) AS q(queue)
+    WHERE w.heartbeat_at > now() - w.heartbeat_ttl
+    UNION
+    SELECT queue FROM akadze.queue_pauses
+)
+SELECT k.queue, p.queue IS NOT NULL AS paused, p.paused_at, p.paused_by,
+       (SELECT count(*) FROM (SELECT 1 FROM akadze.jobs AS j
+                              WHERE j.state = 'queued' AND j.queue = k.queue
+                                AND j.scheduled_at <= now() LIMIT %(cap)s) AS due) AS due,
+       (SELECT count(*) FROM akadze.workers AS w
+        WHERE k.queue = ANY(w.queues) AND w.heartbeat_at > now() - w.heartbeat_ttl) AS workers
+FROM known AS k LEFT JOIN akadze.queue_pauses AS p ON p.queue = k.queue
+ORDER BY k.queue;

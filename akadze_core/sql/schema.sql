@@ -19,6 +19,10 @@ BEGIN
     IF p_lock_timeout IS NOT NULL THEN
         PERFORM set_config('lock_timeout', p_lock_timeout, true);
     END IF;
+    -- A paused queue: claim nothing (akadze.queue_pause).
+    IF akadze.queue_claimable(p_queue) IS NOT TRUE THEN
+        RETURN;
+    END IF;
     RETURN QUERY
         WITH floor AS (
             SELECT * FROM unnest(p_floor_priority::integer[], p_floor_at::timestamptz[],
@@ -106,6 +110,10 @@ CREATE FUNCTION akadze.claim_jobs_fair(p_lock_timeout text, p_queue text, p_limi
 BEGIN
     IF p_lock_timeout IS NOT NULL THEN
         PERFORM set_config('lock_timeout', p_lock_timeout, true);
+    END IF;
+    -- A paused queue: claim nothing (akadze.queue_pause).
+    IF akadze.queue_claimable(p_queue) IS NOT TRUE THEN
+        RETURN;
     END IF;
     RETURN QUERY
         WITH RECURSIVE tasks AS (
@@ -290,6 +298,49 @@ $$;
 CREATE FUNCTION akadze.job_notice(queue text, priority integer, scheduled_at timestamp with time zone) RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
     RETURN ((((queue || chr(31)) || (priority)::text) || chr(31)) || (((EXTRACT(epoch FROM scheduled_at) * (1000000)::numeric))::bigint)::text);
+
+CREATE FUNCTION akadze.queue_claimable(p_queue text) RETURNS boolean
+    LANGUAGE plpgsql
+    SET jit TO 'off'
+    AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(akadze.queue_pause_key(), hashtext(p_queue));
+    RETURN NOT EXISTS (SELECT 1 FROM akadze.queue_pauses AS p WHERE p.queue = p_queue);
+END
+$$;
+
+CREATE FUNCTION akadze.queue_pause(p_queue text, p_by text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    inserted integer;
+BEGIN
+    PERFORM pg_advisory_xact_lock(akadze.queue_pause_key(), hashtext(p_queue));
+    INSERT INTO akadze.queue_pauses (queue, paused_by) VALUES (p_queue, p_by)
+    ON CONFLICT (queue) DO NOTHING;
+    GET DIAGNOSTICS inserted = ROW_COUNT;
+    PERFORM pg_notify('akadze_pauses', '1' || p_queue);
+    RETURN inserted > 0;
+END
+$$;
+
+CREATE FUNCTION akadze.queue_pause_key() RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT 1635412337 $$;
+
+CREATE FUNCTION akadze.queue_resume(p_queue text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    deleted integer;
+BEGIN
+    DELETE FROM akadze.queue_pauses WHERE queue = p_queue;
+    GET DIAGNOSTICS deleted = ROW_COUNT;
+    PERFORM pg_notify('akadze_pauses', '0' || p_queue);
+    PERFORM pg_notify('akadze_jobs', p_queue);
+    RETURN deleted > 0;
+END
+$$;
 
 CREATE FUNCTION akadze.refuse(message text) RETURNS boolean
     LANGUAGE plpgsql
@@ -591,6 +642,14 @@ CREATE TABLE akadze.migrations (
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE akadze.queue_pauses (
+    queue text NOT NULL,
+    paused_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_by text
+);
+
+COMMENT ON TABLE akadze.queue_pauses IS 'Queues no worker claims from until resumed (akadze queues pause/resume)';
+
 CREATE TABLE akadze.repeatable_migrations (
     name text NOT NULL,
     checksum text NOT NULL,
@@ -670,6 +729,9 @@ ALTER TABLE ONLY akadze.jobs
 
 ALTER TABLE ONLY akadze.migrations
     ADD CONSTRAINT migrations_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY akadze.queue_pauses
+    ADD CONSTRAINT queue_pauses_pkey PRIMARY KEY (queue);
 
 ALTER TABLE ONLY akadze.repeatable_migrations
     ADD CONSTRAINT repeatable_migrations_pkey PRIMARY KEY (name);

@@ -19,6 +19,8 @@ import psycopg
 from . import database
 from .database import CANCEL_CHANNEL, CONTROL_CHANNEL, NOTIFY_CHANNEL, SCHEDULES_CHANNEL
 from .floors import parse_notice
+from .pauses import PAUSE_CHANNEL
+from .pauses import parse_notice as parse_pause
 
 logger = logging.getLogger("akadze.worker")
 
@@ -42,7 +44,8 @@ async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], No
                           terminate: Callable[[int, int], None] | None = None,
                           jobs_heard: Callable[[str, tuple[int, datetime] | None], None]
                           | None = None,
-                          connected: Callable[[bool], None] | None = None) -> None:
+                          connected: Callable[[bool], None] | None = None,
+                          paused: Callable[[str, bool], None] | None = None) -> None:
     """Call ``wake()`` whenever a job becomes due on one of ``queues``, ``cancelled(id)``
     when a cancel of a running job is requested (``terminate(id, signal)`` instead when
     it asks for the body's process to be ended and ``terminate`` is given), and
@@ -55,14 +58,15 @@ async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], No
     queues at runtime). ``jobs_heard(queue, key)`` hears, before each such ``wake()``, which
     queue and, when the notification says it, the lowest (priority, scheduled_at) made
     queued (akadze_core.store.floors); ``connected(True)`` is called each time LISTEN starts,
-    ``connected(False)`` each time its connection is lost."""
+    ``connected(False)`` each time its connection is lost. ``paused(queue, now_paused)``
+    hears every pause and resume of a queue (akadze_core.store.pauses)."""
     kwargs = {"connect_timeout": 5, **(connect_kwargs or {}), "autocommit": True}
     watched = queues if isinstance(queues, set) else set(queues)
     # A live set may gain a queue later: its jobs channel is listened to even while empty.
     jobs = bool(watched) or isinstance(queues, set)
     channels = ([NOTIFY_CHANNEL] if jobs else []) + ([CANCEL_CHANNEL] if cancelled else []) \
         + ([SCHEDULES_CHANNEL] if schedules_changed else []) \
-        + ([CONTROL_CHANNEL] if control else [])
+        + ([CONTROL_CHANNEL] if control else []) + ([PAUSE_CHANNEL] if paused else [])
     failures = 0
     while True:
         try:
@@ -85,6 +89,10 @@ async def listen_for_jobs(url: str, queues: Iterable[str], wake: Callable[[], No
                     elif notify.channel == CONTROL_CHANNEL:
                         if control is not None:
                             control(notify.payload)
+                    elif notify.channel == PAUSE_CHANNEL:
+                        pause = parse_pause(notify.payload)
+                        if paused is not None and pause is not None:
+                            paused(*pause)
                     elif notify.channel == SCHEDULES_CHANNEL:
                         if schedules_changed is not None:
                             schedules_changed(notify.payload)

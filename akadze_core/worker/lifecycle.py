@@ -371,7 +371,8 @@ class Worker:
                             if self._schedules is not None else None,
                             control=self.control.heard, terminate=self._runs.terminate,
                             jobs_heard=self._producer.floors.heard,
-                            connected=self._producer.floors.set_listening),
+                            connected=self._producer.listening,
+                            paused=self._producer.heard_pause),
             name="listener")
         self._services["rescue"].trigger()
         logger.info("worker %s (id %s) started: queues %s, slots %s%s", self.name,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..store import database
+from ..store import database, pauses
 from ..store.floors import Floors
 
 if TYPE_CHECKING:
@@ -65,6 +65,16 @@ class Producer:
         # written batch wakes the claim loop.
         self._held_back = False
         self._completer: Completer | None = None
+        #: The queues paused for the fleet, as last heard (akadze_core.store.pauses): not
+        #: asked for jobs, which they would not give. Only a hint: the claim itself refuses
+        #: a paused queue's jobs, so a stale entry costs one empty claim, never a job. Empty
+        #: and not trusted while LISTEN is down (a resume could go unheard): every queue is
+        #: then asked, and the set is read again once LISTEN is back.
+        self.paused: set[str] = set()
+        self._paused_stale = False
+        # Pauses heard and LISTEN restarts so far: a read of the set that overlapped one is
+        # not applied (read again while LISTEN is up).
+        self._pauses_heard = 0
 
     def open(self, completer: Completer) -> None:
         """Claims may start: ``completer`` holds the outcomes waiting to be written."""
@@ -93,6 +103,30 @@ class Producer:
         self.watched.discard(queue)
         return True
 
+    def listening(self, up: bool) -> None:
+        """LISTEN started (``up``) or its connection was lost."""
+        self.floors.set_listening(up)
+        self.paused.clear()
+        self._paused_stale = up
+        # A read of the set under way when LISTEN went down (or restarted) is not applied.
+        self._pauses_heard += 1
+
+    def heard_pause(self, queue: str, paused: bool) -> None:
+        """A NOTIFY said ``queue`` was paused or resumed for the fleet."""
+        self._pauses_heard += 1
+        if paused:
+            self.paused.add(queue)
+        else:
+            self.paused.discard(queue)
+
+    async def _read_paused(self, connection: psycopg.AsyncConnection) -> None:
+        while self._paused_stale:
+            heard = self._pauses_heard
+            names = await pauses.paused_names(connection)
+            if heard == self._pauses_heard:
+                self.paused = names
+                self._paused_stale = False
+
     # --- claims -----------------------------------------------------------------------------
 
     async def claim(self) -> None:
@@ -106,7 +140,11 @@ class Producer:
         completer = self._completer
         assert completer is not None
         guard = self._lease.guard
+        if self._paused_stale and not await guard(self._read_paused, "claim"):
+            return
         for queue in self.queues:
+            if queue in self.paused:
+                continue
             while not stop.is_set() and health.is_set():
                 free = self.free(queue)
                 if free <= 0:

@@ -77,7 +77,7 @@ def test_token_is_bound_to_the_session_and_cross_site_requests_are_refused(
                                                       "Sec-Fetch-Site": "same-site"}),
         ]
         for form, headers in refused:
-            for path in (f"/jobs/{failed}/retry", "/queues/purge"):
+            for path in (f"/jobs/{failed}/retry", "/queues/purge", "/queues/pause"):
                 answer = bob.post(base + path, {"queue": "keep", **form}, headers=headers)
                 assert answer.status == 403 and "CSRF" in answer.text, (path, form, headers)
         # Cookie tossing: a sibling sets the old double-submit cookie and sends its value.
@@ -86,6 +86,7 @@ def test_token_is_bound_to_the_session_and_cross_site_requests_are_refused(
         answer = tossed.post(base + "/queues/purge", {"csrf": "tossed", "queue": "keep"})
         assert answer.status == 403 and "CSRF" in answer.text
         assert wait_state(db, failed, "failed") == "failed" and _count(db, "keep") == 3
+        assert db.execute("SELECT count(*) FROM akadze.queue_pauses").fetchone()[0] == 0
         # The right token from the page, same-origin: done.
         done = bob.post(f"{base}/jobs/{failed}/retry", {"csrf": bob.csrf()},
                         headers={"Origin": origin, "Sec-Fetch-Site": "same-origin"})

@@ -38,6 +38,7 @@ WORKFLOWS = DOCS / "tutorial" / "workflows.md"
 SCHEDULES = DOCS / "how-to" / "schedules.md"
 DASHBOARD = DOCS / "how-to" / "dashboard-and-metrics.md"
 SCALING = DOCS / "how-to" / "scaling.md"
+PAUSES = DOCS / "how-to" / "pause-queues.md"
 
 #: (file, section, language, index in the section) → the test that runs the block.
 COVERED = {
@@ -68,6 +69,12 @@ COVERED = {
         "test_command_lists_parse",
     ("docs/how-to/scaling.md", "The signals", "sql", 0):
         "test_the_scaling_checks_run_and_count_the_prune_backlog",
+    ("docs/how-to/pause-queues.md", "From the command line", "sh", 0):
+        "test_command_lists_parse (run: test_docs_pauses.py)",
+    ("docs/how-to/pause-queues.md", "From Python", "python", 0):
+        "test_docs_pauses.py::test_the_python_example_runs_as_written",
+    ("docs/how-to/pause-queues.md", "From the Celery facade", "python", 0):
+        "test_docs_pauses.py::test_the_celery_example_runs_as_written",
 }
 
 
@@ -170,7 +177,8 @@ def _extras() -> set[str]:
     return set(project["optional-dependencies"])
 
 
-@pytest.mark.parametrize("document", [CORE_API, DASHBOARD], ids=lambda path: path.name)
+@pytest.mark.parametrize("document", [CORE_API, DASHBOARD, PAUSES],
+                         ids=lambda path: path.name)
 def test_command_lists_parse(document: Path) -> None:
     """Blocks that list commands to pick from (``myproject.tasks:app``, job 42) cannot run
     as a script; each command must still be one the CLI accepts, and a ``pip install`` must
