@@ -61,19 +61,22 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[rank - 1]
 
 
-def latency(url: str, samples: int, *, slots: int, run_dir: Path) -> LatencyResult:
+def latency(url: str, samples: int, *, slots: int, run_dir: Path,
+            env: dict[str, str] | None = None, cwd: Path | None = None) -> LatencyResult:
     """Enqueue one job at a time to an idle worker and time commit -> body start.
 
     Worker, client and Postgres share this host, hence one wall clock: the client notes
     ``time.time()`` when ``enqueue()`` has returned (the commit is done), the body returns
     ``time.time()`` at its start. Each job is enqueued only once the previous one finished
-    and the worker went idle again.
+    and the worker went idle again. ``env`` and ``cwd`` are the worker's (default: this
+    repository importable, the database ``url``).
     """
     db.reset(url)
     app = make_app(url)
     stamp = app.tasks[STAMP]
     log = run_dir / "latency-worker.log"
-    process = procs.start(worker_argv(url, slots), log=log, env=worker_env(url), cwd=REPO_ROOT)
+    process = procs.start(worker_argv(url, slots), log=log, env=env or worker_env(url),
+                          cwd=cwd or REPO_ROOT)
     sent: list[tuple[int, float, float]] = []
     try:
         with psycopg.connect(url, autocommit=True) as connection:
