@@ -460,9 +460,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     builds = (base, work)
     labels = (base.label, work.label)
     behind = f" behind {options.backlog:,} due jobs" if options.backlog else ""
-    print(f"bench.ab: {base.label} vs {work.label}: {options.rounds} rounds of "
-          f"{options.jobs} jobs{behind}, load {procs.load_average()}; logs in {run_dir}",
-          flush=True)
+    what = (f"latency, {options.latency} samples" if options.latency
+            else f"{options.jobs} jobs{behind}")
+    print(f"bench.ab: {base.label} vs {work.label}: {options.rounds} rounds of {what},"
+          f" load {procs.load_average()}; logs in {run_dir}", flush=True)
     runner = Runner(options, run_dir)
     if options.latency:
         return run_latency(options, runner, builds)
