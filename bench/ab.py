@@ -43,7 +43,9 @@ database is a copy of it; the drain's figures count only its own jobs.
 (``bench.core.latency``: an idle ``akadze worker --slots 10``, the full bench's default
 ``--core-slots``, or ``--latency-slots``; one job enqueued at a time,
 enqueue commit to body start, ``N`` samples a round), each build's own client and worker in
-a fresh database; it prints each round's p50 and p99, the medians and their ratios, and
+a fresh database; it prints each round's p50 and p99, and the p50 of the two halves: enqueue
+commit to the claim's start (the job's ``started_at``: the NOTIFY's way, the wake-up) and from
+there to the body (the claim, the run's start); the medians and their ratios; and
 exits 1 when the median p50 of the work build is above the base's divided by
 ``--threshold``.
 """
@@ -314,25 +316,28 @@ def latency_run(admin: str, name: str, samples: int, slots: int, out: Path) -> N
     result = core.latency(url, samples, slots=slots, run_dir=out.parent,
                           env=dict(os.environ, AKADZE_DATABASE_URL=url), cwd=here)
     out.write_text(json.dumps({"p50": result.p50, "p99": result.p99, "max": result.max,
-                               "mean": result.mean}))
+                               "mean": result.mean, "to claim": result.to_claim_p50,
+                               "claim to body": result.claim_to_body_p50}))
 
 
 def summarize_latency(figures: dict[str, list[dict[str, float]]], labels: Sequence[str],
                       threshold: float) -> tuple[list[str], bool]:
     """The table of median p50/p99 and ratios, and whether the work's p50 holds."""
     base, work = labels
-    lines = [f"{'latency ms':10} {'base':>8} {'work':>8} {'ratio':>7}  ratios by round"]
+    lines = [f"{'latency ms':14} {'base':>8} {'work':>8} {'ratio':>7}  ratios by round"]
     held = True
-    for key in ("p50", "p99"):
+    for key in ("p50", "p99", "to claim", "claim to body"):
+        if any(f.get(key) is None for side in (base, work) for f in figures[side]):
+            continue  # a harness from before the halves were kept
         medians = [statistics.median(f[key] for f in figures[side]) for side in (base, work)]
-        ratio = medians[1] / medians[0]
-        rounds = " ".join(f"{w[key] / b[key]:.2f}"
+        ratio = medians[1] / medians[0] if medians[0] > 0 else float("nan")
+        rounds = " ".join(f"{w[key] / b[key]:.2f}" if b[key] > 0 else "n/a"
                           for b, w in zip(figures[base], figures[work], strict=False))
         flag = ""
         if key == "p50" and ratio > 1 / threshold:
             held = False
             flag = f"  > 1/{threshold}: REGRESSION"
-        lines.append(f"{key:10} {medians[0]:8.2f} {medians[1]:8.2f} {ratio:7.3f}"
+        lines.append(f"{key:14} {medians[0]:8.2f} {medians[1]:8.2f} {ratio:7.3f}"
                      f"  {rounds}{flag}")
     return lines, held
 
@@ -353,7 +358,8 @@ def run_latency(options: argparse.Namespace, runner: Runner,
             figures[build.label].append(result)
             print(f"round {number + 1} latency {build.label:24} p50 {result['p50']:6.2f} ms"
                   f"  p99 {result['p99']:6.2f} ms  max {result['max']:6.2f} ms"
-                  f"  load {procs.load_average()}", flush=True)
+                  f"  (p50 to claim {result['to claim']:.2f}, claim to body"
+                  f" {result['claim to body']:.2f})  load {procs.load_average()}", flush=True)
     if failed or not all(figures.values()):
         return 2
     lines, held = summarize_latency(figures, [b.label for b in builds], options.threshold)

@@ -52,6 +52,11 @@ class LatencyResult:
     max: float
     mean: float
     enqueue_p50: float
+    # Its two halves, p50: commit returned -> the claim's transaction start (the job's
+    # started_at: the NOTIFY's way and the worker's wake-up), and from there to the body's
+    # start (the claim itself, its answer, the run's start).
+    to_claim_p50: float | None = None
+    claim_to_body_p50: float | None = None
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -89,17 +94,23 @@ def latency(url: str, samples: int, *, slots: int, run_dir: Path,
                 after = time.time()
                 sent.append((job_id, before, after))
                 _wait_finished(connection, job_id, process, log)
-            rows = dict(connection.execute(
-                "SELECT id, (result #>> '{}')::float8 FROM akadze.jobs WHERE id = ANY(%s)",
-                ([job_id for job_id, _, _ in sent],)).fetchall())
+            found = connection.execute(
+                "SELECT id, (result #>> '{}')::float8, extract(epoch FROM started_at)::float8"
+                " FROM akadze.jobs WHERE id = ANY(%s)",
+                ([job_id for job_id, _, _ in sent],)).fetchall()
     finally:
         procs.stop(process)
         app.close()
-    delays = [(rows[job_id] - after) * 1000 for job_id, _, after in sent]
+    rows = {job_id: (body, claimed) for job_id, body, claimed in found}
+    delays = [(rows[job_id][0] - after) * 1000 for job_id, _, after in sent]
     enqueue = [(after - before) * 1000 for _, before, after in sent]
+    to_claim = [(rows[job_id][1] - after) * 1000 for job_id, _, after in sent]
+    to_body = [(body - claimed) * 1000 for body, claimed in rows.values()]
     return LatencyResult(samples=len(delays), p50=percentile(delays, 0.5),
                          p99=percentile(delays, 0.99), max=max(delays),
-                         mean=statistics.fmean(delays), enqueue_p50=percentile(enqueue, 0.5))
+                         mean=statistics.fmean(delays), enqueue_p50=percentile(enqueue, 0.5),
+                         to_claim_p50=percentile(to_claim, 0.5),
+                         claim_to_body_p50=percentile(to_body, 0.5))
 
 
 def _wait_finished(connection: psycopg.Connection, job_id: int,
