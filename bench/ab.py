@@ -24,6 +24,30 @@ machine use more rounds (``--rounds 5``) and read the ratios, not the absolute f
 
 ``--work REF`` puts a second commit in place of the working tree (for bisecting:
 ``python -m bench.ab c9aeb60 --work 77e3037``).
+
+``--backlog N`` runs every drain behind ``N`` more due jobs of the same queue, priority and
+shape, due since the backlog was made while the drain's own are due since a day earlier
+(so the claim, in (priority, scheduled_at, id) order, takes them first, and the backlog
+only after the drain), so that what only a big table shows (the plans kept for a session
+and their costs, JIT, index depth) is in the figure: a 10,000-job drain on an otherwise
+empty table did not show the claim's JIT compilation behind a million jobs. The backlog
+must look due, in the drain's priority, to the planner, which estimates ``scheduled_at <=
+now()`` and ``priority = $n`` from the statistics: jobs scheduled for later, or at another
+priority, cost the kept claim plan less (90,000 behind 1,000,000 at another priority,
+under ``jit_above_cost``; 181,000 in this shape, past it from about 550,000). The backlog is
+generated once per build and drain kind, by the build's own interpreter into a template
+database (one ``INSERT ... SELECT generate_series``, then ANALYZE), and each drain's
+database is a copy of it; the drain's figures count only its own jobs.
+
+``--latency N`` alternates the builds on the latency workload instead of the drains
+(``bench.core.latency``: an idle ``akadze worker --slots 10``, the full bench's default
+``--core-slots``, or ``--latency-slots``; one job enqueued at a time,
+enqueue commit to body start, ``N`` samples a round), each build's own client and worker in
+a fresh database; it prints each round's p50 and p99, and the p50 of the two halves: enqueue
+commit to the claim's start (the job's ``started_at``: the NOTIFY's way, the wake-up) and from
+there to the body (the claim, the run's start); the medians and their ratios; and
+exits 1 when the median p50 of the work build is above the base's divided by
+``--threshold``.
 """
 
 from __future__ import annotations
@@ -134,14 +158,19 @@ def build_ref(ref: str, cache: Path, run_dir: Path, label: str) -> Build:
 
 # --- one drain -----------------------------------------------------------------------------
 
-def prepare(url: str, kind: str, jobs: int) -> None:
-    """Migrate the empty database ``url`` and fill it (run by the build's interpreter)."""
+# Behind a backlog, a drain's jobs are due since a day before it: claimed ahead of it.
+AHEAD_OF_BACKLOG = -86_400.0
+
+
+def prepare(url: str, kind: str, jobs: int, delay_seconds: float = 0.0) -> None:
+    """Migrate the database ``url`` and add ``jobs`` queued jobs of ``kind`` to it, due in
+    ``delay_seconds`` (run by the build's interpreter)."""
     with psycopg.connect(url, autocommit=True) as connection:
         db.migrate(connection)
     if kind == "core":
         from .apps.core_app import NOOP
 
-        db.fill(url, jobs, task=NOOP)
+        db.fill(url, jobs, task=NOOP, delay_seconds=delay_seconds)
     else:
         from .apps.celery_app import NOOP as COMPAT_NOOP
         from .apps.celery_app import make_app
@@ -151,12 +180,17 @@ def prepare(url: str, kind: str, jobs: int) -> None:
             app.tasks[COMPAT_NOOP].delay(0)
         finally:
             app.close()
-        # The one row in this fresh database (how a result names its job id has changed
+        # The row just written is the newest (how a result names its job id has changed
         # between versions; the table has not).
         with psycopg.connect(url, autocommit=True) as connection:
             row = connection.execute("SELECT max(id) FROM akadze.jobs").fetchone()
-        assert row is not None and row[0] is not None
-        db.clone_job(url, int(row[0]), jobs - 1)
+            assert row is not None and row[0] is not None
+            job_id = int(row[0])
+            if delay_seconds:
+                connection.execute("UPDATE akadze.jobs SET scheduled_at = now()"
+                                   " + %s * interval '1 second' WHERE id = %s",
+                                   (delay_seconds, job_id))
+        db.clone_job(url, job_id, jobs - 1)
 
 
 def worker_argv(build: Build, kind: str, url: str, slots: int, prefork: int,
@@ -181,33 +215,160 @@ class Runner:
         self.run_dir = run_dir
         self.admin = db.admin_url(options.admin_url)
         self.count = 0
+        # (build label, kind) -> the template database holding the backlog, its last job id
+        self.templates: dict[tuple[str, str], tuple[str, int]] = {}
+
+    def _prepare(self, build: Build, kind: str, url: str, jobs: int, tag: str,
+                 delay_seconds: float = 0.0) -> None:
+        log = self.run_dir / f"{tag}-prepare.log"
+        done = procs.run([build.script("python"), "-m", "bench.ab", "--prepare", kind,
+                          url, str(jobs), str(delay_seconds)],
+                         log=log, env=build.env(url), cwd=build.path, timeout=1800)
+        if done.returncode != 0:
+            raise DrainError(f"preparing failed: see {log}")
+
+    def template(self, build: Build, kind: str) -> tuple[str, int]:
+        """The template database with ``--backlog`` jobs of ``kind`` written by ``build``
+        (made on first use), and the id of its last job."""
+        key = (build.label, kind)
+        if key not in self.templates:
+            name = f"akadze_bench_ab_{os.getpid()}_tpl{len(self.templates) + 1}"
+            db.drop(self.admin, name)
+            with psycopg.connect(self.admin, autocommit=True) as connection:
+                connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            url = db.url_for(self.admin, name)
+            started = time.monotonic()
+            try:
+                self._prepare(build, kind, url, self.options.backlog,
+                              f"backlog-{kind}-{build.label.split()[0]}")
+            except BaseException:
+                db.drop(self.admin, name)
+                raise
+            with psycopg.connect(url, autocommit=True) as connection:
+                row = connection.execute("SELECT max(id) FROM akadze.jobs").fetchone()
+            assert row is not None and row[0] is not None
+            self.templates[key] = (name, int(row[0]))
+            print(f"bench.ab: backlog of {self.options.backlog:,} {kind} jobs for "
+                  f"{build.label} in {time.monotonic() - started:.1f}s", flush=True)
+        return self.templates[key]
+
+    def drop_templates(self) -> None:
+        """Drop the backlog templates."""
+        for name, _ in self.templates.values():
+            db.drop(self.admin, name)
 
     def drain(self, build: Build, kind: str) -> DrainResult:
         """One drain of ``kind`` by ``build``, in a fresh database."""
         self.count += 1
         name = f"akadze_bench_ab_{os.getpid()}_{self.count}"
+        template, after_id = (self.template(build, kind) if self.options.backlog
+                              else ("template1", 0))
         db.drop(self.admin, name)
         with psycopg.connect(self.admin, autocommit=True) as connection:
-            connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            connection.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template)))
         url = db.url_for(self.admin, name)
         tag = f"{self.count:03d}-{kind}-{build.label.split()[0]}"
         try:
-            done = procs.run([build.script("python"), "-m", "bench.ab", "--prepare", kind,
-                              url, str(self.options.jobs)],
-                             log=self.run_dir / f"{tag}-prepare.log", env=build.env(url),
-                             cwd=build.path, timeout=600)
-            if done.returncode != 0:
-                raise DrainError(f"preparing failed: see {self.run_dir}/{tag}-prepare.log")
+            self._prepare(build, kind, url, self.options.jobs, tag,
+                          AHEAD_OF_BACKLOG if self.options.backlog else 0.0)
             argv = worker_argv(build, kind, url, self.options.slots, self.options.prefork,
                                self.options.log_level)
             try:
                 return drain(url, argv, jobs=self.options.jobs,
                              log=self.run_dir / f"{tag}.log", timeout=self.options.timeout,
-                             whole_tree=kind == "compat", env=build.env(url), cwd=build.path)
+                             whole_tree=kind == "compat", env=build.env(url), cwd=build.path,
+                             after_id=after_id)
             except OSError as exc:  # e.g. a base too old to have this console script
                 raise DrainError(f"cannot start {argv[0]}: {exc}") from exc
         finally:
             db.drop(self.admin, name)
+
+
+    def latency(self, build: Build) -> dict[str, float]:
+        """One latency round of ``build``: its p50, p99, max and mean in milliseconds."""
+        self.count += 1
+        name = f"akadze_bench_ab_{os.getpid()}_{self.count}"
+        tag = f"{self.count:03d}-latency-{build.label.split()[0]}"
+        out = self.run_dir / f"{tag}.json"
+        url = db.url_for(self.admin, name)
+        try:
+            done = procs.run([build.script("python"), "-m", "bench.ab", "--latency-run",
+                              self.admin, name, str(self.options.latency),
+                              str(self.options.latency_slots), str(out)],
+                             log=self.run_dir / f"{tag}.log", env=build.env(url),
+                             cwd=build.path, timeout=self.options.timeout)
+            if done.returncode != 0:
+                raise DrainError(f"the latency round failed: see {self.run_dir}/{tag}.log")
+            figures: dict[str, float] = json.loads(out.read_text())
+            return figures
+        finally:
+            db.drop(self.admin, name)
+
+
+def latency_run(admin: str, name: str, samples: int, slots: int, out: Path) -> None:
+    """The latency workload in database ``name`` (run by the build's interpreter, whose
+    worker and client it measures); its figures written to ``out`` as JSON."""
+    from . import core
+
+    url = db.recreate(admin, name)
+    here = Path.cwd()
+    result = core.latency(url, samples, slots=slots, run_dir=out.parent,
+                          env=dict(os.environ, AKADZE_DATABASE_URL=url), cwd=here)
+    out.write_text(json.dumps({"p50": result.p50, "p99": result.p99, "max": result.max,
+                               "mean": result.mean, "to claim": result.to_claim_p50,
+                               "claim to body": result.claim_to_body_p50}))
+
+
+def summarize_latency(figures: dict[str, list[dict[str, float]]], labels: Sequence[str],
+                      threshold: float) -> tuple[list[str], bool]:
+    """The table of median p50/p99 and ratios, and whether the work's p50 holds."""
+    base, work = labels
+    lines = [f"{'latency ms':14} {'base':>8} {'work':>8} {'ratio':>7}  ratios by round"]
+    held = True
+    for key in ("p50", "p99", "to claim", "claim to body"):
+        if any(f.get(key) is None for side in (base, work) for f in figures[side]):
+            continue  # a harness from before the halves were kept
+        medians = [statistics.median(f[key] for f in figures[side]) for side in (base, work)]
+        ratio = medians[1] / medians[0] if medians[0] > 0 else float("nan")
+        rounds = " ".join(f"{w[key] / b[key]:.2f}" if b[key] > 0 else "n/a"
+                          for b, w in zip(figures[base], figures[work], strict=False))
+        flag = ""
+        if key == "p50" and ratio > 1 / threshold:
+            held = False
+            flag = f"  > 1/{threshold}: REGRESSION"
+        lines.append(f"{key:14} {medians[0]:8.2f} {medians[1]:8.2f} {ratio:7.3f}"
+                     f"  {rounds}{flag}")
+    return lines, held
+
+
+def run_latency(options: argparse.Namespace, runner: Runner,
+                builds: tuple[Build, Build]) -> int:
+    """The ``--latency`` comparison: rounds alternating the builds' order."""
+    figures: dict[str, list[dict[str, float]]] = {build.label: [] for build in builds}
+    failed = False
+    for number in range(options.rounds):
+        for build in builds if number % 2 == 0 else builds[::-1]:
+            try:
+                result = runner.latency(build)
+            except DrainError as exc:
+                print(f"round {number + 1} latency {build.label}: FAILED {exc}", flush=True)
+                failed = True
+                continue
+            figures[build.label].append(result)
+            print(f"round {number + 1} latency {build.label:24} p50 {result['p50']:6.2f} ms"
+                  f"  p99 {result['p99']:6.2f} ms  max {result['max']:6.2f} ms"
+                  f"  (p50 to claim {result['to claim']:.2f}, claim to body"
+                  f" {result['claim to body']:.2f})  load {procs.load_average()}", flush=True)
+    if failed or not all(figures.values()):
+        return 2
+    lines, held = summarize_latency(figures, [b.label for b in builds], options.threshold)
+    print(f"\nmedians of {options.rounds} rounds of {options.latency} samples, load "
+          f"{procs.load_average()} (ratio = {builds[1].label} / {builds[0].label}):")
+    print("\n".join(lines))
+    if options.json:
+        options.json.write_text(json.dumps({"latency": figures}, indent=2))
+    return 0 if held else 1
 
 
 # --- the run -------------------------------------------------------------------------------
@@ -253,6 +414,14 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="a second ref in place of the working tree (bisecting)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (≥ 3 to judge; 3)")
     parser.add_argument("--jobs", type=int, default=5000, help="jobs per drain (5000)")
+    parser.add_argument("--backlog", type=int, default=0, metavar="N",
+                        help="drain behind N more due jobs (0); 1000000 shows the plans"
+                             " of a full-size table")
+    parser.add_argument("--latency", type=int, default=0, metavar="N",
+                        help="alternate the builds on the latency workload instead, N samples"
+                             " a round (200 is the full bench's)")
+    parser.add_argument("--latency-slots", type=int, default=10,
+                        help="the latency worker's --slots (10, as python -m bench)")
     parser.add_argument("--only", default=",".join(KINDS), help="core,compat (both)")
     parser.add_argument("--slots", type=int, default=64, help="core worker --slots (64)")
     parser.add_argument("--prefork", type=int, default=2, help="compat prefork -c (2)")
@@ -272,6 +441,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     options.kinds = kinds
     if options.rounds < 1 or options.jobs < 1:
         parser.error("--rounds and --jobs must be positive")
+    if options.backlog < 0:
+        parser.error("--backlog cannot be negative")
     return options
 
 
@@ -279,7 +450,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the comparison; see the module's docstring."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--prepare"]:  # inside a build's interpreter
-        prepare(args[2], args[1], int(args[3]))
+        prepare(args[2], args[1], int(args[3]), float(args[4]) if len(args) > 4 else 0.0)
+        return 0
+    if args[:1] == ["--latency-run"]:  # inside a build's interpreter
+        latency_run(args[1], args[2], int(args[3]), int(args[4]), Path(args[5]))
         return 0
     options = parse(args)
     stamp = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -291,28 +465,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             else work_build())
     builds = (base, work)
     labels = (base.label, work.label)
-    print(f"bench.ab: {base.label} vs {work.label}: {options.rounds} rounds of "
-          f"{options.jobs} jobs, load {procs.load_average()}; logs in {run_dir}", flush=True)
+    behind = f" behind {options.backlog:,} due jobs" if options.backlog else ""
+    what = (f"latency, {options.latency} samples" if options.latency
+            else f"{options.jobs} jobs{behind}")
+    print(f"bench.ab: {base.label} vs {work.label}: {options.rounds} rounds of {what},"
+          f" load {procs.load_average()}; logs in {run_dir}", flush=True)
     runner = Runner(options, run_dir)
+    if options.latency:
+        return run_latency(options, runner, builds)
     figures: dict[str, dict[str, list[DrainResult]]] = {
         kind: {label: [] for label in labels} for kind in options.kinds}
     failed = False
-    for number in range(options.rounds):
-        order = builds if number % 2 == 0 else builds[::-1]
-        for kind in options.kinds:
-            for build in order:
-                try:
-                    result = runner.drain(build, kind)
-                except DrainError as exc:
-                    print(f"round {number + 1} {kind:6} {build.label}: FAILED {exc}",
+    try:
+        for number in range(options.rounds):
+            order = builds if number % 2 == 0 else builds[::-1]
+            for kind in options.kinds:
+                for build in order:
+                    try:
+                        result = runner.drain(build, kind)
+                    except DrainError as exc:
+                        print(f"round {number + 1} {kind:6} {build.label}: FAILED {exc}",
+                              flush=True)
+                        failed = True
+                        continue
+                    figures[kind][build.label].append(result)
+                    print(f"round {number + 1} {kind:6} {build.label:24}"
+                          f" {result.rate:10,.0f} jobs/s  cpu {cpu_us(result):5,.0f} us/job"
+                          f"  ({result.succeeded}/{result.jobs} in {result.seconds:.2f}s)",
                           flush=True)
-                    failed = True
-                    continue
-                figures[kind][build.label].append(result)
-                print(f"round {number + 1} {kind:6} {build.label:24} {result.rate:10,.0f} jobs/s"
-                      f"  cpu {cpu_us(result):5,.0f} us/job"
-                      f"  ({result.succeeded}/{result.jobs} in {result.seconds:.2f}s)",
-                      flush=True)
+    finally:
+        runner.drop_templates()
     lines, held = summarize(figures, labels, options.threshold)
     print(f"\nmedians of {options.rounds} rounds, load {procs.load_average()}"
           f" (ratio = {work.label} / {base.label}):")

@@ -52,6 +52,11 @@ class LatencyResult:
     max: float
     mean: float
     enqueue_p50: float
+    # Its two halves, p50: commit returned -> the claim's transaction start (the job's
+    # started_at: the NOTIFY's way and the worker's wake-up), and from there to the body's
+    # start (the claim itself, its answer, the run's start).
+    to_claim_p50: float | None = None
+    claim_to_body_p50: float | None = None
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -61,19 +66,22 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[rank - 1]
 
 
-def latency(url: str, samples: int, *, slots: int, run_dir: Path) -> LatencyResult:
+def latency(url: str, samples: int, *, slots: int, run_dir: Path,
+            env: dict[str, str] | None = None, cwd: Path | None = None) -> LatencyResult:
     """Enqueue one job at a time to an idle worker and time commit -> body start.
 
     Worker, client and Postgres share this host, hence one wall clock: the client notes
     ``time.time()`` when ``enqueue()`` has returned (the commit is done), the body returns
     ``time.time()`` at its start. Each job is enqueued only once the previous one finished
-    and the worker went idle again.
+    and the worker went idle again. ``env`` and ``cwd`` are the worker's (default: this
+    repository importable, the database ``url``).
     """
     db.reset(url)
     app = make_app(url)
     stamp = app.tasks[STAMP]
     log = run_dir / "latency-worker.log"
-    process = procs.start(worker_argv(url, slots), log=log, env=worker_env(url), cwd=REPO_ROOT)
+    process = procs.start(worker_argv(url, slots), log=log, env=env or worker_env(url),
+                          cwd=cwd or REPO_ROOT)
     sent: list[tuple[int, float, float]] = []
     try:
         with psycopg.connect(url, autocommit=True) as connection:
@@ -86,17 +94,23 @@ def latency(url: str, samples: int, *, slots: int, run_dir: Path) -> LatencyResu
                 after = time.time()
                 sent.append((job_id, before, after))
                 _wait_finished(connection, job_id, process, log)
-            rows = dict(connection.execute(
-                "SELECT id, (result #>> '{}')::float8 FROM akadze.jobs WHERE id = ANY(%s)",
-                ([job_id for job_id, _, _ in sent],)).fetchall())
+            found = connection.execute(
+                "SELECT id, (result #>> '{}')::float8, extract(epoch FROM started_at)::float8"
+                " FROM akadze.jobs WHERE id = ANY(%s)",
+                ([job_id for job_id, _, _ in sent],)).fetchall()
     finally:
         procs.stop(process)
         app.close()
-    delays = [(rows[job_id] - after) * 1000 for job_id, _, after in sent]
+    rows = {job_id: (body, claimed) for job_id, body, claimed in found}
+    delays = [(rows[job_id][0] - after) * 1000 for job_id, _, after in sent]
     enqueue = [(after - before) * 1000 for _, before, after in sent]
+    to_claim = [(rows[job_id][1] - after) * 1000 for job_id, _, after in sent]
+    to_body = [(body - claimed) * 1000 for body, claimed in rows.values()]
     return LatencyResult(samples=len(delays), p50=percentile(delays, 0.5),
                          p99=percentile(delays, 0.99), max=max(delays),
-                         mean=statistics.fmean(delays), enqueue_p50=percentile(enqueue, 0.5))
+                         mean=statistics.fmean(delays), enqueue_p50=percentile(enqueue, 0.5),
+                         to_claim_p50=percentile(to_claim, 0.5),
+                         claim_to_body_p50=percentile(to_body, 0.5))
 
 
 def _wait_finished(connection: psycopg.Connection, job_id: int,

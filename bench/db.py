@@ -124,42 +124,50 @@ def fill(url: str, count: int, *, task: str, queue: str = "default",
 
 
 def clone_job(url: str, job_id: int, copies: int) -> None:
-    """Insert ``copies`` more rows identical to job ``job_id`` (task, queue, args, meta...),
-    as if enqueued the same way that many times, each with its own uuid4 task id when the
-    original has one (``.delay()`` rows do); then ANALYZE."""
+    """Insert ``copies`` more rows identical to job ``job_id`` (task, queue, args, meta,
+    when due...), as if enqueued the same way that many times, each with its own uuid4
+    task id when the original has one (``.delay()`` rows do); then ANALYZE."""
     with psycopg.connect(url, autocommit=True) as connection:
         connection.execute("SET synchronous_commit = off")
         connection.execute(
             "INSERT INTO akadze.jobs (task, queue, args, priority, max_attempts, expires_at,"
-            "                         meta)"
+            "                         meta, scheduled_at)"
             " SELECT task, queue, args, priority, max_attempts, expires_at,"
             "        CASE WHEN meta ? 'task_id' THEN jsonb_set(meta, '{task_id}',"
-            "                  to_jsonb(gen_random_uuid()::text)) ELSE meta END"
+            "                  to_jsonb(gen_random_uuid()::text)) ELSE meta END, scheduled_at"
             " FROM akadze.jobs, generate_series(1, %(copies)s::int)"
             " WHERE id = %(id)s", {"id": job_id, "copies": copies})
         connection.execute("ANALYZE akadze.jobs")
 
 
-def unfinished(connection: psycopg.Connection) -> bool:
-    """Whether any job is still queued or running (two probes of partial indexes)."""
+def unfinished(connection: psycopg.Connection, after_id: int = 0) -> bool:
+    """Whether any job is still queued or running (two probes of partial indexes); with
+    ``after_id``, only among the jobs of ids above it (a drain behind a standing backlog,
+    which stays queued, read through the primary key)."""
+    if after_id:
+        row = connection.execute(
+            "SELECT EXISTS (SELECT 1 FROM akadze.jobs WHERE id > %s"
+            "               AND state IN ('queued', 'running'))", (after_id,)).fetchone()
+        return bool(row and row[0])
     row = connection.execute(
         "SELECT EXISTS (SELECT 1 FROM akadze.jobs WHERE state = 'queued')"
         " OR EXISTS (SELECT 1 FROM akadze.jobs WHERE state = 'running')").fetchone()
     return bool(row and row[0])
 
 
-def drain_window(connection: psycopg.Connection) -> dict[str, Any]:
+def drain_window(connection: psycopg.Connection, after_id: int = 0) -> dict[str, Any]:
     """Counts by outcome and the window from the first claim to the last outcome write
     (database clock, as epoch seconds), and when the first and the last tenth of the
     finished jobs were done (``tenth``: the 10th percentile of ``finished_at``, ``ninth``:
-    the 90th), for the rate at the start and at the end of a drain."""
+    the 90th), for the rate at the start and at the end of a drain. Only the jobs of ids
+    above ``after_id`` count (the backlog a drain runs behind does not)."""
     row = connection.execute(
         "SELECT count(*) FILTER (WHERE state = 'succeeded'), count(*), count(finished_at),"
         " extract(epoch FROM min(started_at))::float8,"
         " extract(epoch FROM max(finished_at))::float8,"
         " extract(epoch FROM percentile_disc(0.1) WITHIN GROUP (ORDER BY finished_at))::float8,"
         " extract(epoch FROM percentile_disc(0.9) WITHIN GROUP (ORDER BY finished_at))::float8"
-        " FROM akadze.jobs").fetchone()
+        " FROM akadze.jobs WHERE id > %s", (after_id,)).fetchone()
     assert row is not None
     succeeded, total, finished, first, last, tenth, ninth = row
     return {"succeeded": succeeded, "total": total, "finished": finished, "first_start": first,

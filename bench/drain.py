@@ -84,8 +84,11 @@ def console_script(name: str, module: str) -> list[str]:
 def drain(url: str, argv: Sequence[str], *, jobs: int, log: Path, timeout: float,
           whole_tree: bool = False, env: dict[str, str] | None = None,
           on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
-          cwd: Path | None = None) -> DrainResult:
+          cwd: Path | None = None, after_id: int = 0) -> DrainResult:
     """Start ``argv`` on a database holding ``jobs`` queued jobs; return when all ended.
+
+    With ``after_id`` the drain is of the jobs of ids above it only: those below are a
+    backlog the worker is not meant to finish (queued for later), which stays.
 
     ``on_start`` is called with the worker process at once (the profiler attaches there).
     ``cwd`` (default: this repository) matters to an interpreter that puts it on its path.
@@ -95,17 +98,17 @@ def drain(url: str, argv: Sequence[str], *, jobs: int, log: Path, timeout: float
         if on_start is not None:
             on_start(process)
         with psycopg.connect(url, autocommit=True) as connection:
-            samples = _watch(process, connection, timeout, whole_tree, log)
+            samples = _watch(process, connection, timeout, whole_tree, log, after_id)
             postgres_cpu = _backends_cpu(connection)
             procs.stop(process)
-            window = db.drain_window(connection)
+            window = db.drain_window(connection, after_id)
     finally:
         procs.stop(process)
     return _result(jobs, window, samples, postgres_cpu, log)
 
 
 def _watch(process: subprocess.Popen[bytes], connection: psycopg.Connection, timeout: float,
-           whole_tree: bool, log: Path) -> list[Sample]:
+           whole_tree: bool, log: Path, after_id: int = 0) -> list[Sample]:
     samples: list[Sample] = []
     deadline = time.monotonic() + timeout
     next_check = 0.0
@@ -119,7 +122,7 @@ def _watch(process: subprocess.Popen[bytes], connection: psycopg.Connection, tim
         now = time.monotonic()
         if now >= next_check:
             next_check = now + 0.5
-            if not db.unfinished(connection):
+            if not db.unfinished(connection, after_id):
                 return samples
         if now > deadline:
             raise DrainError(f"the drain did not finish in {timeout:.0f}s: see {log}")

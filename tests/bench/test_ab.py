@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from bench import ab
@@ -37,6 +38,46 @@ def test_head_against_the_working_tree_drains_both_and_prints_ratios(
     for kind in ("core", "compat"):
         for side in ("base HEAD", "work"):
             assert [r["succeeded"] for r in saved["figures"][kind][side]] == [60]
+
+
+def test_a_drain_behind_a_backlog_counts_only_its_own_jobs(
+        admin_url: str, tmp_path: Path) -> None:
+    figures = tmp_path / "ab.json"
+    with subprocess.Popen(
+            [sys.executable, "-m", "bench.ab", "HEAD", "--rounds", "1", "--jobs", "60",
+             "--backlog", "500", "--threshold", "0", "--admin-url", admin_url,
+             "--run-dir", str(tmp_path / "run"), "--json", str(figures)],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        stdout, stderr = process.communicate(timeout=880)
+
+    assert process.returncode == 0, stdout + stderr
+    assert "behind 500 due jobs" in stdout
+    assert len(re.findall(r"^bench\.ab: backlog of 500 \w+ jobs for", stdout, re.M)) == 4
+    saved = json.loads(figures.read_text())
+    for kind in ("core", "compat"):
+        for side in ("base HEAD", "work"):
+            assert [r["succeeded"] for r in saved["figures"][kind][side]] == [60]
+    with psycopg.connect(admin_url, autocommit=True) as connection:
+        left = connection.execute("SELECT count(*) FROM pg_database WHERE datname LIKE %s",
+                                  (f"akadze_bench_ab_{process.pid}_tpl%",)).fetchone()
+    assert left == (0,)  # the templates are dropped
+
+
+def test_the_latency_mode_alternates_the_builds(admin_url: str, tmp_path: Path) -> None:
+    figures = tmp_path / "ab.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.ab", "HEAD", "--rounds", "2", "--latency", "5",
+         "--threshold", "0.01", "--admin-url", admin_url, "--run-dir", str(tmp_path / "run"),
+         "--json", str(figures)],
+        cwd=REPO, capture_output=True, text=True, timeout=880, check=False)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    for side in ("base HEAD", "work"):
+        assert len(re.findall(rf"^round \d latency {side} +p50 +[\d.]+ ms", done.stdout,
+                              re.M)) == 2
+    assert re.search(r"^p50 +[\d.]+ +[\d.]+ +\d+\.\d{3}", done.stdout, re.M)
+    saved = json.loads(figures.read_text())["latency"]
+    assert [len(saved[side]) for side in ("base HEAD", "work")] == [2, 2]
 
 
 def test_a_ratio_below_the_threshold_fails_the_run() -> None:
