@@ -24,7 +24,7 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY
-        WITH floor AS (
+        WITH RECURSIVE floor AS (
             SELECT * FROM unnest(p_floor_priority::integer[], p_floor_at::timestamptz[],
                                  p_floor_id::bigint[]) AS f(priority, at, id)
         ),
@@ -36,6 +36,21 @@ BEGIN
             UNION ALL
             SELECT coalesce(max(priority), -2147483649)::bigint, 2147483648::bigint FROM floor
         ),
+        gap_priority AS (
+            -- The priorities present in each gap, one probe of the claim index apiece (a
+            -- loose index scan): the next priority above the last, NULL past the gap's end.
+            SELECT g.below, (SELECT j.priority FROM akadze.jobs AS j
+                             WHERE j.state = 'queued' AND j.queue = p_queue
+                               AND j.priority > g.above AND j.priority < g.below
+                             ORDER BY j.priority LIMIT 1) AS priority
+            FROM gap AS g
+            UNION ALL
+            SELECT p.below, (SELECT j.priority FROM akadze.jobs AS j
+                             WHERE j.state = 'queued' AND j.queue = p_queue
+                               AND j.priority > p.priority AND j.priority < p.below
+                             ORDER BY j.priority LIMIT 1)
+            FROM gap_priority AS p WHERE p.priority IS NOT NULL
+        ),
         picked AS (
             SELECT c.* FROM floor AS f CROSS JOIN LATERAL (
                 SELECT j.id, j.priority, j.scheduled_at FROM akadze.jobs AS j
@@ -46,14 +61,15 @@ BEGIN
                 FOR UPDATE SKIP LOCKED
             ) AS c
             UNION ALL
-            SELECT c.* FROM gap AS g CROSS JOIN LATERAL (
+            SELECT c.* FROM gap_priority AS g CROSS JOIN LATERAL (
                 SELECT j.id, j.priority, j.scheduled_at FROM akadze.jobs AS j
-                WHERE j.state = 'queued' AND j.queue = p_queue
-                  AND j.priority > g.above AND j.priority < g.below AND j.scheduled_at <= now()
-                ORDER BY j.priority, j.scheduled_at, j.id
+                WHERE j.state = 'queued' AND j.queue = p_queue AND j.priority = g.priority
+                  AND j.scheduled_at <= now()
+                ORDER BY j.scheduled_at, j.id
                 LIMIT p_limit
                 FOR UPDATE SKIP LOCKED
             ) AS c
+            WHERE g.priority IS NOT NULL
         ),
         chosen AS (
             SELECT id FROM picked ORDER BY priority, scheduled_at, id LIMIT p_limit
@@ -117,13 +133,19 @@ BEGIN
     END IF;
     RETURN QUERY
         WITH RECURSIVE tasks AS (
-            (SELECT task FROM akadze.jobs
-             WHERE state = 'queued' AND queue = p_queue ORDER BY task LIMIT 1)
+            -- Each (task, priority) present, one probe of the index apiece (a loose index
+            -- scan), so that each is read by (scheduled_at, id) up to now() below: read by
+            -- (priority, scheduled_at, id) within a task, `scheduled_at <= now()` bounds
+            -- nothing and the read passes every job of the task scheduled for later.
+            (SELECT task, priority FROM akadze.jobs
+             WHERE state = 'queued' AND queue = p_queue ORDER BY task, priority LIMIT 1)
             UNION ALL
-            SELECT (SELECT j.task FROM akadze.jobs AS j
-                    WHERE j.state = 'queued' AND j.queue = p_queue AND j.task > tasks.task
-                    ORDER BY j.task LIMIT 1)
-            FROM tasks WHERE tasks.task IS NOT NULL
+            SELECT n.task, n.priority FROM tasks CROSS JOIN LATERAL (
+                SELECT j.task, j.priority FROM akadze.jobs AS j
+                WHERE j.state = 'queued' AND j.queue = p_queue
+                  AND (j.task, j.priority) > (tasks.task, tasks.priority)
+                ORDER BY j.task, j.priority LIMIT 1
+            ) AS n
         ),
         candidates AS (
             SELECT c.id, c.priority, c.scheduled_at, tasks.task,
@@ -134,11 +156,10 @@ BEGIN
             CROSS JOIN LATERAL (
                 SELECT id, priority, scheduled_at FROM akadze.jobs AS j
                 WHERE j.state = 'queued' AND j.queue = p_queue AND j.task = tasks.task
-                  AND j.scheduled_at <= now()
-                ORDER BY j.priority, j.scheduled_at, j.id
+                  AND j.priority = tasks.priority AND j.scheduled_at <= now()
+                ORDER BY j.scheduled_at, j.id
                 LIMIT p_limit
             ) AS c
-            WHERE tasks.task IS NOT NULL
         ),
         picked AS (
             SELECT j.id, c.turn, c.wrapped
