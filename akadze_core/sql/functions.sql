@@ -379,14 +379,14 @@ $$;
 -- jobs claimed before (which VACUUM may not have removed yet, or may not remove at all
 -- while a transaction pins the horizon). Priorities without a floor -- the ranges below,
 -- between and above the floors' priorities; the whole queue when there is none -- are read
--- from their start. Every priority is read by (scheduled_at, id) up to now(), the gaps'
--- priorities found first by a loose index scan: a range read by (priority, scheduled_at,
--- id) cannot stop at now() within a priority (a later one may hold due jobs), so an idle
--- claim read every job of the queue scheduled for later (countdowns, retries with backoff:
--- 70 ms behind 300,000 of them). Each priority locks up to LIMIT rows in its index order
--- (SKIP LOCKED); the first LIMIT of them all are claimed. The locking SELECTs sit in LATERAL
--- subqueries so the planner cannot lock more rows than their LIMIT (a bare IN (subquery
--- LIMIT) may be re-run).
+-- from their start. Every priority is read by (scheduled_at, id) up to now(), the ones
+-- without a floor found first by a loose index scan: a range read by (priority,
+-- scheduled_at, id) cannot stop at now() within a priority (a later one may hold due jobs),
+-- so an idle claim read every job of the queue scheduled for later (countdowns, retries
+-- with backoff: 70 ms behind 300,000 of them). Each floor's read, and the priorities
+-- without a floor together, lock up to LIMIT rows in index order (SKIP LOCKED); the first
+-- LIMIT of them all are claimed. The locking SELECTs sit in LATERAL subqueries so the
+-- planner cannot lock more rows than their LIMIT (a bare IN (subquery LIMIT) may be re-run).
 CREATE OR REPLACE FUNCTION akadze.claim_jobs(
     p_lock_timeout text, p_queue text, p_limit integer, p_worker_id bigint,
     p_floor_priority integer[], p_floor_at timestamptz[], p_floor_id bigint[])
@@ -428,28 +428,24 @@ BEGIN
             SELECT * FROM unnest(p_floor_priority::integer[], p_floor_at::timestamptz[],
                                  p_floor_id::bigint[]) AS f(priority, at, id)
         ),
-        gap AS (
-            -- bigint bounds one past integer's range stand for "no bound".
-            SELECT coalesce(lag(priority) OVER (ORDER BY priority), -2147483649)::bigint AS above,
-                   priority::bigint AS below
-            FROM floor
+        unfloored(priority, floored) AS (
+            -- Every priority present without a floor, ascending, one probe of the claim
+            -- index apiece (a loose index scan): the next one above the last, below the next
+            -- floor; none there, the walk steps onto that floor (a row marked floored,
+            -- whose entries it never reads) and on past it. bigint bounds one past
+            -- integer's range stand for "no bound".
+            SELECT -2147483649::bigint, true
             UNION ALL
-            SELECT coalesce(max(priority), -2147483649)::bigint, 2147483648::bigint FROM floor
-        ),
-        gap_priority AS (
-            -- The priorities present in each gap, one probe of the claim index apiece (a
-            -- loose index scan): the next priority above the last, NULL past the gap's end.
-            SELECT g.below, (SELECT j.priority FROM akadze.jobs AS j
-                             WHERE j.state = 'queued' AND j.queue = p_queue
-                               AND j.priority > g.above AND j.priority < g.below
-                             ORDER BY j.priority LIMIT 1) AS priority
-            FROM gap AS g
-            UNION ALL
-            SELECT p.below, (SELECT j.priority FROM akadze.jobs AS j
-                             WHERE j.state = 'queued' AND j.queue = p_queue
-                               AND j.priority > p.priority AND j.priority < p.below
-                             ORDER BY j.priority LIMIT 1)
-            FROM gap_priority AS p WHERE p.priority IS NOT NULL
+            SELECT coalesce(n.priority, b.below), n.priority IS NULL
+            FROM unfloored AS l
+            CROSS JOIN LATERAL (SELECT min(f.priority)::bigint AS below FROM floor AS f
+                                WHERE f.priority > l.priority) AS b
+            LEFT JOIN LATERAL (SELECT j.priority::bigint AS priority FROM akadze.jobs AS j
+                               WHERE j.state = 'queued' AND j.queue = p_queue
+                                 AND j.priority > l.priority
+                                 AND j.priority < coalesce(b.below, 2147483648)
+                               ORDER BY j.priority LIMIT 1) AS n ON true
+            WHERE n.priority IS NOT NULL OR b.below IS NOT NULL
         ),
         picked AS (
             SELECT c.* FROM floor AS f CROSS JOIN LATERAL (
@@ -461,15 +457,20 @@ BEGIN
                 FOR UPDATE SKIP LOCKED
             ) AS c
             UNION ALL
-            SELECT c.* FROM gap_priority AS g CROSS JOIN LATERAL (
+            -- The unfloored priorities come in ascending order and each in (scheduled_at,
+            -- id) order, so the rows come in the claim's order, and the LIMIT stops the
+            -- walk, the reads and the locks at the first p_limit: no more are locked than
+            -- a single read of them all in that order would lock.
+            (SELECT c.* FROM unfloored AS u CROSS JOIN LATERAL (
                 SELECT j.id, j.priority, j.scheduled_at FROM akadze.jobs AS j
-                WHERE j.state = 'queued' AND j.queue = p_queue AND j.priority = g.priority
+                WHERE j.state = 'queued' AND j.queue = p_queue AND j.priority = u.priority
                   AND j.scheduled_at <= now()
                 ORDER BY j.scheduled_at, j.id
                 LIMIT p_limit
                 FOR UPDATE SKIP LOCKED
             ) AS c
-            WHERE g.priority IS NOT NULL
+            WHERE NOT u.floored
+            LIMIT p_limit)
         ),
         chosen AS (
             SELECT id FROM picked ORDER BY priority, scheduled_at, id LIMIT p_limit

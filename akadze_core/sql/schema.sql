@@ -28,28 +28,24 @@ BEGIN
             SELECT * FROM unnest(p_floor_priority::integer[], p_floor_at::timestamptz[],
                                  p_floor_id::bigint[]) AS f(priority, at, id)
         ),
-        gap AS (
-            -- bigint bounds one past integer's range stand for "no bound".
-            SELECT coalesce(lag(priority) OVER (ORDER BY priority), -2147483649)::bigint AS above,
-                   priority::bigint AS below
-            FROM floor
+        unfloored(priority, floored) AS (
+            -- Every priority present without a floor, ascending, one probe of the claim
+            -- index apiece (a loose index scan): the next one above the last, below the next
+            -- floor; none there, the walk steps onto that floor (a row marked floored,
+            -- whose entries it never reads) and on past it. bigint bounds one past
+            -- integer's range stand for "no bound".
+            SELECT -2147483649::bigint, true
             UNION ALL
-            SELECT coalesce(max(priority), -2147483649)::bigint, 2147483648::bigint FROM floor
-        ),
-        gap_priority AS (
-            -- The priorities present in each gap, one probe of the claim index apiece (a
-            -- loose index scan): the next priority above the last, NULL past the gap's end.
-            SELECT g.below, (SELECT j.priority FROM akadze.jobs AS j
-                             WHERE j.state = 'queued' AND j.queue = p_queue
-                               AND j.priority > g.above AND j.priority < g.below
-                             ORDER BY j.priority LIMIT 1) AS priority
-            FROM gap AS g
-            UNION ALL
-            SELECT p.below, (SELECT j.priority FROM akadze.jobs AS j
-                             WHERE j.state = 'queued' AND j.queue = p_queue
-                               AND j.priority > p.priority AND j.priority < p.below
-                             ORDER BY j.priority LIMIT 1)
-            FROM gap_priority AS p WHERE p.priority IS NOT NULL
+            SELECT coalesce(n.priority, b.below), n.priority IS NULL
+            FROM unfloored AS l
+            CROSS JOIN LATERAL (SELECT min(f.priority)::bigint AS below FROM floor AS f
+                                WHERE f.priority > l.priority) AS b
+            LEFT JOIN LATERAL (SELECT j.priority::bigint AS priority FROM akadze.jobs AS j
+                               WHERE j.state = 'queued' AND j.queue = p_queue
+                                 AND j.priority > l.priority
+                                 AND j.priority < coalesce(b.below, 2147483648)
+                               ORDER BY j.priority LIMIT 1) AS n ON true
+            WHERE n.priority IS NOT NULL OR b.below IS NOT NULL
         ),
         picked AS (
             SELECT c.* FROM floor AS f CROSS JOIN LATERAL (
@@ -61,15 +57,20 @@ BEGIN
                 FOR UPDATE SKIP LOCKED
             ) AS c
             UNION ALL
-            SELECT c.* FROM gap_priority AS g CROSS JOIN LATERAL (
+            -- The unfloored priorities come in ascending order and each in (scheduled_at,
+            -- id) order, so the rows come in the claim's order, and the LIMIT stops the
+            -- walk, the reads and the locks at the first p_limit: no more are locked than
+            -- a single read of them all in that order would lock.
+            (SELECT c.* FROM unfloored AS u CROSS JOIN LATERAL (
                 SELECT j.id, j.priority, j.scheduled_at FROM akadze.jobs AS j
-                WHERE j.state = 'queued' AND j.queue = p_queue AND j.priority = g.priority
+                WHERE j.state = 'queued' AND j.queue = p_queue AND j.priority = u.priority
                   AND j.scheduled_at <= now()
                 ORDER BY j.scheduled_at, j.id
                 LIMIT p_limit
                 FOR UPDATE SKIP LOCKED
             ) AS c
-            WHERE g.priority IS NOT NULL
+            WHERE NOT u.floored
+            LIMIT p_limit)
         ),
         chosen AS (
             SELECT id FROM picked ORDER BY priority, scheduled_at, id LIMIT p_limit

@@ -52,6 +52,13 @@ def explained(db: psycopg.Connection) -> Iterator[list[dict[str, Any]]]:
     db.execute("RESET client_min_messages")
 
 
+def locked(node: dict[str, Any]) -> int:
+    """Rows the locking steps under this plan node locked."""
+    rows = node.get("Actual Rows", 0) * node.get("Actual Loops", 1)
+    return ((rows if node.get("Node Type") == "LockRows" else 0)
+            + sum(locked(child) for child in node.get("Plans", [])))
+
+
 def pages(db: psycopg.Connection, index: str) -> int:
     """The size of `index` in pages: what a claim that passes every later job reads."""
     row = db.execute("SELECT pg_relation_size(%s::regclass) / 8192", (index,)).fetchone()
@@ -118,6 +125,26 @@ def test_a_claim_behind_later_jobs_still_takes_the_due_ones_in_order(
         [(0, "due")] * 3 + [(5, "due")] * 3 + [(7, "due")] * 3 + [(9, "due")])
     keys = [(r["priority"], r["scheduled_at"], r["id"]) for r in rows]
     assert keys == sorted(keys)
+
+
+def test_the_priorities_without_a_floor_lock_no_more_than_the_limit_together(
+    db: psycopg.Connection, explained: list[dict[str, Any]],
+) -> None:
+    """Ten priorities due, a floor at one: the floor's read locks up to the limit, and the
+    other nine, read one by one, stop together at the limit, in the claim's order."""
+    db.execute(
+        "INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at) "
+        "SELECT 't', 'q', '{}', n % 10, now() - interval '1 hour' - n * interval '1 ms' "
+        "FROM generate_series(1, 2000) AS n")
+    db.execute("ANALYZE akadze.jobs")
+    at = db.execute("SELECT now() - interval '1 day'").fetchone()[0]  # type: ignore[index]
+    floors = {"floor_priority": [3], "floor_at": [at], "floor_id": [1]}
+    for _ in range(7):
+        explained.clear()
+        rows = database.fetch_all(db, "job_claim", **CLAIM, **floors)
+        assert [r["priority"] for r in rows] == [0] * 10
+        claims = [p for p in explained if "UPDATE akadze.jobs" in p.get("Query Text", "")]
+        assert sum(locked(p["Plan"]) for p in claims) <= 20
 
 
 def test_an_idle_fair_claim_skips_the_later_jobs(
