@@ -1,0 +1,59 @@
+"""Citus mode on a real cluster: the core path a job takes, under the seed rules."""
+
+from __future__ import annotations
+
+import psycopg
+
+from akadze_core import App, Worker
+from akadze_core.store.queries import citus_queries
+from tests.helpers import job, run_worker_until
+
+
+def shard_of(job_id: int) -> int:
+    return job_id % 1024
+
+
+def placement(db: psycopg.Connection, job_id: int) -> str:
+    """The worker node holding the job's shard (host:port)."""
+    row = db.execute(
+        "SELECT nodename || ':' || nodeport FROM citus_shards"
+        " WHERE table_name = 'akadze.jobs'::regclass"
+        "   AND shardid = get_shard_id_for_distribution_column('akadze.jobs', %s)",
+        (shard_of(job_id),)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+async def test_enqueue_run_succeed(citus_app: App, citus_db: psycopg.Connection) -> None:
+    app = citus_app
+
+    @app.task("greet")
+    async def greet(name: str) -> str:
+        return f"hello {name}"
+
+    first = greet.enqueue(name="ada")
+    second = await greet.enqueue_async(name="bob")
+    many = greet.enqueue_many([{"name": str(n)} for n in range(50)])
+    assert len(many) == 50
+    row = citus_db.execute("SELECT shard FROM akadze.jobs WHERE id = %s", (first,)).fetchone()
+    assert row == (shard_of(first),)
+    ids = [first, second, *many]
+    worker = Worker(app, slots=4, poll_interval=0.1)
+    code = await run_worker_until(worker, lambda: all(
+        job(citus_db, i)["state"] == "succeeded" for i in ids))
+    assert code == 0
+    assert job(citus_db, first)["result"] == "hello ada"
+    assert job(citus_db, many[7])["result"] == "hello 7"
+    assert job(citus_db, first)["attempt"] == 1
+
+
+async def test_unported_statements_refuse(citus_app: App) -> None:
+    refused = citus_queries()["job_insert_graph"]
+    assert "not available in Citus mode" in refused
+    with citus_app.connect(autocommit=True) as connection:
+        try:
+            connection.execute(refused)
+        except psycopg.Error as error:
+            assert "job_insert_graph is not available in Citus mode" in str(error)
+        else:
+            raise AssertionError("a refused statement ran")
