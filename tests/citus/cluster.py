@@ -73,7 +73,7 @@ class Node:
                 "listen_addresses = '127.0.0.1'",
                 f"unix_socket_directories = '{self.root}'",
                 # Small nodes on a shared machine: the defaults would claim memory for nothing.
-                "shared_buffers = 64MB",
+                "shared_buffers = 32MB",
                 "citus.shard_count = 8",
                 # The nodes talk over loopback without TLS (the server runs as postgres, whose
                 # environment may point libpq at another user's certificate files).
