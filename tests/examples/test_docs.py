@@ -37,6 +37,7 @@ CORE_API = DOCS / "tutorial" / "core-api.md"
 WORKFLOWS = DOCS / "tutorial" / "workflows.md"
 SCHEDULES = DOCS / "how-to" / "schedules.md"
 DASHBOARD = DOCS / "how-to" / "dashboard-and-metrics.md"
+CITUS = DOCS / "how-to" / "citus.md"
 
 #: (file, section, language, index in the section) → the test that runs the block.
 COVERED = {
@@ -65,6 +66,9 @@ COVERED = {
         "test_the_runtime_schedules_example_runs_as_written",
     ("docs/how-to/dashboard-and-metrics.md", "Dashboard and metrics", "sh", 0):
         "test_command_lists_parse",
+    ("docs/how-to/citus.md", "Turn it on", "sh", 0): "test_command_lists_parse",
+    ("docs/how-to/citus.md", "Turn it on", "python", 0):
+        "tests/citus/test_docs.py::test_the_citus_example_runs_as_written",
 }
 
 
@@ -167,7 +171,7 @@ def _extras() -> set[str]:
     return set(project["optional-dependencies"])
 
 
-@pytest.mark.parametrize("document", [CORE_API, DASHBOARD], ids=lambda path: path.name)
+@pytest.mark.parametrize("document", [CORE_API, DASHBOARD, CITUS], ids=lambda path: path.name)
 def test_command_lists_parse(document: Path) -> None:
     """Blocks that list commands to pick from (``myproject.tasks:app``, job 42) cannot run
     as a script; each command must still be one the CLI accepts, and a ``pip install`` must
