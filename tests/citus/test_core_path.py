@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import time
+from datetime import datetime, timezone
+
 import psycopg
+import pytest
 
 from akadze_core import App, Worker
 from akadze_core.store.queries import citus_queries
@@ -57,3 +62,24 @@ async def test_unported_statements_refuse(citus_app: App) -> None:
             assert "job_insert_graph is not available in Citus mode" in str(error)
         else:
             raise AssertionError("a refused statement ran")
+
+
+async def test_every_maintenance_service_runs_in_citus_mode(
+        citus_app: App, citus_db: psycopg.Connection, caplog: pytest.LogCaptureFixture) -> None:
+    """Prune, rescue, orphans and schedules each run several rounds without a refusal (a
+    refused statement in a service stops the worker)."""
+
+    @citus_app.task("tick")
+    async def tick() -> None: ...
+
+    old = tick.enqueue()
+    citus_db.execute("UPDATE akadze.jobs SET state = 'succeeded', finished_at = %s"
+                     " WHERE shard = %s AND id = %s",
+                     (datetime(2000, 1, 1, tzinfo=timezone.utc), shard_of(old), old))
+    worker = Worker(citus_app, poll_interval=0.1, prune_interval=0.2, heartbeat_interval=0.2)
+    started = time.monotonic()
+    code = await run_worker_until(worker, lambda: time.monotonic() - started > 3)
+    assert code == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    assert citus_db.execute("SELECT count(*) FROM akadze.jobs WHERE id = %s",
+                            (old,)).fetchone() == (0,)  # pruned
