@@ -83,3 +83,23 @@ async def test_every_maintenance_service_runs_in_citus_mode(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     assert citus_db.execute("SELECT count(*) FROM akadze.jobs WHERE id = %s",
                             (old,)).fetchone() == (0,)  # pruned
+
+
+def test_migrate_citus_on_a_migrated_coordinator_sets_the_lanes(
+        citus_url: str, citus_db: psycopg.Connection) -> None:
+    from click.testing import CliRunner
+
+    from akadze_core.cli.main import cli
+
+    try:
+        result = CliRunner().invoke(cli, ["--database-url", citus_url, "migrate", "--citus",
+                                          "--lanes", "3"])
+        assert result.exit_code == 0, result.output
+        assert "nothing to do" in result.output
+        lanes = citus_db.execute("SELECT lanes FROM akadze.citus_settings").fetchone()
+        assert lanes == (3,)
+        refused = CliRunner().invoke(cli, ["--database-url", citus_url, "migrate",
+                                           "--lanes", "3"])
+        assert refused.exit_code == 2 and "give --citus too" in refused.output
+    finally:
+        citus_db.execute("UPDATE akadze.citus_settings SET lanes = 1")
