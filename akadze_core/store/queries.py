@@ -55,11 +55,8 @@ def citus_queries() -> dict[str, str]:
     statement that raises (fail closed) for what Citus mode does not do yet."""
     base = all_queries()
     rewritten = load_queries("akadze_core", "sql/citus/queries.sql")
-    refused = {
-        # A literal in the statement's text, never a bound value (the name is ours).
-        name: "SELECT akadze.refuse('" + name + " is not available in Citus mode "
-              "(see docs/how-to/citus.md)')"
-        for name in base}
+    # FeatureNotSupported naming the statement; the name, ours, is a literal of the text.
+    refused = {name: f"SELECT akadze.citus_refuse('{name}')" for name in base}
     return {**refused, **{name: base[name] for name in CITUS_AS_IS}, **rewritten}
 
 

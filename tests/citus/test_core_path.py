@@ -53,15 +53,17 @@ async def test_enqueue_run_succeed(citus_app: App, citus_db: psycopg.Connection)
 
 
 async def test_unported_statements_refuse(citus_app: App) -> None:
-    refused = citus_queries()["job_insert_graph"]
-    assert "not available in Citus mode" in refused
-    with citus_app.connect(autocommit=True) as connection:
-        try:
-            connection.execute(refused)
-        except psycopg.Error as error:
-            assert "job_insert_graph is not available in Citus mode" in str(error)
-        else:
-            raise AssertionError("a refused statement ran")
+    assert citus_queries()["job_insert_graph"] == "SELECT akadze.citus_refuse('job_insert_graph')"
+
+    @citus_app.task("step")
+    async def step() -> None: ...
+
+    flow = citus_app.workflow()
+    first = flow.add(step)
+    flow.add(step, after=first)
+    with pytest.raises(psycopg.errors.FeatureNotSupported,
+                       match="job_insert_graph is not available in Citus mode"):
+        flow.enqueue()
 
 
 async def test_every_maintenance_service_runs_in_citus_mode(

@@ -234,5 +234,6 @@ def test_what_citus_mode_does_not_do_yet_refuses(citus_app: App, statement: str)
     from akadze_core.store.queries import query
 
     with citus_app.connect(autocommit=True) as connection, \
-            pytest.raises(psycopg.Error, match="not available in Citus mode"):
+            pytest.raises(psycopg.errors.FeatureNotSupported,
+                          match=f"{statement} is not available in Citus mode"):
         connection.execute(query(statement))

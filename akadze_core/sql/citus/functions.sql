@@ -541,3 +541,15 @@ BEGIN
         p_meta) AS e;
 END
 $$
+-- statement
+
+-- What Citus mode does not do yet (akadze_core/store/queries.py: citus_queries): a clear
+-- error instead of a statement that would run on the wrong rows.
+CREATE OR REPLACE FUNCTION akadze.citus_refuse(p_statement text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING
+        MESSAGE = p_statement || ' is not available in Citus mode (see docs/how-to/citus.md)',
+        ERRCODE = 'feature_not_supported';
+END
+$$
