@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from datetime import datetime, timezone
@@ -50,6 +51,25 @@ async def test_enqueue_run_succeed(citus_app: App, citus_db: psycopg.Connection)
     assert job(citus_db, first)["result"] == "hello ada"
     assert job(citus_db, many[7])["result"] == "hello 7"
     assert job(citus_db, first)["attempt"] == 1
+    found = await app.get_job_async(first)
+    assert found is not None and (found.state, found.result) == ("succeeded", "hello ada")
+    assert set(app.get_jobs([second, many[0]])) == {second, many[0]}
+
+
+async def test_a_waiter_hears_the_outcome_on_the_coordinator(citus_app: App) -> None:
+    @citus_app.task("answer")
+    async def answer() -> int:
+        return 42
+
+    job_id = answer.enqueue()
+    worker = Worker(citus_app, poll_interval=0.1)
+    runner = asyncio.create_task(worker.run())
+    try:
+        done = await citus_app.wait_for_job_async(job_id, timeout=30)
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(runner, 30)
+    assert (done.state, done.result) == ("succeeded", 42)
 
 
 async def test_unported_statements_refuse(citus_app: App) -> None:
