@@ -35,6 +35,7 @@ from .store import lookup, pauses
 from .store.connections import RECONNECT_WINDOW, Connections
 from .store.liveness import UNSURE, found_dead
 from .store.migrations import MIGRATE_COMMAND, migrate
+from .store.queries import use_dialect
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -105,7 +106,15 @@ class App:
         json_loads: Loads = json.loads,
         pool_size: int = 10,
         prepare_threshold: int | str | None = None,
+        citus: bool = False,
     ) -> None:
+        #: Citus mode (docs/how-to/citus.md): the statements of the Citus dialect, for a
+        #: coordinator migrated with ``akadze migrate --citus``. The dialect is chosen here,
+        #: once, for the whole process (``store.queries.use_dialect``): every App of a
+        #: process runs the dialect the first ``citus=True`` chose.
+        self.citus = citus
+        if citus:
+            use_dialect("citus")
         #: The connection room: URL, pools, single-call connection (``Connections``).
         self.connections = Connections(database_url, pool_size=pool_size,
                                        prepare_threshold=prepare_threshold)
@@ -289,7 +298,7 @@ class App:
     def migrate(self) -> list[int]:
         """Apply the schema; returns the versions applied."""
         with self.connect(autocommit=True) as connection:
-            return migrate(connection)
+            return migrate(connection, citus=self.citus)
 
     def pool(self) -> psycopg_pool.ConnectionPool:
         """The shared sync pool of autocommit connections (for enqueue from sync code)."""

@@ -39,6 +39,7 @@ SCHEDULES = DOCS / "how-to" / "schedules.md"
 DASHBOARD = DOCS / "how-to" / "dashboard-and-metrics.md"
 SCALING = DOCS / "how-to" / "scaling.md"
 PAUSES = DOCS / "how-to" / "pause-queues.md"
+CITUS = DOCS / "how-to" / "citus.md"
 
 #: (file, section, language, index in the section) → the test that runs the block.
 COVERED = {
@@ -75,6 +76,9 @@ COVERED = {
         "test_docs_pauses.py::test_the_python_example_runs_as_written",
     ("docs/how-to/pause-queues.md", "From the Celery facade", "python", 0):
         "test_docs_pauses.py::test_the_celery_example_runs_as_written",
+    ("docs/how-to/citus.md", "Turn it on", "sh", 0): "test_command_lists_parse",
+    ("docs/how-to/citus.md", "Turn it on", "python", 0):
+        "tests/citus/test_docs.py::test_the_citus_example_runs_as_written",
 }
 
 
@@ -177,7 +181,7 @@ def _extras() -> set[str]:
     return set(project["optional-dependencies"])
 
 
-@pytest.mark.parametrize("document", [CORE_API, DASHBOARD, PAUSES],
+@pytest.mark.parametrize("document", [CORE_API, DASHBOARD, PAUSES, CITUS],
                          ids=lambda path: path.name)
 def test_command_lists_parse(document: Path) -> None:
     """Blocks that list commands to pick from (``myproject.tasks:app``, job 42) cannot run
