@@ -42,6 +42,9 @@ CITUS_AS_IS = frozenset({
     "control_pending", "control_replies", "control_prune", "metrics_job_counts",
     "metrics_state_estimates",
     "metrics_queues", "metrics_workers", "metrics_recent",
+    # Pauses: a reference table, and functions that run on the coordinator (their advisory
+    # lock too, which every Citus claim takes there before reading the table).
+    "queue_pause", "queue_resume", "queue_paused",
 })
 
 #: The dialect in use: "postgres", or "citus" once :func:`use_dialect` chose it.

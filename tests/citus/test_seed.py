@@ -237,3 +237,27 @@ def test_what_citus_mode_does_not_do_yet_refuses(citus_app: App, statement: str)
             pytest.raises(psycopg.errors.FeatureNotSupported,
                           match=f"{statement} is not available in Citus mode"):
         connection.execute(query(statement))
+
+
+async def test_a_paused_queue_gives_no_job_until_resumed(citus_app: App,
+                                                         citus_db: psycopg.Connection
+                                                         ) -> None:
+    @citus_app.task("held", queue="pausable")
+    async def held() -> str:
+        return "done"
+
+    assert await citus_app.pause_queue_async("pausable", by="test") is True
+    try:
+        job_ids = [await held.enqueue_async() for _ in range(4)]
+        with citus_app.connect(autocommit=True) as connection:
+            assert citus_app.paused_queues() == ["pausable"]
+            claimed = connection.execute(
+                "SELECT count(*) FROM akadze.citus_claim_jobs(NULL, 'pausable', 10, NULL,"
+                " '{}', '{}', '{}')").fetchone()
+        assert claimed == (0,)
+        assert {job(citus_db, job_id)["state"] for job_id in job_ids} == {"queued"}
+    finally:
+        assert await citus_app.resume_queue_async("pausable") is True
+    await run_until(citus_app, lambda: all(
+        job(citus_db, job_id)["state"] == "succeeded" for job_id in job_ids),
+        queues=["pausable"])

@@ -96,6 +96,10 @@ BEGIN
     IF p_lock_timeout IS NOT NULL THEN
         PERFORM set_config('lock_timeout', p_lock_timeout, true);
     END IF;
+    -- A paused queue gives nothing, exactly once its pause committed (akadze.queue_claimable).
+    IF NOT akadze.queue_claimable(p_queue) THEN
+        RETURN;
+    END IF;
     FOR step IN 0..15 LOOP
         EXIT WHEN cardinality(v_rows) >= p_limit;
         v_shard := mod(v_start + step, 16);
