@@ -13,12 +13,13 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..store import database
+from ..store import database, limits
 from ..store.floors import Floors
 
 if TYPE_CHECKING:
@@ -65,6 +66,12 @@ class Producer:
         # written batch wakes the claim loop.
         self._held_back = False
         self._completer: Completer | None = None
+        # The queues whose claims go through the limited claim (akadze.claim_is_limited), as
+        # read at most once a poll interval, and only after a claim came back short: a
+        # short claim of one of them asks when a limit has room again, and wakes then.
+        self._limited: set[str] = set()
+        self._limited_read = -float("inf")
+        self._limit_wake: asyncio.TimerHandle | None = None
 
     def open(self, completer: Completer) -> None:
         """Claims may start: ``completer`` holds the outcomes waiting to be written."""
@@ -138,7 +145,34 @@ class Producer:
                     else:
                         self._runs.start(row)
                 if len(rows) < free:
-                    break  # the queue is drained; a full claim means claim again at once
+                    # Drained, or cut short by a limit; a full claim means claim again at once.
+                    await self._after_short_claim(queue)
+                    break
+
+    async def _after_short_claim(self, queue: str) -> None:
+        guard = self._lease.guard
+        now = time.monotonic()
+        if now - self._limited_read >= self._poll_interval:
+            self._limited_read = now
+
+            async def read(connection: psycopg.AsyncConnection) -> None:
+                self._limited = await limits.limited_async(connection, self.queues)
+
+            await guard(read, "limits")
+        if queue not in self._limited:
+            return
+        waits: list[float | None] = []
+
+        async def wait(connection: psycopg.AsyncConnection) -> None:
+            waits.append(await limits.wait_async(connection, queue))
+
+        if await guard(wait, "limits") and waits[0] is not None:
+            # Claim again when the first start in a binding window leaves it. A key's slot
+            # freed by another worker's run is found at the next poll.
+            if self._limit_wake is not None:
+                self._limit_wake.cancel()
+            self._limit_wake = asyncio.get_running_loop().call_later(
+                waits[0] + 0.001, self._signals.wake.set)
 
     def free(self, queue: str) -> int:
         """How many runs of ``queue`` a claim may take now."""
