@@ -529,11 +529,9 @@ class Task(TaskCall):
         max_concurrency: int | None = None,
     ) -> None:
         check_concurrency(concurrency_key, max_concurrency)
-        #: The task's global rate limit as given ("100/s"), set in the database by every
-        #: worker that starts with this task (``App.set_rate_limit`` changes it at run time).
-        self.rate_limit = rate_limit
         #: ``rate_limit`` parsed (None: no limit declared).
-        self.rate: Rate | None = parse_rate(rate_limit)
+        self.rate: Rate | None = None
+        self.rate_limit = rate_limit
         #: Default per-key concurrency of its jobs (``configure`` overrides per call).
         self.concurrency_key = concurrency_key
         self.max_concurrency = max_concurrency
@@ -551,6 +549,18 @@ class Task(TaskCall):
         self.check_call = CallCheck(name, func)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
+
+    @property
+    def rate_limit(self) -> str | float | None:
+        """The task's global rate limit as given ("100/s", "10/m", "1000/h"), which every
+        worker that starts with this task sets in the database (``App.set_rate_limit``
+        changes it at run time). Setting it checks it (``ValueError``)."""
+        return self._rate_limit
+
+    @rate_limit.setter
+    def rate_limit(self, value: str | float | None) -> None:
+        self.rate = parse_rate(value)
+        self._rate_limit = value
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)

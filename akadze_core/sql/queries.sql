@@ -1026,7 +1026,8 @@ GROUP BY GROUPING SETS ((queue, task, state), (queue, wait_bucket), (task, run_b
 -- Set a rate limit (kind 'queue' or 'task'); the claims read it from their next one on.
 INSERT INTO akadze.limits (kind, name, rate, period)
 VALUES (%(kind)s, %(name)s, %(rate)s, %(period)s::float8 * interval '1 second')
-ON CONFLICT (kind, name) DO UPDATE SET rate = excluded.rate, period = excluded.period;
+ON CONFLICT (kind, name) DO UPDATE SET rate = excluded.rate, period = excluded.period
+RETURNING 1;
 
 -- name: limit_clear
 -- Remove a rate limit (its ledger goes with it); whether there was one.

@@ -9,7 +9,6 @@ import psycopg
 
 from ..model.limits import Rate
 from .database import fetch_all, fetch_all_async, fetch_one, fetch_one_async
-from .queries import query
 
 KINDS = ("queue", "task")
 
@@ -30,8 +29,7 @@ def set_limit(connection: psycopg.Connection, kind: str, name: str, rate: Rate |
     params = _params(kind, name, rate)
     if rate is None:
         return fetch_one(connection, "limit_clear", **params) is not None
-    connection.execute(query("limit_set"), params)
-    return True
+    return fetch_one(connection, "limit_set", **params) is not None
 
 
 def list_limits(connection: psycopg.Connection) -> list[dict[str, Any]]:
@@ -43,7 +41,7 @@ async def declare_async(connection: psycopg.AsyncConnection,
                         limits: Iterable[tuple[str, str, Rate]]) -> None:
     """Set each (kind, name, rate) of ``limits`` (the ones an app's tasks declare)."""
     for kind, name, rate in limits:
-        await connection.execute(query("limit_set"), _params(kind, name, rate))
+        await fetch_one_async(connection, "limit_set", **_params(kind, name, rate))
 
 
 async def wait_async(connection: psycopg.AsyncConnection, queue: str) -> float | None:
