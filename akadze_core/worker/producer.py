@@ -204,6 +204,10 @@ class Producer:
         # Retries, snoozes and runs dropped unstarted are queued again below where this
         # worker's next claims would start reading: they lower its floors.
         self.floors.requeued(row for row in rows if row["state"] == "queued")
+        if rows and self._limited:
+            # A run under a concurrency key just gave its slot back (committed already):
+            # claim now, not at the next poll, or a key's jobs would start once a poll.
+            self._signals.wake.set()
         if rows and rows[0].get("settled"):
             # The write released workflow jobs (committed already): claim now rather than
             # when the NOTIFY comes back.
