@@ -780,6 +780,7 @@ async def test_hostile_task_and_queue_names_are_stored_literally(
     tables = db.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'akadze' "
                         "ORDER BY tablename").fetchall()
     assert [row[0] for row in tables] == ["control_replies", "control_requests", "jobs",
+                                         "limit_starts", "limits",
                                          "migrations", "repeatable_migrations",
                                          "saved_groups", "schedules",
                                          "task_id_key", "workers"]
