@@ -37,21 +37,21 @@ def list_limits(connection: psycopg.Connection) -> list[dict[str, Any]]:
     return fetch_all(connection, "limit_list")
 
 
-async def declare_async(connection: psycopg.AsyncConnection,
+async def declare(connection: psycopg.AsyncConnection,
                         limits: Iterable[tuple[str, str, Rate]]) -> None:
     """Set each (kind, name, rate) of ``limits`` (the ones an app's tasks declare)."""
     for kind, name, rate in limits:
         await fetch_one_async(connection, "limit_set", **_params(kind, name, rate))
 
 
-async def wait_async(connection: psycopg.AsyncConnection, queue: str) -> float | None:
+async def room_wait(connection: psycopg.AsyncConnection, queue: str) -> float | None:
     """Seconds until a limit binding ``queue``'s claims may have room again (None: none of
     them has a start in its window); only asked after a claim that came back short."""
     row = await fetch_one_async(connection, "limit_wait", queue=queue)
     return None if row is None or row["wait"] is None else max(0.0, float(row["wait"]))
 
 
-async def limited_async(connection: psycopg.AsyncConnection, queues: list[str]) -> set[str]:
+async def limited_queues(connection: psycopg.AsyncConnection, queues: list[str]) -> set[str]:
     """Which of ``queues`` have their claims go through the limited claim now."""
     return {row["name"] for row in await fetch_all_async(connection, "limit_queues",
                                                          queues=queues)}

@@ -417,7 +417,7 @@ class Worker:
         if await database.autovacuum_runs(connection) is False:
             logger.warning(AUTOVACUUM_OFF)
         # The rate limits this app's tasks declare hold for the whole fleet: set them.
-        await limits.declare_async(connection, self.app.declared_rate_limits())
+        await limits.declare(connection, self.app.declared_rate_limits())
         return await self._lease.register(connection, self._producer.registration)
 
     async def _shutdown(self, started: bool) -> None:

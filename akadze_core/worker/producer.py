@@ -156,7 +156,7 @@ class Producer:
             self._limited_read = now
 
             async def read(connection: psycopg.AsyncConnection) -> None:
-                self._limited = await limits.limited_async(connection, self.queues)
+                self._limited = await limits.limited_queues(connection, self.queues)
 
             await guard(read, "limits")
         if queue not in self._limited:
@@ -164,7 +164,7 @@ class Producer:
         waits: list[float | None] = []
 
         async def wait(connection: psycopg.AsyncConnection) -> None:
-            waits.append(await limits.wait_async(connection, queue))
+            waits.append(await limits.room_wait(connection, queue))
 
         if await guard(wait, "limits") and waits[0] is not None:
             # Claim again when the first start in a binding window leaves it. A key's slot
