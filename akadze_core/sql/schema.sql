@@ -8,13 +8,15 @@
 CREATE SCHEMA akadze;
 
 CREATE FUNCTION akadze.claim_is_limited(p_queue text) RETURNS boolean
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-    SELECT EXISTS (SELECT 1 FROM akadze.limits AS l
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM akadze.limits AS l
                    WHERE l.kind = 'task' OR (l.kind = 'queue' AND l.name = p_queue))
         OR EXISTS (SELECT 1 FROM akadze.jobs AS j
                    WHERE j.state = 'queued' AND j.queue = p_queue
-                     AND j.meta ? 'concurrency_key')
+                     AND j.meta ? 'concurrency_key');
+END
 $$;
 
 CREATE FUNCTION akadze.claim_jobs(p_lock_timeout text, p_queue text, p_limit integer, p_worker_id bigint, p_floor_priority integer[], p_floor_at timestamp with time zone[], p_floor_id bigint[]) RETURNS TABLE(id bigint, task text, queue text, args text, state text, priority integer, scheduled_at timestamp with time zone, attempt integer, max_attempts integer, run_count integer, claim_token bigint, expires_at timestamp with time zone, meta text, created_at timestamp with time zone, started_at timestamp with time zone, cancel_requested boolean, last_error text, upstreams bigint[], upstream_results text, result_arg text, "position" integer, releases boolean, notified boolean)
