@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 
 from akadze_core import App
+from akadze_core.store import database
 from tests.integration.lease_support import claim, fake_worker, scalar
 
 
@@ -111,3 +112,20 @@ async def test_the_fair_claim_goes_through_the_limits_too(
     app.set_rate_limit(2, queue="default")
     worker_id = fake_worker(db, ttl=60)
     assert len(await claim(database_url, worker_id, 10, fair=True)) == 2
+
+
+async def test_a_graceful_stops_hand_back_gives_the_keys_slot_back(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    noop = register(app, "noop")
+    for number in range(3):
+        noop.configure(concurrency_key="one").enqueue(n=number)
+    worker_id = fake_worker(db, ttl=60)
+    [row] = await claim(database_url, worker_id, 10)
+    assert await claim(database_url, worker_id, 10) == []
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as session:
+        returned = await database.return_many(
+            session, [(row["id"], row["run_count"], row["claim_token"])])
+    assert [back["id"] for back in returned] == [row["id"]]
+    again = await claim(database_url, worker_id, 10)
+    assert len(again) == 1 and again[0]["attempt"] == 1
