@@ -229,7 +229,7 @@ async def test_a_schedule_tick_is_enqueued_once_under_contention(
 
 
 @pytest.mark.parametrize("statement", ["job_insert_graph", "job_claim_fair",
-                                       "job_complete_in_tx", "control_send"])
+                                       "job_complete_in_tx", "control_send", "limit_set"])
 def test_what_citus_mode_does_not_do_yet_refuses(citus_app: App, statement: str) -> None:
     from akadze_core.store.queries import query
 
@@ -261,3 +261,15 @@ async def test_a_paused_queue_gives_no_job_until_resumed(citus_app: App,
     await run_until(citus_app, lambda: all(
         job(citus_db, job_id)["state"] == "succeeded" for job_id in job_ids),
         queues=["pausable"])
+
+
+def test_rate_limits_and_concurrency_keys_refuse(citus_app: App) -> None:
+    """Citus mode has no limited claim: a limit or a key that would not hold is refused."""
+    @citus_app.task("keyed", concurrency_key="tenant-1", max_concurrency=1)
+    async def keyed() -> None:
+        return None
+
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="concurrency_key"):
+        keyed.enqueue()
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="limit_set"):
+        citus_app.set_rate_limit("10/s", queue="default")

@@ -71,3 +71,8 @@ SELECT id, notified FROM akadze.citus_schedule_enqueue(
     %(name)s, %(spec)s, %(tick)s, %(expected)s::timestamptz, %(task)s, %(queue)s,
     %(args)s::jsonb, %(priority)s, %(max_attempts)s, %(expires_at)s::timestamptz,
     %(meta)s::jsonb);
+
+-- name: limit_queues
+-- Citus mode has no limited claim: setting a rate limit (limit_set) is refused, and so is a
+-- job with a concurrency key, at enqueue. No queue is limited.
+SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name) WHERE false;
