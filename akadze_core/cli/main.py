@@ -23,7 +23,7 @@ from ..execution.processes import is_child as is_pool_child
 from ..model.dsn import ENV_VAR, prepare_threshold
 from ..store import database
 from ..store.embedded import describe_database
-from ..store.migrations import apply_migrations, latest_version
+from ..store.migrations import apply_citus, apply_migrations, latest_version
 from ..worker.config import DEFAULTS, WorkerConfig
 from ..worker.lifecycle import Worker
 from .base import (
@@ -85,12 +85,23 @@ cli.add_command(queues_group)
 # --- migrate -------------------------------------------------------------------------------------
 
 @cli.command("migrate")
+@click.option("--citus", is_flag=True, default=False,
+              help="Citus mode (on a Citus coordinator): distribute the jobs table by shard "
+                   "and make the small tables reference tables (docs/how-to/citus.md).")
+@click.option("--lanes", type=click.IntRange(1, 16), default=None, metavar="N",
+              help="With --citus: how many shards one queue's jobs without a tenant or "
+                   "unique key spread over (default 1).")
 @click.pass_context
-def migrate_command(ctx: click.Context) -> None:
+def migrate_command(ctx: click.Context, citus: bool, lanes: int | None) -> None:
     """Create or upgrade the akadze schema (idempotent, safe to run concurrently)."""
+    if lanes is not None and not citus:
+        raise click.UsageError("--lanes is a Citus mode setting: give --citus too")
     app = App(group_options(ctx).url)
     with open_connection(ctx, check_schema=False, create=True, app=app) as connection:
         applied = apply_migrations(connection)
+        if citus:
+            connection.autocommit = True
+            applied.repeatable.extend(apply_citus(connection, lanes=lanes))
     # Which database: the embedded one or a URL from the environment is easy to mistake.
     where = f"in {describe_database(app.resolve_database_url())}"
     if applied.versions:

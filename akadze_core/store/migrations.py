@@ -91,12 +91,17 @@ def repeatable_migrations() -> list[tuple[str, str, str]]:
     return found
 
 
-def migrate(connection: psycopg.Connection) -> list[int]:
-    """Apply the missing migrations and any changed repeatable file (:func:`apply_migrations`).
+def migrate(connection: psycopg.Connection, *, citus: bool = False,
+            lanes: int | None = None) -> list[int]:
+    """Apply the missing migrations and any changed repeatable file (:func:`apply_migrations`);
+    with ``citus``, then distribute the tables for Citus mode (:func:`apply_citus`).
 
     Returns the versions applied (empty when the schema was already current).
     """
-    return apply_migrations(connection).versions
+    versions = apply_migrations(connection).versions
+    if citus:
+        apply_citus(connection, lanes=lanes)
+    return versions
 
 
 def apply_migrations(connection: psycopg.Connection) -> Applied:
@@ -157,6 +162,60 @@ def _apply_repeatable(connection: psycopg.Connection, *, always: bool) -> list[s
         applied.append(name)
         logger.info("applied %s (checksum %s)", name, checksum[:12])
     return applied
+
+
+# --- Citus mode ---------------------------------------------------------------------------------
+
+#: The Citus dialect's files in ``akadze_core/sql/citus``: distribute.sql runs once, after the
+#: versioned migrations; functions.sql again whenever its checksum changes.
+CITUS_DISTRIBUTE = "citus/distribute.sql"
+CITUS_FUNCTIONS = "citus/functions.sql"
+_STATEMENT_BREAK = re.compile(r"^-- statement[ \t]*$", re.MULTILINE)
+
+
+def citus_statements(name: str) -> list[str]:
+    """The statements of a Citus dialect file, in order: Citus forwards DDL to its workers a
+    statement at a time, so the file is never sent whole."""
+    text = resources.files("akadze_core").joinpath("sql", name).read_text("utf-8")
+    return [part.strip() for part in _STATEMENT_BREAK.split(text)
+            if any(line.strip() and not line.lstrip().startswith("--")
+                   for line in part.splitlines())]
+
+
+def apply_citus(connection: psycopg.Connection, *, lanes: int | None = None) -> list[str]:
+    """Make a migrated coordinator's schema the Citus dialect's (the jobs table distributed
+    by its shard, the small tables reference tables, the dialect's functions); returns the
+    files applied. Idempotent under a session advisory lock. ``lanes`` (1-16): how many
+    shards one queue's jobs without a tenant or unique key spread over.
+
+    Each statement commits on its own: Citus refuses some DDL after other DDL in one
+    transaction, so the connection must be in autocommit mode."""
+    if not connection.autocommit:
+        raise ValueError("apply_citus needs an autocommit connection (Citus applies DDL "
+                         "statement by statement)")
+    connection.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+    try:
+        recorded: dict[str, str] = dict(connection.execute(
+            "SELECT name, checksum FROM akadze.repeatable_migrations").fetchall())
+        applied = []
+        for name, once in ((CITUS_DISTRIBUTE, True), (CITUS_FUNCTIONS, False)):
+            text = resources.files("akadze_core").joinpath("sql", name).read_text("utf-8")
+            checksum = hashlib.sha256(text.encode()).hexdigest()
+            if name in recorded and (once or recorded[name] == checksum):
+                continue
+            for statement in citus_statements(name):
+                connection.execute(statement.encode())
+            connection.execute(
+                "INSERT INTO akadze.repeatable_migrations (name, checksum) VALUES (%s, %s)"
+                " ON CONFLICT (name) DO UPDATE"
+                " SET checksum = EXCLUDED.checksum, applied_at = now()", (name, checksum))
+            applied.append(name)
+            logger.info("applied %s", name)
+        if lanes is not None:
+            connection.execute("UPDATE akadze.citus_settings SET lanes = %s", (lanes,))
+        return applied
+    finally:
+        connection.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
 
 
 SCHEMA_EXISTS = "SELECT to_regclass('akadze.migrations') IS NOT NULL"

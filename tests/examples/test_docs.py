@@ -39,6 +39,7 @@ SCHEDULES = DOCS / "how-to" / "schedules.md"
 DASHBOARD = DOCS / "how-to" / "dashboard-and-metrics.md"
 SCALING = DOCS / "how-to" / "scaling.md"
 PAUSES = DOCS / "how-to" / "pause-queues.md"
+CITUS = DOCS / "how-to" / "citus.md"
 
 #: (file, section, language, index in the section) → the test that runs the block.
 COVERED = {
@@ -75,6 +76,13 @@ COVERED = {
         "test_docs_pauses.py::test_the_python_example_runs_as_written",
     ("docs/how-to/pause-queues.md", "From the Celery facade", "python", 0):
         "test_docs_pauses.py::test_the_celery_example_runs_as_written",
+    ("docs/how-to/citus.md", "Turn it on", "sh", 0): "test_command_lists_parse",
+    ("docs/how-to/citus.md", "Turn it on", "python", 0):
+        "tests/citus/test_docs.py::test_the_citus_example_runs_as_written",
+    ("docs/how-to/limits.md", "Rate limits", "python", 0):
+        "test_the_rate_limits_example_sets_and_lists_limits",
+    ("docs/how-to/limits.md", "Per-key concurrency", "python", 0):
+        "test_the_concurrency_example_puts_the_keys_in_the_jobs",
 }
 
 
@@ -177,7 +185,7 @@ def _extras() -> set[str]:
     return set(project["optional-dependencies"])
 
 
-@pytest.mark.parametrize("document", [CORE_API, DASHBOARD, PAUSES],
+@pytest.mark.parametrize("document", [CORE_API, DASHBOARD, PAUSES, CITUS],
                          ids=lambda path: path.name)
 def test_command_lists_parse(document: Path) -> None:
     """Blocks that list commands to pick from (``myproject.tasks:app``, job 42) cannot run
@@ -322,3 +330,34 @@ def test_the_scaling_checks_run_and_count_the_prune_backlog(db: psycopg.Connecti
     assert answers[1] == [(3,)]
     size, _live, _dead = answers[2][0]
     assert size.endswith(("kB", "MB"))
+LIMITS = DOCS / "how-to" / "limits.md"
+
+
+def test_the_rate_limits_example_sets_and_lists_limits(database_url: str) -> None:
+    """The limits it sets are in the database, the task's declared one among them once a
+    worker would set it, and the last ``None`` removes the queue's."""
+    from akadze_core import App
+
+    app = App(database_url)
+    try:
+        namespace: dict[str, Any] = {"app": app}
+        _run(blocks(page_section(LIMITS, "Rate limits"), "python")[0], namespace)
+        assert namespace["limits"] == [
+            {"kind": "task", "name": "emails.send", "rate": 1000, "period": 3600.0}]
+        assert app.declared_rate_limits()[0][1] == "emails.send"
+    finally:
+        app.close()
+
+
+def test_the_concurrency_example_puts_the_keys_in_the_jobs(
+        database_url: str, db: psycopg.Connection) -> None:
+    from akadze_core import App
+
+    app = App(database_url)
+    try:
+        _run(blocks(page_section(LIMITS, "Per-key concurrency"), "python")[0], {"app": app})
+        rows = db.execute("SELECT meta ->> 'concurrency_key', meta ->> 'max_concurrency'"
+                          " FROM akadze.jobs ORDER BY id").fetchall()
+        assert rows == [("sync", "2"), ("tenant-b", "1")]
+    finally:
+        app.close()

@@ -1,0 +1,559 @@
+-- Citus mode: the functions the Citus dialect's statements (sql/citus/queries.sql) call.
+-- Applied by `akadze migrate --citus` after sql/functions.sql, one statement at a time (each
+-- block ends at a line holding only `-- statement`), again whenever its checksum changes.
+--
+-- What every function here keeps to, for Citus to route it:
+-- * each statement on akadze.jobs names one shard (`shard = <value>`): a router query on one
+--   node, where FOR UPDATE SKIP LOCKED is allowed;
+-- * the clock is bound once (v_now) and passed in, never now()/random() inside a CASE or an
+--   UPDATE of the distributed table (Citus refuses to push volatile calls down);
+-- * no STABLE function takes a column in an UPDATE (Citus cannot evaluate it on the
+--   coordinator): times are computed as epoch seconds (to_timestamp is immutable) and JSON
+--   is built from text, not by jsonb_build_object;
+-- * notifications are statements of their own on the coordinator (PERFORM pg_notify), where
+--   the listeners are, never in a RETURNING or a CTE.
+
+-- The shard of an id: its low ten bits.
+CREATE OR REPLACE FUNCTION akadze.citus_shard_of(p_id bigint) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN mod(p_id, 1024)::integer
+-- statement
+
+-- The shard of a new job, from its tenant (meta "tenant"), else its unique key, else its
+-- queue spread over the queue's lanes by a hash of the args: whatever shares a tenant or a
+-- key shares a shard, so per-shard uniqueness is uniqueness for them. 16 slots: a claim of an
+-- empty queue reads each once; Citus maps the slots onto its shards (citus.shard_count).
+CREATE OR REPLACE FUNCTION akadze.citus_shard_for(
+    p_meta jsonb, p_unique_key text, p_queue text, p_args jsonb, p_lanes integer)
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN CASE
+    WHEN p_meta ? 'tenant' THEN mod(abs(hashtext('t' || (p_meta ->> 'tenant'))::bigint), 16)
+    WHEN p_unique_key IS NOT NULL THEN mod(abs(hashtext('u' || p_unique_key)::bigint), 16)
+    ELSE mod(abs(hashtext('q' || p_queue)::bigint)
+             + mod(abs(hashtext(p_args::text)::bigint), greatest(p_lanes, 1)), 16)
+END::integer
+-- statement
+
+-- Enqueue one job (job_insert, job_insert_unique): the row routed to its shard, then the
+-- wake-up as a coordinator statement of the same transaction (heard at commit).
+CREATE OR REPLACE FUNCTION akadze.citus_enqueue(
+    p_task text, p_queue text, p_args jsonb, p_priority integer, p_scheduled_at timestamptz,
+    p_delay float8, p_max_attempts integer, p_expires_at timestamptz, p_unique_key text,
+    p_meta jsonb)
+RETURNS TABLE (id bigint, notified boolean, inserted boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_shard integer := akadze.citus_shard_for(
+        p_meta, p_unique_key, p_queue, p_args, (SELECT lanes FROM akadze.citus_settings));
+    v_id bigint := nextval('akadze.citus_job_numbers') * 1024 + v_shard;
+    v_at timestamptz := coalesce(p_scheduled_at, v_now + p_delay * interval '1 second');
+    v_found bigint;
+BEGIN
+    INSERT INTO akadze.jobs AS j (id, shard, task, queue, args, priority, scheduled_at,
+                                  max_attempts, expires_at, unique_key, meta, created_at)
+    VALUES (v_id, v_shard, p_task, p_queue, p_args, p_priority, v_at, p_max_attempts,
+            p_expires_at, p_unique_key, p_meta, v_now)
+    ON CONFLICT (shard, unique_key) WHERE unique_key IS NOT NULL AND state IN ('queued', 'running')
+    DO NOTHING;
+    IF NOT FOUND THEN
+        -- The active job holding the key, in the same shard (the key chose it).
+        SELECT j.id INTO v_found FROM akadze.jobs AS j
+        WHERE j.shard = v_shard AND j.unique_key = p_unique_key
+          AND j.state IN ('queued', 'running')
+        LIMIT 1;
+        RETURN QUERY SELECT v_found, NULL::boolean, false;
+        RETURN;
+    END IF;
+    IF v_at <= v_now THEN
+        PERFORM pg_notify('akadze_jobs', akadze.job_notice(p_queue, p_priority, v_at));
+    END IF;
+    RETURN QUERY SELECT v_id, v_at <= v_now, true;
+END
+$$
+-- statement
+
+-- Claim up to p_limit due jobs of a queue: one router statement per shard, from a random
+-- shard on (claimers of one queue spread over its shards), until the limit is met. Order is
+-- (priority, scheduled_at, id) within a shard, not across shards. The floors are ignored:
+-- each shard's claim index is read from its head.
+CREATE OR REPLACE FUNCTION akadze.citus_claim_jobs(
+    p_lock_timeout text, p_queue text, p_limit integer, p_worker_id bigint,
+    p_floor_priority integer[], p_floor_at timestamptz[], p_floor_id bigint[])
+RETURNS SETOF akadze.citus_claimed
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_start integer := floor(random() * 16)::integer;
+    v_shard integer;
+    v_token bigint;
+    v_rows akadze.citus_claimed[] := '{}';
+    v_batch akadze.citus_claimed[];
+BEGIN
+    IF p_lock_timeout IS NOT NULL THEN
+        PERFORM set_config('lock_timeout', p_lock_timeout, true);
+    END IF;
+    -- A paused queue gives nothing, exactly once its pause committed (akadze.queue_claimable).
+    IF NOT akadze.queue_claimable(p_queue) THEN
+        RETURN;
+    END IF;
+    FOR step IN 0..15 LOOP
+        EXIT WHEN cardinality(v_rows) >= p_limit;
+        v_shard := mod(v_start + step, 16);
+        -- The run's fencing token (with run_count), one per shard's batch: the id tells the
+        -- runs of a batch apart.
+        v_token := floor(random() * 9007199254740992)::bigint;
+        WITH chosen AS (
+            SELECT j.id FROM akadze.jobs AS j
+            WHERE j.shard = v_shard AND j.state = 'queued' AND j.queue = p_queue
+              AND j.scheduled_at <= v_now
+            ORDER BY j.priority, j.scheduled_at, j.id
+            LIMIT p_limit - cardinality(v_rows)
+            FOR UPDATE SKIP LOCKED
+        ),
+        claimed AS (
+            UPDATE akadze.jobs AS j
+            SET state = CASE WHEN j.cancel_requested OR j.expires_at <= v_now
+                             THEN 'cancelled' ELSE 'running' END,
+                run_count = j.run_count + CASE WHEN j.cancel_requested OR j.expires_at <= v_now
+                                               THEN 0 ELSE 1 END,
+                attempt = j.attempt + CASE WHEN j.cancel_requested OR j.expires_at <= v_now
+                                           THEN 0 ELSE 1 END,
+                worker_id = CASE WHEN j.cancel_requested OR j.expires_at <= v_now
+                                 THEN NULL ELSE p_worker_id END,
+                started_at = v_now,
+                claim_token = v_token,
+                finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= v_now
+                                   THEN v_now END
+            FROM chosen
+            WHERE j.shard = v_shard AND j.id = chosen.id
+            RETURNING j.*
+        )
+        SELECT array_agg(ROW(c.id, c.task, c.queue, c.args::text, c.state, c.priority,
+                             c.scheduled_at, c.attempt, c.max_attempts, c.run_count,
+                             c.claim_token, c.expires_at, c.meta::text, c.created_at,
+                             c.started_at, c.cancel_requested, (c.errors -> -1)::text,
+                             c.upstreams, c.upstream_results::text, c.flow ->> 'result_arg',
+                             c.position, false, NULL::boolean)::akadze.citus_claimed)
+        INTO v_batch FROM claimed AS c;
+        v_rows := v_rows || coalesce(v_batch, '{}');
+    END LOOP;
+    -- Cancelled at the claim (cancel requested or expired while queued): whoever waits hears.
+    PERFORM pg_notify('akadze_done', r.id::text) FROM unnest(v_rows) AS r
+    WHERE r.state = 'cancelled';
+    RETURN QUERY SELECT * FROM unnest(v_rows) AS r
+                 ORDER BY r.priority, r.scheduled_at, r.id;
+END
+$$
+-- statement
+
+-- Write a batch of run outcomes (job_complete_many): the batch split by shard, one router
+-- statement per shard, each row fenced by run_count and claim_token as on one server. The
+-- seed rules are the single-server ones, with the clock bound once.
+CREATE OR REPLACE FUNCTION akadze.citus_complete_jobs(
+    p_lock_timeout text, p_id bigint[], p_run_count integer[], p_claim_token bigint[],
+    p_kind text[], p_result text[], p_delay float8[], p_error text[], p_max_attempts integer[])
+RETURNS SETOF akadze.citus_completed
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_epoch float8 := extract(epoch FROM v_now);
+    v_at text := to_jsonb(v_now)::text;
+    v_shard integer;
+    v_rows akadze.citus_completed[] := '{}';
+    v_batch akadze.citus_completed[];
+BEGIN
+    IF p_lock_timeout IS NOT NULL THEN
+        PERFORM set_config('lock_timeout', p_lock_timeout, true);
+    END IF;
+    FOR v_shard IN SELECT DISTINCT akadze.citus_shard_of(i) FROM unnest(p_id) AS i ORDER BY 1
+    LOOP
+        WITH outcome AS (
+            SELECT * FROM unnest(p_id, p_run_count, p_claim_token, p_kind, p_result, p_delay,
+                                 p_error, p_max_attempts)
+                AS o(id, run_count, claim_token, kind, result, delay, error, max_attempts)
+            WHERE akadze.citus_shard_of(o.id) = v_shard
+        ),
+        decided AS (
+            SELECT o.*, j.attempt,
+                   greatest(j.max_attempts, coalesce(o.max_attempts, 0)) AS budget,
+                   CASE
+                       WHEN o.kind = 'success' THEN 'succeeded'
+                       WHEN o.kind = 'cancel' THEN 'cancelled'
+                       WHEN j.cancel_requested OR j.expires_at <= v_now THEN 'cancelled'
+                       WHEN o.kind = 'unstarted' THEN 'queued'
+                       WHEN o.kind = 'fail' THEN 'failed'
+                       WHEN o.kind = 'snooze' THEN 'queued'
+                       WHEN j.attempt >= greatest(j.max_attempts, coalesce(o.max_attempts, 0))
+                           THEN 'failed'
+                       ELSE 'queued'
+                   END AS next_state,
+                   (o.kind IN ('snooze', 'unstarted')
+                    OR (o.kind IN ('retry', 'fail', 'cancel')
+                        AND (j.cancel_requested OR j.expires_at <= v_now)))
+                       AS gives_back_attempt
+            FROM outcome AS o
+            JOIN akadze.jobs AS j ON j.shard = v_shard AND j.id = o.id
+            WHERE j.shard = v_shard AND j.run_count = o.run_count
+              AND j.claim_token = o.claim_token AND j.state = 'running'
+            FOR UPDATE OF j
+        ),
+        updated AS (
+            UPDATE akadze.jobs AS j
+            SET state = d.next_state,
+                attempt = j.attempt - CASE WHEN d.gives_back_attempt THEN 1 ELSE 0 END,
+                max_attempts = d.budget,
+                result = CASE WHEN d.kind = 'success' THEN d.result::jsonb ELSE j.result END,
+                -- An array || an object appends the object.
+                errors = CASE WHEN d.error IS NULL THEN j.errors
+                              ELSE j.errors || (d.error::jsonb || (
+                                  '{"attempt": ' || j.attempt::text || ', "at": ' || v_at
+                                  || '}')::jsonb)
+                         END,
+                scheduled_at = CASE WHEN d.next_state = 'queued'
+                                    THEN to_timestamp(v_epoch + d.delay)
+                                    ELSE j.scheduled_at END,
+                worker_id = NULL,
+                finished_at = CASE WHEN d.next_state = 'queued' THEN NULL ELSE v_now END
+            FROM decided AS d
+            WHERE j.shard = v_shard AND j.id = d.id
+            RETURNING j.id, j.run_count, j.state, j.queue, j.priority, j.scheduled_at,
+                      (j.dependents IS NOT NULL OR j.on_failure IS NOT NULL) AS settles
+        )
+        SELECT array_agg(ROW(u.id, u.run_count, u.state, u.queue, u.priority, u.scheduled_at,
+                             NULL::integer)::akadze.citus_completed)
+        INTO v_batch FROM updated AS u;
+        v_rows := v_rows || coalesce(v_batch, '{}');
+    END LOOP;
+    -- Whoever waits for a result hears of finished jobs: a coordinator statement, 500 ids
+    -- a notification.
+    PERFORM pg_notify('akadze_done', string_agg(d.id::text, ','))
+    FROM (SELECT r.id, (row_number() OVER ()) / 500 AS chunk
+          FROM unnest(v_rows) AS r WHERE r.state <> 'queued') AS d
+    GROUP BY d.chunk;
+    RETURN QUERY SELECT * FROM unnest(v_rows);
+END
+$$
+-- statement
+
+-- Cancel one job by id (job_request_cancel): its shard from its id.
+CREATE OR REPLACE FUNCTION akadze.citus_cancel(p_id bigint, p_signal smallint)
+RETURNS TABLE (id bigint, state text, notified boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_state text;
+    v_signal smallint;
+BEGIN
+    UPDATE akadze.jobs AS j
+    SET cancel_requested = true,
+        cancel_signal = CASE WHEN j.state = 'running'
+                             THEN coalesce(p_signal, j.cancel_signal)
+                             ELSE j.cancel_signal END,
+        state = CASE WHEN j.state IN ('queued', 'waiting') THEN 'cancelled' ELSE j.state END,
+        finished_at = CASE WHEN j.state IN ('queued', 'waiting') THEN v_now
+                           ELSE j.finished_at END
+    WHERE j.shard = akadze.citus_shard_of(p_id) AND j.id = p_id
+      AND j.state IN ('waiting', 'queued', 'running')
+    RETURNING j.state, j.cancel_signal INTO v_state, v_signal;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_state = 'cancelled' THEN
+        PERFORM pg_notify('akadze_done', p_id::text);
+    ELSIF v_signal IS NOT NULL THEN
+        PERFORM pg_notify('akadze_cancel', p_id::text || ':' || v_signal::text);
+    ELSE
+        PERFORM pg_notify('akadze_cancel', p_id::text);
+    END IF;
+    RETURN QUERY SELECT p_id, v_state, true;
+END
+$$
+-- statement
+
+-- Requeue a failed job by id (job_requeue). A newer active job holding its unique key wins;
+-- keys live in one shard, so the check is the job's own shard.
+CREATE OR REPLACE FUNCTION akadze.citus_requeue(p_id bigint)
+RETURNS TABLE (id bigint, notified boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_shard integer := akadze.citus_shard_of(p_id);
+    v_queue text;
+BEGIN
+    UPDATE akadze.jobs AS j
+    SET state = 'queued', scheduled_at = v_now, finished_at = NULL, cancel_requested = false,
+        cancel_signal = NULL, max_attempts = greatest(j.max_attempts, j.attempt + 1)
+    WHERE j.shard = v_shard AND j.id = p_id AND j.state = 'failed'
+      AND NOT EXISTS (SELECT 1 FROM akadze.jobs AS holder
+                      WHERE holder.shard = v_shard AND holder.unique_key = j.unique_key
+                        AND holder.state IN ('queued', 'running'))
+    RETURNING j.queue INTO v_queue;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM pg_notify('akadze_jobs', v_queue);
+    RETURN QUERY SELECT p_id, true;
+END
+$$
+-- statement
+
+-- Return the running jobs of dead workers (job_rescue), shard by shard. The dead workers'
+-- rows go first (a reference table, on every node), so two rescuers rescue each job once.
+-- The backoff's jitter is a hash of the id and a seed bound once: random() may not run
+-- inside an UPDATE of a distributed table.
+CREATE OR REPLACE FUNCTION akadze.citus_rescue(p_cap float8)
+RETURNS SETOF akadze.citus_rescued
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_epoch float8 := extract(epoch FROM v_now);
+    v_at text := to_jsonb(v_now)::text;
+    v_seed text := random()::text;
+    v_dead bigint[];
+    v_live bigint[];
+    v_rows akadze.citus_rescued[] := '{}';
+    v_batch akadze.citus_rescued[];
+BEGIN
+    -- Locked, then deleted: a heartbeat committed meanwhile is re-read under the lock.
+    SELECT coalesce(array_agg(d.id), '{}') INTO v_dead
+    FROM (SELECT w.id FROM akadze.workers AS w
+          WHERE w.heartbeat_at < v_now - w.heartbeat_ttl FOR UPDATE) AS d;
+    DELETE FROM akadze.workers AS w WHERE w.id = ANY(v_dead);
+    SELECT coalesce(array_agg(w.id), '{}') INTO v_live FROM akadze.workers AS w;
+    FOR v_shard IN 0..15 LOOP
+        WITH lost AS (
+            SELECT j.id FROM akadze.jobs AS j
+            WHERE j.shard = v_shard AND j.state = 'running'
+              AND (j.worker_id = ANY(v_dead)
+                   -- A worker registered after v_live was read started its runs after v_now.
+                   OR (NOT (j.worker_id = ANY(v_live)) AND j.started_at < v_now))
+            FOR UPDATE OF j SKIP LOCKED
+        ),
+        rescued AS (
+            UPDATE akadze.jobs AS j
+            SET state = CASE WHEN j.cancel_requested OR j.expires_at <= v_now THEN 'cancelled'
+                             WHEN j.attempt >= j.max_attempts THEN 'failed'
+                             ELSE 'queued' END,
+                errors = j.errors || ('{"attempt": ' || j.attempt::text || ', "at": ' || v_at
+                    || ', "type": "WorkerLost", "message": '
+                    || '"the worker running this job stopped heartbeating", "traceback": null, '
+                    || '"worker_id": ' || coalesce(j.worker_id::text, 'null') || '}')::jsonb,
+                -- The exponent is bounded first: power(2, 1024) overflows double precision.
+                scheduled_at = to_timestamp(v_epoch
+                    + least(power(2, least(greatest(j.attempt - 1, 0), 63)), p_cap)
+                      * (0.5 + mod(abs(hashtext(j.id::text || v_seed)::bigint), 1000)::float8
+                               / 2000.0::float8)),
+                worker_id = NULL,
+                finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= v_now
+                                     OR j.attempt >= j.max_attempts THEN v_now END
+            FROM lost
+            WHERE j.shard = v_shard AND j.id = lost.id
+            RETURNING j.id, j.state, j.queue, j.task, j.attempt, j.max_attempts,
+                      extract(epoch FROM j.scheduled_at - v_now)::float8 AS retry_in
+        )
+        SELECT array_agg(ROW(r.id, r.state, r.queue, r.task, r.attempt, r.max_attempts,
+                             r.retry_in, NULL::boolean)::akadze.citus_rescued)
+        INTO v_batch FROM rescued AS r;
+        v_rows := v_rows || coalesce(v_batch, '{}');
+    END LOOP;
+    PERFORM pg_notify('akadze_done', r.id::text) FROM unnest(v_rows) AS r
+    WHERE r.state <> 'queued';
+    PERFORM pg_notify('akadze_jobs', q.queue)
+    FROM (SELECT DISTINCT r.queue FROM unnest(v_rows) AS r WHERE r.state = 'queued') AS q;
+    RETURN QUERY SELECT * FROM unnest(v_rows);
+END
+$$
+-- statement
+
+-- Delete finished jobs past their retention (job_prune), up to p_limit, shard by shard.
+CREATE OR REPLACE FUNCTION akadze.citus_prune(
+    p_finished_retention float8, p_failed_retention float8, p_limit integer)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_done integer := 0;
+    v_count integer;
+BEGIN
+    FOR v_shard IN 0..15 LOOP
+        EXIT WHEN v_done >= p_limit;
+        WITH doomed AS (
+            SELECT j.id FROM akadze.jobs AS j
+            WHERE j.shard = v_shard
+              AND ((j.state IN ('succeeded', 'cancelled')
+                    AND j.finished_at < v_now - p_finished_retention * interval '1 second')
+                   OR (j.state = 'failed'
+                       AND j.finished_at < v_now - p_failed_retention * interval '1 second'))
+            LIMIT p_limit - v_done
+            FOR UPDATE SKIP LOCKED
+        )
+        DELETE FROM akadze.jobs AS j USING doomed WHERE j.shard = v_shard AND j.id = doomed.id;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_done := v_done + v_count;
+    END LOOP;
+    RETURN v_done;
+END
+$$
+-- statement
+
+-- Bulk insert of one task's jobs (job_insert_many): the rows are made on the coordinator
+-- (each its shard and id) and routed to their shards; ids in input order.
+CREATE OR REPLACE FUNCTION akadze.citus_enqueue_many(
+    p_task text, p_queue text, p_args text[], p_priority integer, p_scheduled_at timestamptz,
+    p_delay float8, p_max_attempts integer, p_expires_at timestamptz, p_meta jsonb)
+RETURNS TABLE (ids bigint[], notified boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_at timestamptz := coalesce(p_scheduled_at, v_now + p_delay * interval '1 second');
+    v_lanes integer := (SELECT lanes FROM akadze.citus_settings);
+    v_ids bigint[];
+BEGIN
+    SELECT array_agg(nextval('akadze.citus_job_numbers') * 1024
+                     + akadze.citus_shard_for(p_meta, NULL, p_queue, a.args, v_lanes)
+                     ORDER BY a.n)
+    INTO v_ids
+    FROM (SELECT e.args, row_number() OVER (ORDER BY c.k, e.i) AS n
+          FROM unnest(p_args) WITH ORDINALITY AS c(array_text, k)
+          CROSS JOIN LATERAL jsonb_array_elements(c.array_text::jsonb)
+              WITH ORDINALITY AS e(args, i)) AS a;
+    IF v_ids IS NULL THEN
+        RETURN QUERY SELECT '{}'::bigint[], NULL::boolean;
+        RETURN;
+    END IF;
+    -- The jobs' args again, by position: the ids above were drawn in input order.
+    INSERT INTO akadze.jobs (id, shard, task, queue, args, priority, scheduled_at, max_attempts,
+                             expires_at, meta, created_at)
+    SELECT v_ids[a.n], akadze.citus_shard_of(v_ids[a.n]), p_task, p_queue, a.args, p_priority,
+           v_at, p_max_attempts, p_expires_at, p_meta, v_now
+    FROM (SELECT e.args, row_number() OVER (ORDER BY c.k, e.i) AS n
+          FROM unnest(p_args) WITH ORDINALITY AS c(array_text, k)
+          CROSS JOIN LATERAL jsonb_array_elements(c.array_text::jsonb)
+              WITH ORDINALITY AS e(args, i)) AS a;
+    IF v_at <= v_now THEN
+        PERFORM pg_notify('akadze_jobs', akadze.job_notice(p_queue, p_priority, v_at));
+    END IF;
+    RETURN QUERY SELECT v_ids, v_at <= v_now;
+END
+$$
+-- statement
+
+-- Graceful stop (job_return_many): unfinished runs back to queued, due now, without spending
+-- the attempt; shard by shard, fenced.
+CREATE OR REPLACE FUNCTION akadze.citus_return(
+    p_id bigint[], p_run_count integer[], p_claim_token bigint[])
+RETURNS TABLE (id bigint, notified boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_shard integer;
+    v_ids bigint[] := '{}';
+    v_queues text[] := '{}';
+    v_batch_ids bigint[];
+    v_batch_queues text[];
+BEGIN
+    FOR v_shard IN SELECT DISTINCT akadze.citus_shard_of(i) FROM unnest(p_id) AS i ORDER BY 1
+    LOOP
+        WITH returned AS (
+            UPDATE akadze.jobs AS j
+            SET state = 'queued', attempt = j.attempt - 1, worker_id = NULL, scheduled_at = v_now
+            FROM unnest(p_id, p_run_count, p_claim_token) AS o(id, run_count, claim_token)
+            WHERE j.shard = v_shard AND j.id = o.id AND j.run_count = o.run_count
+              AND j.claim_token = o.claim_token AND j.state = 'running'
+            RETURNING j.id, j.queue
+        )
+        SELECT array_agg(r.id), array_agg(r.queue) INTO v_batch_ids, v_batch_queues
+        FROM returned AS r;
+        v_ids := v_ids || coalesce(v_batch_ids, '{}');
+        v_queues := v_queues || coalesce(v_batch_queues, '{}');
+    END LOOP;
+    PERFORM pg_notify('akadze_jobs', q) FROM (SELECT DISTINCT unnest(v_queues) AS q) AS d;
+    RETURN QUERY SELECT r, true FROM unnest(v_ids) AS r;
+END
+$$
+-- statement
+
+-- After a connection error (job_return_orphans): this live worker's running jobs it does not
+-- know about go back to queued without spending the attempt, shard by shard.
+CREATE OR REPLACE FUNCTION akadze.citus_return_orphans(p_worker_id bigint, p_known bigint[])
+RETURNS TABLE (id bigint, run_count integer, notified boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_rows bigint[] := '{}';
+    v_runs integer[] := '{}';
+    v_queues text[] := '{}';
+    v_a bigint[];
+    v_b integer[];
+    v_c text[];
+BEGIN
+    FOR v_shard IN 0..15 LOOP
+        WITH returned AS (
+            UPDATE akadze.jobs AS j
+            SET state = 'queued', attempt = j.attempt - 1, worker_id = NULL, scheduled_at = v_now
+            WHERE j.shard = v_shard AND j.worker_id = p_worker_id AND j.state = 'running'
+              AND NOT (j.id = ANY(p_known))
+            RETURNING j.id, j.run_count, j.queue
+        )
+        SELECT array_agg(r.id), array_agg(r.run_count), array_agg(r.queue)
+        INTO v_a, v_b, v_c FROM returned AS r;
+        v_rows := v_rows || coalesce(v_a, '{}');
+        v_runs := v_runs || coalesce(v_b, '{}');
+        v_queues := v_queues || coalesce(v_c, '{}');
+    END LOOP;
+    PERFORM pg_notify('akadze_jobs', q) FROM (SELECT DISTINCT unnest(v_queues) AS q) AS d;
+    RETURN QUERY SELECT r.i, r.n, true FROM unnest(v_rows, v_runs) AS r(i, n);
+END
+$$
+-- statement
+
+-- Enqueue the run of a declared schedule's tick exactly once (schedule_enqueue): the row of
+-- akadze.schedules (a reference table) is advanced under its row lock, and only the worker
+-- whose UPDATE advanced it inserts the job (a racing one waits, re-reads the row and finds
+-- the tick taken).
+CREATE OR REPLACE FUNCTION akadze.citus_schedule_enqueue(
+    p_name text, p_spec text, p_tick timestamptz, p_expected timestamptz, p_task text,
+    p_queue text, p_args jsonb, p_priority integer, p_max_attempts integer,
+    p_expires_at timestamptz, p_meta jsonb)
+RETURNS TABLE (id bigint, notified boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+BEGIN
+    UPDATE akadze.schedules AS s
+    SET last_tick = p_tick, last_run = p_tick, updated_at = v_now
+    WHERE s.name = p_name AND s.spec = p_spec AND s.last_tick < p_tick AND s.source = 'code'
+      AND (p_expected IS NULL OR s.last_tick = p_expected);
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT e.id, e.notified FROM akadze.citus_enqueue(
+        p_task, p_queue, p_args, p_priority, v_now, 0, p_max_attempts, p_expires_at, NULL,
+        p_meta) AS e;
+END
+$$
+-- statement
+
+-- What Citus mode does not do yet (akadze_core/store/queries.py: citus_queries): a clear
+-- error instead of a statement that would run on the wrong rows.
+CREATE OR REPLACE FUNCTION akadze.citus_refuse(p_statement text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION USING
+        MESSAGE = p_statement || ' is not available in Citus mode (see docs/how-to/citus.md)',
+        ERRCODE = 'feature_not_supported';
+END
+$$

@@ -1,0 +1,78 @@
+-- The Citus dialect (App(citus=True)): the statements of sql/queries.sql that Citus cannot
+-- run as written, by the same names. Every other statement of sql/queries.sql runs as it is
+-- when its name is in akadze_core/store/queries.py's CITUS_AS_IS, and is refused with a
+-- clear error otherwise. Each statement on akadze.jobs names one shard, or calls a function
+-- of sql/citus/functions.sql that does so shard by shard.
+
+-- name: job_insert
+SELECT id, notified FROM akadze.citus_enqueue(
+    %(task)s, %(queue)s, %(args)s::jsonb, %(priority)s, %(scheduled_at)s::timestamptz,
+    %(delay)s::float8, %(max_attempts)s, %(expires_at)s::timestamptz, NULL, %(meta)s::jsonb);
+
+-- name: job_insert_unique
+SELECT id, notified, inserted FROM akadze.citus_enqueue(
+    %(task)s, %(queue)s, %(args)s::jsonb, %(priority)s, %(scheduled_at)s::timestamptz,
+    %(delay)s::float8, %(max_attempts)s, %(expires_at)s::timestamptz, %(unique_key)s,
+    %(meta)s::jsonb);
+
+-- name: job_insert_many
+SELECT ids, notified FROM akadze.citus_enqueue_many(
+    %(task)s, %(queue)s, %(args)b::text[], %(priority)s, %(scheduled_at)s::timestamptz,
+    %(delay)s::float8, %(max_attempts)s, %(expires_at)s::timestamptz, %(meta)s::jsonb);
+
+-- name: job_claim
+SELECT * FROM akadze.citus_claim_jobs(
+    %(lock_timeout)s::text, %(queue)s::text, %(limit)s::integer, %(worker_id)s::bigint,
+    %(floor_priority)s::integer[], %(floor_at)s::timestamptz[], %(floor_id)s::bigint[]);
+
+-- name: job_complete_many
+SELECT * FROM akadze.citus_complete_jobs(
+    %(lock_timeout)s::text, %(id)b::bigint[], %(run_count)b::int[], %(claim_token)b::bigint[],
+    %(kind)b::text[], %(result)b::text[], %(delay)b::float8[], %(error)b::text[],
+    %(max_attempts)b::int[]);
+
+-- name: job_request_cancel
+SELECT id, state, notified FROM akadze.citus_cancel(%(id)s::bigint, %(signal)s::smallint);
+
+-- name: job_requeue
+SELECT id, notified FROM akadze.citus_requeue(%(id)s::bigint);
+
+-- name: job_rescue
+SELECT * FROM akadze.citus_rescue(%(cap)s::float8);
+
+-- name: job_prune
+-- One row per job deleted: the caller counts the rows.
+SELECT FROM generate_series(1, akadze.citus_prune(
+    %(finished_retention)s::float8, %(failed_retention)s::float8, %(limit)s::integer));
+
+-- name: job_get
+SELECT id, task, queue, args, state, priority, scheduled_at, attempt, max_attempts, run_count,
+       errors, result, meta, expires_at, cancel_requested, unique_key, worker_id,
+       created_at, started_at, finished_at, upstreams, waiting_for, dependents, flow,
+       upstream_results, position
+FROM akadze.jobs WHERE shard = akadze.citus_shard_of(%(id)s::bigint) AND id = %(id)s;
+
+-- name: job_update_meta
+UPDATE akadze.jobs SET meta = meta || %(patch)s::jsonb
+WHERE shard = akadze.citus_shard_of(%(id)s::bigint) AND id = %(id)s
+  AND run_count = %(run_count)s AND claim_token = %(claim_token)s AND state = 'running'
+RETURNING id;
+
+-- name: job_return_many
+SELECT id, notified FROM akadze.citus_return(
+    %(id)s::bigint[], %(run_count)s::int[], %(claim_token)s::bigint[]);
+
+-- name: job_return_orphans
+SELECT id, run_count, notified FROM akadze.citus_return_orphans(
+    %(worker_id)s::bigint, %(known)s::bigint[]);
+
+-- name: schedule_enqueue
+SELECT id, notified FROM akadze.citus_schedule_enqueue(
+    %(name)s, %(spec)s, %(tick)s, %(expected)s::timestamptz, %(task)s, %(queue)s,
+    %(args)s::jsonb, %(priority)s, %(max_attempts)s, %(expires_at)s::timestamptz,
+    %(meta)s::jsonb);
+
+-- name: limit_queues
+-- Citus mode has no limited claim: setting a rate limit (limit_set) is refused, and so is a
+-- job with a concurrency key, at enqueue. No queue is limited.
+SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name) WHERE false;
