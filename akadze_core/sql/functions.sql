@@ -590,8 +590,13 @@ $$;
 -- jobs claimed before (which VACUUM may not have removed yet, or may not remove at all
 -- while a transaction pins the horizon). Priorities without a floor -- the ranges below,
 -- between and above the floors' priorities; the whole queue when there is none -- are read
--- from their start. Each range locks up to LIMIT rows in its index order (SKIP LOCKED); the
--- first LIMIT of them all are claimed. The locking SELECTs sit in LATERAL subqueries so the
+-- from their start. Every priority is read by (scheduled_at, id) up to now(), the ones
+-- without a floor found first by a loose index scan: a range read by (priority,
+-- scheduled_at, id) cannot stop at now() within a priority (a later one may hold due jobs),
+-- so an idle claim read every job of the queue scheduled for later (countdowns, retries
+-- with backoff: 70 ms behind 300,000 of them). Each floor's read, and the priorities
+-- without a floor together, lock up to LIMIT rows in index order (SKIP LOCKED); the first
+-- LIMIT of them all are claimed. The locking SELECTs sit in LATERAL subqueries so the
 -- planner cannot lock more rows than their LIMIT (a bare IN (subquery LIMIT) may be re-run).
 CREATE OR REPLACE FUNCTION akadze.claim_jobs(
     p_lock_timeout text, p_queue text, p_limit integer, p_worker_id bigint,
@@ -635,17 +640,28 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY
-        WITH floor AS (
+        WITH RECURSIVE floor AS (
             SELECT * FROM unnest(p_floor_priority::integer[], p_floor_at::timestamptz[],
                                  p_floor_id::bigint[]) AS f(priority, at, id)
         ),
-        gap AS (
-            -- bigint bounds one past integer's range stand for "no bound".
-            SELECT coalesce(lag(priority) OVER (ORDER BY priority), -2147483649)::bigint AS above,
-                   priority::bigint AS below
-            FROM floor
+        unfloored(priority, floored) AS (
+            -- Every priority present without a floor, ascending, one probe of the claim
+            -- index apiece (a loose index scan): the next one above the last, below the next
+            -- floor; none there, the walk steps onto that floor (a row marked floored,
+            -- whose entries it never reads) and on past it. bigint bounds one past
+            -- integer's range stand for "no bound".
+            SELECT -2147483649::bigint, true
             UNION ALL
-            SELECT coalesce(max(priority), -2147483649)::bigint, 2147483648::bigint FROM floor
+            SELECT coalesce(n.priority, b.below), n.priority IS NULL
+            FROM unfloored AS l
+            CROSS JOIN LATERAL (SELECT min(f.priority)::bigint AS below FROM floor AS f
+                                WHERE f.priority > l.priority) AS b
+            LEFT JOIN LATERAL (SELECT j.priority::bigint AS priority FROM akadze.jobs AS j
+                               WHERE j.state = 'queued' AND j.queue = p_queue
+                                 AND j.priority > l.priority
+                                 AND j.priority < coalesce(b.below, 2147483648)
+                               ORDER BY j.priority LIMIT 1) AS n ON true
+            WHERE n.priority IS NOT NULL OR b.below IS NOT NULL
         ),
         picked AS (
             SELECT c.* FROM floor AS f CROSS JOIN LATERAL (
@@ -659,16 +675,22 @@ BEGIN
                 FOR UPDATE SKIP LOCKED
             ) AS c
             UNION ALL
-            SELECT c.* FROM gap AS g CROSS JOIN LATERAL (
+            -- The unfloored priorities come in ascending order and each in (scheduled_at,
+            -- id) order, so the rows come in the claim's order, and the LIMIT stops the
+            -- walk, the reads and the locks at the first p_limit: no more are locked than
+            -- a single read of them all in that order would lock.
+            (SELECT c.* FROM unfloored AS u CROSS JOIN LATERAL (
                 SELECT j.id, j.priority, j.scheduled_at FROM akadze.jobs AS j
-                WHERE j.state = 'queued' AND j.queue = p_queue
-                  AND j.priority > g.above AND j.priority < g.below AND j.scheduled_at <= now()
+                WHERE j.state = 'queued' AND j.queue = p_queue AND j.priority = u.priority
+                  AND j.scheduled_at <= now()
                   -- A keyed job queued after claim_is_limited looked is the limited claim's.
                   AND NOT j.meta ? 'concurrency_key'
-                ORDER BY j.priority, j.scheduled_at, j.id
+                ORDER BY j.scheduled_at, j.id
                 LIMIT p_limit
                 FOR UPDATE SKIP LOCKED
             ) AS c
+            WHERE NOT u.floored
+            LIMIT p_limit)
         ),
         chosen AS (
             SELECT id FROM picked ORDER BY priority, scheduled_at, id LIMIT p_limit
@@ -755,13 +777,19 @@ BEGIN
     END IF;
     RETURN QUERY
         WITH RECURSIVE tasks AS (
-            (SELECT task FROM akadze.jobs
-             WHERE state = 'queued' AND queue = p_queue ORDER BY task LIMIT 1)
+            -- Each (task, priority) present, one probe of the index apiece (a loose index
+            -- scan), so that each is read by (scheduled_at, id) up to now() below: read by
+            -- (priority, scheduled_at, id) within a task, `scheduled_at <= now()` bounds
+            -- nothing and the read passes every job of the task scheduled for later.
+            (SELECT task, priority FROM akadze.jobs
+             WHERE state = 'queued' AND queue = p_queue ORDER BY task, priority LIMIT 1)
             UNION ALL
-            SELECT (SELECT j.task FROM akadze.jobs AS j
-                    WHERE j.state = 'queued' AND j.queue = p_queue AND j.task > tasks.task
-                    ORDER BY j.task LIMIT 1)
-            FROM tasks WHERE tasks.task IS NOT NULL
+            SELECT n.task, n.priority FROM tasks CROSS JOIN LATERAL (
+                SELECT j.task, j.priority FROM akadze.jobs AS j
+                WHERE j.state = 'queued' AND j.queue = p_queue
+                  AND (j.task, j.priority) > (tasks.task, tasks.priority)
+                ORDER BY j.task, j.priority LIMIT 1
+            ) AS n
         ),
         candidates AS (
             SELECT c.id, c.priority, c.scheduled_at, tasks.task,
@@ -772,13 +800,12 @@ BEGIN
             CROSS JOIN LATERAL (
                 SELECT id, priority, scheduled_at FROM akadze.jobs AS j
                 WHERE j.state = 'queued' AND j.queue = p_queue AND j.task = tasks.task
-                  AND j.scheduled_at <= now()
+                  AND j.priority = tasks.priority AND j.scheduled_at <= now()
                   -- A keyed job queued after claim_is_limited looked is the limited claim's.
                   AND NOT j.meta ? 'concurrency_key'
-                ORDER BY j.priority, j.scheduled_at, j.id
+                ORDER BY j.scheduled_at, j.id
                 LIMIT p_limit
             ) AS c
-            WHERE tasks.task IS NOT NULL
         ),
         picked AS (
             SELECT j.id, c.turn, c.wrapped
