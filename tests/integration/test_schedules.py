@@ -178,9 +178,10 @@ async def test_hostile_names_are_stored_literally(
     stored = db.execute("SELECT name FROM akadze.schedules ORDER BY name").fetchall()
     assert sorted(row[0] for row in stored) == sorted(names)
     tables = db.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'akadze'").fetchone()
-    # control_replies, control_requests, jobs, migrations, repeatable_migrations,
-    # saved_groups, schedules, task_id_key, workers: nothing new
-    assert tables == (9,)
+    # control_replies, control_requests, jobs, limit_starts, limits, migrations,
+    # queue_pauses, repeatable_migrations, saved_groups, schedules, task_id_key, workers:
+    # nothing new
+    assert tables == (12,)
 
 
 # --- exactly once under contention ---------------------------------------------------------------
