@@ -96,6 +96,10 @@ BEGIN
     IF p_lock_timeout IS NOT NULL THEN
         PERFORM set_config('lock_timeout', p_lock_timeout, true);
     END IF;
+    -- A paused queue: claim nothing (akadze.queue_pause, on the coordinator).
+    IF akadze.queue_claimable(p_queue) IS NOT TRUE THEN
+        RETURN;
+    END IF;
     FOR step IN 0..15 LOOP
         EXIT WHEN cardinality(v_rows) >= p_limit;
         v_shard := mod(v_start + step, 16);
@@ -539,6 +543,223 @@ BEGIN
     RETURN QUERY SELECT e.id, e.notified FROM akadze.citus_enqueue(
         p_task, p_queue, p_args, p_priority, v_now, 0, p_max_attempts, p_expires_at, NULL,
         p_meta) AS e;
+END
+$$
+-- statement
+
+-- Every queue the database knows of (queue_list): the loose index scan of one server is a
+-- recursive walk Citus cannot plan over shards, so the queued queues come from one DISTINCT
+-- over the shards, and each queue's due jobs from a count of its own (capped afterwards).
+-- akadze.queue_pauses stays a table of the coordinator's: every client and worker connects
+-- there, and the claims probe it there (akadze.queue_claimable).
+CREATE OR REPLACE FUNCTION akadze.citus_queue_list(p_cap integer)
+RETURNS TABLE (queue text, paused boolean, paused_at timestamptz, paused_by text, due bigint,
+               workers bigint)
+LANGUAGE plpgsql VOLATILE
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := now();
+    v_queued text[];
+    v_live text[];
+    v_known text;
+BEGIN
+    SELECT coalesce(array_agg(DISTINCT j.queue), '{}') INTO v_queued
+    FROM akadze.jobs AS j WHERE j.state = 'queued';
+    SELECT coalesce(array_agg(q.queue), '{}') INTO v_live
+    FROM akadze.workers AS w CROSS JOIN LATERAL unnest(w.queues) AS q(queue)
+    WHERE w.heartbeat_at > v_now - w.heartbeat_ttl;
+    FOR v_known IN
+        SELECT DISTINCT k FROM (SELECT unnest(v_queued) AS k UNION SELECT unnest(v_live)
+                                UNION SELECT p.queue FROM akadze.queue_pauses AS p) AS u
+        ORDER BY k
+    LOOP
+        RETURN QUERY
+            SELECT v_known, p.queue IS NOT NULL, p.paused_at, p.paused_by,
+                   least((SELECT count(*) FROM akadze.jobs AS j
+                          WHERE j.state = 'queued' AND j.queue = v_known
+                            AND j.scheduled_at <= v_now), p_cap::bigint),
+                   (SELECT count(*) FROM akadze.workers AS w
+                    WHERE v_known = ANY(w.queues) AND w.heartbeat_at > v_now - w.heartbeat_ttl)
+            FROM (SELECT 1) AS one
+            LEFT JOIN akadze.queue_pauses AS p ON p.queue = v_known;
+    END LOOP;
+END
+$$
+-- statement
+
+-- A remote-control request (control_send): the row in the reference table, then the
+-- notification as a coordinator statement of its own (the payload lists the targets, empty
+-- when too long: every worker looks).
+CREATE OR REPLACE FUNCTION akadze.citus_control_send(
+    p_command text, p_arguments jsonb, p_targets bigint[], p_reply boolean, p_ttl float8)
+RETURNS TABLE (id bigint, notified boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_expires timestamptz := now() + p_ttl * interval '1 second';
+    v_id bigint;
+BEGIN
+    INSERT INTO akadze.control_requests (command, arguments, targets, reply, expires_at)
+    VALUES (p_command, p_arguments, p_targets, p_reply, v_expires)
+    RETURNING control_requests.id INTO v_id;
+    PERFORM pg_notify('akadze_control', CASE WHEN cardinality(p_targets) <= 400
+                                             THEN array_to_string(p_targets, ',')
+                                             ELSE '' END);
+    RETURN QUERY SELECT v_id, true;
+END
+$$
+-- statement
+
+-- A worker's answer to a request (control_reply), announced to the sender at commit; no row
+-- when this worker had answered already.
+CREATE OR REPLACE FUNCTION akadze.citus_control_reply(
+    p_request_id bigint, p_worker_id bigint, p_worker_name text, p_reply jsonb)
+RETURNS TABLE (request_id bigint, notified boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    INSERT INTO akadze.control_replies (request_id, worker_id, worker_name, reply)
+    VALUES (p_request_id, p_worker_id, p_worker_name, p_reply)
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM pg_notify('akadze_control_reply', p_request_id::text);
+    RETURN QUERY SELECT p_request_id, true;
+END
+$$
+-- statement
+
+-- The notification of a runtime schedule's change (the name, or '' when too long for a
+-- payload: every worker reloads).
+CREATE OR REPLACE FUNCTION akadze.citus_schedule_notice(p_name text) RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT pg_notify('akadze_schedules',
+                     CASE WHEN octet_length(p_name) <= 7000 THEN p_name ELSE '' END)
+$$
+-- statement
+
+-- Store or replace a runtime schedule (schedule_runtime_add), as on one server: the clock
+-- and the version are bound first (akadze.schedules is a reference table, and Citus sends
+-- no now() inside a CASE nor a coordinator sequence to its workers).
+CREATE OR REPLACE FUNCTION akadze.citus_schedule_runtime_add(
+    p_name text, p_spec text, p_task text, p_args jsonb, p_queue text, p_priority integer,
+    p_max_attempts integer, p_expires interval, p_meta jsonb, p_paused boolean,
+    p_replace boolean)
+RETURNS SETOF akadze.schedules
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_version bigint := nextval('akadze.schedule_versions');
+    v_row akadze.schedules;
+BEGIN
+    INSERT INTO akadze.schedules AS s
+        (name, spec, last_tick, source, task, args, queue, priority, max_attempts, expires,
+         meta, paused, version, changed_at)
+    VALUES (p_name, p_spec, v_now, 'runtime', p_task, p_args, p_queue, p_priority,
+            p_max_attempts, p_expires, p_meta, p_paused, v_version, v_now)
+    ON CONFLICT (name) DO UPDATE
+    SET spec = EXCLUDED.spec,
+        last_tick = CASE WHEN s.source = 'runtime' AND s.spec = EXCLUDED.spec
+                         AND NOT (s.paused AND NOT EXCLUDED.paused)
+                         THEN s.last_tick ELSE greatest(s.last_tick, v_now) END,
+        source = 'runtime', task = EXCLUDED.task, args = EXCLUDED.args,
+        queue = EXCLUDED.queue, priority = EXCLUDED.priority,
+        max_attempts = EXCLUDED.max_attempts, expires = EXCLUDED.expires,
+        meta = EXCLUDED.meta, paused = EXCLUDED.paused, version = EXCLUDED.version,
+        changed_at = v_now, updated_at = v_now,
+        created_at = CASE WHEN s.source = 'runtime' THEN s.created_at ELSE v_now END
+    WHERE p_replace
+    RETURNING s.* INTO v_row;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM akadze.citus_schedule_notice(p_name);
+    RETURN NEXT v_row;
+END
+$$
+-- statement
+
+-- Pause or resume a runtime schedule (schedule_runtime_pause); resuming accounts for the
+-- ticks up to now, as on one server.
+CREATE OR REPLACE FUNCTION akadze.citus_schedule_runtime_pause(p_name text, p_paused boolean)
+RETURNS TABLE (name text, notified boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_version bigint := nextval('akadze.schedule_versions');
+BEGIN
+    UPDATE akadze.schedules AS s
+    SET last_tick = CASE WHEN s.paused AND NOT p_paused THEN greatest(s.last_tick, v_now)
+                         ELSE s.last_tick END,
+        paused = p_paused, version = v_version, changed_at = v_now, updated_at = v_now
+    WHERE s.name = p_name AND s.source = 'runtime';
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM akadze.citus_schedule_notice(p_name);
+    RETURN QUERY SELECT p_name, true;
+END
+$$
+-- statement
+
+-- Remove a runtime schedule (schedule_runtime_remove).
+CREATE OR REPLACE FUNCTION akadze.citus_schedule_runtime_remove(p_name text)
+RETURNS TABLE (name text, notified boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    DELETE FROM akadze.schedules AS s WHERE s.name = p_name AND s.source = 'runtime';
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM akadze.citus_schedule_notice(p_name);
+    RETURN QUERY SELECT p_name, true;
+END
+$$
+-- statement
+
+-- Enqueue one tick of each runtime schedule named (schedule_runtime_enqueue), exactly once
+-- per schedule and tick however many workers try, as on one server: the rows are locked in
+-- name order and re-read, and only a row still at an earlier tick, at the version the tick
+-- was computed from and not paused is advanced; only an advanced row enqueues its job (routed
+-- to its shard by akadze.citus_enqueue, which also wakes the queue's workers).
+CREATE OR REPLACE FUNCTION akadze.citus_schedule_runtime_enqueue(p_due jsonb)
+RETURNS TABLE (queue text, jobs bigint, notified boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_row record;
+    v_queues text[] := '{}';
+BEGIN
+    FOR v_row IN
+        SELECT s.name, s.task, s.queue, s.args, s.priority, s.max_attempts, s.expires,
+               s.meta, d.tick, d.tick_text
+        FROM akadze.schedules AS s
+        JOIN (SELECT e ->> 0 AS name, (e ->> 1)::bigint AS version,
+                     (e ->> 2)::timestamptz AS tick, e ->> 2 AS tick_text
+              FROM jsonb_array_elements(p_due) AS e) AS d ON d.name = s.name
+        WHERE s.source = 'runtime' AND s.version = d.version AND NOT s.paused
+          AND s.last_tick < d.tick
+        ORDER BY s.name
+        FOR UPDATE OF s
+    LOOP
+        UPDATE akadze.schedules AS s
+        SET last_tick = v_row.tick, last_run = v_row.tick, updated_at = v_now
+        WHERE s.name = v_row.name;
+        PERFORM akadze.citus_enqueue(
+            v_row.task, v_row.queue, v_row.args, v_row.priority, v_now, 0,
+            v_row.max_attempts, v_row.tick + v_row.expires, NULL,
+            v_row.meta || jsonb_build_object('schedule', v_row.name, 'tick', v_row.tick_text));
+        v_queues := v_queues || v_row.queue;
+    END LOOP;
+    RETURN QUERY SELECT q.queue, count(*), true FROM unnest(v_queues) AS q(queue)
+                 GROUP BY q.queue;
 END
 $$
 -- statement

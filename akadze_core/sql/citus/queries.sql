@@ -71,3 +71,30 @@ SELECT id, notified FROM akadze.citus_schedule_enqueue(
     %(name)s, %(spec)s, %(tick)s, %(expected)s::timestamptz, %(task)s, %(queue)s,
     %(args)s::jsonb, %(priority)s, %(max_attempts)s, %(expires_at)s::timestamptz,
     %(meta)s::jsonb);
+
+-- name: queue_list
+SELECT * FROM akadze.citus_queue_list(%(cap)s::integer);
+
+-- name: control_send
+SELECT id, notified FROM akadze.citus_control_send(
+    %(command)s, %(arguments)s::jsonb, %(targets)s::bigint[], %(reply)s, %(ttl)s::float8);
+
+-- name: control_reply
+SELECT request_id, notified FROM akadze.citus_control_reply(
+    %(request_id)s, %(worker_id)s, %(worker_name)s, %(reply)s::jsonb);
+
+-- name: schedule_runtime_add
+SELECT name, source, spec, task, args, queue, priority, max_attempts, expires, meta, paused,
+       version, created_at, changed_at, last_run, true AS notified
+FROM akadze.citus_schedule_runtime_add(
+    %(name)s, %(spec)s, %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
+    %(max_attempts)s, %(expires)s::interval, %(meta)s::jsonb, %(paused)s, %(replace)s);
+
+-- name: schedule_runtime_pause
+SELECT name, notified FROM akadze.citus_schedule_runtime_pause(%(name)s, %(paused)s);
+
+-- name: schedule_runtime_remove
+SELECT name, notified FROM akadze.citus_schedule_runtime_remove(%(name)s);
+
+-- name: schedule_runtime_enqueue
+SELECT queue, jobs, notified FROM akadze.citus_schedule_runtime_enqueue(%(due)s::jsonb);
