@@ -41,7 +41,8 @@ CITUS_AS_IS = frozenset({
     "schedule_runtime_timing", "schedule_runtime_versions", "schedule_runtime_fingerprint",
     "control_pending", "control_replies", "control_prune", "control_revoked",
     "control_scheduled", "schedule_owner", "schedule_runtime_list", "queue_pause",
-    "queue_resume", "queue_paused", "metrics_job_counts",
+    "queue_resume", "queue_paused", "fair_index_drop", "fair_index_state",
+    "fair_index_try_lock", "fair_index_unlock", "fair_index_untimed", "metrics_job_counts",
     "metrics_state_estimates",
     "metrics_queues", "metrics_workers", "metrics_recent",
 })

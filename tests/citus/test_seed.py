@@ -228,8 +228,7 @@ async def test_a_schedule_tick_is_enqueued_once_under_contention(
         citus_db.execute("DELETE FROM akadze.schedules")
 
 
-@pytest.mark.parametrize("statement", ["job_insert_graph", "job_claim_fair",
-                                       "job_complete_in_tx"])
+@pytest.mark.parametrize("statement", ["job_insert_graph", "job_hand_over"])
 def test_what_citus_mode_does_not_do_yet_refuses(citus_app: App, statement: str) -> None:
     from akadze_core.store.queries import query
 

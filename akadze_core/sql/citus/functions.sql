@@ -764,6 +764,135 @@ END
 $$
 -- statement
 
+-- A fair claim (job_claim_fair): one router statement per shard, from a random shard on,
+-- until the limit is met, each the single-server fair claim within its shard: the shard's
+-- task names of the queue (a loose scan of jobs_fair_claim_idx, filtered by the shard in both
+-- arms), each task's oldest job first, then each task's second, in name order after
+-- p_after_task. The rotation holds within a shard: tasks placed in other shards (by tenant,
+-- or by a queue's lanes) are reached by the claims that start there.
+CREATE OR REPLACE FUNCTION akadze.citus_claim_jobs_fair(
+    p_lock_timeout text, p_queue text, p_limit integer, p_worker_id bigint, p_after_task text)
+RETURNS SETOF akadze.citus_claimed
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_start integer := floor(random() * 16)::integer;
+    v_shard integer;
+    v_token bigint;
+    v_rows akadze.citus_claimed[] := '{}';
+    v_batch akadze.citus_claimed[];
+BEGIN
+    IF p_lock_timeout IS NOT NULL THEN
+        PERFORM set_config('lock_timeout', p_lock_timeout, true);
+    END IF;
+    IF akadze.queue_claimable(p_queue) IS NOT TRUE THEN
+        RETURN;
+    END IF;
+    FOR step IN 0..15 LOOP
+        EXIT WHEN cardinality(v_rows) >= p_limit;
+        v_shard := mod(v_start + step, 16);
+        v_token := floor(random() * 9007199254740992)::bigint;
+        WITH RECURSIVE tasks AS (
+            (SELECT j.task FROM akadze.jobs AS j
+             WHERE j.shard = v_shard AND j.state = 'queued' AND j.queue = p_queue
+             ORDER BY j.task LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.task FROM akadze.jobs AS j
+                    WHERE j.shard = v_shard AND j.state = 'queued' AND j.queue = p_queue
+                      AND j.task > tasks.task
+                    ORDER BY j.task LIMIT 1)
+            FROM tasks WHERE tasks.task IS NOT NULL
+        ),
+        candidates AS (
+            SELECT c.id, c.priority, c.scheduled_at, tasks.task,
+                   (p_after_task IS NOT NULL AND tasks.task <= p_after_task) AS wrapped,
+                   row_number() OVER (PARTITION BY tasks.task
+                                      ORDER BY c.priority, c.scheduled_at, c.id) AS turn
+            FROM tasks
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.priority, j.scheduled_at FROM akadze.jobs AS j
+                WHERE j.shard = v_shard AND j.state = 'queued' AND j.queue = p_queue
+                  AND j.task = tasks.task AND j.scheduled_at <= v_now
+                ORDER BY j.priority, j.scheduled_at, j.id
+                LIMIT p_limit - cardinality(v_rows)
+            ) AS c
+            WHERE tasks.task IS NOT NULL
+        ),
+        picked AS (
+            SELECT j.id, c.turn, c.wrapped FROM akadze.jobs AS j JOIN candidates AS c ON c.id = j.id
+            WHERE j.shard = v_shard AND j.state = 'queued'
+            ORDER BY c.turn, c.priority, c.wrapped, c.task, c.scheduled_at, c.id
+            LIMIT p_limit - cardinality(v_rows)
+            FOR UPDATE OF j SKIP LOCKED
+        ),
+        claimed AS (
+            UPDATE akadze.jobs AS j
+            SET state = CASE WHEN j.cancel_requested OR j.expires_at <= v_now
+                             THEN 'cancelled' ELSE 'running' END,
+                run_count = j.run_count + CASE WHEN j.cancel_requested OR j.expires_at <= v_now
+                                               THEN 0 ELSE 1 END,
+                attempt = j.attempt + CASE WHEN j.cancel_requested OR j.expires_at <= v_now
+                                           THEN 0 ELSE 1 END,
+                worker_id = CASE WHEN j.cancel_requested OR j.expires_at <= v_now
+                                 THEN NULL ELSE p_worker_id END,
+                started_at = v_now,
+                claim_token = v_token,
+                finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= v_now
+                                   THEN v_now END
+            FROM picked
+            WHERE j.shard = v_shard AND j.id = picked.id
+            RETURNING j.*, picked.turn, picked.wrapped
+        )
+        SELECT array_agg(ROW(c.id, c.task, c.queue, c.args::text, c.state, c.priority,
+                             c.scheduled_at, c.attempt, c.max_attempts, c.run_count,
+                             c.claim_token, c.expires_at, c.meta::text, c.created_at,
+                             c.started_at, c.cancel_requested, (c.errors -> -1)::text,
+                             c.upstreams, c.upstream_results::text, c.flow ->> 'result_arg',
+                             c.position, c.dependents IS NOT NULL, NULL::boolean)
+                         ::akadze.citus_claimed
+                         ORDER BY c.turn, c.priority, c.wrapped, c.task, c.scheduled_at, c.id)
+        INTO v_batch FROM claimed AS c;
+        v_rows := v_rows || coalesce(v_batch, '{}');
+    END LOOP;
+    PERFORM pg_notify('akadze_done', r.id::text) FROM unnest(v_rows) AS r
+    WHERE r.state = 'cancelled';
+    -- In rotation order within each shard's batch: the caller passes the last row's task as
+    -- the next after_task.
+    RETURN QUERY SELECT * FROM unnest(v_rows);
+END
+$$
+-- statement
+
+-- complete_tx (job_complete_in_tx): the job succeeds in the caller's transaction, whatever
+-- cancel or expiry happened meanwhile; fenced like every outcome write, routed by its id.
+CREATE OR REPLACE FUNCTION akadze.citus_complete_in_tx(
+    p_id bigint, p_run_count integer, p_claim_token bigint, p_result jsonb)
+RETURNS TABLE (id bigint, notified boolean)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := now();
+    v_shard integer := akadze.citus_shard_of(p_id);
+    v_settles boolean;
+BEGIN
+    UPDATE akadze.jobs AS j
+    SET state = 'succeeded', result = p_result, worker_id = NULL, finished_at = v_now
+    WHERE j.shard = v_shard AND j.id = p_id AND j.run_count = p_run_count
+      AND j.claim_token = p_claim_token AND j.state = 'running'
+    RETURNING (j.dependents IS NOT NULL OR j.on_failure IS NOT NULL) INTO v_settles;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_settles THEN
+        PERFORM akadze.citus_settle(v_shard, ARRAY[p_id]);
+    END IF;
+    PERFORM pg_notify('akadze_done', p_id::text);
+    RETURN QUERY SELECT p_id, true;
+END
+$$
+-- statement
+
 -- What Citus mode does not do yet (akadze_core/store/queries.py: citus_queries): a clear
 -- error instead of a statement that would run on the wrong rows.
 CREATE OR REPLACE FUNCTION akadze.citus_refuse(p_statement text) RETURNS boolean

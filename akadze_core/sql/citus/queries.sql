@@ -98,3 +98,17 @@ SELECT name, notified FROM akadze.citus_schedule_runtime_remove(%(name)s);
 
 -- name: schedule_runtime_enqueue
 SELECT queue, jobs, notified FROM akadze.citus_schedule_runtime_enqueue(%(due)s::jsonb);
+
+-- name: job_claim_fair
+SELECT * FROM akadze.citus_claim_jobs_fair(
+    %(lock_timeout)s::text, %(queue)s::text, %(limit)s::integer, %(worker_id)s::bigint,
+    %(after_task)s::text);
+
+-- name: fair_index_create
+-- The fair claim's loose scan within one shard (citus_claim_jobs_fair).
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_fair_claim_idx
+    ON akadze.jobs (shard, queue, task, priority, scheduled_at, id) WHERE state = 'queued';
+
+-- name: job_complete_in_tx
+SELECT id, notified FROM akadze.citus_complete_in_tx(
+    %(id)s::bigint, %(run_count)s::integer, %(claim_token)s::bigint, %(result)s::jsonb);
