@@ -112,3 +112,17 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_fair_claim_idx
 -- name: job_complete_in_tx
 SELECT id, notified FROM akadze.citus_complete_in_tx(
     %(id)s::bigint, %(run_count)s::integer, %(claim_token)s::bigint, %(result)s::jsonb);
+
+-- name: job_insert_graph
+SELECT ids, notified, refused, linked FROM akadze.citus_insert_graph(
+    %(templates)s::jsonb, %(nodes)b::text[], %(chunk_template)b::int[],
+    %(external)s::bigint[], %(external_ref)s::bigint[], %(external_node)s::int[]);
+
+-- name: job_insert_rows
+-- A group: a workflow without edges, all in one shard (its first job's).
+SELECT ids, notified FROM akadze.citus_insert_graph(
+    %(templates)s::jsonb, %(nodes)b::text[], %(chunk_template)b::int[], '{}', '{}', '{}');
+
+-- name: job_hand_over
+SELECT id, moved, target FROM akadze.citus_hand_over(
+    %(id)s::bigint, %(run_count)s::integer, %(claim_token)s::bigint, %(to)s::bigint);
