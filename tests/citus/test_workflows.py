@@ -5,13 +5,16 @@ a workflow in one shard; and a workflow that would wait on jobs of two shards is
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
 from akadze_core import App, current
+from akadze_core.store import database
 from tests.helpers import job
+from tests.integration.lease_support import fake_worker
 from tests.integration.outcome_helpers import run_until
 from tests.integration.test_hand_over import (  # noqa: F401
     test_a_run_that_lost_the_job_hands_nothing_over,
@@ -32,6 +35,12 @@ from tests.integration.test_workflows import (  # noqa: F401  (collected here, o
     test_waiting_on_a_failed_job_is_refused_and_inserts_nothing,
     test_waiting_on_jobs_enqueued_before,
 )
+
+
+def db_clock(db: psycopg.Connection) -> datetime:
+    row = db.execute("SELECT now()").fetchone()
+    assert row is not None
+    return row[0]
 
 
 @pytest.fixture
@@ -127,3 +136,37 @@ async def test_hand_over_to_a_job_in_another_shard_is_refused(
     # The replacement rolled back with the rest of the block.
     assert db.execute("SELECT count(*) FROM akadze.jobs WHERE task = 'ho.next'").fetchone() \
         == (1,)
+
+
+async def test_a_rescue_that_fails_a_step_cancels_what_waits_on_it(
+        app: App, db: psycopg.Connection, citus_url: str,
+        tasks: dict[str, Any]) -> None:  # noqa: F811
+    flow = app.workflow()
+    head = flow.add(tasks["boom"], x=1)  # max_attempts=1
+    tail = flow.add(tasks["add"], after=head, result_arg="x")
+    flow.enqueue()
+    assert head.id is not None and tail.id is not None
+    # Its worker died mid-run on its only attempt (the row set as a claim leaves it).
+    dead = fake_worker(db, heartbeat_age=600, ttl=1)
+    started = db_clock(db) - timedelta(minutes=5)
+    db.execute("UPDATE akadze.jobs SET state = 'running', worker_id = %s, attempt = 1,"
+               " run_count = 1, started_at = %s WHERE id = %s", (dead, started, head.id))
+    async with await psycopg.AsyncConnection.connect(citus_url, autocommit=True) as connection:
+        rescued = await database.rescue_jobs(connection)
+    assert [(row["id"], row["state"]) for row in rescued] == [(head.id, "failed")]
+    assert (job(db, tail.id)["state"], job(db, tail.id)["errors"][-1]["upstream"]) == \
+        ("cancelled", head.id)
+
+
+async def test_a_step_expired_before_its_start_cancels_what_waits_on_it(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:  # noqa: F811
+    flow = app.workflow()
+    head = flow.add(tasks["add"], x=1)
+    tail = flow.add(tasks["add"], after=head, result_arg="x")
+    flow.enqueue()
+    assert head.id is not None and tail.id is not None
+    db.execute("UPDATE akadze.jobs SET expires_at = %s WHERE id = %s",
+               (db_clock(db) - timedelta(seconds=1), head.id))
+    await run_until(app, finished(db, head.id, tail.id))
+    assert (job(db, head.id)["state"], job(db, tail.id)["state"]) == ("cancelled", "cancelled")
+    assert tasks["calls"] == []
