@@ -139,7 +139,15 @@ BEGIN
                              c.claim_token, c.expires_at, c.meta::text, c.created_at,
                              c.started_at, c.cancel_requested, (c.errors -> -1)::text,
                              c.upstreams, c.upstream_results::text, c.flow ->> 'result_arg',
-                             c.position, c.dependents IS NOT NULL, NULL::boolean)
+                             c.position,
+                             -- Flushed at once when it may release a job that waits on it
+                             -- (as on one server: a fan-in's member gathers like a plain
+                             -- job until few upstreams are left).
+                             c.dependents IS NOT NULL AND EXISTS (
+                                 SELECT 1 FROM akadze.jobs AS d
+                                 WHERE d.shard = v_shard AND d.id = ANY(c.dependents)
+                                   AND d.state = 'waiting' AND d.waiting_for <= p_limit),
+                             NULL::boolean)
                          ::akadze.citus_claimed),
                array_agg(c.id) FILTER (WHERE c.state = 'cancelled'
                                        AND (c.dependents IS NOT NULL
@@ -881,7 +889,15 @@ BEGIN
                              c.claim_token, c.expires_at, c.meta::text, c.created_at,
                              c.started_at, c.cancel_requested, (c.errors -> -1)::text,
                              c.upstreams, c.upstream_results::text, c.flow ->> 'result_arg',
-                             c.position, c.dependents IS NOT NULL, NULL::boolean)
+                             c.position,
+                             -- Flushed at once when it may release a job that waits on it
+                             -- (as on one server: a fan-in's member gathers like a plain
+                             -- job until few upstreams are left).
+                             c.dependents IS NOT NULL AND EXISTS (
+                                 SELECT 1 FROM akadze.jobs AS d
+                                 WHERE d.shard = v_shard AND d.id = ANY(c.dependents)
+                                   AND d.state = 'waiting' AND d.waiting_for <= p_limit),
+                             NULL::boolean)
                          ::akadze.citus_claimed
                          ORDER BY c.turn, c.priority, c.wrapped, c.task, c.scheduled_at, c.id),
                array_agg(c.id) FILTER (WHERE c.state = 'cancelled'
