@@ -5,13 +5,14 @@ a workflow in one shard; and a workflow that would wait on jobs of two shards is
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
-from akadze_core import App, current
+from akadze_core import App, Worker, current
 from akadze_core.store import database
 from tests.helpers import job
 from tests.integration.lease_support import fake_worker
@@ -170,3 +171,30 @@ async def test_a_step_expired_before_its_start_cancels_what_waits_on_it(
     await run_until(app, finished(db, head.id, tail.id))
     assert (job(db, head.id)["state"], job(db, tail.id)["state"]) == ("cancelled", "cancelled")
     assert tasks["calls"] == []
+
+
+async def test_fan_ins_drained_by_two_workers_release_each_body_once(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:  # noqa: F811
+    bodies = []
+    for chord in range(5):
+        flow = app.workflow()
+        # Each chord placed by its first member's tenant: several shards, settled at once.
+        parts = [flow.add(tasks["add"].configure(meta={"tenant": f"chord{chord}"}), x=i)
+                 for i in range(40)]
+        bodies.append(flow.add(tasks["total"], after=parts, result_arg="values"))
+        flow.enqueue()
+    assert len({body.id % 1024 for body in bodies if body.id is not None}) > 1
+    workers = [Worker(app, slots=8, poll_interval=0.05) for _ in range(2)]
+    runners = [asyncio.create_task(worker.run()) for worker in workers]
+    try:
+        for _ in range(1200):
+            if finished(db, *(body.id for body in bodies))():
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        for worker in workers:
+            worker.request_stop()
+        await asyncio.wait_for(asyncio.gather(*runners), 60)
+    assert [job(db, body.id)["result"] for body in bodies if body.id is not None] == \
+        [sum(range(40))] * 5
+    assert [args for name, args in tasks["calls"] if name == "total"] == [list(range(40))] * 5
