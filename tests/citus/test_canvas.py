@@ -1,5 +1,6 @@
-"""Celery's canvas (akadze_compat) in Citus mode, on the cluster: the compat canvas tests run
-as written, each chain, group and chord one workflow placed in one shard."""
+"""Celery's canvas (akadze_compat) in Citus mode, on the cluster: the compat canvas and
+Task.replace tests run as written, each chain, group and chord one workflow placed in one
+shard (a replacement in the same queue lands in its shard)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,23 @@ from tests.compat.test_canvas import (  # noqa: F401  (collected here, on the cl
     test_subtask_types_rebuild_their_classes,
     test_task_id_names_the_tail_and_options_go_to_the_first_step,
     test_the_chain_class_celery_canvas_exports_builds_a_chain,
+)
+from tests.compat.test_replace import (  # noqa: F401
+    test_a_chain_ending_in_a_group_gives_the_groups_list,
+    test_a_chains_rest_runs_after_the_replacement,
+    test_a_chord_member_replaced_keeps_its_place,
+    test_a_group_member_replaced_and_a_replacement_replaced_again,
+    test_a_link_callback_gets_the_replacements_result,
+    test_a_replaced_group_gives_its_list,
+    test_a_replacement_in_a_chord_is_refused,
+    test_a_task_replaced_by_a_chord_passes_on_the_bodys_result,
+    test_an_async_task_replaces_itself,
+    test_an_empty_chain_is_refused,
+    test_build_graph_has_the_result_and_its_children,
+    test_dependency_graph_orders_detects_cycles_and_draws,
+    test_eager_replace_returns_the_replacements_result,
+    test_the_callers_result_gives_the_replacements,
+    test_the_replacements_failure_reaches_the_errbacks_and_stops_the_chain,
 )
 
 
