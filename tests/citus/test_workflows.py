@@ -33,6 +33,7 @@ from tests.integration.test_workflows import (  # noqa: F401  (collected here, o
     test_cancelling_a_waiting_job_cancels_what_waits_on_it,
     test_chain_passes_each_result_to_the_next_step,
     test_fan_in_gets_the_results_in_order_once,
+    test_prune_keeps_what_a_waiting_job_still_needs_and_purge_takes_waiting_jobs,
     test_waiting_on_a_failed_job_is_refused_and_inserts_nothing,
     test_waiting_on_jobs_enqueued_before,
 )

@@ -431,6 +431,11 @@ BEGIN
                     AND j.finished_at < v_now - p_finished_retention * interval '1 second')
                    OR (j.state = 'failed'
                        AND j.finished_at < v_now - p_failed_retention * interval '1 second'))
+              -- A succeeded job whose dependents still wait keeps its result until they are
+              -- released (they are in its shard: a workflow is never split).
+              AND (j.dependents IS NULL OR NOT EXISTS (
+                  SELECT 1 FROM akadze.jobs AS w
+                  WHERE w.shard = v_shard AND w.id = ANY(j.dependents) AND w.state = 'waiting'))
             LIMIT p_limit - v_done
             FOR UPDATE SKIP LOCKED
         )
