@@ -18,6 +18,7 @@ never imported, and nothing read from a row is imported or evaluated.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -756,6 +757,10 @@ class FlowerApi:
         """``POST /api/task/rate-limit/<task name>?workername=&ratelimit=``."""
         self._refuse_read_only()
         rate = checked(arguments.text("ratelimit", required=True) or "", "ratelimit")
+        # The limit is global (app.control.rate_limit's): set in the database, then the
+        # worker named is told as Flower's API does.
+        with contextlib.suppress(ValueError):
+            await asyncio.to_thread(self.app.core.set_rate_limit, rate or None, task=name)
         return await self._task_control(arguments, name, "rate_limit", {"rate_limit": rate},
                                         "Failed to set rate limit")
 

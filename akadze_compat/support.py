@@ -80,8 +80,10 @@ _PREFETCH = ("every pool, as in Celery: the worker holds up to multiplier x proc
 _AT_LEAST_ONCE = ("delivery is always at least once: the job of a lost worker runs again "
                   "(what acks_late=True gives in Celery)")
 _FINAL_FAILURE = "a failed or timed-out task ends FAILURE; it is never put back in the queue"
-_NO_RATE_LIMITS = ("rate limits are accepted and not enforced: limit concurrency with a "
-                   "dedicated queue and worker -c instead")
+_GLOBAL_RATE_LIMITS = ("global, where Celery's is per worker: one limit across every "
+                       "worker, held in the database (never more starts than the rate in any "
+                       "window of its period); jobs over it wait queued without spending an "
+                       "attempt (docs/how-to/limits.md)")
 _TIME_LIMITS = ("raised inside the body; prefork as Celery's: the soft limit is SIGUSR1 to "
                 "the child, which interrupts a blocking call (time.sleep, a socket read), "
                 "and at the hard limit the child is killed and replaced, the task FAILURE "
@@ -177,7 +179,7 @@ _BY_SETTING: dict[str, Support] = {
                                      "QueueNotFound"),
     "task_default_priority": _d(_LOW_FIRST),
     "task_default_queue": _h(),
-    "task_default_rate_limit": _i(_NO_RATE_LIMITS),
+    "task_default_rate_limit": _d(_GLOBAL_RATE_LIMITS),
     "task_default_delivery_mode": _i("jobs are rows: always durable"),
     "task_default_exchange": _i("no exchanges: tasks go to queues by name (task_routes)"),
     "task_default_exchange_type": _i("no exchanges: tasks go to queues by name (task_routes)"),
@@ -210,7 +212,8 @@ _BY_SETTING: dict[str, Support] = {
     "worker_disable_prefetch": _i(f"{_PREFETCH}; set worker_prefetch_multiplier to 1 instead"),
     "worker_enable_prefetch_count_reduction": _i(_PREFETCH),
     "worker_eta_task_limit": _i("tasks with an eta wait in the database, not in worker memory"),
-    "worker_disable_rate_limits": _i(_NO_RATE_LIMITS),
+    "worker_disable_rate_limits": _i("rate limits are global, in the database: one worker "
+                                     "cannot opt out of them"),
     "worker_hijack_root_logger": _h(),
     "worker_log_format": _h(), "worker_log_datefmt": _h(),
     "worker_task_log_format": _h(), "worker_task_log_datefmt": _h(),
@@ -285,7 +288,7 @@ def setting_value_support(name: str, value: Any) -> Support | None:
 #: Celery. The others (max_retries, autoretry_for, retry_backoff, throws, queue, expires,
 #: track_started, typing, base handlers, ...) are honoured.
 TASK_OPTION_SUPPORT: dict[str, Support] = {
-    "rate_limit": _i(_NO_RATE_LIMITS),
+    "rate_limit": _d(_GLOBAL_RATE_LIMITS + "; task_annotations are applied"),
     "acks_late": _i(_AT_LEAST_ONCE),
     "acks_on_failure_or_timeout": _i(_FINAL_FAILURE),
     "reject_on_worker_lost": _i("the jobs of a lost worker always go back to the queue"),
@@ -429,8 +432,9 @@ API_PATTERNS: dict[str, Support] = {
                                               "eta task once, under one worker consuming its "
                                               "queue; revoked lists the last three hours' "
                                               "revokes from the database"),
-    "app.control.rate_limit": Support(DIFFERENT, _NO_RATE_LIMITS + " (the command stores the "
-                                                 "rate on the task and says so)"),
+    "app.control.rate_limit": Support(DIFFERENT, _GLOBAL_RATE_LIMITS + ": the sender sets it "
+                                                 "in the database whatever destination says, "
+                                                 "and the workers reply as Celery's"),
     "app.control.*": Support(MISSING, "app.control has revoke, purge, inspect, broadcast, "
                                       "ping, shutdown, pool_grow/pool_shrink (threads pool), "
                                       "add_consumer/cancel_consumer, time_limit, "

@@ -17,6 +17,7 @@ import psycopg_pool
 from .enqueue.tasks import Task
 from .enqueue.workflow import Workflow
 from .model.jobs import Job
+from .model.limits import Rate, parse_rate
 from .model.outcomes import OutcomeWriter
 from .model.retry import BackoffPolicy
 from .model.serialization import (
@@ -31,7 +32,7 @@ from .model.task_ids import TaskIds
 from .schedules.runtime import RuntimeSchedules
 from .schedules.scheduler import Schedule, ScheduleSource, ScheduleSpec
 from .schedules.triggers import Trigger
-from .store import lookup, pauses
+from .store import limits, lookup, pauses
 from .store.connections import RECONNECT_WINDOW, Connections
 from .store.liveness import UNSURE, found_dead
 from .store.migrations import MIGRATE_COMMAND, migrate
@@ -179,6 +180,9 @@ class App:
         timeout: timedelta | float | None = None,
         backoff: BackoffPolicy | None = None,
         priority: int = 0,
+        rate_limit: str | float | None = None,
+        concurrency_key: str | None = None,
+        max_concurrency: int | None = None,
     ) -> Callable[[F], Task]: ...
 
     def task(
@@ -191,11 +195,17 @@ class App:
         timeout: timedelta | float | None = None,
         backoff: BackoffPolicy | None = None,
         priority: int = 0,
+        rate_limit: str | float | None = None,
+        concurrency_key: str | None = None,
+        max_concurrency: int | None = None,
     ) -> Any:
         """Register a task: ``@app.task("name", queue=..., max_attempts=3, ...)``.
 
         Works on ``async def`` and plain ``def`` functions (plain ones run in a thread pool).
-        Without a name the task is called ``module.function``.
+        Without a name the task is called ``module.function``. ``rate_limit`` ("100/s",
+        "10/m", "1000/h"): a global limit on its starts, across every worker;
+        ``concurrency_key``/``max_concurrency``: at most that many of its jobs with the key
+        run at once (docs/how-to/limits.md).
         """
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1 (it includes the first run)")
@@ -204,7 +214,8 @@ class App:
             task_name = name or f"{func.__module__}.{func.__qualname__}"
             task = Task(self, task_name, func, queue=queue or self.default_queue,
                         max_attempts=max_attempts, timeout=_seconds(timeout), backoff=backoff,
-                        priority=priority)
+                        priority=priority, rate_limit=rate_limit,
+                        concurrency_key=concurrency_key, max_concurrency=max_concurrency)
             self.tasks[task_name] = task
             return task
 
@@ -264,6 +275,31 @@ class App:
         """Stop declaring schedule ``name`` (its state row stays, harmless); False if unknown."""
         with self._lock:
             return self.schedules.pop(name, None) is not None
+
+    # --- rate limits ----------------------------------------------------------------------
+
+    def set_rate_limit(self, rate: str | float | None, *, task: str | None = None,
+                       queue: str | None = None) -> bool:
+        """Set the global rate limit ("100/s", "10/m", "1000/h"; None, "" or 0 removes it)
+        of ``task`` or of ``queue`` (one of them), for every worker from its next claim on.
+        Returns whether a limit is now set (removing: whether there was one)."""
+        if (task is None) == (queue is None):
+            raise ValueError("give either task= or queue=")
+        kind, name = ("task", task) if task is not None else ("queue", queue)
+        assert name is not None
+        parsed = parse_rate(rate)
+        return bool(self.run_pooled(
+            lambda connection: limits.set_limit(connection, kind, name, parsed)))
+
+    def rate_limits(self) -> list[dict[str, Any]]:
+        """The rate limits set: kind ("queue"/"task"), name, rate and period (seconds)."""
+        return list(self.run_pooled(limits.list_limits))
+
+    def declared_rate_limits(self) -> list[tuple[str, str, Rate]]:
+        """(kind, name, rate) of each task declared with ``rate_limit`` (a worker sets them
+        when it starts)."""
+        return [("task", task.name, task.rate) for task in list(self.tasks.values())
+                if task.rate is not None]
 
     # --- database (the connection room's, for callers of the app) --------------------------
 

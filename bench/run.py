@@ -31,6 +31,7 @@ from . import (
     dashboard,
     db,
     enqueue,
+    limits,
     metrics,
     oban_side,
     pgbouncer,
@@ -42,7 +43,8 @@ from .drain import DrainResult
 
 RESULTS = Path(__file__).resolve().parent / "results.md"
 WORKLOADS = ("enqueue", "bulk", "latency", "claim", "core", "pgbouncer", "memory", "sweep",
-             "compat", "celery", "oban", "canvas", "schedules", "metrics", "dashboard")
+             "compat", "celery", "oban", "canvas", "schedules", "metrics", "dashboard",
+             "limits")
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,10 @@ class Sizes:
     dashboard_jobs: int     # the dashboard's table (1% of them failed)
     oban_jobs: int          # Oban's drain and akadze's beside it, per round
     oban_rounds: int        # ... taking turns, the figures are medians
+    limits_jobs: int = 20_000   # each drain of the limits workload's cost part
+    limits_exact: int = 2_000   # the 4 workers' drain under a binding rate limit
+    limits_rate: int = 200      # ... that rate, per second
+    limits_rounds: int = 2      # the cost part's turns, the figures are medians
 
 
 QUICK = Sizes(drain_jobs=20_000, memory_jobs=20_000, sweep_jobs=5_000, compat_jobs=5_000,
@@ -296,6 +302,12 @@ class Bench:
     def _dashboard(self) -> None:
         jobs = self.sizes.dashboard_jobs
         self.results["dashboard"] = dashboard.dashboard_workload(self.url, jobs, jobs // 100)
+
+    def _limits(self) -> None:
+        sizes = self.sizes
+        self.results["limits"] = limits.limits_workload(
+            self.url, sizes.limits_jobs, sizes.limits_exact, rate=sizes.limits_rate,
+            rounds=sizes.limits_rounds, run_dir=self.run_dir)
 
     def _celery(self) -> None:
         results: dict[str, Any] = {}

@@ -39,6 +39,7 @@ def rows(results: dict[str, Any], sizes: Any, options: argparse.Namespace) -> li
     found += _schedules_rows(results)
     found += _metrics_rows(results)
     found += _dashboard_rows(results)
+    found += _limits_rows(results)
     return found
 
 
@@ -661,3 +662,29 @@ def _dashboard_rows(results: dict[str, Any]) -> list[Row]:
         found.append(Row(label, f"{page.worst:.0f} ms (median {page.median:.0f} ms)",
                          target=f"< {target:.0f} ms", verdict=verdict(ok)))
     return found
+
+
+#: A limit that does not bind costs at most a fifth of the drain's jobs/s.
+LIMITS_RATIO_TARGET = 0.8
+
+
+def _limits_rows(results: dict[str, Any]) -> list[Row]:
+    value = results.get("limits")
+    if value is None:
+        return []
+    if (reason := _failed(value)) is not None:
+        return [Row("rate limits", reason)]
+    first = ", ".join(f"{key} {at:.2f} s" for key, at in value.fair_first_start.items())
+    starts = ", ".join(f"{key} {count}" for key, count in value.fair_starts.items())
+    return [
+        Row("core drain under a rate limit that does not bind / without",
+            f"{value.ratio:.2f}x", f"{rate(value.limited_rate)} vs {rate(value.free_rate)}",
+            target=f"≥ {LIMITS_RATIO_TARGET:g}x",
+            verdict=verdict(value.ratio >= LIMITS_RATIO_TARGET)),
+        Row(f"most starts in any 1 s window under {value.exact_rate}/s, 4 workers "
+            "(started_at, database clock)", str(value.exact_most),
+            f"rate reached {value.exact_reached:.1f}/s", target=f"≤ {value.exact_rate}",
+            verdict=verdict(value.exact_most <= value.exact_rate)),
+        Row("key fairness, 3 keys at max 2, the deep one ahead: least / most starts while "
+            "all waited", f"{value.fair_share:.2f}", f"first starts: {first}; starts: {starts}"),
+    ]

@@ -238,6 +238,9 @@ def prepare(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, A
     expires, ignore_result = pop("expires", None), pop("ignore_result", None)
     countdown, eta, connection = pop("countdown", None), pop("eta", None), pop("connection", None)
     root_id, parent_id = pop("root_id", None), pop("parent_id", None)
+    # Per-key concurrency (akadze's, as a Celery-style option of the call or the task).
+    concurrency_key = pop("concurrency_key", None) or getattr(task_type, "concurrency_key", None)
+    max_concurrency = pop("max_concurrency", None) or getattr(task_type, "max_concurrency", None)
     route_name, headers = pop("route_name", None), pop("headers", None)
     args = [] if args is None else args
     kwargs = {} if kwargs is None else kwargs
@@ -305,7 +308,8 @@ def prepare(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, A
     call = core_task.configure(
         queue=routed["queue"], priority=None if priority is None else int(priority),
         delay=float(countdown) if countdown else None, at=at, expires_at=expires_at,
-        max_attempts=max_attempts_for(task_type), meta=meta)
+        max_attempts=max_attempts_for(task_type), meta=meta,
+        concurrency_key=concurrency_key, max_concurrency=max_concurrency)
     return Message(app, name, args, kwargs, call, routed, current_session(connection), parent,
                    ignore_result, message_headers, body)
 

@@ -281,6 +281,12 @@ class Celery:
         if not modules <= set(included):
             self.conf.include = tuple(set(included) | modules)
         core = self.core
+        # Celery's rate_limit (the task's own, its annotations', task_default_rate_limit):
+        # in akadze one global limit, which the worker sets in the database as it starts.
+        for name, task in list(self.tasks.items()):
+            core_task = core.tasks.get(name)
+            if core_task is not None:
+                core_task.rate_limit = task.rate_limit or None
         beat.register_periodic_tasks(self, core)
         django_beat.register(self, core)
         django_results.register(self, core, _worker_hostname)

@@ -10,6 +10,7 @@ database writes that need no worker.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import warnings
@@ -305,7 +306,13 @@ class Control:
 
     def rate_limit(self, task_name: str, rate_limit: Any, destination: Any = None,
                    **kwargs: Any) -> Any:
-        """Store a rate limit on ``task_name`` in the workers: akadze does not enforce rate
-        limits yet, so it changes nothing but the task's ``rate_limit`` attribute."""
+        """Set the rate limit of ``task_name`` ("10/s", "10/m", "10/h"; 0 or None removes
+        it). Unlike Celery's, which each worker enforces on its own, the limit is global: it
+        is set in the database here, for every worker's next claim, whatever
+        ``destination`` says; the workers named are told too (their task's ``rate_limit``
+        attribute) and reply as Celery's do."""
+        # A rate Celery's workers refuse (their reply says so) sets nothing.
+        with contextlib.suppress(ValueError):
+            self.app.core.set_rate_limit(rate_limit or None, task=task_name)
         return self.broadcast("rate_limit", destination=destination, arguments={
             "task_name": task_name, "rate_limit": rate_limit}, **kwargs)

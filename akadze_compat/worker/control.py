@@ -543,7 +543,8 @@ def time_limit(state: ControlState, task_name: str | None = None, hard: float | 
 @control_command(args=[("task_name", str), ("rate_limit", str)],
                  signature="<task_name> <rate_limit (e.g., 5/s | 5/m | 5/h)>")
 def rate_limit(state: ControlState, task_name: str, rate_limit: Any, **kwargs: Any) -> Any:
-    """Tell worker(s) to modify the rate limit for a task by type (stored, not enforced)."""
+    """Tell worker(s) to modify the rate limit for a task by type (the limit itself is
+    global, in the database: ``app.control.rate_limit`` sets it before it broadcasts)."""
     try:
         rate(rate_limit)
     except ValueError as exc:
@@ -555,7 +556,5 @@ def rate_limit(state: ControlState, task_name: str, rate_limit: Any, **kwargs: A
     task.rate_limit = rate_limit
     if not rate_limit:
         return ok("rate limit disabled successfully")
-    logger.info("New rate limit for tasks of type %s: %s (akadze does not enforce rate "
-                "limits yet)", task_name, rate_limit)
-    return ok("new rate limit set successfully (stored on the task; not enforced: akadze "
-              "has no rate limits yet)")
+    logger.info("New rate limit for tasks of type %s: %s", task_name, rate_limit)
+    return ok("new rate limit set successfully")

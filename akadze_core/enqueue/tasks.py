@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import psycopg
 
 from ..model.errors import InvalidArgs, SchemaMissing
+from ..model.limits import Rate, check_concurrency, parse_rate
 from ..model.retry import BackoffPolicy
 from ..model.serialization import (
     MAX_NAME_LENGTH,
@@ -25,6 +26,7 @@ from ..store import database
 from ..store.database import JobRequest
 from ..store.dberrors import SCHEMA_ERRORS
 from ..store.migrations import schema_missing
+from ..store.queries import dialect
 from .encoding import (
     BULK_CHUNK,
     POSITIONS,
@@ -81,6 +83,8 @@ class EnqueueOptions:
     unique_key: str | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
     session: Any = None
+    concurrency_key: str | None = None
+    max_concurrency: int | None = None
 
 
 def _aware(moment: datetime | None) -> datetime | None:
@@ -197,21 +201,28 @@ class TaskCall:
         max_attempts: int | None = None,
         unique_key: str | None = None,
         meta: Mapping[str, Any] | None = None,
+        concurrency_key: str | None = None,
+        max_concurrency: int | None = None,
     ) -> TaskCall:
         """Override when (``delay`` or ``at``), where and how the next enqueue runs.
 
         ``unique_key``: while a job with this key is queued or running, enqueue returns its
         id instead of inserting a duplicate. ``meta`` is encoded at the first enqueue of the
         returned call: change it by configuring again, not by changing the mapping.
+        ``concurrency_key`` / ``max_concurrency``: at most that many jobs with this key run at
+        once across the fleet (the task's own when not given; docs/how-to/limits.md).
         """
         if delay is not None and at is not None:
             raise ValueError("give either delay or at, not both")
         if max_attempts is not None and max_attempts < 1:
             raise ValueError("max_attempts must be at least 1 (it includes the first run)")
+        if concurrency_key is not None or max_concurrency is not None:
+            check_concurrency(concurrency_key or self.task.concurrency_key, max_concurrency)
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
         given: dict[str, Any] = {
             "queue": queue, "priority": priority, "expires_at": expires_at,
             "max_attempts": max_attempts, "unique_key": unique_key, "meta": meta,
+            "concurrency_key": concurrency_key, "max_concurrency": max_concurrency,
         }
         changes = {key: value for key, value in given.items() if value is not None}
         if delay is not None or at is not None:
@@ -230,13 +241,27 @@ class TaskCall:
     def _meta(self) -> str:
         """The options' meta, encoded and validated like args (once per TaskCall)."""
         if self._meta_text is None:
-            meta = self.options.meta
+            meta = self._concurrency_meta(self.options.meta)
             if not meta:  # the usual case; jsonb stores any encoding of {} the same way
                 self._meta_text = "{}"
             else:
                 app = self.task.app
                 self._meta_text = encode_fast(meta, app.json_dumps, app.max_args_bytes)
         return self._meta_text
+
+    def _concurrency_meta(self, meta: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``meta`` with the call's (else the task's) concurrency key and max, where the
+        limited claim reads them (akadze.claim_jobs_limited)."""
+        options, task = self.options, self.task
+        key = options.concurrency_key or task.concurrency_key
+        if key is None:
+            return meta
+        if dialect() == "citus":
+            # Citus mode claims without the limited claim: a key would not hold, so refuse.
+            raise psycopg.errors.FeatureNotSupported(
+                "concurrency_key is not available in Citus mode (see docs/how-to/citus.md)")
+        most = options.max_concurrency or task.max_concurrency or 1
+        return {**meta, "concurrency_key": key, "max_concurrency": most}
 
     def _meta_with_task_id(self, task_id: str) -> str:
         """The options' meta with ``"task_id": task_id`` added, spliced into the text
@@ -504,7 +529,17 @@ class Task(TaskCall):
         timeout: float | None = None,
         backoff: BackoffPolicy | None = None,
         priority: int = 0,
+        rate_limit: str | float | None = None,
+        concurrency_key: str | None = None,
+        max_concurrency: int | None = None,
     ) -> None:
+        check_concurrency(concurrency_key, max_concurrency)
+        #: ``rate_limit`` parsed (None: no limit declared).
+        self.rate: Rate | None = None
+        self.rate_limit = rate_limit
+        #: Default per-key concurrency of its jobs (``configure`` overrides per call).
+        self.concurrency_key = concurrency_key
+        self.max_concurrency = max_concurrency
         super().__init__(self, EnqueueOptions())
         self.app = app
         self.name = name
@@ -519,6 +554,18 @@ class Task(TaskCall):
         self.check_call = CallCheck(name, func)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
+
+    @property
+    def rate_limit(self) -> str | float | None:
+        """The task's global rate limit as given ("100/s", "10/m", "1000/h"), which every
+        worker that starts with this task sets in the database (``App.set_rate_limit``
+        changes it at run time). Setting it checks it (``ValueError``)."""
+        return self._rate_limit
+
+    @rate_limit.setter
+    def rate_limit(self, value: str | float | None) -> None:
+        self.rate = parse_rate(value)
+        self._rate_limit = value
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)

@@ -291,6 +291,217 @@ BEGIN
 END
 $$;
 
+-- Rate limits and per-key concurrency (docs/how-to/limits.md). Whether a queue's claim must
+-- go through akadze.claim_jobs_limited: a limit on the queue, any task's limit (a task's jobs
+-- may sit in any queue), or a keyed job queued in it. Two probes of tiny or usually empty
+-- indexes, so the plain claim pays next to nothing while no limit is set; and the choice is
+-- the database's, so a worker never starts a limited job by an out-of-date view of limits.
+-- PL/pgSQL, not SQL: a SQL function that is not inlined is planned again at every call (0.17
+-- ms, more than the probes), where PL/pgSQL keeps its statement's plan for the session.
+CREATE OR REPLACE FUNCTION akadze.claim_is_limited(p_queue text) RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM akadze.limits AS l
+                   WHERE l.kind = 'task' OR (l.kind = 'queue' AND l.name = p_queue))
+        OR EXISTS (SELECT 1 FROM akadze.jobs AS j
+                   WHERE j.state = 'queued' AND j.queue = p_queue
+                     AND j.meta ? 'concurrency_key');
+END
+$$;
+
+-- How many more starts the rate limit (p_kind, p_name) allows now; NULL when there is none.
+-- Locks the limit's row until the transaction ends: claims under one limit take turns, and
+-- the starts they record are in lock order on the database clock (clock_timestamp, read
+-- after the lock), which is what makes "never more than rate in any window" hold: each
+-- claim counts every start before its own. p_wait false: a row another claim holds reads
+-- as no room (0) rather than a wait, so that no claim waits on a second lock while holding
+-- a first (no deadlock between claims that meet limits in different orders).
+CREATE OR REPLACE FUNCTION akadze.limit_room(p_kind text, p_name text, p_wait boolean)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_rate integer;
+    v_period interval;
+    v_now timestamptz;
+    v_used bigint;
+BEGIN
+    IF p_wait THEN
+        SELECT l.rate, l.period INTO v_rate, v_period FROM akadze.limits AS l
+        WHERE l.kind = p_kind AND l.name = p_name FOR UPDATE;
+    ELSE
+        SELECT l.rate, l.period INTO v_rate, v_period FROM akadze.limits AS l
+        WHERE l.kind = p_kind AND l.name = p_name FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN CASE WHEN EXISTS (SELECT 1 FROM akadze.limits AS l
+                                     WHERE l.kind = p_kind AND l.name = p_name) THEN 0 END;
+        END IF;
+    END IF;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    v_now := clock_timestamp();
+    DELETE FROM akadze.limit_starts AS s
+    WHERE s.kind = p_kind AND s.name = p_name AND s.started_at <= v_now - v_period;
+    SELECT coalesce(sum(s.n), 0) INTO v_used FROM akadze.limit_starts AS s
+    WHERE s.kind = p_kind AND s.name = p_name;
+    RETURN greatest(v_rate - v_used, 0)::integer;
+END
+$$;
+
+-- The claim of a queue under limits: akadze.claim_jobs's rows and order, but each job is
+-- taken only while its queue's limit, its task's limit and its concurrency key have room.
+-- The queue's limit row is the one lock waited for (taken first, holding nothing); a task's
+-- row or a key held by another claim reads as full for this one. A key's room is its
+-- max_concurrency (the first of its jobs this claim meets says it) less its running jobs,
+-- counted under a transaction advisory lock on the key. Full tasks and keys are left out of
+-- the next read, so the jobs of a full key do not hide other keys' jobs behind them; the
+-- queue is read in a few rounds of at most the room left, each locking only what it returns.
+CREATE OR REPLACE FUNCTION akadze.claim_jobs_limited(
+    p_lock_timeout text, p_queue text, p_limit integer, p_worker_id bigint)
+RETURNS TABLE (
+    id bigint, task text, queue text, args text, state text, priority integer,
+    scheduled_at timestamptz, attempt integer, max_attempts integer, run_count integer,
+    claim_token bigint, expires_at timestamptz, meta text, created_at timestamptz,
+    started_at timestamptz, cancel_requested boolean, last_error text, upstreams bigint[],
+    upstream_results text, result_arg text, "position" integer, releases boolean,
+    notified boolean)
+LANGUAGE plpgsql VOLATILE
+-- Short statements by index: never worth compiling (see claim_jobs).
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_room integer;
+    v_want integer;
+    v_found integer;
+    v_round integer := 0;
+    v_tasks text[] := '{}';
+    v_task_room integer[] := '{}';
+    v_keys text[] := '{}';
+    v_key_room integer[] := '{}';
+    v_full_tasks text[] := '{}';
+    v_full_keys text[] := '{}';
+    v_seen bigint[] := '{}';
+    v_take bigint[] := '{}';
+    v_job record;
+    v_i integer;
+    v_k integer;
+    v_at timestamptz;
+BEGIN
+    IF p_lock_timeout IS NOT NULL THEN
+        PERFORM set_config('lock_timeout', p_lock_timeout, true);
+    END IF;
+    v_room := least(coalesce(akadze.limit_room('queue', p_queue, true), p_limit), p_limit);
+    WHILE cardinality(v_take) < v_room AND v_round < 8 LOOP
+        v_round := v_round + 1;
+        v_want := v_room - cardinality(v_take);
+        v_found := 0;
+        FOR v_job IN
+            SELECT j.id, j.task, j.meta ->> 'concurrency_key' AS key,
+                   j.meta ->> 'max_concurrency' AS max_concurrency
+            FROM akadze.jobs AS j
+            WHERE j.state = 'queued' AND j.queue = p_queue AND j.scheduled_at <= now()
+              AND j.id <> ALL(v_seen) AND j.task <> ALL(v_full_tasks)
+              AND NOT coalesce(j.meta ->> 'concurrency_key' = ANY(v_full_keys), false)
+            ORDER BY j.priority, j.scheduled_at, j.id
+            LIMIT v_want
+            FOR UPDATE SKIP LOCKED
+        LOOP
+            v_found := v_found + 1;
+            v_seen := v_seen || v_job.id;
+            v_i := array_position(v_tasks, v_job.task);
+            IF v_i IS NULL THEN
+                v_tasks := v_tasks || v_job.task;
+                v_task_room := v_task_room
+                    || coalesce(akadze.limit_room('task', v_job.task, false), 2147483647);
+                v_i := cardinality(v_tasks);
+            END IF;
+            IF v_task_room[v_i] <= 0 THEN
+                v_full_tasks := v_full_tasks || v_job.task;
+                CONTINUE;
+            END IF;
+            IF v_job.key IS NOT NULL THEN
+                v_k := array_position(v_keys, v_job.key);
+                IF v_k IS NULL THEN
+                    v_keys := v_keys || v_job.key;
+                    v_k := cardinality(v_keys);
+                    IF pg_try_advisory_xact_lock(hashtext('akadze.concurrency_key'),
+                                                 hashtext(v_job.key)) THEN
+                        v_key_room := v_key_room || (
+                            greatest(1, coalesce(v_job.max_concurrency::integer, 1))
+                            - (SELECT count(*) FROM akadze.jobs AS r
+                               WHERE r.state = 'running' AND r.meta ? 'concurrency_key'
+                                 AND r.meta ->> 'concurrency_key' = v_job.key))::integer;
+                    ELSE
+                        v_key_room := v_key_room || 0;
+                    END IF;
+                END IF;
+                IF v_key_room[v_k] <= 0 THEN
+                    v_full_keys := v_full_keys || v_job.key;
+                    CONTINUE;
+                END IF;
+                v_key_room[v_k] := v_key_room[v_k] - 1;
+            END IF;
+            v_task_room[v_i] := v_task_room[v_i] - 1;
+            v_take := v_take || v_job.id;
+        END LOOP;
+        EXIT WHEN v_found < v_want;  -- nothing more to read
+    END LOOP;
+    IF cardinality(v_take) = 0 THEN
+        RETURN;
+    END IF;
+    -- After every lock: later than each limit's count, earlier than the next holder's.
+    v_at := clock_timestamp();
+    RETURN QUERY
+        WITH claimed AS (
+            UPDATE akadze.jobs AS j
+            SET state = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                             THEN 'cancelled' ELSE 'running' END,
+                run_count = j.run_count + CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                               THEN 0 ELSE 1 END,
+                attempt = j.attempt + CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                           THEN 0 ELSE 1 END,
+                worker_id = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                 THEN NULL ELSE p_worker_id END,
+                -- The limits' instant: the starts a window is measured by.
+                started_at = v_at,
+                claim_token = (random() * 9007199254740992)::bigint,
+                finished_at = CASE WHEN j.cancel_requested OR j.expires_at <= now()
+                                   THEN now() END
+            WHERE j.id = ANY(v_take)
+            RETURNING j.*
+        ),
+        ledger AS (
+            INSERT INTO akadze.limit_starts (kind, name, started_at, n)
+            SELECT l.kind, l.name, v_at, count(*)
+            FROM claimed AS c JOIN akadze.limits AS l
+              ON (l.kind = 'queue' AND l.name = c.queue) OR (l.kind = 'task' AND l.name = c.task)
+            WHERE c.state = 'running'
+            GROUP BY l.kind, l.name
+        ),
+        settled AS (
+            SELECT akadze.settle(array_agg(id)) AS touched FROM claimed
+            WHERE state = 'cancelled' AND (dependents IS NOT NULL OR on_failure IS NOT NULL)
+            HAVING count(*) > 0
+        )
+        SELECT id, task, queue, args::text AS args, state, priority, scheduled_at, attempt,
+               max_attempts, run_count, claim_token, expires_at, meta::text AS meta, created_at,
+               started_at, cancel_requested, (errors -> -1)::text AS last_error, upstreams,
+               upstream_results::text AS upstream_results, flow->>'result_arg' AS result_arg, position,
+               dependents IS NOT NULL AND EXISTS (
+                   SELECT 1 FROM akadze.jobs AS d
+                   WHERE d.id = ANY(claimed.dependents) AND d.state = 'waiting'
+                     AND d.waiting_for <= p_limit) AS releases,
+               CASE WHEN state = 'cancelled' THEN pg_notify('akadze_done', id::text) IS NULL END
+                   AS notified
+        FROM claimed
+        WHERE (SELECT count(*) FROM settled) >= 0
+        ORDER BY priority, scheduled_at, id;
+END
+$$;
+
 -- The worker's claim and outcome write, each under a bound on its lock waits: with
 -- lock_timeout (e.g. '2000ms'; NULL: no bound, the session's own) the statement gives up on
 -- a lock after that long (55P03), so an operator's LOCK TABLE or a migration never leaves
@@ -379,8 +590,13 @@ $$;
 -- jobs claimed before (which VACUUM may not have removed yet, or may not remove at all
 -- while a transaction pins the horizon). Priorities without a floor -- the ranges below,
 -- between and above the floors' priorities; the whole queue when there is none -- are read
--- from their start. Each range locks up to LIMIT rows in its index order (SKIP LOCKED); the
--- first LIMIT of them all are claimed. The locking SELECTs sit in LATERAL subqueries so the
+-- from their start. Every priority is read by (scheduled_at, id) up to now(), the ones
+-- without a floor found first by a loose index scan: a range read by (priority,
+-- scheduled_at, id) cannot stop at now() within a priority (a later one may hold due jobs),
+-- so an idle claim read every job of the queue scheduled for later (countdowns, retries
+-- with backoff: 70 ms behind 300,000 of them). Each floor's read, and the priorities
+-- without a floor together, lock up to LIMIT rows in index order (SKIP LOCKED); the first
+-- LIMIT of them all are claimed. The locking SELECTs sit in LATERAL subqueries so the
 -- planner cannot lock more rows than their LIMIT (a bare IN (subquery LIMIT) may be re-run).
 CREATE OR REPLACE FUNCTION akadze.claim_jobs(
     p_lock_timeout text, p_queue text, p_limit integer, p_worker_id bigint,
@@ -418,37 +634,63 @@ BEGIN
     IF akadze.queue_claimable(p_queue) IS NOT TRUE THEN
         RETURN;
     END IF;
+    IF akadze.claim_is_limited(p_queue) THEN
+        RETURN QUERY SELECT * FROM akadze.claim_jobs_limited(p_lock_timeout, p_queue, p_limit,
+                                                             p_worker_id);
+        RETURN;
+    END IF;
     RETURN QUERY
-        WITH floor AS (
+        WITH RECURSIVE floor AS (
             SELECT * FROM unnest(p_floor_priority::integer[], p_floor_at::timestamptz[],
                                  p_floor_id::bigint[]) AS f(priority, at, id)
         ),
-        gap AS (
-            -- bigint bounds one past integer's range stand for "no bound".
-            SELECT coalesce(lag(priority) OVER (ORDER BY priority), -2147483649)::bigint AS above,
-                   priority::bigint AS below
-            FROM floor
+        unfloored(priority, floored) AS (
+            -- Every priority present without a floor, ascending, one probe of the claim
+            -- index apiece (a loose index scan): the next one above the last, below the next
+            -- floor; none there, the walk steps onto that floor (a row marked floored,
+            -- whose entries it never reads) and on past it. bigint bounds one past
+            -- integer's range stand for "no bound".
+            SELECT -2147483649::bigint, true
             UNION ALL
-            SELECT coalesce(max(priority), -2147483649)::bigint, 2147483648::bigint FROM floor
+            SELECT coalesce(n.priority, b.below), n.priority IS NULL
+            FROM unfloored AS l
+            CROSS JOIN LATERAL (SELECT min(f.priority)::bigint AS below FROM floor AS f
+                                WHERE f.priority > l.priority) AS b
+            LEFT JOIN LATERAL (SELECT j.priority::bigint AS priority FROM akadze.jobs AS j
+                               WHERE j.state = 'queued' AND j.queue = p_queue
+                                 AND j.priority > l.priority
+                                 AND j.priority < coalesce(b.below, 2147483648)
+                               ORDER BY j.priority LIMIT 1) AS n ON true
+            WHERE n.priority IS NOT NULL OR b.below IS NOT NULL
         ),
         picked AS (
             SELECT c.* FROM floor AS f CROSS JOIN LATERAL (
                 SELECT j.id, j.priority, j.scheduled_at FROM akadze.jobs AS j
                 WHERE j.state = 'queued' AND j.queue = p_queue AND j.priority = f.priority
                   AND (j.scheduled_at, j.id) > (f.at, f.id) AND j.scheduled_at <= now()
+                  -- A keyed job queued after claim_is_limited looked is the limited claim's.
+                  AND NOT j.meta ? 'concurrency_key'
                 ORDER BY j.scheduled_at, j.id
                 LIMIT p_limit
                 FOR UPDATE SKIP LOCKED
             ) AS c
             UNION ALL
-            SELECT c.* FROM gap AS g CROSS JOIN LATERAL (
+            -- The unfloored priorities come in ascending order and each in (scheduled_at,
+            -- id) order, so the rows come in the claim's order, and the LIMIT stops the
+            -- walk, the reads and the locks at the first p_limit: no more are locked than
+            -- a single read of them all in that order would lock.
+            (SELECT c.* FROM unfloored AS u CROSS JOIN LATERAL (
                 SELECT j.id, j.priority, j.scheduled_at FROM akadze.jobs AS j
-                WHERE j.state = 'queued' AND j.queue = p_queue
-                  AND j.priority > g.above AND j.priority < g.below AND j.scheduled_at <= now()
-                ORDER BY j.priority, j.scheduled_at, j.id
+                WHERE j.state = 'queued' AND j.queue = p_queue AND j.priority = u.priority
+                  AND j.scheduled_at <= now()
+                  -- A keyed job queued after claim_is_limited looked is the limited claim's.
+                  AND NOT j.meta ? 'concurrency_key'
+                ORDER BY j.scheduled_at, j.id
                 LIMIT p_limit
                 FOR UPDATE SKIP LOCKED
             ) AS c
+            WHERE NOT u.floored
+            LIMIT p_limit)
         ),
         chosen AS (
             SELECT id FROM picked ORDER BY priority, scheduled_at, id LIMIT p_limit
@@ -528,15 +770,26 @@ BEGIN
     IF akadze.queue_claimable(p_queue) IS NOT TRUE THEN
         RETURN;
     END IF;
+    IF akadze.claim_is_limited(p_queue) THEN
+        RETURN QUERY SELECT * FROM akadze.claim_jobs_limited(p_lock_timeout, p_queue, p_limit,
+                                                             p_worker_id);
+        RETURN;
+    END IF;
     RETURN QUERY
         WITH RECURSIVE tasks AS (
-            (SELECT task FROM akadze.jobs
-             WHERE state = 'queued' AND queue = p_queue ORDER BY task LIMIT 1)
+            -- Each (task, priority) present, one probe of the index apiece (a loose index
+            -- scan), so that each is read by (scheduled_at, id) up to now() below: read by
+            -- (priority, scheduled_at, id) within a task, `scheduled_at <= now()` bounds
+            -- nothing and the read passes every job of the task scheduled for later.
+            (SELECT task, priority FROM akadze.jobs
+             WHERE state = 'queued' AND queue = p_queue ORDER BY task, priority LIMIT 1)
             UNION ALL
-            SELECT (SELECT j.task FROM akadze.jobs AS j
-                    WHERE j.state = 'queued' AND j.queue = p_queue AND j.task > tasks.task
-                    ORDER BY j.task LIMIT 1)
-            FROM tasks WHERE tasks.task IS NOT NULL
+            SELECT n.task, n.priority FROM tasks CROSS JOIN LATERAL (
+                SELECT j.task, j.priority FROM akadze.jobs AS j
+                WHERE j.state = 'queued' AND j.queue = p_queue
+                  AND (j.task, j.priority) > (tasks.task, tasks.priority)
+                ORDER BY j.task, j.priority LIMIT 1
+            ) AS n
         ),
         candidates AS (
             SELECT c.id, c.priority, c.scheduled_at, tasks.task,
@@ -547,11 +800,12 @@ BEGIN
             CROSS JOIN LATERAL (
                 SELECT id, priority, scheduled_at FROM akadze.jobs AS j
                 WHERE j.state = 'queued' AND j.queue = p_queue AND j.task = tasks.task
-                  AND j.scheduled_at <= now()
-                ORDER BY j.priority, j.scheduled_at, j.id
+                  AND j.priority = tasks.priority AND j.scheduled_at <= now()
+                  -- A keyed job queued after claim_is_limited looked is the limited claim's.
+                  AND NOT j.meta ? 'concurrency_key'
+                ORDER BY j.scheduled_at, j.id
                 LIMIT p_limit
             ) AS c
-            WHERE tasks.task IS NOT NULL
         ),
         picked AS (
             SELECT j.id, c.turn, c.wrapped

@@ -1062,3 +1062,32 @@ SELECT k.queue, p.queue IS NOT NULL AS paused, p.paused_at, p.paused_by,
         WHERE k.queue = ANY(w.queues) AND w.heartbeat_at > now() - w.heartbeat_ttl) AS workers
 FROM known AS k LEFT JOIN akadze.queue_pauses AS p ON p.queue = k.queue
 ORDER BY k.queue;
+-- name: limit_set
+-- Set a rate limit (kind 'queue' or 'task'); the claims read it from their next one on.
+INSERT INTO akadze.limits (kind, name, rate, period)
+VALUES (%(kind)s, %(name)s, %(rate)s, %(period)s::float8 * interval '1 second')
+ON CONFLICT (kind, name) DO UPDATE SET rate = excluded.rate, period = excluded.period
+RETURNING 1;
+
+-- name: limit_clear
+-- Remove a rate limit (its ledger goes with it); whether there was one.
+DELETE FROM akadze.limits WHERE kind = %(kind)s AND name = %(name)s RETURNING 1;
+
+-- name: limit_list
+SELECT kind, name, rate, extract(epoch FROM period)::float8 AS period
+FROM akadze.limits ORDER BY kind, name;
+
+-- name: limit_wait
+-- Seconds until the first start under a limit that binds the claims of a queue leaves its
+-- window (NULL: no such start): when a claim cut short by a limit may find room again.
+SELECT extract(epoch FROM min(s.started_at + l.period) - clock_timestamp())::float8 AS wait
+FROM akadze.limits AS l
+CROSS JOIN LATERAL (
+    SELECT min(x.started_at) AS started_at FROM akadze.limit_starts AS x
+    WHERE x.kind = l.kind AND x.name = l.name AND x.started_at > clock_timestamp() - l.period
+) AS s
+WHERE l.kind = 'task' OR (l.kind = 'queue' AND l.name = %(queue)s);
+
+-- name: limit_queues
+-- Which of these queues' claims go through the limited claim now.
+SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name) WHERE akadze.claim_is_limited(q.name);

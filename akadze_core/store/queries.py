@@ -40,11 +40,14 @@ CITUS_AS_IS = frozenset({
     "schedule_list", "schedule_code_list", "schedule_start", "schedule_reset",
     "schedule_runtime_timing", "schedule_runtime_versions", "schedule_runtime_fingerprint",
     "control_pending", "control_replies", "control_prune", "control_revoked",
-    "control_scheduled", "schedule_owner", "schedule_runtime_list", "queue_pause",
-    "queue_resume", "queue_paused", "fair_index_drop", "fair_index_state",
+    "control_scheduled", "schedule_owner", "schedule_runtime_list", "fair_index_drop",
+    "fair_index_state",
     "fair_index_try_lock", "fair_index_unlock", "fair_index_untimed", "metrics_job_counts",
     "metrics_state_estimates",
     "metrics_queues", "metrics_workers", "metrics_recent",
+    # Pauses: a reference table, and functions that run on the coordinator (their advisory
+    # lock too, which every Citus claim takes there before reading the table).
+    "queue_pause", "queue_resume", "queue_paused",
 })
 
 #: The dialect in use: "postgres", or "citus" once :func:`use_dialect` chose it.

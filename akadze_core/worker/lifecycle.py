@@ -28,7 +28,7 @@ from ..execution.threads import ThreadRunner
 from ..model.dsn import listen_url
 from ..model.errors import AkadzeError, SchemaMissing
 from ..schedules.scheduler import Scheduler
-from ..store import database, fair_index, lookup
+from ..store import database, fair_index, limits, lookup
 from ..store.dberrors import fatal_message, is_too_many_connections, is_transient
 from ..store.deadlines import cancel_and_wait, within
 from ..store.listener import listen_for_jobs
@@ -417,6 +417,8 @@ class Worker:
             self.process_pool.task_id_key = key
         if await database.autovacuum_runs(connection) is False:
             logger.warning(AUTOVACUUM_OFF)
+        # The rate limits this app's tasks declare hold for the whole fleet: set them.
+        await limits.declare(connection, self.app.declared_rate_limits())
         return await self._lease.register(connection, self._producer.registration)
 
     async def _shutdown(self, started: bool) -> None:

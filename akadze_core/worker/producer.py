@@ -13,12 +13,13 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..store import database, pauses
+from ..store import database, limits, pauses
 from ..store.floors import Floors
 
 if TYPE_CHECKING:
@@ -75,6 +76,12 @@ class Producer:
         # Pauses heard and LISTEN restarts so far: a read of the set that overlapped one is
         # not applied (read again while LISTEN is up).
         self._pauses_heard = 0
+        # The queues whose claims go through the limited claim (akadze.claim_is_limited), as
+        # read at most once a poll interval, and only after a claim came back short: a
+        # short claim of one of them asks when a limit has room again, and wakes then.
+        self._limited: set[str] = set()
+        self._limited_read = -float("inf")
+        self._limit_wake: asyncio.TimerHandle | None = None
 
     def open(self, completer: Completer) -> None:
         """Claims may start: ``completer`` holds the outcomes waiting to be written."""
@@ -176,7 +183,34 @@ class Producer:
                     else:
                         self._runs.start(row)
                 if len(rows) < free:
-                    break  # the queue is drained; a full claim means claim again at once
+                    # Drained, or cut short by a limit; a full claim means claim again at once.
+                    await self._after_short_claim(queue)
+                    break
+
+    async def _after_short_claim(self, queue: str) -> None:
+        guard = self._lease.guard
+        now = time.monotonic()
+        if now - self._limited_read >= self._poll_interval:
+            self._limited_read = now
+
+            async def read(connection: psycopg.AsyncConnection) -> None:
+                self._limited = await limits.limited_queues(connection, self.queues)
+
+            await guard(read, "limits")
+        if queue not in self._limited:
+            return
+        waits: list[float | None] = []
+
+        async def wait(connection: psycopg.AsyncConnection) -> None:
+            waits.append(await limits.room_wait(connection, queue))
+
+        if await guard(wait, "limits") and waits[0] is not None:
+            # Claim again when the first start in a binding window leaves it. A key's slot
+            # freed by another worker's run is found at the next poll.
+            if self._limit_wake is not None:
+                self._limit_wake.cancel()
+            self._limit_wake = asyncio.get_running_loop().call_later(
+                waits[0] + 0.001, self._signals.wake.set)
 
     def free(self, queue: str) -> int:
         """How many runs of ``queue`` a claim may take now."""
@@ -208,6 +242,10 @@ class Producer:
         # Retries, snoozes and runs dropped unstarted are queued again below where this
         # worker's next claims would start reading: they lower its floors.
         self.floors.requeued(row for row in rows if row["state"] == "queued")
+        if rows and self._limited:
+            # A run under a concurrency key just gave its slot back (committed already):
+            # claim now, not at the next poll, or a key's jobs would start once a poll.
+            self._signals.wake.set()
         if rows and rows[0].get("settled"):
             # The write released workflow jobs (committed already): claim now rather than
             # when the NOTIFY comes back.

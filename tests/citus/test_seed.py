@@ -231,10 +231,47 @@ async def test_a_schedule_tick_is_enqueued_once_under_contention(
 def test_a_statement_without_a_citus_form_refuses(citus_app: App) -> None:
     from akadze_core.store.queries import citus_queries
 
-    # Today every statement of sql/queries.sql has one (docs/how-to/citus.md says so): a
-    # new statement must be given one, or be listed there as refused.
-    assert [name for name, text in citus_queries().items() if "citus_refuse" in text] == []
+    # Today every statement of sql/queries.sql has one but the limits' (docs/how-to/citus.md
+    # says so): a new statement must be given one, or be listed there as refused.
+    assert sorted(name for name, text in citus_queries().items() if "citus_refuse" in text) \
+        == ["limit_clear", "limit_list", "limit_set", "limit_wait"]
     with citus_app.connect(autocommit=True) as connection, \
             pytest.raises(psycopg.errors.FeatureNotSupported,
                           match="job_new_thing is not available in Citus mode"):
         connection.execute("SELECT akadze.citus_refuse('job_new_thing')")
+
+
+async def test_a_paused_queue_gives_no_job_until_resumed(citus_app: App,
+                                                         citus_db: psycopg.Connection
+                                                         ) -> None:
+    @citus_app.task("held", queue="pausable")
+    async def held() -> str:
+        return "done"
+
+    assert await citus_app.pause_queue_async("pausable", by="test") is True
+    try:
+        job_ids = [await held.enqueue_async() for _ in range(4)]
+        with citus_app.connect(autocommit=True) as connection:
+            assert citus_app.paused_queues() == ["pausable"]
+            claimed = connection.execute(
+                "SELECT count(*) FROM akadze.citus_claim_jobs(NULL, 'pausable', 10, NULL,"
+                " '{}', '{}', '{}')").fetchone()
+        assert claimed == (0,)
+        assert {job(citus_db, job_id)["state"] for job_id in job_ids} == {"queued"}
+    finally:
+        assert await citus_app.resume_queue_async("pausable") is True
+    await run_until(citus_app, lambda: all(
+        job(citus_db, job_id)["state"] == "succeeded" for job_id in job_ids),
+        queues=["pausable"])
+
+
+def test_rate_limits_and_concurrency_keys_refuse(citus_app: App) -> None:
+    """Citus mode has no limited claim: a limit or a key that would not hold is refused."""
+    @citus_app.task("keyed", concurrency_key="tenant-1", max_concurrency=1)
+    async def keyed() -> None:
+        return None
+
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="concurrency_key"):
+        keyed.enqueue()
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="limit_set"):
+        citus_app.set_rate_limit("10/s", queue="default")

@@ -243,11 +243,16 @@ def test_time_limit_and_rate_limit_replies(app: Celery) -> None:
     assert app.control.time_limit("ctlapp.nope", soft=1, destination=[C1], reply=True) == [
         {C1: {"error": "unknown task"}}]
     reply = app.control.rate_limit("ctlapp.mark", "10/m", destination=[C1], reply=True)
-    assert "not enforced" in reply[0][C1]["ok"]
+    assert reply == [{C1: {"ok": "new rate limit set successfully"}}]
+    # Global: set in the database, for every worker.
+    assert app.core.rate_limits() == [
+        {"kind": "task", "name": "ctlapp.mark", "rate": 10, "period": 60.0}]
     bad = app.control.rate_limit("ctlapp.mark", "ten", destination=[C1], reply=True)
     assert bad[0][C1]["error"].startswith("Invalid rate limit string")
     assert app.control.inspect(destination=[C1]).registered("rate_limit") == {
         C1: ["ctlapp.mark [rate_limit=10/m]", "ctlapp.nap"]}
+    app.control.rate_limit("ctlapp.mark", None, destination=[C1], reply=True)
+    assert app.core.rate_limits() == []
 
 
 # --- workers that die or are told to stop --------------------------------------------------------

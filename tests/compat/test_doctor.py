@@ -298,7 +298,7 @@ def test_legacyproj_gets_every_problem_reported_and_exit_1() -> None:
         ("task options", "time_limit"): "different",
         ("task options", "soft_time_limit"): "different",
         ("task options", "acks_late"): "ignored",
-        ("task options", "rate_limit"): "ignored",
+        ("task options", "rate_limit"): "different",
         ("task options", "reject_on_worker_lost"): "ignored",
         ("signals", "task_received"): "different",
         ("signals", "heartbeat_sent"): "missing",
@@ -326,7 +326,7 @@ def test_legacyproj_gets_every_problem_reported_and_exit_1() -> None:
     assert found[("periodic tasks", "beat_schedule")]["subject"] == "nightly-report"
     # maintenance.py's AbortableTask is provided now (akadze_compat.contrib.abortable);
     # app.control.inspect() and task_received are, differently.
-    assert report["summary"] == {"missing": 4, "different": 10, "ignored": 6, "unknown": 1}
+    assert report["summary"] == {"missing": 4, "different": 11, "ignored": 5, "unknown": 1}
     # Passwords: the result backend's and the -b URL's are never shown.
     assert "legacy-s3cret" not in stdout and "Doct0r-pw" not in stdout
     assert found[("settings", "result_backend")]["value"] == "'redis://:***@localhost:6379/0'"
@@ -343,7 +343,7 @@ def test_text_report() -> None:
             "      not supported: use worker_max_tasks_per_child") in out
     assert ("  [different] task_received\n      legacyproj.celery.count_received\n"
             "      sent just before task_prerun") in out
-    assert out.rstrip().endswith("Summary: 4 missing, 10 different, 6 ignored, 1 unknown: "
+    assert out.rstrip().endswith("Summary: 4 missing, 11 different, 5 ignored, 1 unknown: "
                                  "something the project uses is missing in akadze (exit 1)")
     assert "legacy-s3cret" not in out
 

@@ -79,6 +79,10 @@ COVERED = {
     ("docs/how-to/citus.md", "Turn it on", "sh", 0): "test_command_lists_parse",
     ("docs/how-to/citus.md", "Turn it on", "python", 0):
         "tests/citus/test_docs.py::test_the_citus_example_runs_as_written",
+    ("docs/how-to/limits.md", "Rate limits", "python", 0):
+        "test_the_rate_limits_example_sets_and_lists_limits",
+    ("docs/how-to/limits.md", "Per-key concurrency", "python", 0):
+        "test_the_concurrency_example_puts_the_keys_in_the_jobs",
 }
 
 
@@ -326,3 +330,34 @@ def test_the_scaling_checks_run_and_count_the_prune_backlog(db: psycopg.Connecti
     assert answers[1] == [(3,)]
     size, _live, _dead = answers[2][0]
     assert size.endswith(("kB", "MB"))
+LIMITS = DOCS / "how-to" / "limits.md"
+
+
+def test_the_rate_limits_example_sets_and_lists_limits(database_url: str) -> None:
+    """The limits it sets are in the database, the task's declared one among them once a
+    worker would set it, and the last ``None`` removes the queue's."""
+    from akadze_core import App
+
+    app = App(database_url)
+    try:
+        namespace: dict[str, Any] = {"app": app}
+        _run(blocks(page_section(LIMITS, "Rate limits"), "python")[0], namespace)
+        assert namespace["limits"] == [
+            {"kind": "task", "name": "emails.send", "rate": 1000, "period": 3600.0}]
+        assert app.declared_rate_limits()[0][1] == "emails.send"
+    finally:
+        app.close()
+
+
+def test_the_concurrency_example_puts_the_keys_in_the_jobs(
+        database_url: str, db: psycopg.Connection) -> None:
+    from akadze_core import App
+
+    app = App(database_url)
+    try:
+        _run(blocks(page_section(LIMITS, "Per-key concurrency"), "python")[0], {"app": app})
+        rows = db.execute("SELECT meta ->> 'concurrency_key', meta ->> 'max_concurrency'"
+                          " FROM akadze.jobs ORDER BY id").fetchall()
+        assert rows == [("sync", "2"), ("tenant-b", "1")]
+    finally:
+        app.close()

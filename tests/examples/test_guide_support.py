@@ -125,11 +125,12 @@ def test_what_does_not_come_along() -> None:
     from akadze_compat.bin.celery import cli
 
     text = _section(CELERY, "0. What does not come along")
-    assert "accepted, not enforced" in _row(text, "`rate_limit`")[1]
-    assert "`task_annotations` are applied" in _row(text, "`rate_limit`")[1]
-    assert TASK_OPTION_SUPPORT["rate_limit"].status == IGNORED
+    # Rate limits come along, global rather than per worker (section 6, Rate limits).
+    assert "`rate_limit`" not in text
+    assert TASK_OPTION_SUPPORT["rate_limit"].status == DIFFERENT
+    assert "task_annotations are applied" in TASK_OPTION_SUPPORT["rate_limit"].note
     assert SETTING_SUPPORT["task_annotations"].status == HONOURED
-    assert SETTING_SUPPORT["task_default_rate_limit"].status == IGNORED
+    assert SETTING_SUPPORT["task_default_rate_limit"].status == DIFFERENT
 
     assert _row(text, "pickle, yaml, msgpack")[1].startswith("refused")
     for value in ("pickle", "yaml", "msgpack"):

@@ -780,7 +780,8 @@ async def test_hostile_task_and_queue_names_are_stored_literally(
     tables = db.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'akadze' "
                         "ORDER BY tablename").fetchall()
     assert [row[0] for row in tables] == ["control_replies", "control_requests", "jobs",
-                                         "migrations", "repeatable_migrations",
+                                         "limit_starts", "limits",
+                                         "migrations", "queue_pauses", "repeatable_migrations",
                                          "saved_groups", "schedules",
                                          "task_id_key", "workers"]
 

@@ -43,6 +43,8 @@ SELECT create_reference_table('akadze.saved_groups')
 -- statement
 SELECT create_reference_table('akadze.task_id_key')
 -- statement
+SELECT create_reference_table('akadze.queue_pauses')
+-- statement
 -- Lanes per queue: how many shards one queue's untenanted, unkeyed jobs spread over. Set by
 -- `akadze migrate --citus --lanes N` (a one-row reference table read once per enqueue).
 CREATE TABLE IF NOT EXISTS akadze.citus_settings (

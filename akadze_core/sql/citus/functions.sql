@@ -98,8 +98,8 @@ BEGIN
     IF p_lock_timeout IS NOT NULL THEN
         PERFORM set_config('lock_timeout', p_lock_timeout, true);
     END IF;
-    -- A paused queue: claim nothing (akadze.queue_pause, on the coordinator).
-    IF akadze.queue_claimable(p_queue) IS NOT TRUE THEN
+    -- A paused queue gives nothing, exactly once its pause committed (akadze.queue_claimable).
+    IF NOT akadze.queue_claimable(p_queue) THEN
         RETURN;
     END IF;
     FOR step IN 0..15 LOOP
@@ -593,8 +593,6 @@ $$
 -- Every queue the database knows of (queue_list): the loose index scan of one server is a
 -- recursive walk Citus cannot plan over shards, so the queued queues come from one DISTINCT
 -- over the shards, and each queue's due jobs from a count of its own (capped afterwards).
--- akadze.queue_pauses stays a table of the coordinator's: every client and worker connects
--- there, and the claims probe it there (akadze.queue_claimable).
 CREATE OR REPLACE FUNCTION akadze.citus_queue_list(p_cap integer)
 RETURNS TABLE (queue text, paused boolean, paused_at timestamptz, paused_by text, due bigint,
                workers bigint)

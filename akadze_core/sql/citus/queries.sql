@@ -126,3 +126,8 @@ SELECT ids, notified FROM akadze.citus_insert_graph(
 -- name: job_hand_over
 SELECT id, moved, target FROM akadze.citus_hand_over(
     %(id)s::bigint, %(run_count)s::integer, %(claim_token)s::bigint, %(to)s::bigint);
+
+-- name: limit_queues
+-- Citus mode has no limited claim: setting a rate limit (limit_set) is refused, and so is a
+-- job with a concurrency key, at enqueue. No queue is limited.
+SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name) WHERE false;
