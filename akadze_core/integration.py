@@ -8,8 +8,10 @@ on is written down here, in one place. A new need is added here, with a line say
 The groups, in the order of a job's path:
 
 - **Sending and reading rows**: the statements and queries a framework runs in its own
-  transactions (``run_statement``, ``load_queries``, ``JobRequest``), what a transient
-  database error is, the strict JSON encoder the core stores with.
+  transactions (``run_statement``, ``load_queries``, ``JobRequest``), the SQL dialect of
+  the process (``dialect``: a framework's statement that Citus cannot run as written has a
+  Citus form of its own), what a transient database error is, the strict JSON encoder the
+  core stores with.
 - **Running a job's body**: ``decode_job`` (a claimed row into a ``Job`` and its call),
   the process pool and its child-side helpers, the job context (``akadze_core.current``).
 - **Storing its outcome**: ``outcome_of`` classifies how a body ended exactly as the core's
@@ -56,7 +58,7 @@ from .store.database import JobRequest, run_statement, run_statement_sync
 from .store.dberrors import SCHEMA_ERRORS, is_transient
 from .store.embedded import describe_database
 from .store.migrations import MIGRATE_COMMAND, schema_missing
-from .store.queries import load_queries
+from .store.queries import dialect, load_queries
 from .worker.completer import store_outcome, store_outcome_sync
 from .worker.config import DEFAULTS, seconds
 from .worker.panel import NO_REPLY
@@ -94,6 +96,7 @@ __all__ = [
     "decide_retry",
     "decode_job",
     "describe_database",
+    "dialect",
     "error_entry",
     "exit_now",
     "exposition",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from akadze_core.integration import load_queries, run_statement_sync
+from akadze_core.integration import dialect, load_queries, run_statement_sync
 
 from .. import serialization
 
@@ -20,11 +20,14 @@ if TYPE_CHECKING:
 __all__ = ["delete", "load", "save"]
 
 _QUERIES = load_queries("akadze_compat", "sql/groups.sql")
+#: The statements Citus mode runs in their place (akadze.saved_groups is a reference table).
+_CITUS = load_queries("akadze_compat", "sql/groups_citus.sql")
 
 
 def _run(app: Celery, name: str, **params: Any) -> list[dict[str, Any]]:
+    text = _CITUS.get(name, _QUERIES[name]) if dialect() == "citus" else _QUERIES[name]
     return list(app.core.run_pooled(
-        lambda connection: run_statement_sync(connection, _QUERIES[name], **params)))
+        lambda connection: run_statement_sync(connection, text, **params)))
 
 
 def save(app: Celery, group_id: str, value: Any) -> None:

@@ -15,7 +15,7 @@ registers:
 - an invalid index left by an interrupted build is dropped and built again;
 - a role that may not create it (not the owner of ``akadze.jobs``) gets a warning and the
   worker starts anyway: its fair claims are right without the index, only slower on a long
-  queue, until the owner builds it (``CREATE_SQL``).
+  queue, until the owner builds it (``create_sql()``).
 
 A worker stopped while building cancels the build (what is left is invalid, and the next
 fair worker builds it again).
@@ -34,15 +34,25 @@ import psycopg
 
 from ..model.dsn import listen_url
 from . import database
-from .queries import query
+from .queries import all_queries, query
 
 logger = logging.getLogger("akadze.worker")
 
 #: The advisory lock its builder holds (any constant, the same in every worker).
 BUILD_LOCK = 0x616B61647A66
-#: What an owner of ``akadze.jobs`` runs to build the index by hand (one line, no comment).
-CREATE_SQL = " ".join(" ".join(line for line in query("fair_index_create").splitlines()
-                               if not line.lstrip().startswith("--")).split())
+def _one_line(text: str) -> str:
+    return " ".join(" ".join(line for line in text.splitlines()
+                             if not line.lstrip().startswith("--")).split())
+
+
+def create_sql() -> str:
+    """What an owner of ``akadze.jobs`` runs to build the index by hand, in the dialect of
+    this process (one line, no comment)."""
+    return _one_line(query("fair_index_create"))
+
+
+#: ``create_sql()`` on one server.
+CREATE_SQL = _one_line(all_queries()["fair_index_create"])
 #: Seconds between looks while another session builds it.
 POLL_SECONDS = 1.0
 
@@ -108,7 +118,7 @@ async def _build(connection: psycopg.AsyncConnection, stop: asyncio.Event,
     except psycopg.errors.InsufficientPrivilege as exc:
         logger.warning("cannot build jobs_fair_claim_idx (%s): fair claims go on without it, "
                        "slower on a long queue; an owner of akadze.jobs can build it with: %s",
-                       redact(" ".join(str(exc).split())), CREATE_SQL)
+                       redact(" ".join(str(exc).split())), create_sql())
         return True
     except (psycopg.errors.DuplicateTable, psycopg.errors.UniqueViolation):
         return False  # created meanwhile by a session not taking the lock: look again

@@ -39,7 +39,10 @@ CITUS_AS_IS = frozenset({
     "worker_list", "statement_lock_timeout", "autovacuum_runs", "schedule_clock",
     "schedule_list", "schedule_code_list", "schedule_start", "schedule_reset",
     "schedule_runtime_timing", "schedule_runtime_versions", "schedule_runtime_fingerprint",
-    "control_pending", "control_replies", "control_prune", "metrics_job_counts",
+    "control_pending", "control_replies", "control_prune", "control_revoked",
+    "control_scheduled", "schedule_owner", "schedule_runtime_list", "fair_index_drop",
+    "fair_index_state",
+    "fair_index_try_lock", "fair_index_unlock", "fair_index_untimed", "metrics_job_counts",
     "metrics_state_estimates",
     "metrics_queues", "metrics_workers", "metrics_recent",
     # Pauses: a reference table, and functions that run on the coordinator (their advisory

@@ -3,7 +3,8 @@
 Starts a coordinator and two workers (as the tests do), migrates in Citus mode with four
 lanes, and times on the same machine, for Citus mode and for one server (a database without
 Citus on the coordinator's server: the same settings, fsync off): enqueue_many, one enqueue
-per call, and a worker draining the jobs (no-op bodies).
+per call, a worker draining the jobs (no-op bodies), and a chord (a fan-in of no-op members
+and a body taking their results: the workflow in one shard, settled there).
 """
 
 from __future__ import annotations
@@ -84,6 +85,54 @@ async def measure(url: str, citus: bool, jobs: int,
     return {"enqueue_many": bulk, "enqueue": single, "drain": drain, "cpu": cpu}
 
 
+async def measure_chord(url: str, citus: bool, members: int,
+                        servers: dict[str, int | None]) -> dict[str, Any]:
+    app = App(url, citus=citus)
+
+    @app.task("part")
+    async def part(n: int) -> int:
+        return n
+
+    @app.task("total")
+    async def total(values: list[int]) -> int:
+        return sum(values)
+
+    flow = app.workflow()
+    parts = flow.add_many(part, [{"n": n} for n in range(members)])
+    body = flow.add(total, after=parts, result_arg="values")
+    started = time.perf_counter()
+    flow.enqueue()
+    enqueue = (members + 1) / (time.perf_counter() - started)
+    worker = Worker(app, slots=20, poll_interval=0.1)
+    before = {name: cpu_seconds(pid) for name, pid in servers.items()}
+    runner = asyncio.create_task(worker.run())
+    started = time.perf_counter()
+    assert body.id is not None
+
+    async def body_state() -> str | None:
+        done = await app.get_job_async(body.id or 0)
+        return done.state if done else None
+
+    while await body_state() != "succeeded":
+        await asyncio.sleep(0.1)
+    drain = (members + 1) / (time.perf_counter() - started)
+    cpu = {name: (cpu_seconds(pid) - before[name]) / (members + 1) * 1e6
+           for name, pid in servers.items()}
+    done = await app.get_job_async(body.id)
+    assert done is not None and done.result == sum(range(members))
+    worker.request_stop()
+    await asyncio.wait_for(runner, 60)
+    await app.close_async()
+    return {"enqueue": enqueue, "drain": drain, "cpu": cpu}
+
+
+def report_chord(name: str, members: int, figures: dict[str, Any]) -> None:
+    print(f"{name:<24} chord of {members:,}: enqueue {figures['enqueue']:8,.0f} jobs/s   "
+          f"drain to the body {figures['drain']:6,.0f} jobs/s")
+    print(f"{'':<24} server CPU per job drained: " + ", ".join(
+        f"{name} {micros:,.0f} us" for name, micros in figures["cpu"].items()))
+
+
 def report(name: str, figures: dict[str, Any]) -> None:
     print(f"{name:<24} enqueue_many {figures['enqueue_many']:8,.0f} jobs/s   "
           f"enqueue {figures['enqueue']:6,.0f} jobs/s   drain {figures['drain']:6,.0f} jobs/s")
@@ -104,11 +153,15 @@ def main() -> None:
             migrate(connection)
         coordinator = {"server": cluster.coordinator.pid()}
         report("one server", asyncio.run(measure(single_url, False, jobs, coordinator)))
+        report_chord("one server", jobs // 5,
+                     asyncio.run(measure_chord(single_url, False, jobs // 5, coordinator)))
         with psycopg.connect(cluster.url(), autocommit=True) as connection:
             migrate(connection, citus=True, lanes=4)
         nodes = {"coordinator": cluster.coordinator.pid(),
                  **{f"worker{i + 1}": node.pid() for i, node in enumerate(cluster.workers)}}
         report("citus, 2 worker nodes", asyncio.run(measure(cluster.url(), True, jobs, nodes)))
+        report_chord("citus, 2 worker nodes", jobs // 5,
+                     asyncio.run(measure_chord(cluster.url(), True, jobs // 5, nodes)))
         use_dialect("postgres")
 
 

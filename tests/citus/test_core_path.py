@@ -11,7 +11,6 @@ import psycopg
 import pytest
 
 from akadze_core import App, Worker
-from akadze_core.store.queries import citus_queries
 from tests.helpers import job, run_worker_until
 
 
@@ -70,20 +69,6 @@ async def test_a_waiter_hears_the_outcome_on_the_coordinator(citus_app: App) -> 
         worker.request_stop()
         await asyncio.wait_for(runner, 30)
     assert (done.state, done.result) == ("succeeded", 42)
-
-
-async def test_unported_statements_refuse(citus_app: App) -> None:
-    assert citus_queries()["job_insert_graph"] == "SELECT akadze.citus_refuse('job_insert_graph')"
-
-    @citus_app.task("step")
-    async def step() -> None: ...
-
-    flow = citus_app.workflow()
-    first = flow.add(step)
-    flow.add(step, after=first)
-    with pytest.raises(psycopg.errors.FeatureNotSupported,
-                       match="job_insert_graph is not available in Citus mode"):
-        flow.enqueue()
 
 
 async def test_every_maintenance_service_runs_in_citus_mode(

@@ -72,6 +72,61 @@ SELECT id, notified FROM akadze.citus_schedule_enqueue(
     %(args)s::jsonb, %(priority)s, %(max_attempts)s, %(expires_at)s::timestamptz,
     %(meta)s::jsonb);
 
+-- name: queue_list
+SELECT * FROM akadze.citus_queue_list(%(cap)s::integer);
+
+-- name: control_send
+SELECT id, notified FROM akadze.citus_control_send(
+    %(command)s, %(arguments)s::jsonb, %(targets)s::bigint[], %(reply)s, %(ttl)s::float8);
+
+-- name: control_reply
+SELECT request_id, notified FROM akadze.citus_control_reply(
+    %(request_id)s, %(worker_id)s, %(worker_name)s, %(reply)s::jsonb);
+
+-- name: schedule_runtime_add
+SELECT name, source, spec, task, args, queue, priority, max_attempts, expires, meta, paused,
+       version, created_at, changed_at, last_run, true AS notified
+FROM akadze.citus_schedule_runtime_add(
+    %(name)s, %(spec)s, %(task)s, %(args)s::jsonb, %(queue)s, %(priority)s,
+    %(max_attempts)s, %(expires)s::interval, %(meta)s::jsonb, %(paused)s, %(replace)s);
+
+-- name: schedule_runtime_pause
+SELECT name, notified FROM akadze.citus_schedule_runtime_pause(%(name)s, %(paused)s);
+
+-- name: schedule_runtime_remove
+SELECT name, notified FROM akadze.citus_schedule_runtime_remove(%(name)s);
+
+-- name: schedule_runtime_enqueue
+SELECT queue, jobs, notified FROM akadze.citus_schedule_runtime_enqueue(%(due)s::jsonb);
+
+-- name: job_claim_fair
+SELECT * FROM akadze.citus_claim_jobs_fair(
+    %(lock_timeout)s::text, %(queue)s::text, %(limit)s::integer, %(worker_id)s::bigint,
+    %(after_task)s::text);
+
+-- name: fair_index_create
+-- The fair claim's loose scan within one shard (citus_claim_jobs_fair).
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_fair_claim_idx
+    ON akadze.jobs (shard, queue, task, priority, scheduled_at, id) WHERE state = 'queued';
+
+-- name: job_complete_in_tx
+SELECT id, notified FROM akadze.citus_complete_in_tx(
+    %(id)s::bigint, %(run_count)s::integer, %(claim_token)s::bigint, %(result)s::jsonb);
+
+-- name: job_insert_graph
+SELECT ids, notified, refused, linked FROM akadze.citus_insert_graph(
+    %(templates)s::jsonb, %(nodes)b::text[], %(chunk_template)b::int[],
+    %(external)s::bigint[], %(external_ref)s::bigint[], %(external_node)s::int[]);
+
+-- name: job_insert_rows
+-- A group: a workflow without edges, all in one shard (its first job's).
+SELECT ids, notified FROM akadze.citus_insert_graph(
+    %(templates)s::jsonb, %(nodes)b::text[], %(chunk_template)b::int[], '{}', '{}', '{}');
+
+-- name: job_hand_over
+SELECT id, moved, target FROM akadze.citus_hand_over(
+    %(id)s::bigint, %(run_count)s::integer, %(claim_token)s::bigint, %(to)s::bigint);
+
 -- name: limit_queues
 -- Citus mode has no limited claim: setting a rate limit (limit_set) is refused, and so is a
 -- job with a concurrency key, at enqueue. No queue is limited.
