@@ -394,6 +394,24 @@ BEGIN
         PERFORM set_config('lock_timeout', p_lock_timeout, true);
     END IF;
     v_room := least(coalesce(akadze.limit_room('queue', p_queue, true), p_limit), p_limit);
+    -- Only the queue's own limit can bind (no task limit, no keyed job queued here): take
+    -- the room in one set-based read, not job by job, so the queue's limit row -- which the
+    -- fleet's claims of this queue take in turns -- is held for as short a time as the plain
+    -- claim's statement. A keyed job committed since the check is left to the next claim.
+    IF v_room > 0
+       AND NOT EXISTS (SELECT 1 FROM akadze.limits AS l WHERE l.kind = 'task')
+       AND NOT EXISTS (SELECT 1 FROM akadze.jobs AS j
+                       WHERE j.state = 'queued' AND j.queue = p_queue
+                         AND j.meta ? 'concurrency_key') THEN
+        SELECT coalesce(array_agg(c.id), '{}') INTO v_take FROM (
+            SELECT j.id FROM akadze.jobs AS j
+            WHERE j.state = 'queued' AND j.queue = p_queue AND j.scheduled_at <= now()
+              AND NOT j.meta ? 'concurrency_key'
+            ORDER BY j.priority, j.scheduled_at, j.id
+            LIMIT v_room
+            FOR UPDATE SKIP LOCKED) AS c;
+        v_round := 8;  -- taken: no job-by-job rounds
+    END IF;
     WHILE cardinality(v_take) < v_room AND v_round < 8 LOOP
         v_round := v_round + 1;
         v_want := v_room - cardinality(v_take);
