@@ -44,9 +44,8 @@ from bench import db
 from bench.apps.core_app import NOOP
 from bench.core import worker_argv
 from bench.drain import drain
-from tests.faults.ha_app import HA_RUNS_TABLE
 from tests.faults.patroni_support import PatroniCluster, missing
-from tests.faults.test_patroni_failover import Worker, connect
+from tests.faults.test_patroni_failover import Worker, connect, ha_app
 from tests.workers.support import wait_until
 
 
@@ -165,15 +164,7 @@ def main() -> None:
     try:
         cluster.start()
         dsn = cluster.dsn()
-        with connect(dsn) as connection:
-            migrate(connection)
-            connection.execute(HA_RUNS_TABLE)
-        app = App(dsn)
-
-        @app.task("ha_record")
-        def ha_record() -> None:  # the producer's handle; the workers run tests.faults.ha_app
-            raise AssertionError("runs in the worker processes only")
-
+        app = ha_app(dsn)
         workers = [Worker(dsn, run_dir / f"worker{i}.log") for i in range(2)]
         producer = TimedProducer(app)
         producer.start()

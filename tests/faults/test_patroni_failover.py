@@ -63,6 +63,21 @@ def connect(dsn: str, timeout: float = 30.0) -> psycopg.Connection:
             time.sleep(0.2)
 
 
+def ha_app(dsn: str) -> App:
+    """The cluster's database migrated, with the table the workers record runs in, and an
+    App whose ``ha_record`` is the producer's handle (tests.faults.ha_app runs it)."""
+    with connect(dsn) as connection:
+        migrate(connection)
+        connection.execute(HA_RUNS_TABLE)
+    app = App(dsn)
+
+    @app.task("ha_record")
+    def ha_record() -> None:
+        raise AssertionError("runs in the worker processes only")
+
+    return app
+
+
 class Worker:
     """One ``akadze worker tests.faults.ha_app:app`` subprocess, its output in a file."""
 
@@ -124,15 +139,7 @@ def test_switchover_and_leader_crash_under_load_lose_nothing_and_run_nothing_twi
     patroni: PatroniCluster, tmp_path: Path
 ) -> None:
     dsn = patroni.dsn()
-    with connect(dsn) as connection:
-        migrate(connection)
-        connection.execute(HA_RUNS_TABLE)
-    app = App(dsn)
-
-    @app.task("ha_record")
-    def ha_record() -> None:  # the producer's handle; the workers run tests.faults.ha_app
-        raise AssertionError("runs in the worker processes only")
-
+    app = ha_app(dsn)
     workers = [Worker(dsn, tmp_path / f"worker{i}.log") for i in range(2)]
     producer = Producer(app)
     try:
