@@ -319,10 +319,15 @@ def test_prefork_children_get_celeryd_init_and_worker_init_before_worker_process
     assert child != worker.pid
     assert by_pid[child] == ["celeryd_init", "worker_init", "worker_process_init", "task"]
     assert by_pid[worker.pid] == ["celeryd_init", "worker_init"]
-    with psycopg.connect(module_database_url) as connection:
-        state = connection.execute(
-            "SELECT state FROM akadze.jobs WHERE task = 'hookproj.where'").fetchone()
-    assert state is not None and state[0] == "succeeded"
+
+    def state() -> str | None:
+        # The body wrote its line before it returned: the outcome follows it.
+        with psycopg.connect(module_database_url) as connection:
+            row = connection.execute(
+                "SELECT state FROM akadze.jobs WHERE task = 'hookproj.where'").fetchone()
+        return None if row is None else row[0]
+
+    wait_until(lambda: state() == "succeeded", timeout=30)
 
 
 async def test_request_headers_are_the_nested_headers_header_when_there_is_one(
