@@ -102,9 +102,12 @@ def test_a_body_past_its_timeout_ends_with_its_process(app: App, db: psycopg.Con
     row = job(db, job_id)
     assert row["state"] == "failed", row
     assert row["errors"][0]["type"] == "JobTimeout", row
-    assert re.search(rf"job {job_id} hang failed for good on attempt 1/1 in [\d.]+s: JobTimeout: "
-                     r"the task ran longer than its timeout of [\d.]+s; its process \(pid \d+\) "
-                     r"was ended \(no attempts left\)$", worker.log(), re.MULTILINE), worker.log()
+    said = (rf"job {job_id} hang failed for good on attempt 1/1 in [\d.]+s: JobTimeout: "
+            r"the task ran longer than its timeout of [\d.]+s; its process \(pid \d+\) "
+            r"was ended \(no attempts left\)$")
+    # The line is logged once the outcome is written, which the row showed first.
+    wait_until(lambda: re.search(said, worker.log(), re.MULTILINE) is not None,
+               what="the worker to log the timeout", timeout=10)
     wait_until(lambda: not os.path.exists(f"/proc/{first_child}"),
                what="the hung child to be gone")
     after = app.tasks["whoami"].enqueue()
