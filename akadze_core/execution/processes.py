@@ -146,6 +146,8 @@ class ProcessPool:
         self._closing = False
         # Jobs handed to run() that wait for a process (claimed ahead of the children).
         self._pending: collections.deque[Run] = collections.deque()
+        # Children with messages in their outbox, written once this turn of the loop ends.
+        self._unflushed: list[Child] = []
         self._waiting: set[int] = set()
         # Per task name: how many of its last runs in a row were short (see SHORT).
         self._short_streak: dict[str, int] = {}
@@ -298,6 +300,7 @@ class ProcessPool:
         self._waiting.clear()
         children = list(self._children.values())
         for child in children:
+            self._flush_child(child)
             child.writer.write(STOP)
             child.writer.close()
         deadline = time.monotonic() + timeout
@@ -342,7 +345,28 @@ class ProcessPool:
         child.sent.append(run)
         if len(child.sent) == 1:
             self._started(child)
-        child.writer.write(encode_row(run.row, run.worker_id, self.task_id_key))
+        # Written at the end of this turn of the event loop, with the other jobs sent to
+        # this child meanwhile: one system call, and one wake-up of the child, for all of
+        # them (a woken child preempts its writer on a busy host).
+        if not child.outbox:
+            if not self._unflushed:
+                asyncio.get_running_loop().call_soon(self._flush)
+            self._unflushed.append(child)
+        child.outbox.append(encode_row(run.row, run.worker_id, self.task_id_key))
+
+    def _flush(self) -> None:
+        """Write every child's outbox (the jobs sent to it in the last loop turn)."""
+        unflushed, self._unflushed = self._unflushed, []
+        for child in unflushed:
+            self._flush_child(child)
+
+    @staticmethod
+    def _flush_child(child: Child) -> None:
+        if child.outbox:
+            data = b"".join(child.outbox) if len(child.outbox) > 1 else child.outbox[0]
+            child.outbox.clear()
+            if not child.writer.is_closing():
+                child.writer.write(data)
 
     def _started(self, child: Child) -> None:
         """The first job sent to ``child`` starts now: its limits start too."""
@@ -478,6 +502,7 @@ class ProcessPool:
         they wait for a process again, first in line."""
         behind = list(child.sent)
         child.sent.clear()
+        child.outbox.clear()  # sent but not written yet: they wait for a process again
         for run in reversed(behind):
             if run.terminate is not None:  # asked to terminate before it started: dropped
                 if not run.future.done():
@@ -556,6 +581,7 @@ class ProcessPool:
         if child in self._idle:
             self._idle.remove(child)
         if not kill:
+            self._flush_child(child)
             child.writer.write(STOP)
         child.writer.close()
         if kill:
