@@ -4,10 +4,12 @@ The ceiling is what the worker's own two batch statements can do with nothing el
 them: one Python process (asyncio and psycopg, like the worker) claims the backlog with
 ``akadze_core.store.database.claim_jobs`` exactly as the worker's producer calls it (the
 default queue, ``LIMIT`` = the slots, a registered worker id, the claim floors, the worker's
-default lock bound) and writes each batch's success with ``complete_many`` exactly as the
-completer does (one ``akadze.complete_jobs`` per batch, the result a no-op returns). Two
-connections, like the worker's claim loop and completer: the next claim runs while the
-previous batch's outcomes are written. No task body, no executor, no log line per job.
+default lock bound) and writes the no-op's success of the claimed rows with ``complete_many``
+exactly as the completer does (one ``akadze.complete_jobs`` per write, of every outcome
+waiting, up to the completer's batch). Two connections, like the worker's claim loop and
+completer, running at once: claims go on while fewer outcomes wait than the worker's
+backpressure bound (``pending_outcomes_limit``), each write takes what accumulated during
+the last. No task body, no executor, no log line per job.
 
 Beside it, ``akadze worker bench.apps.core_app:app --slots 64`` drains the same backlog of
 async no-ops (``bench.core.core_drain``). Every run, ceiling or drain, gets a database of its
@@ -53,6 +55,8 @@ CEILING_TARGET = 0.9
 #: The slowest drain over the drains' median.
 SPREAD_TARGET = 0.6
 QUEUE = "default"
+#: The completer's largest write (``Completer(max_batch=...)``'s default).
+MAX_BATCH = 1000
 
 
 @dataclass
@@ -100,34 +104,52 @@ def _outcomes(rows: list[dict[str, Any]]) -> list[Outcome]:
 
 
 async def _ceiling(url: str, slots: int) -> None:
-    """Claim and complete every queued job of ``url``, the next claim overlapping the
-    previous batch's outcome write."""
+    """Claim and complete every queued job of ``url`` with the worker's claim loop and
+    completer reduced to their statements: claims of ``slots`` while fewer outcomes than the
+    worker's backpressure bound wait, and each write takes every outcome waiting (at most the
+    completer's batch), so the claims and the writes overlap and batch as in the worker."""
+    config = DEFAULTS.replace(slots=slots)
+    bound, most_pending = config.lock_timeout_seconds(), config.pending_outcomes_limit()
     # The worker's connections: autocommit, statements prepared as its app prepares them.
     kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold()}
     async with await psycopg.AsyncConnection.connect(url, **kwargs) as claims, \
-            await psycopg.AsyncConnection.connect(url, **kwargs) as outcomes:
+            await psycopg.AsyncConnection.connect(url, **kwargs) as writes:
         worker_id = await _register(claims, slots)
         floors = Floors()
         floors.set_listening(True)  # the worker's LISTEN is up through a drain
+        pending: list[Outcome] = []
+        arrived, room = asyncio.Event(), asyncio.Event()
+        drained = False
 
-        async def claim() -> list[dict[str, Any]]:
-            with database.lock_timeout(DEFAULTS.lock_timeout_seconds()):
-                return await database.claim_jobs(claims, QUEUE, slots, worker_id, False,
-                                                 floors=floors)
+        async def claim_loop() -> None:
+            nonlocal drained
+            while True:
+                while len(pending) >= most_pending:
+                    room.clear()
+                    await room.wait()
+                with database.lock_timeout(bound):
+                    rows = await database.claim_jobs(claims, QUEUE, slots, worker_id, False,
+                                                     floors=floors)
+                if not rows:
+                    break
+                pending.extend(_outcomes(rows))
+                arrived.set()
+            drained = True
+            arrived.set()
 
-        async def complete(rows: list[dict[str, Any]]) -> None:
-            with database.lock_timeout(DEFAULTS.lock_timeout_seconds()):
-                await database.complete_many(outcomes, _outcomes(rows))
+        async def write_loop() -> None:
+            while pending or not drained:
+                if not pending:
+                    arrived.clear()
+                    await arrived.wait()
+                    continue
+                batch = pending[:MAX_BATCH]
+                with database.lock_timeout(bound):
+                    await database.complete_many(writes, batch)
+                del pending[:len(batch)]
+                room.set()
 
-        rows = await claim()
-        while rows:
-            following = asyncio.ensure_future(claim())
-            try:
-                await complete(rows)
-            except BaseException:
-                following.cancel()
-                raise
-            rows = await following
+        await asyncio.gather(claim_loop(), write_loop())
 
 
 def ceiling_run(url: str, jobs: int, slots: int = SLOTS) -> float:
