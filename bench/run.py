@@ -251,8 +251,11 @@ class Bench:
                                                run_dir=self.run_dir)
 
     def _ceiling(self) -> None:
-        self.results["ceiling"] = ceiling.ceiling_workload(
-            self.admin, self.options.database, self.sizes.ceiling_jobs, run_dir=self.run_dir)
+        result = ceiling.ceiling_workload(self.admin, self.options.database,
+                                          self.sizes.ceiling_jobs, run_dir=self.run_dir)
+        self.results["ceiling"] = result
+        if result.failures:  # its rows say so; the exit code too, as for any failed drain
+            self.results["ceiling failures"] = Failed("; ".join(result.failures))
 
     def _pgbouncer(self) -> None:
         try:
