@@ -24,6 +24,7 @@ from typing import Any
 
 from . import (
     canvas,
+    ceiling,
     celery_side,
     claim,
     compat,
@@ -42,8 +43,8 @@ from . import (
 from .drain import DrainResult
 
 RESULTS = Path(__file__).resolve().parent / "results.md"
-WORKLOADS = ("enqueue", "bulk", "latency", "claim", "core", "pgbouncer", "memory", "sweep",
-             "compat", "celery", "oban", "canvas", "schedules", "metrics", "dashboard",
+WORKLOADS = ("enqueue", "bulk", "latency", "claim", "core", "ceiling", "pgbouncer", "memory",
+             "sweep", "compat", "celery", "oban", "canvas", "schedules", "metrics", "dashboard",
              "limits")
 
 
@@ -80,6 +81,7 @@ class Sizes:
     limits_exact: int = 2_000   # the 4 workers' drain under a binding rate limit
     limits_rate: int = 200      # ... that rate, per second
     limits_rounds: int = 2      # the cost part's turns, the figures are medians
+    ceiling_jobs: int = 20_000  # each ceiling run and each of its 16 `--slots 64` drains
 
 
 QUICK = Sizes(drain_jobs=20_000, memory_jobs=20_000, sweep_jobs=5_000, compat_jobs=5_000,
@@ -88,7 +90,8 @@ QUICK = Sizes(drain_jobs=20_000, memory_jobs=20_000, sweep_jobs=5_000, compat_jo
               claim_future=100_000, claims=200, canvas_members=5_000, canvas_steps=300,
               canvas_chord=2_000, schedules=10_000, schedule_seconds=65,
               metrics_jobs=1_000_000, metrics_failed=10_000, metrics_renders=50,
-              metrics_drain=10_000, dashboard_jobs=200_000, oban_jobs=10_000, oban_rounds=1)
+              metrics_drain=10_000, dashboard_jobs=200_000, oban_jobs=10_000, oban_rounds=1,
+              ceiling_jobs=2_000)
 FULL = Sizes(drain_jobs=200_000, memory_jobs=1_000_000, sweep_jobs=20_000, compat_jobs=50_000,
              celery_jobs=20_000, single_enqueue=10_000, bulk_jobs=200_000, bulk_batch=10_000,
              latency_samples=200, claim_small=10_000, claim_large=1_000_000,
@@ -246,6 +249,13 @@ class Bench:
         self.results["core"] = core.core_drain(self.url, self.sizes.drain_jobs,
                                                slots=self.options.core_slots,
                                                run_dir=self.run_dir)
+
+    def _ceiling(self) -> None:
+        result = ceiling.ceiling_workload(self.admin, self.options.database,
+                                          self.sizes.ceiling_jobs, run_dir=self.run_dir)
+        self.results["ceiling"] = result
+        if result.failures:  # its rows say so; the exit code too, as for any failed drain
+            self.results["ceiling failures"] = Failed("; ".join(result.failures))
 
     def _pgbouncer(self) -> None:
         try:

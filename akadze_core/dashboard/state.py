@@ -32,6 +32,7 @@ from ..model.dsn import redact_password
 from ..model.jobs import JOB_STATES
 from ..model.task_ids import TaskIds
 from ..store import lookup
+from ..store.connections import close_when_collected
 from . import data
 from .auth import (
     CSRF_COOKIE,
@@ -153,6 +154,7 @@ class Dashboard:
                 self._pool = psycopg_pool.ConnectionPool(
                     self.app.database_url, min_size=1, max_size=4, timeout=10, kwargs=kwargs,
                     name="akadze-dashboard", open=True)
+                close_when_collected(self, self._pool)
             return self._pool
 
     def close(self) -> None:

@@ -321,6 +321,7 @@ class Connections:
                         url, min_size=1, max_size=self.pool_size, timeout=10,
                         kwargs=dict(self.connection_kwargs), name="akadze", open=True,
                     )
+                    close_when_collected(self, self._pool)
                 pool = self._pool
         return pool
 
@@ -571,4 +572,26 @@ class Connections:
         self.close()
 
 
-__all__ = ["RECONNECT_WINDOW", "TCP_SETTINGS", "Connections"]
+def close_when_collected(owner: object, pool: psycopg_pool.ConnectionPool) -> None:
+    """Close ``pool`` when ``owner`` is garbage-collected, or at exit, unless it was closed.
+
+    An app dropped without ``close()`` would leave the pool to psycopg_pool's ``__del__``,
+    which joins the pool's worker threads: when the collection happens on one of those
+    threads (the collector runs wherever allocation triggers it) that join raises "cannot
+    join current thread", and at interpreter exit it may find its modules gone. Closed here
+    instead, from a thread that is not one of the pool's own; never in a forked child,
+    where the pool's connections are the parent's sessions (see ``_after_fork``).
+    """
+    weakref.finalize(owner, _close_pool, pool, os.getpid())
+
+
+def _close_pool(pool: psycopg_pool.ConnectionPool, pid: int) -> None:
+    if pool.closed or os.getpid() != pid:
+        return
+    if threading.current_thread() is threading.main_thread():
+        pool.close()
+    else:  # maybe one of the pool's workers, which cannot join itself
+        threading.Thread(target=pool.close, name=f"{pool.name}-close", daemon=True).start()
+
+
+__all__ = ["RECONNECT_WINDOW", "TCP_SETTINGS", "Connections", "close_when_collected"]

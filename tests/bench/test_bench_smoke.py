@@ -37,6 +37,22 @@ def test_the_core_drain_runs_and_reports_numbers(admin_url: str, tmp_path: Path)
     assert "worker RSS over the 300-job drain, `--slots 100`" in table
 
 
+def test_the_ceiling_workload_runs_beside_the_worker(admin_url: str, tmp_path: Path) -> None:
+    from bench import ceiling
+
+    assert "ceiling" in bench_run.parse([]).workloads  # in the default run
+    name = f"akadze_bench_test_{uuid.uuid4().hex[:8]}"
+    result = ceiling.ceiling_workload(admin_url, name, 300, run_dir=tmp_path, drains=2,
+                                      per_ceiling=2)
+
+    assert result.failures == []
+    assert len(result.ceilings) == 2 and min(result.ceilings) > 0  # ceiling, 2 drains, ceiling
+    assert [drain.succeeded for drain in result.drains] == [300, 300]
+    rows = ceiling.rows(result, 300)
+    assert [row.target for row in rows] == ["≥ 90 %", "≥ 0.6x"]
+    assert all(row.verdict in ("pass", "FAIL") for row in rows)
+
+
 def test_the_database_name_is_checked() -> None:
     with pytest.raises(ValueError, match="akadze_bench"):
         bench_run.db.recreate("postgresql://nobody@127.0.0.1:1/postgres", "postgres")
