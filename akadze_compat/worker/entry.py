@@ -46,7 +46,7 @@ from .. import signals, states
 from ..app import trace as trace_module
 from ..app.context import Context
 from ..app.flow import ERRBACK
-from ..app.publish import FOREVER
+from ..app.publish import FOREVER, task_limits
 from ..app.trace import (
     ExceptionInfo,
     RetryCall,
@@ -203,8 +203,9 @@ def _prepare(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[st
     if not isinstance(override, dict):
         args = step_args(task, job, meta, args, kwargs)
     request = build_request(task, job, meta, args, kwargs)
-    hard = meta.get("time_limit") or task.option("time_limit", "task_time_limit")
-    soft = meta.get("soft_time_limit") or task.option("soft_time_limit", "task_soft_time_limit")
+    task_hard, task_soft = task_limits(task)
+    hard = meta.get("time_limit") or task_hard
+    soft = meta.get("soft_time_limit") or task_soft
     limits = limits_for(soft, hard, SoftTimeLimitExceeded, TimeLimitExceeded)
     return _Run(task, context, request, args, kwargs, meta, limits, new_style)
 
