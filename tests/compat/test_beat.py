@@ -418,7 +418,10 @@ async def test_custom_schedules_run_each_due_run_once_across_workers(
         ticks = [datetime.fromisoformat(tick) for _, _, tick in jobs_of(db, name)]
         gaps = [(later - earlier).total_seconds()
                 for earlier, later in itertools.pairwise(ticks)]
-        assert gaps and min(gaps) >= 1.5, (name, gaps)  # never two runs for one due run
+        # Never two runs for one due run (a gap near 0). The tick is the database time at
+        # the start of a worker's pass, and the pass's is_due calls come a moment later (a
+        # few hundred ms on a loaded machine), so a gap may fall short of 1.5 s by as much.
+        assert gaps and min(gaps) >= 1.0, (name, gaps)
     assert runs.count("custom") >= 3 and runs.count("duck") >= 3
     # is_due got the last run from the database, aware, in the app's zone.
     assert all(seen.tzinfo is not None and str(seen.tzinfo) == "Europe/Paris"

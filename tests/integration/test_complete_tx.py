@@ -115,7 +115,8 @@ async def test_cancel_or_expiry_during_the_block_does_not_stop_it(
     chain = Chain(app, hold=True)
     options = {}
     if how == "expiry":
-        expires = db.execute("SELECT now() + interval '0.3 seconds'").fetchone()[0]  # type: ignore[index]
+        # Long enough for a worker starting on a loaded machine to claim it first.
+        expires = db.execute("SELECT now() + interval '2 seconds'").fetchone()[0]  # type: ignore[index]
         options["expires_at"] = expires
     job_id = chain.build.configure(**options).enqueue(report_id=1)
     async with running(fast_worker(app)):
@@ -137,7 +138,8 @@ async def test_error_inside_the_block_after_cancel_or_expiry_cancels(
     chain = Chain(app, hold=True, fail=True)
     options = {}
     if how == "expiry":
-        expires = db.execute("SELECT now() + interval '0.3 seconds'").fetchone()[0]  # type: ignore[index]
+        # Long enough for a worker starting on a loaded machine to claim it first.
+        expires = db.execute("SELECT now() + interval '2 seconds'").fetchone()[0]  # type: ignore[index]
         options["expires_at"] = expires
     # max_attempts=1: without the cancel the error would end the job failed.
     job_id = chain.build.configure(max_attempts=1, **options).enqueue(report_id=1)
