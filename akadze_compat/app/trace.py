@@ -134,8 +134,11 @@ def _handler(task: Task, name: str) -> Callable[..., Any] | None:
     """``task``'s handler ``name``, or None when it is Task's no-op (marked ``@default``
     in ``Task``; calling it would only cost time).
 
-    Looked up on every call, not cached: a class patched later is still seen.
+    Looked up on every call, not cached: a class patched later is still seen. Asked of the
+    class first: a default left on it and not set on the instance needs no bound method.
     """
+    if name not in task.__dict__ and is_default(getattr(type(task), name, None)):
+        return None
     handler: Callable[..., Any] = getattr(task, name)
     if is_default(getattr(handler, "__func__", None)):
         return None

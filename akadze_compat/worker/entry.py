@@ -46,7 +46,7 @@ from .. import signals, states
 from ..app import trace as trace_module
 from ..app.context import Context
 from ..app.flow import ERRBACK
-from ..app.publish import FOREVER
+from ..app.publish import FOREVER, task_limits
 from ..app.trace import (
     ExceptionInfo,
     RetryCall,
@@ -203,8 +203,9 @@ def _prepare(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[st
     if not isinstance(override, dict):
         args = step_args(task, job, meta, args, kwargs)
     request = build_request(task, job, meta, args, kwargs)
-    hard = meta.get("time_limit") or task.option("time_limit", "task_time_limit")
-    soft = meta.get("soft_time_limit") or task.option("soft_time_limit", "task_soft_time_limit")
+    task_hard, task_soft = task_limits(task)
+    hard = meta.get("time_limit") or task_hard
+    soft = meta.get("soft_time_limit") or task_soft
     limits = limits_for(soft, hard, SoftTimeLimitExceeded, TimeLimitExceeded)
     return _Run(task, context, request, args, kwargs, meta, limits, new_style)
 
@@ -388,6 +389,8 @@ def _ignore_patch(run: _Run, result: TraceResult) -> dict[str, Any] | None:
 
 def _meta_patch(run: _Run, result: TraceResult) -> dict[str, Any] | None:
     """What the run's outcome needs kept in the job's meta before it is written."""
+    if result.state == states.SUCCESS:  # the usual outcome needs nothing kept
+        return None
     return _retry_patch(run, result) or _ignore_patch(run, result)
 
 
@@ -523,10 +526,11 @@ def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[s
     patch = _stale_state_patch(run)
     if patch is not None:
         context.update_meta_sync(patch)
-    lost = _lost_runs(app.core.get_job(context.id)) if _needs_lost_count(run) else 0
-    ended = _ended_outside(run, lost)
-    if ended is not None:
-        _fail_now(run, ended)
+    if context.job.attempt > 1:  # a first attempt has no earlier one to judge
+        lost = _lost_runs(app.core.get_job(context.id)) if _needs_lost_count(run) else 0
+        ended = _ended_outside(run, lost)
+        if ended is not None:
+            _fail_now(run, ended)
     _check_deadline(run)
     send_received(run.task, run.request)
 
@@ -568,11 +572,12 @@ async def _run_async(app: Celery, name: str, args: Any, kwargs: Any,
     patch = _stale_state_patch(run)
     if patch is not None:
         await context.update_meta(patch)
-    lost = _lost_runs(await app.core.get_job_async(context.id)) if _needs_lost_count(run) \
-        else 0
-    ended = _ended_outside(run, lost)
-    if ended is not None:
-        _fail_now(run, ended)
+    if context.job.attempt > 1:  # a first attempt has no earlier one to judge
+        lost = _lost_runs(await app.core.get_job_async(context.id)) \
+            if _needs_lost_count(run) else 0
+        ended = _ended_outside(run, lost)
+        if ended is not None:
+            _fail_now(run, ended)
     _check_deadline(run)
     send_received(run.task, run.request)
 

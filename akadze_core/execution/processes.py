@@ -90,21 +90,25 @@ _LINE_LIMIT = 1 << 30
 #: A task is short when its last SHORT_RUNS bodies each took less than SHORT seconds (as
 #: the child measured them, its own log lines included). Waking a sleeping process costs a
 #: few hundred microseconds on a busy machine: for the shortest tasks that is most of each
-#: job. A job sent behind such runs waits for at most DEPTH - 1 of them (~20 ms), unless a
+#: job. A job sent behind such runs waits for at most DEPTH - 1 of them (~0.1 s), unless a
 #: short task suddenly takes long.
 SHORT = 0.01
 SHORT_RUNS = 3
 #: Jobs of short tasks a process may have been sent at once: one running, the rest waiting
-#: in its pipe. More than 3 measured slower on 2 cores: one process got the backlog while
-#: the other idled.
-DEPTH = 3
+#: in its pipe. The jobs sent to a process in one loop turn go in one write, and each write
+#: wakes it (and lets it take the CPU from the parent on a busy host): at -c 2 on 2 cores,
+#: no-ops drained faster at 10 than at 3 or 6 (16: no better). They are shared one job
+#: at a time between the processes with the fewest, so no process idles while another holds
+#: the backlog.
+DEPTH = 10
 #: Body time, per process, that jobs claimed ahead may add up to (see ``ProcessPool.ahead``).
 #: A worker claims when a slot frees: with Celery's window alone (10 at -c 2) a pool of
 #: no-op jobs claimed 4.6 per statement and wrote 6 outcomes per flush; 16 more per
-#: process made both 15, and the database's CPU per job half.
+#: process made both 15, and the database's CPU per job half; 32 made both about 28, and
+#: the drain faster again (64: no better).
 AHEAD_BUDGET = 0.02
 #: The most jobs claimed ahead per process, however short the runs.
-AHEAD = 16
+AHEAD = 32
 # Weight of the latest run in the pool's pace (a moving average of short bodies' time).
 _PACE_WEIGHT = 0.1
 
@@ -146,6 +150,8 @@ class ProcessPool:
         self._closing = False
         # Jobs handed to run() that wait for a process (claimed ahead of the children).
         self._pending: collections.deque[Run] = collections.deque()
+        # Children with messages in their outbox, written once this turn of the loop ends.
+        self._unflushed: list[Child] = []
         self._waiting: set[int] = set()
         # Per task name: how many of its last runs in a row were short (see SHORT).
         self._short_streak: dict[str, int] = {}
@@ -298,6 +304,7 @@ class ProcessPool:
         self._waiting.clear()
         children = list(self._children.values())
         for child in children:
+            self._flush_child(child)
             child.writer.write(STOP)
             child.writer.close()
         deadline = time.monotonic() + timeout
@@ -327,22 +334,50 @@ class ProcessPool:
             self._send(child, pending.popleft())
         if not pending or not self._is_short(pending[0]):
             return
-        for child in self._children.values():
-            while (pending and 0 < len(child.sent) < DEPTH and not child.retiring
-                   and self._is_short(pending[0]) and all(map(self._is_short, child.sent))
-                   and (not self.max_tasks_per_child
-                        or child.done + len(child.sent) < self.max_tasks_per_child)):
-                run = pending[0]
-                logger.debug("job %s sent to process %s behind job %s", run.row["id"],
-                             child.process.pid, child.sent[-1].row["id"])
-                self._send(child, pending.popleft())
+        behind = [child for child in self._children.values()
+                  if 0 < len(child.sent) < DEPTH and not child.retiring
+                  and all(map(self._is_short, child.sent))]
+        # One job at a time to the child with the fewest, so that the processes share what
+        # waits (filled one after the other, one got the backlog while another idled).
+        while pending and behind and self._is_short(pending[0]):
+            child = min(behind, key=lambda child: len(child.sent))
+            if len(child.sent) >= DEPTH or (
+                    self.max_tasks_per_child
+                    and child.done + len(child.sent) >= self.max_tasks_per_child):
+                behind.remove(child)
+                continue
+            run = pending[0]
+            logger.debug("job %s sent to process %s behind job %s", run.row["id"],
+                         child.process.pid, child.sent[-1].row["id"])
+            self._send(child, pending.popleft())
 
     def _send(self, child: Child, run: Run) -> None:
         self._waiting.discard(run.row["id"])
         child.sent.append(run)
         if len(child.sent) == 1:
             self._started(child)
-        child.writer.write(encode_row(run.row, run.worker_id, self.task_id_key))
+        # Written at the end of this turn of the event loop, with the other jobs sent to
+        # this child meanwhile: one system call, and one wake-up of the child, for all of
+        # them (a woken child preempts its writer on a busy host).
+        if not child.outbox:
+            if not self._unflushed:
+                asyncio.get_running_loop().call_soon(self._flush)
+            self._unflushed.append(child)
+        child.outbox.append(encode_row(run.row, run.worker_id, self.task_id_key))
+
+    def _flush(self) -> None:
+        """Write every child's outbox (the jobs sent to it in the last loop turn)."""
+        unflushed, self._unflushed = self._unflushed, []
+        for child in unflushed:
+            self._flush_child(child)
+
+    @staticmethod
+    def _flush_child(child: Child) -> None:
+        if child.outbox:
+            data = b"".join(child.outbox) if len(child.outbox) > 1 else child.outbox[0]
+            child.outbox.clear()
+            if not child.writer.is_closing():
+                child.writer.write(data)
 
     def _started(self, child: Child) -> None:
         """The first job sent to ``child`` starts now: its limits start too."""
@@ -478,6 +513,7 @@ class ProcessPool:
         they wait for a process again, first in line."""
         behind = list(child.sent)
         child.sent.clear()
+        child.outbox.clear()  # sent but not written yet: they wait for a process again
         for run in reversed(behind):
             if run.terminate is not None:  # asked to terminate before it started: dropped
                 if not run.future.done():
@@ -556,6 +592,7 @@ class ProcessPool:
         if child in self._idle:
             self._idle.remove(child)
         if not kill:
+            self._flush_child(child)
             child.writer.write(STOP)
         child.writer.close()
         if kill:

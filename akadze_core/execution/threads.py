@@ -35,7 +35,10 @@ class ThreadRunner:
         self._work: SimpleQueue[_Item | None] = SimpleQueue()
         self._results: collections.deque[tuple[asyncio.Future[Any], Any, BaseException | None]]
         self._results = collections.deque()
-        self._idle = threading.Semaphore(0)
+        # Threads done with a body and about to take the next item (ThreadPoolExecutor's
+        # idle semaphore as a count under ``_lock``, which a result takes anyway: the
+        # Semaphore's Python-level Condition cost a few µs a job).
+        self._idle = 0
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._delivery_scheduled = False
@@ -52,7 +55,11 @@ class ThreadRunner:
         future = self._loop.create_future()
         self._work.put((future, func, args, kwargs))
         # Like ThreadPoolExecutor: reuse an idle thread when there is one, else start one.
-        if not self._idle.acquire(blocking=False) and len(self._threads) < self._max_threads:
+        with self._lock:
+            idle = self._idle > 0
+            if idle:
+                self._idle -= 1
+        if not idle and len(self._threads) < self._max_threads:
             thread = threading.Thread(target=self._serve, daemon=True,
                                       name=f"{self._name}-{len(self._threads)}")
             self._threads.append(thread)
@@ -82,11 +89,11 @@ class ThreadRunner:
             with self._lock:
                 wake = not self._delivery_scheduled
                 self._delivery_scheduled = True
+                self._idle += 1
             if wake and self._loop is not None:
                 # A closed loop raises RuntimeError: nobody waits for this result then.
                 with contextlib.suppress(RuntimeError):
                     self._loop.call_soon_threadsafe(self._deliver)
-            self._idle.release()
 
     def _deliver(self) -> None:
         # Clear the flag before draining: a result appended after this point either is
