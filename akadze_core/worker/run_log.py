@@ -155,12 +155,6 @@ class OutcomeLines:
 
     def add(self, batch: Sequence[Outcome], rows: list[dict[str, Any]]) -> None:
         """A batch was written (``rows``: those that changed): log it shortly."""
-        if not self._waiting and not logger.isEnabledFor(self._level):
-            # Only the rare warnings could come (a rejected outcome, an unknown task): no
-            # timer, and no extra wake-up of the loop, for lines that are not written.
-            log_outcomes(batch, rows, self._finished, self._level, self._redact,
-                         self._on_unregistered())
-            return
         self._waiting.append((batch, rows))
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self._delay, self.flush)

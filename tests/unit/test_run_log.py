@@ -85,11 +85,3 @@ async def test_flush_logs_what_waits_at_once(caplog: pytest.LogCaptureFixture) -
     lines.flush()
     lines.flush()  # nothing left: no second line
     assert len([r for r in caplog.records if r.name == "akadze.worker"]) == 1
-
-
-async def test_below_the_level_nothing_waits(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="akadze.worker")
-    finished = _finished(7)
-    lines = run_log.OutcomeLines(finished, logging.DEBUG, str, lambda: None, delay=60)
-    lines.add([Outcome(7, 1, SUCCESS)], [{"id": 7, "run_count": 1, "state": "succeeded"}])
-    assert finished == {} and lines._timer is None
