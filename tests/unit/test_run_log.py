@@ -62,26 +62,3 @@ def test_a_filter_on_the_logger_still_applies(caplog: pytest.LogCaptureFixture) 
         assert _log_one(caplog) == []
     finally:
         logger.removeFilter(drop)
-
-
-async def test_written_batches_are_logged_a_moment_later_in_order(
-        caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="akadze.worker")
-    finished = {**_finished(7), **_finished(8)}
-    lines = run_log.OutcomeLines(finished, logging.INFO, str, lambda: None, delay=0.01)
-    lines.add([Outcome(7, 1, SUCCESS)], [{"id": 7, "run_count": 1, "state": "succeeded"}])
-    lines.add([Outcome(8, 1, SUCCESS)], [{"id": 8, "run_count": 1, "state": "succeeded"}])
-    assert [r for r in caplog.records if r.name == "akadze.worker"] == []
-    await asyncio.sleep(0.05)
-    messages = [r.getMessage() for r in caplog.records if r.name == "akadze.worker"]
-    assert [m.split()[1] for m in messages] == ["7", "8"]
-    assert finished == {}
-
-
-async def test_flush_logs_what_waits_at_once(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="akadze.worker")
-    lines = run_log.OutcomeLines(_finished(7), logging.INFO, str, lambda: None, delay=60)
-    lines.add([Outcome(7, 1, SUCCESS)], [{"id": 7, "run_count": 1, "state": "succeeded"}])
-    lines.flush()
-    lines.flush()  # nothing left: no second line
-    assert len([r for r in caplog.records if r.name == "akadze.worker"]) == 1
