@@ -42,7 +42,7 @@ from .panel import ControlPanel
 from .producer import Producer
 from .prune import Prune
 from .rescue import Rescue
-from .run_log import OutcomeLines
+from .run_log import log_outcomes
 from .runs import Runs
 from .schedules import Schedules
 from .signals import Signals
@@ -148,8 +148,6 @@ class Worker:
             pending=lambda: self._completer.pending if self._completer is not None else 0,
         ) if config.metrics_port is not None else None
         self._runs.metrics = self.metrics
-        self._outcome_lines = OutcomeLines(self._runs.finished, config.outcome_log_level,
-                                           app.redact, lambda: self.on_unregistered)
 
     # --- what it is and holds -------------------------------------------------------------
 
@@ -441,7 +439,6 @@ class Worker:
             await self._pool.close(timeout=5.0 if self._signals.exit_code == 0 else 1.0)
         if self._lease.health_file:
             self._lease.health_file.unlink(missing_ok=True)
-        self._outcome_lines.flush()  # after a failed stop too: the lines of what was written
         # A sync task's thread cannot be stopped; do not wait for it.
         self._threads.close()
         if started:  # one that never started says why instead (the fatal line)
@@ -483,7 +480,6 @@ class Worker:
         timeout = 5.0 if self._signals.exit_code == 0 \
             else min(5.0, max(1.0, self.heartbeat_interval))
         flushed = await self._completer.close(timeout=timeout)
-        self._outcome_lines.flush()
         await cancel_and_wait(self._completer_task)
         returned = await self._lease.hand_back(
             [run.fence for run in held_back + unfinished], timeout)
@@ -565,7 +561,8 @@ class Worker:
         finished = self._runs.finished
         if self.metrics is not None:
             self.metrics.written(batch, rows, finished)
-        self._outcome_lines.add(batch, rows)
+        log_outcomes(batch, rows, finished, self.config.outcome_log_level, self.app.redact,
+                     self.on_unregistered)
 
     def _completer_failed(self) -> None:
         exc = self._completer_task.exception()

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,43 +129,3 @@ def log_failure(outcome: Outcome, run: Run | None, state: str, label: str, took:
     if traceback and logger.isEnabledFor(logging.DEBUG):
         logger.debug("%s traceback of %s:\n%s", label, attempt,
                      redact(str(traceback)).rstrip())
-
-
-class OutcomeLines:
-    """The lines of written batches (``log_outcomes``), emitted ``delay`` seconds after
-    their write's answer rather than in it.
-
-    A write's answer often lands just as the claim loop was woken to claim (the runs it
-    claimed last have ended): its lines, tens of microseconds each, then ran first and held
-    up the claim, whose slots sat free meanwhile. A moment later the claim is on its way
-    and the lines are written while its answer is awaited. The lines keep their order;
-    ``flush`` writes those still waiting (the worker calls it as it stops)."""
-
-    def __init__(self, finished: dict[tuple[int, int], Run], level: int,
-                 redact: Callable[[str], str],
-                 on_unregistered: Callable[[], Callable[[int, str], None] | None],
-                 delay: float = 0.001) -> None:
-        self._finished = finished
-        self._level = level
-        self._redact = redact
-        self._on_unregistered = on_unregistered
-        self._delay = delay
-        self._waiting: list[tuple[Sequence[Outcome], list[dict[str, Any]]]] = []
-        self._timer: asyncio.TimerHandle | None = None
-
-    def add(self, batch: Sequence[Outcome], rows: list[dict[str, Any]]) -> None:
-        """A batch was written (``rows``: those that changed): log it shortly."""
-        self._waiting.append((batch, rows))
-        if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self._delay, self.flush)
-
-    def flush(self) -> None:
-        """Log every batch still waiting, now."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        waiting, self._waiting = self._waiting, []
-        on_unregistered = self._on_unregistered()
-        for batch, rows in waiting:
-            log_outcomes(batch, rows, self._finished, self._level, self._redact,
-                         on_unregistered)
