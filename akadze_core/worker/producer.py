@@ -10,6 +10,7 @@ interval.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -226,17 +227,8 @@ class Producer:
         free = any(self.free(queue) > 0 for queue in self.queues)
         timeout = random.uniform(self._poll_interval / 2, self._poll_interval) if free \
             else self._heartbeat_interval
-        wake = self._signals.wake
-        if wake.is_set():
-            return
-        # A timer that sets the event, not asyncio.wait_for: wait_for runs the wait in a task
-        # of its own, two more loop turns between a freed slot and the next claim, and a
-        # draining worker makes that trip once per claim (the loop clears the event anyway).
-        timer = asyncio.get_running_loop().call_later(timeout, wake.set)
-        try:
-            await wake.wait()
-        finally:
-            timer.cancel()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._signals.wake.wait(), timeout)
 
     def written(self, rows: list[dict[str, Any]]) -> None:
         """An outcome batch was written (``rows``, as the database returned them)."""
