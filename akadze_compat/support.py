@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from akadze_core.execution.processes import AHEAD, AHEAD_BUDGET, SHORT
+
 from ._schedulers import unhonoured_scheduler
 from .app.config import database_url
 from .app.defaults import NAMESPACES
@@ -74,9 +76,10 @@ _PREFETCH = ("every pool, as in Celery: the worker holds up to multiplier x proc
              "threads) tasks claimed ahead, plus one running per process (with "
              "task_acks_late, running tasks count in the multiplier); they count as "
              "started; a claimed task waits for a free process or thread, never a busy one; "
-             "0 (no limit) means 4. With prefork, while every recent run took under 10 ms "
-             "it claims up to 16 more per process (about 20 ms of their work), as Celery's "
-             "guide advises a higher multiplier for short tasks")
+             f"0 (no limit) means 4. With prefork, while every recent run took under "
+             f"{SHORT * 1000:g} ms it claims up to {AHEAD} more per process (about "
+             f"{AHEAD_BUDGET * 1000:g} ms of their work), as Celery's guide advises a higher "
+             "multiplier for short tasks")
 _AT_LEAST_ONCE = ("delivery is always at least once: the job of a lost worker runs again "
                   "(what acks_late=True gives in Celery)")
 _FINAL_FAILURE = "a failed or timed-out task ends FAILURE; it is never put back in the queue"
