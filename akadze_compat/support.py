@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from akadze_core.execution.processes import AHEAD, AHEAD_BUDGET, SHORT
+from akadze_core.integration import AHEAD, AHEAD_BUDGET, SHORT
 
 from ._schedulers import unhonoured_scheduler
 from .app.config import database_url

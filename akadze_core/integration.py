@@ -46,7 +46,16 @@ from .enqueue.gcpause import collector_paused
 from .execution.children import Terminated
 from .execution.context import JobContext
 from .execution.executor import decode_job
-from .execution.processes import CHILD_ENV, ProcessPool, child_number, is_child, serve
+from .execution.processes import (
+    AHEAD,
+    AHEAD_BUDGET,
+    CHILD_ENV,
+    SHORT,
+    ProcessPool,
+    child_number,
+    is_child,
+    serve,
+)
 from .model.dsn import redact_json
 from .model.outcomes import FAIL, Outcome, OutcomeWriter, error_entry, raised, succeeded
 from .model.retry import RetryDecision, attempts_left, decide_retry
@@ -69,6 +78,8 @@ if TYPE_CHECKING:
     from .ops.metrics import CONTENT_TYPE, exposition, read_database
 
 __all__ = [
+    "AHEAD",
+    "AHEAD_BUDGET",
     "CHILD_ENV",
     "CONTENT_TYPE",
     "DEFAULTS",
@@ -78,6 +89,7 @@ __all__ = [
     "MIN_CHECK_INTERVAL",
     "NO_REPLY",
     "SCHEMA_ERRORS",
+    "SHORT",
     "JobRequest",
     "OneLineErrorGroup",
     "Outcome",
