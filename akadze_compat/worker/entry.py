@@ -526,7 +526,7 @@ def _run_sync(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[s
     patch = _stale_state_patch(run)
     if patch is not None:
         context.update_meta_sync(patch)
-    if context.job.attempt > 1:  # a first attempt has no earlier one to judge
+    if _history_matters(run):  # else nothing earlier to judge (a first attempt, say)
         lost = _lost_runs(app.core.get_job(context.id)) if _needs_lost_count(run) else 0
         ended = _ended_outside(run, lost)
         if ended is not None:
@@ -572,7 +572,7 @@ async def _run_async(app: Celery, name: str, args: Any, kwargs: Any,
     patch = _stale_state_patch(run)
     if patch is not None:
         await context.update_meta(patch)
-    if context.job.attempt > 1:  # a first attempt has no earlier one to judge
+    if _history_matters(run):  # else nothing earlier to judge (a first attempt, say)
         lost = _lost_runs(await app.core.get_job_async(context.id)) \
             if _needs_lost_count(run) else 0
         ended = _ended_outside(run, lost)

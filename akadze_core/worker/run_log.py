@@ -74,6 +74,7 @@ def log_outcomes(batch: Iterable[Outcome], rows: list[dict[str, Any]],
             log_failure(outcome, run, state, label, took, info, level, redact,
                         on_unregistered)
 
+
 def _log(level: int, msg: str, *args: Any) -> None:
     """``logger.log(level, msg, *args)`` for a caller that checked ``isEnabledFor(level)``:
     the same record (made by ``makeRecord``, so a record factory still applies; the caller's
