@@ -509,18 +509,22 @@ class AsyncResult(ResultBase):
 
 
 def derived_results(app: Celery, backend: Any, task_name: str | None,
-                    count: int) -> list[AsyncResult]:
+                    count: int, *, ignored: bool = False) -> list[AsyncResult]:
     """The results of ``count`` jobs sent without task ids: each known by the id derived
     from its job id (``CoreApp.task_id_of``) once its ``job_id`` is set by the insert.
-    Copies of one result built in full (a 10,000-member group builds one, not 10,000)."""
+    ``ignored``: whether their results are ignored. Copies of one result built in full (a
+    10,000-member group builds one, not 10,000)."""
     first = AsyncResult("", backend, task_name, app)
     first._id = None
+    first.ignored = ignored
     fields = first.__dict__
     new = object.__new__
     results = [first]
     for _ in range(count - 1):
         result = new(AsyncResult)
-        result.__dict__.update(fields)
+        # A copy of the fields given as its dict: half the time of filling the dict of a
+        # new instance (update) for a 10,000-member group.
+        result.__dict__ = fields.copy()
         results.append(result)
     return results[:count]
 

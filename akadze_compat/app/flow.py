@@ -218,25 +218,26 @@ class Builder:
         return node, result
 
     def add_plain_nodes(self, message: Message, nodes: list[Node], last_task_id: str,
-                        root_id: str | None, ignored: bool) -> list[tuple[Node, AsyncResult]]:
+                        root_id: str | None, ignored: bool
+                        ) -> tuple[list[Node], list[AsyncResult]]:
         """``add_message``'s bookkeeping for nodes added already (``Workflow.add_many``) of
         calls of ``message`` that wait on nothing and have no callbacks nor errbacks, and
-        their results (``ignored``: whether their results are ignored). All but the last
-        are known by the id derived from their job id once inserted (no node waits on
-        them); the last has ``last_task_id``, its root id ``root_id`` or its own id."""
+        their results (``ignored``: whether their results are ignored), returned side by
+        side. All but the last are known by the id derived from their job id once inserted
+        (no node waits on them); the last has ``last_task_id``, its root id ``root_id`` or
+        its own id."""
         if self.session is None:
             self.session = message.session
         app = self.app
-        results = derived_results(app, app.backend, message.name, len(nodes) - 1)
-        for result in results:
-            result.ignored = ignored
+        results = derived_results(app, app.backend, message.name, len(nodes) - 1,
+                                  ignored=ignored)
         self._derived.extend(zip(nodes, results, strict=False))  # all but the last node
         last = AsyncResult(last_task_id, app.backend, message.name, app)
         last.ignored = ignored
         self._ids[id(nodes[-1])] = (last_task_id, root_id or last_task_id)
         self._sent.append((nodes[-1], last, message))
         results.append(last)
-        return list(zip(nodes, results, strict=True))
+        return nodes, results
 
     def _errback(self, errback: Any, failed_id: str, failed_root_id: str) -> OnFailure:
         """The row of an errback, inserted when the job of ``failed_id`` fails: sent by
@@ -318,17 +319,23 @@ class MemberAdder:
         return self.take(members[0])
 
     def add(self, runs: list[tuple[_Row, int, list[Signature]]], args: Any,
-            kwargs: Any) -> list[tuple[Node, AsyncResult]]:
+            kwargs: Any) -> tuple[list[Node], list[AsyncResult]]:
         """Add runs of members (their row, the group index of the first, the members) with
-        the group's partial ``args``/``kwargs``; their nodes and results, in order."""
-        added: list[tuple[Node, AsyncResult]] = []
+        the group's partial ``args``/``kwargs``; their nodes and results, in order, side by
+        side (no pair per member to build and take apart)."""
+        nodes: list[Node] = []
+        results: list[AsyncResult] = []
         for row, start, members in runs:
             if self.after or not row.bulk:
-                added += [self._one(row, member, index, args, kwargs)
-                          for index, member in enumerate(members, start)]
+                for index, member in enumerate(members, start):
+                    node, result = self._one(row, member, index, args, kwargs)
+                    nodes.append(node)
+                    results.append(result)
             else:
-                added += self._bulk(row, start, members, args, kwargs)
-        return added
+                added_nodes, added_results = self._bulk(row, start, members, args, kwargs)
+                nodes += added_nodes
+                results += added_results
+        return nodes, results
 
     @staticmethod
     def _payload(member: Signature, immutable: bool, args: Any,
@@ -359,7 +366,7 @@ class MemberAdder:
                                         request=request, ignored=row.ignored)
 
     def _bulk(self, row: _Row, start: int, members: list[Signature], args: Any,
-              kwargs: Any) -> list[tuple[Node, AsyncResult]]:
+              kwargs: Any) -> tuple[list[Node], list[AsyncResult]]:
         """Members waiting on nothing, checked and encoded at once with their metas."""
         message = row.message
         if (row.immutable or (not args and not kwargs)) and _as_stored(members):

@@ -300,7 +300,7 @@ def _flatten_members(tasks: Iterable[Any], app: Any, copy: bool = True) -> list[
     sending copies each member anyway)."""
     if not copy:
         listed = tasks if isinstance(tasks, (list, tuple)) else list(tasks)
-        if all(type(task) is Signature for task in listed):
+        if set(map(type, listed)) <= {Signature}:  # in C: no Python step per member
             # Plain task signatures (the 10,000 of a big group): nothing nested nor to
             # convert, so no queue; maybe_signature's binding to the app is all there is.
             if app is not None:
@@ -436,9 +436,9 @@ class group(Signature):
             members = []
 
         def flush() -> None:
-            for node, result in adder.add(runs, args, kwargs):
-                tails.append(node)
-                results.append(result)
+            nodes, added = adder.add(runs, args, kwargs)
+            tails.extend(nodes)
+            results.extend(added)
             runs.clear()
 
         for index, member in enumerate(members):

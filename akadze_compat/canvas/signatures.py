@@ -108,10 +108,10 @@ class MemberAdding(Protocol):
         told without asking member by member; else None."""
 
     def add(self, runs: list[tuple[Any, int, list[Signature]]], args: Any,
-            kwargs: Any) -> list[tuple[Any, AsyncResult]]:
+            kwargs: Any) -> tuple[list[Any], list[AsyncResult]]:
         """Add runs of members (what ``take`` gave for each member of the run, the index
         of its first member in the group, its members) with the group's partial
-        ``args``/``kwargs``; their nodes and results, in order."""
+        ``args``/``kwargs``; their nodes and their results, in order."""
 
 
 @dataclass

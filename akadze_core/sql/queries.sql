@@ -85,36 +85,54 @@ WITH inserted AS (
     INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts,
                              expires_at, meta, position)
     SELECT x.task, x.queue, CASE WHEN jsonb_typeof(x.e) = 'array' THEN x.e -> 0 ELSE x.e END,
-           x.priority, coalesce(x.at, now() + coalesce(x.delay, 0) * interval '1 second'),
-           x.max_attempts, x.expires_at,
-           coalesce(nullif(x.m, 'null'), nullif(x.e -> 1, 'null'), x.meta), x.n
-    -- Each chunk parsed once and its template read by position (a lateral call per chunk,
-    -- not a join that may reorder the chunks); then its jobs, in order, from set-returning
-    -- functions in the select list (a ProjectSet): the insert draws the ids in input order
-    -- with no sort of the rows. An array of jobs, or the args and metas of a {"args",
-    -- "meta"} chunk side by side, or the args and positions of a numbered chunk (functions
-    -- in one select list run in step; one given NULL gives no rows: m or n NULL).
-    FROM (SELECT t.*,
-                 jsonb_array_elements(CASE WHEN jsonb_typeof(c.j) = 'object'
-                                           THEN c.j -> 'args' ELSE c.j END) AS e,
+           x.priority, x.at, x.max_attempts, x.expires_at,
+           coalesce(nullif(x.m, 'null'),
+                    CASE WHEN jsonb_typeof(x.e) = 'array' THEN nullif(x.e -> 1, 'null') END,
+                    x.meta), x.n
+    -- Each chunk parsed once, its template read by position (a lateral call per chunk,
+    -- not a join that may reorder the chunks) and what the template says worked out there,
+    -- once per chunk (its jobs' scheduled_at), not per job; then its jobs, in order, from
+    -- set-returning functions in the select list (a ProjectSet): the insert draws the ids
+    -- in input order with no sort of the rows. An array of jobs, or the args and metas of
+    -- a {"args", "meta"} chunk side by side, or the args and positions of a numbered chunk
+    -- (functions in one select list run in step; one given NULL gives no rows: m or n
+    -- NULL).
+    FROM (SELECT c.task, c.queue, c.priority, c.max_attempts, c.at, c.expires_at, c.meta,
+                 jsonb_array_elements(c.jobs) AS e,
                  jsonb_array_elements(c.j -> 'meta') AS m,
-                 generate_series(c.first, c.first + jsonb_array_length(c.j -> 'args') - 1)
-                     AS n
-          FROM (SELECT p.j, p.k, (p.j ->> 'index')::int AS first
+                 generate_series(c.first, c.first + jsonb_array_length(c.jobs) - 1) AS n
+          FROM (SELECT p.j, CASE WHEN jsonb_typeof(p.j) = 'object' THEN p.j -> 'args'
+                                 ELSE p.j END AS jobs,
+                       (p.j ->> 'index')::int AS first, t.task, t.queue, t.priority,
+                       t.max_attempts,
+                       coalesce(t.at, now() + coalesce(t.delay, 0) * interval '1 second') AS at,
+                       t.expires_at, t.meta
                 FROM (SELECT u.array_text::jsonb AS j, u.k
                       FROM unnest(%(nodes)b::text[], %(chunk_template)b::int[])
                           AS u(array_text, k)
                       OFFSET 0) AS p  -- parsed once
-                OFFSET 0) AS c
-          CROSS JOIN LATERAL jsonb_to_record(%(templates)s::jsonb -> (c.k - 1)) AS t(
-              task text, queue text, priority integer, max_attempts integer,
-              at timestamptz, delay float8, expires_at timestamptz, meta jsonb)) AS x
-    RETURNING id, queue, priority, scheduled_at, scheduled_at <= now() AS due
+                CROSS JOIN LATERAL jsonb_to_record(%(templates)s::jsonb -> (p.k - 1)) AS t(
+                    task text, queue text, priority integer, max_attempts integer,
+                    at timestamptz, delay float8, expires_at timestamptz, meta jsonb)
+                OFFSET 0) AS c) AS x
+    -- Only the ids: the wake-ups are worked out from the templates below, and the ids come
+    -- out of the insert in its order, which is the input order (no sort of them).
+    RETURNING id
 )
-SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids,
-       (SELECT count(pg_notify('akadze_jobs', akadze.job_notice(queue, p, at)))
-        FROM (SELECT queue, min(priority) AS p, min(scheduled_at) AS at
-              FROM inserted WHERE due GROUP BY queue) AS d) AS notified
+SELECT coalesce(array_agg(id), '{}') AS ids,
+       -- Per queue, the first due job's wake-up, from the templates that have jobs here
+       -- (every job of a template has its scheduled_at), not from the 10,000 rows of a
+       -- group returned and aggregated.
+       (SELECT count(pg_notify('akadze_jobs', akadze.job_notice(d.queue, d.p, d.at)))
+        FROM (SELECT t.queue, min(t.priority) AS p, min(t.at) AS at
+              FROM (SELECT t.queue, t.priority,
+                           coalesce(t.at, now() + coalesce(t.delay, 0) * interval '1 second')
+                               AS at, t.k
+                    FROM ROWS FROM (jsonb_to_recordset(%(templates)s::jsonb) AS (
+                        queue text, priority integer, at timestamptz, delay float8))
+                        WITH ORDINALITY AS t(queue, priority, at, delay, k)) AS t
+              WHERE t.k = ANY(%(chunk_template)b::int[]) AND t.at <= now()
+              GROUP BY t.queue) AS d) AS notified
 FROM inserted;
 
 -- name: job_insert_graph

@@ -170,3 +170,24 @@ def test_engine_errors_come_back_as_celery_exceptions() -> None:
     # A user's own class of the same name is left alone.
     assert type(exception_from_entry({"type": "NotRegistered", "module": "myproj.errors",
                                        "message": ""})).__module__ == "myproj.errors"
+
+
+def test_derived_results_are_copies_each_with_its_own_fields() -> None:
+    """A group's members' results are copies of one (derived_results): each holds its own
+    fields, so the job id given to one after the insert is not another's, and each carries
+    whether results are ignored."""
+    from akadze_compat import Celery
+    from akadze_compat.result import AsyncResult, derived_results
+
+    app = Celery("derived", broker="postgresql://unused@127.0.0.1:1/none", set_as_current=False)
+    try:
+        results = derived_results(app, app.backend, "t", 3, ignored=True)
+        assert [type(result) for result in results] == [AsyncResult] * 3
+        assert all(result.ignored and result.task_name == "t" for result in results)
+        for job_id, result in enumerate(results, 7):
+            result.job_id = job_id
+        assert [result.job_id for result in results] == [7, 8, 9]
+        assert len({id(result.__dict__) for result in results}) == 3
+        assert derived_results(app, app.backend, "t", 2)[1].ignored is False
+    finally:
+        app.close()

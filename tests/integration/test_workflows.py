@@ -20,6 +20,7 @@ from akadze_core import (
     request_cancel_sync,
 )
 from akadze_core.model.serialization import strict_dumps
+from akadze_core.store.floors import parse_notice
 from tests.helpers import job
 from tests.integration.outcome_helpers import run_until
 
@@ -361,6 +362,40 @@ async def test_a_plain_insert_across_chunks_and_templates_keeps_every_job_in_ord
     stored = {row[0]: row[1:] for row in db.execute(
         "SELECT id, queue, priority, args, meta FROM akadze.jobs").fetchall()}
     assert [stored[i] for i in ids] == expected
+
+
+def test_a_plain_insert_wakes_each_queue_of_its_due_jobs_once_with_their_first_key(
+        app: App, db: psycopg.Connection, database_url: str, tasks: dict[str, Any]) -> None:
+    """job_insert_rows works its wake-ups out from the templates of the jobs it inserts: one
+    per queue with due jobs, keyed by their lowest priority and earliest scheduled_at; none
+    for a queue whose jobs all wait for later; the key of a due job of one template is not
+    lowered by a later job of another in the same queue."""
+    add = tasks["add"]
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN akadze_jobs")
+        flow = app.workflow()
+        flow.add_many(add.configure(queue="wa", priority=3), [{"x": i} for i in range(150)])
+        flow.add(add.configure(queue="wa", priority=1), x=1)
+        flow.add(add.configure(queue="wa", priority=0, delay=3600), x=2)
+        flow.add_many(add.configure(queue="wb", priority=2), [{"x": 1}],
+                      metas=[{"own": True}])
+        flow.add(add.configure(queue="later", delay=3600), x=3)
+        assert "external" not in flow.params()  # job_insert_rows
+        flow.enqueue()
+        add.configure(queue="marker").enqueue(x=0)
+        heard: dict[str, tuple[int, datetime] | None] = {}
+        for notify in listener.notifies(timeout=5):
+            queue, key = parse_notice(notify.payload)
+            if queue == "marker":
+                break
+            assert queue not in heard, queue
+            heard[queue] = key
+    assert sorted(heard) == ["wa", "wb"]
+    first = {queue: db.execute(
+        "SELECT min(priority), min(scheduled_at) FROM akadze.jobs WHERE queue = %s "
+        "AND scheduled_at <= now()", (queue,)).fetchone() for queue in heard}
+    assert heard == {queue: (priority, at) for queue, (priority, at) in first.items()}
+    assert first["wa"][0] == 1
 
 
 async def test_an_upstream_named_twice_is_waited_on_once_and_passed_twice(
