@@ -10,7 +10,6 @@ import logging
 import os
 import re
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar, NoReturn
@@ -18,9 +17,11 @@ from typing import Any, ClassVar, NoReturn
 import click
 
 from ..model.dsn import password_of, redact_password
+from .stdio import ScrubbedOutput, StderrHandler, flush_held_log_lines, scrubbed_stdio
 
-__all__ = ["OneLineErrorGroup", "ScrubbingFormatter", "Secrets", "StderrHandler",
-           "cache_pid_in_log_records", "exit_now", "logging_to_stderr", "one_line"]
+__all__ = ["OneLineErrorGroup", "ScrubbedOutput", "ScrubbingFormatter", "Secrets", "StderrHandler",
+           "cache_pid_in_log_records", "exit_now", "flush_held_log_lines", "logging_to_stderr",
+           "one_line", "scrubbed_stdio"]
 
 # This process's id, for log records (see cache_pid_in_log_records); a fork updates it.
 _pid = os.getpid()
@@ -60,89 +61,6 @@ def cache_pid_in_log_records() -> Callable[[], None]:
         logging.logProcesses = True
 
     return undo
-
-
-class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever ``sys.stderr`` is at emit time (test runners swap it); past a
-    ``ScrubbedOutput`` in its place (log lines are scrubbed by their formatter already)."""
-
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
-
-    @property  # type: ignore[override]
-    def stream(self) -> Any:
-        stream = sys.stderr
-        return stream.unscrubbed if isinstance(stream, ScrubbedOutput) else stream
-
-    @stream.setter
-    def stream(self, value: Any) -> None:
-        pass  # always sys.stderr
-
-
-class ScrubbedOutput:
-    """A worker's ``sys.stdout`` / ``sys.stderr``: what tasks ``print()`` goes out line by
-    line through ``scrub`` (passwords removed), as the worker's log lines do.
-
-    A line is held until its newline (a password split over two ``write`` calls, as
-    ``print(a, b)`` makes, is still seen whole); a ``flush()`` writes a partial line out,
-    and so does a line longer than ``LIMIT`` characters.
-    """
-
-    LIMIT = 65536
-
-    def __init__(self, stream: Any, scrub: Callable[[str], str]) -> None:
-        self.unscrubbed = stream
-        self._scrub = scrub
-        self._pending = ""
-        self._lock = threading.Lock()
-
-    def write(self, text: str) -> int:
-        """Queue ``text``; write the complete lines it ends, scrubbed."""
-        with self._lock:
-            pending = self._pending + text
-            if "\n" in text:
-                head, _, tail = pending.rpartition("\n")
-                out, self._pending = head + "\n", tail
-            elif len(pending) > self.LIMIT:
-                out, self._pending = pending, ""
-            else:
-                self._pending = pending
-                return len(text)
-            self.unscrubbed.write(self._scrub(out))
-        return len(text)
-
-    def flush(self) -> None:
-        """Write the partial line held, scrubbed, and flush the stream."""
-        with self._lock:
-            pending, self._pending = self._pending, ""
-            if pending:
-                self.unscrubbed.write(self._scrub(pending))
-        self.unscrubbed.flush()
-
-    def writelines(self, lines: Iterable[str]) -> None:
-        """``write`` each of ``lines``."""
-        for line in lines:
-            self.write(line)
-
-    def __getattr__(self, name: str) -> Any:
-        # fileno, isatty, encoding, buffer...: the stream's own.
-        return getattr(self.unscrubbed, name)
-
-
-@contextlib.contextmanager
-def scrubbed_stdio(scrub: Callable[[str], str]) -> Iterator[None]:
-    """``sys.stdout`` and ``sys.stderr`` scrubbed by ``scrub`` until the block ends (a
-    worker that ends with ``exit_now`` keeps them: it flushes them on its way out)."""
-    saved = sys.stdout, sys.stderr
-    sys.stdout = ScrubbedOutput(saved[0], scrub)  # type: ignore[assignment]
-    sys.stderr = ScrubbedOutput(saved[1], scrub)  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        sys.stdout, sys.stderr = saved
 
 
 def exit_now(code: int) -> NoReturn:
@@ -278,6 +196,7 @@ def logging_to_stderr(level: str | int, formatter: logging.Formatter) -> Iterato
     finally:
         undo()
         root.removeHandler(handler)
+        handler.close()  # writes the lines held for the end of a loop turn
         root.setLevel(previous_level)
 
 

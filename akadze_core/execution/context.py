@@ -3,37 +3,64 @@
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from ..model.errors import NotOwner
+from ..model.jobs import Job
 from ..model.serialization import encode_args
 from ..store import database
 
 if TYPE_CHECKING:
     from ..app import App
-    from ..model.jobs import Job
 
 _current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("akadze_current_job")
 
 
-@dataclass
 class JobContext:
     """The running job as its task sees it."""
 
-    app: App
-    job: Job
-    worker_id: int | None = None
-    #: The newest ``errors`` entry of the job when it was claimed (None on a clean record):
-    #: what went wrong on the previous attempt, without another query.
-    last_error: dict[str, Any] | None = None
-    #: Set once the run's outcome is written (complete_tx committed the job's success, or
-    #: the Celery facade stored its outcome before task_postrun); the worker then writes
-    #: nothing.
-    completed: bool = field(default=False, init=False)
+    __slots__ = ("_claim", "_job", "app", "completed", "last_error", "worker_id")
+
+    def __init__(self, app: App, job: Job | None = None, worker_id: int | None = None,
+                 last_error: dict[str, Any] | None = None) -> None:
+        self.app = app
+        self._job = job
+        self._claim: tuple[Mapping[str, Any], Any, Any] | None = None
+        self.worker_id = worker_id
+        #: The newest ``errors`` entry of the job when it was claimed (None on a clean
+        #: record): what went wrong on the previous attempt, without another query.
+        self.last_error = last_error
+        #: Set once the run's outcome is written (complete_tx committed the job's success,
+        #: or the Celery facade stored its outcome before task_postrun); the worker then
+        #: writes nothing.
+        self.completed = False
+
+    @classmethod
+    def claimed(cls, app: App, row: Mapping[str, Any], args: Any, upstream_results: Any,
+                worker_id: int | None, last_error: dict[str, Any] | None) -> JobContext:
+        """The context of a claimed ``row`` whose args (and upstream results) are decoded:
+        its ``job`` is built on first use, so a body that never asks for it does not pay
+        for a frozen dataclass of 27 fields (the biggest part of a no-op's run)."""
+        context = cls(app, None, worker_id, last_error)
+        context._claim = (row, args, upstream_results)
+        return context
+
+    @property
+    def job(self) -> Job:
+        """The job's record, as claimed."""
+        job = self._job
+        if job is None:
+            assert self._claim is not None, "a JobContext needs a job or a claimed row"
+            job = self._job = Job.from_claim(*self._claim)
+        return job
+
+    def __repr__(self) -> str:
+        return (f"JobContext(job={self.job!r}, worker_id={self.worker_id!r}, "
+                f"completed={self.completed!r})")
 
     @property
     def id(self) -> int:

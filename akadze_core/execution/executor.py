@@ -26,80 +26,74 @@ def decode_job(app: App, row: dict[str, Any]) -> tuple[Job, str | None]:
     Args arrive as raw JSON text and are decoded here with the app's loader, so a row
     written by hand (garbage, a pickle blob in a string) fails cleanly: nothing is unpickled.
     """
+    args, results, error = _decode(app, row)
+    return Job.from_claim(row, args, results), error
+
+
+def _decode(app: App, row: dict[str, Any]) -> tuple[Any, Any, str | None]:
+    """The args and upstream results of a claimed row, decoded, and why they are unusable
+    (None: they are usable)."""
     try:
         args = app.json_loads(row["args"])
     except Exception as exc:
-        return _claimed_job(row, None), f"cannot decode the job's args: {exc}"
+        return None, None, f"cannot decode the job's args: {exc}"
     if not isinstance(args, dict):
-        return _claimed_job(row, args), \
-            f"the job's args must decode to an object, got {type(args).__name__}"
+        return args, None, f"the job's args must decode to an object, got {type(args).__name__}"
     results = row.get("upstream_results")
     if results is None:
-        return _claimed_job(row, args), None
+        return args, None, None
     # A workflow job released with its upstreams' results (see akadze_core.enqueue.workflow).
     try:
         value = app.json_loads(results)
     except Exception as exc:
-        return _claimed_job(row, args), f"cannot decode the job's upstream results: {exc}"
+        return args, None, f"cannot decode the job's upstream results: {exc}"
     result_arg = row.get("result_arg")
     if result_arg:
         args[result_arg] = value
-    return _claimed_job(row, args, value), None
-
-
-def _claimed_job(row: dict[str, Any], args: Any, upstream_results: Any = None) -> Job:
-    # Field by field rather than Job.from_row: this runs once per job on the hot path, and
-    # the generic form (a dict copy, a comprehension over every field) cost a tenth of a
-    # busy worker's time. Most jobs carry no meta: skip decoding the empty object.
-    meta = row.get("meta")
-    if isinstance(meta, str):
-        meta = {} if meta == "{}" else json.loads(meta)
-    return Job(row["id"], row["task"], row["queue"], args, row["state"], row["priority"],
-               row["scheduled_at"], row["attempt"], row["max_attempts"], row["run_count"],
-               meta=meta if meta is not None else {}, expires_at=row.get("expires_at"),
-               cancel_requested=row.get("cancel_requested", False),
-               created_at=row.get("created_at"), started_at=row.get("started_at"),
-               upstreams=row.get("upstreams"), upstream_results=upstream_results,
-               position=row.get("position"), claim_token=row.get("claim_token"))
+    return args, value, None
 
 
 def _prepare(
     app: App, row: dict[str, Any], worker_id: int | None
-) -> tuple[outcomes.Outcome | None, Any, JobContext | None]:
-    """The task and context to run ``row`` with, or the outcome when it cannot run."""
-    job, decode_error = decode_job(app, row)
-    task = app.tasks.get(job.task)
+) -> tuple[outcomes.Outcome | None, Any, JobContext | None, Any]:
+    """The task, context and args to run ``row`` with, or the outcome when it cannot run.
+
+    The context's ``Job`` is built only if the body (or the facade) asks for it: a frozen
+    dataclass of 27 fields was the biggest part of a no-op's run."""
+    args, results, decode_error = _decode(app, row)
+    task = app.tasks.get(row["task"])
     if task is None:
-        error = Fail(f"unknown task {job.task!r}: it is not registered in this worker")
+        error = Fail(f"unknown task {row['task']!r}: it is not registered in this worker")
         entry = outcomes.error_entry(error, "NotRegistered", app.redact)
-        return outcomes.Outcome(job.id, job.run_count, outcomes.FAIL, error=entry,
-                                claim_token=job.claim_token), None, None
+        return outcomes.Outcome(row["id"], row["run_count"], outcomes.FAIL, error=entry,
+                                claim_token=row.get("claim_token")), None, None, None
     if decode_error is not None:
         return outcomes.Outcome(
-            job.id, job.run_count, outcomes.FAIL,
+            row["id"], row["run_count"], outcomes.FAIL,
             error=outcomes.error_entry(Fail(decode_error), "ArgsDecodeError", app.redact),
-            claim_token=job.claim_token), None, None
+            claim_token=row.get("claim_token")), None, None, None
     last_error = row.get("last_error")
-    context = JobContext(app, job, worker_id,
-                         json.loads(last_error) if isinstance(last_error, str) else None)
-    return None, task, context
+    context = JobContext.claimed(app, row, args, results, worker_id,
+                                 json.loads(last_error) if isinstance(last_error, str) else None)
+    return None, task, context, args
 
 
-def _raised(context: JobContext, task: Any, exc: BaseException) -> outcomes.Outcome | None:
-    job = context.job
+def _raised(context: JobContext, task: Any, row: dict[str, Any],
+            exc: BaseException) -> outcomes.Outcome | None:
     if context.completed:
-        logger.warning("job %s raised after complete_tx committed it: %r", job.id, exc)
+        logger.warning("job %s raised after complete_tx committed it: %r", row["id"], exc)
         return None
-    return outcomes.raised(job.id, job.run_count, job.attempt, exc, task.backoff,
-                           context.app.redact, claim_token=job.claim_token)
+    return outcomes.raised(row["id"], row["run_count"], row["attempt"], exc, task.backoff,
+                           context.app.redact, claim_token=row.get("claim_token"))
 
 
-def _returned(app: App, context: JobContext, task: Any, value: Any) -> outcomes.Outcome | None:
+def _returned(app: App, context: JobContext, task: Any, row: dict[str, Any],
+              value: Any) -> outcomes.Outcome | None:
     if context.completed:
         return None
-    job = context.job
-    return outcomes.succeeded(job.id, job.run_count, job.attempt, value, task.backoff,
-                              app.json_dumps, app.max_result_bytes, claim_token=job.claim_token)
+    return outcomes.succeeded(row["id"], row["run_count"], row["attempt"], value, task.backoff,
+                              app.json_dumps, app.max_result_bytes,
+                              claim_token=row.get("claim_token"))
 
 
 async def execute(
@@ -107,19 +101,19 @@ async def execute(
 ) -> outcomes.Outcome | None:
     """Run the job of ``row``; returns the outcome to write, or None when nothing must be
     written (complete_tx already committed it)."""
-    early, task, context = _prepare(app, row, worker_id)
+    early, task, context, args = _prepare(app, row, worker_id)
     if context is None:
         return early
     token = set_current(context)
     try:
-        value = await _call(task, context.job.args, threads)
+        value = await _call(task, args, threads)
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # a task's SystemExit must not take the worker down
-        return _raised(context, task, exc)
+        return _raised(context, task, row, exc)
     finally:
         reset_current(token)
-    return _returned(app, context, task, value)
+    return _returned(app, context, task, row, value)
 
 
 _loop: asyncio.AbstractEventLoop | None = None
@@ -141,20 +135,20 @@ def _child_loop() -> asyncio.AbstractEventLoop:
 def execute_here(app: App, row: dict[str, Any], worker_id: int | None) -> outcomes.Outcome | None:
     """Run the job of ``row`` in this thread, to the end (a process pool's child does this;
     its parent enforces the timeout by ending the process)."""
-    early, task, context = _prepare(app, row, worker_id)
+    early, task, context, args = _prepare(app, row, worker_id)
     if context is None:
         return early
     token = set_current(context)
     try:
         if task.is_async:
-            value = _child_loop().run_until_complete(task.func(**context.job.args))
+            value = _child_loop().run_until_complete(task.func(**args))
         else:
-            value = task.func(**context.job.args)
+            value = task.func(**args)
     except BaseException as exc:  # a task's SystemExit must not take the process down
-        return _raised(context, task, exc)
+        return _raised(context, task, row, exc)
     finally:
         reset_current(token)
-    return _returned(app, context, task, value)
+    return _returned(app, context, task, row, value)
 
 
 async def _call(task: Any, args: dict[str, Any], threads: ThreadRunner) -> Any:

@@ -1,0 +1,89 @@
+"""A claimed job's context builds its ``Job`` only when asked for, and then the same
+``Job`` as ``decode_job`` makes; the run's outcome never needs it."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+from typing import Any
+
+from akadze_core import App, current
+from akadze_core.execution.executor import decode_job, execute
+from akadze_core.execution.threads import ThreadRunner
+from akadze_core.model.jobs import Job
+from akadze_core.model.outcomes import FAIL, SUCCESS
+
+NOW = datetime(2026, 12, 6, 12, 0, tzinfo=timezone.utc)
+
+
+def _row(task: str, args: str = '{"n": 3}', **extra: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "id": 41, "task": task, "queue": "default", "args": args, "state": "running",
+        "priority": 0, "scheduled_at": NOW, "attempt": 2, "max_attempts": 5,
+        "run_count": 3, "meta": '{"k": 1}', "expires_at": None, "cancel_requested": False,
+        "created_at": NOW, "started_at": NOW, "upstreams": None,
+        "upstream_results": None, "position": None, "claim_token": 99, "last_error": None}
+    row.update(extra)
+    return row
+
+
+def _app() -> App:
+    return App(database_url="postgresql://postgres@127.0.0.1:5432/unused")
+
+
+def _run(app: App, row: dict[str, Any]) -> Any:
+    async def main() -> Any:
+        threads = ThreadRunner(2)
+        try:
+            return await execute(app, row, 7, threads)
+        finally:
+            threads.close()
+
+    return asyncio.run(main())
+
+
+def test_a_body_that_never_asks_for_its_job_runs_without_one(monkeypatch: Any) -> None:
+    app = _app()
+    built: list[int] = []
+    make = Job.from_claim.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(Job, "from_claim", classmethod(
+        lambda cls, *args: built.append(1) or make(cls, *args)))
+
+    @app.task
+    async def noop(n: int) -> int:
+        return n
+
+    outcome = _run(app, _row(noop.name))
+    assert (outcome.job_id, outcome.run_count, outcome.kind) == (41, 3, SUCCESS)
+    assert (outcome.claim_token, outcome.result) == (99, "3")
+    assert built == []
+
+
+def test_current_job_is_the_job_decode_job_makes() -> None:
+    app = _app()
+    seen: list[Job] = []
+
+    @app.task
+    async def look(n: int) -> None:
+        seen.append(current().job)
+        assert current().job is seen[0]  # built once
+
+    row = _row(look.name, upstream_results="[1, 2]", result_arg="n")
+    assert _run(app, row).kind == SUCCESS
+    assert seen == [decode_job(app, row)[0]]
+    assert seen[0].args == {"n": [1, 2]} and seen[0].upstream_results == [1, 2]
+    assert seen[0].meta == {"k": 1} and seen[0].claim_token == 99
+
+
+def test_a_row_that_cannot_run_fails_from_the_row_alone() -> None:
+    app = _app()
+
+    @app.task
+    async def noop() -> None:
+        pass
+
+    bad_args = _run(app, _row(noop.name, args="[1]"))
+    unknown = _run(app, _row("nobody.registered"))
+    for outcome in (bad_args, unknown):
+        assert (outcome.job_id, outcome.run_count, outcome.kind) == (41, 3, FAIL)
+        assert outcome.claim_token == 99
