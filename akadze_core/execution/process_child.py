@@ -15,10 +15,10 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import fields
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..model.outcomes import Outcome
 from .executor import execute_here
@@ -35,6 +35,14 @@ logger = logging.getLogger("akadze.worker")
 CHILD_ENV = "AKADZE_PROCESS_CHILD"
 #: Tells a child to exit; end of file without it means the parent died.
 STOP = b'{"stop": true}\n'
+#: A body shorter than this is short (the parent's ``processes.SHORT``, which imports it).
+SHORT = 0.01
+#: The most answers a child holds back to write together, and for how long (seconds) it
+#: holds the first: the parent's time limits and its blame for a lost process run that far
+#: behind (see ``_serve_lines``).
+HOLD = 10
+HOLD_FOR = 0.001
+_READ_SIZE = 1 << 16
 _DATETIME_FIELDS = ("scheduled_at", "expires_at", "created_at", "started_at")
 # An outcome's fields, in order, as one tuple: dataclasses.astuple deep-copies every field
 # (a tenth of a child's time per no-op body), and the fields are plain values anyway.
@@ -93,23 +101,88 @@ def serve(app: App) -> int:
     parent = os.getppid()
     # The parent decides when children stop: Ctrl-C in a terminal is for the parent.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with os.fdopen(read_fd, "rb") as reader, os.fdopen(write_fd, "wb") as writer:
+    with os.fdopen(write_fd, "wb") as writer:
         writer.write(json.dumps({"ready": os.getpid()}).encode() + b"\n")
         writer.flush()
-        for line in reader:
-            message = json.loads(line)
-            if message.get("stop"):
-                break
-            row = _decode_row(message)
-            if message.get("task_id_key"):
-                app.use_task_id_key(message["task_id_key"])
-            started = time.perf_counter()
-            outcome = execute_here(app, row, message["worker_id"])
-            # How long the body took tells the parent which tasks are short.
-            writer.write(_encode_answer(time.perf_counter() - started, outcome))
-            writer.flush()
-        else:
+        try:
+            stopped = _serve_lines(app, read_fd, writer)
+        finally:
+            os.close(read_fd)
+        if not stopped:
             # End of file without a stop message: the worker process died (SIGKILL?).
             logger.warning("the worker process (pid %s) is gone: exiting", parent)
     sys.stdout.flush()
     return 0
+
+
+def _lines(read_fd: int) -> Iterator[tuple[bytes, bool]]:
+    """The lines the parent writes, each with whether another whole line is already here
+    (read, not waited for): the child holds its answers only while it has more to run."""
+    partial: list[bytes] = []
+    while True:
+        data = os.read(read_fd, _READ_SIZE)
+        if not data:
+            return
+        *complete, rest = data.split(b"\n")
+        if complete:
+            if partial:
+                complete[0] = b"".join(partial) + complete[0]
+                partial.clear()
+            last = len(complete) - 1
+            for index, line in enumerate(complete):
+                yield line, index < last
+        if rest:
+            partial.append(rest)
+
+
+def _serve_lines(app: App, read_fd: int, writer: BinaryIO) -> bool:
+    """Run the parent's jobs, answering each; True when it said stop, False at end of file.
+
+    Answers are written in batches, each write waking the parent: while another job is
+    already read (the parent sent it behind this one), the answer waits for it, up to
+    ``HOLD`` answers or ``HOLD_FOR`` seconds, and only if that job's task ran short here
+    last time (the parent starts a job's time limit at the answer of the one before, and
+    blames a process's death on the first job it has no answer for: a long run must not
+    start with answers held). A job whose task is new here, or ran long, gets them first.
+    """
+    held: list[bytes] = []
+    held_since = 0.0
+    short: set[str] = set()  # tasks whose last body here took under SHORT
+    for line, more in _lines(read_fd):
+        message = json.loads(line)
+        if message.get("stop"):
+            if held:
+                writer.write(b"".join(held))
+                writer.flush()
+            return True
+        row = _decode_row(message)
+        if held and (row["task"] not in short or len(held) >= HOLD
+                     or time.perf_counter() - held_since >= HOLD_FOR):
+            writer.write(b"".join(held))
+            writer.flush()
+            held.clear()
+        if message.get("task_id_key"):
+            app.use_task_id_key(message["task_id_key"])
+        started = time.perf_counter()
+        outcome = execute_here(app, row, message["worker_id"])
+        ended = time.perf_counter()
+        took = ended - started
+        if took < SHORT:
+            short.add(row["task"])
+        else:
+            short.discard(row["task"])
+        # How long the body took tells the parent which tasks are short.
+        answer = _encode_answer(took, outcome)
+        if more:
+            if not held:
+                held_since = ended
+            held.append(answer)
+        else:
+            if held:
+                held.append(answer)
+                writer.write(b"".join(held))
+                held.clear()
+            else:
+                writer.write(answer)
+            writer.flush()
+    return False
