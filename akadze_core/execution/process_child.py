@@ -8,12 +8,14 @@ each row with how long the body took and the outcome's fields (``decode_answer``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import operator
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import fields
@@ -43,6 +45,8 @@ SHORT = 0.01
 HOLD = 10
 HOLD_FOR = 0.001
 _READ_SIZE = 1 << 16
+# Polls of the answer watchdog that found nothing held before it sleeps on its event.
+_QUIET_POLLS = 10
 _DATETIME_FIELDS = ("scheduled_at", "expires_at", "created_at", "started_at")
 # An outcome's fields, in order, as one tuple: dataclasses.astuple deep-copies every field
 # (a tenth of a child's time per no-op body), and the fields are plain values anyway.
@@ -135,32 +139,97 @@ def _lines(read_fd: int) -> Iterator[tuple[bytes, bool]]:
             partial.append(rest)
 
 
+class _Answers:
+    """A child's answers to the parent, held back to be written together: each write wakes
+    the parent (and on a busy host lets it take the CPU from whoever ran).
+
+    The parent starts a job's time limit at the answer of the one before, and blames a
+    process's death on the first job it has no answer for, so answers are held only while
+    the child runs jobs already sent behind them (short tasks'), ``HOLD`` at most, and a
+    watchdog thread writes those held for ``HOLD_FOR`` (a short task's body that turned
+    long). It polls while answers come held and sleeps on an event once none do.
+    """
+
+    def __init__(self, writer: BinaryIO) -> None:
+        self._writer = writer
+        self._lock = threading.Lock()
+        self._held: list[bytes] = []
+        self._since = 0.0
+        self._watching = False
+        self._wake = threading.Event()
+        threading.Thread(target=self._watch, name="akadze-answers", daemon=True).start()
+
+    def hold(self, answer: bytes, now: float) -> None:
+        """Keep ``answer`` to write with the next ones (the next job is read already)."""
+        with self._lock:
+            if not self._held:
+                self._since = now
+            self._held.append(answer)
+        if not self._watching:
+            self._watching = True
+            self._wake.set()
+
+    def due(self, now: float) -> bool:
+        """Whether what is held must go before the next body starts."""
+        return bool(self._held) and (len(self._held) >= HOLD or now - self._since >= HOLD_FOR)
+
+    def write(self, answer: bytes | None = None) -> None:
+        """Write what is held, and ``answer`` after it, in one write."""
+        with self._lock:
+            self._write_held(answer)
+
+    def _write_held(self, answer: bytes | None = None) -> None:
+        held = self._held
+        if answer is not None:
+            held.append(answer)
+        if held:
+            self._writer.write(held[0] if len(held) == 1 else b"".join(held))
+            self._writer.flush()
+            held.clear()
+
+    def _watch(self) -> None:
+        quiet = 0
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            while True:
+                time.sleep(HOLD_FOR)
+                with self._lock:
+                    if self._held:
+                        quiet = 0
+                        if time.perf_counter() - self._since >= HOLD_FOR:
+                            with contextlib.suppress(OSError, ValueError):
+                                self._write_held()
+                        continue
+                quiet += 1
+                if quiet < _QUIET_POLLS:
+                    continue
+                # Nothing held for a while: sleep until hold() wakes it. Said before looking
+                # again, so that an answer held meanwhile either is seen or wakes it.
+                self._watching = False
+                if not self._held:
+                    break
+                self._watching = True
+            quiet = 0
+
+
 def _serve_lines(app: App, read_fd: int, writer: BinaryIO) -> bool:
     """Run the parent's jobs, answering each; True when it said stop, False at end of file.
 
-    Answers are written in batches, each write waking the parent: while another job is
-    already read (the parent sent it behind this one), the answer waits for it, up to
-    ``HOLD`` answers or ``HOLD_FOR`` seconds, and only if that job's task ran short here
-    last time (the parent starts a job's time limit at the answer of the one before, and
-    blames a process's death on the first job it has no answer for: a long run must not
-    start with answers held). A job whose task is new here, or ran long, gets them first.
+    While another job is already read (the parent sent it behind this one), a job's answer
+    is held to go with the next ones (``_Answers``), unless that job's task is new here or
+    its last body here was not short: a long body does not start with answers held.
     """
-    held: list[bytes] = []
-    held_since = 0.0
+    answers = _Answers(writer)
     short: set[str] = set()  # tasks whose last body here took under SHORT
     for line, more in _lines(read_fd):
         message = json.loads(line)
         if message.get("stop"):
-            if held:
-                writer.write(b"".join(held))
-                writer.flush()
+            answers.write()
             return True
         row = _decode_row(message)
-        if held and (row["task"] not in short or len(held) >= HOLD
-                     or time.perf_counter() - held_since >= HOLD_FOR):
-            writer.write(b"".join(held))
-            writer.flush()
-            held.clear()
+        if row["task"] not in short or answers.due(time.perf_counter()):
+            answers.write()
         if message.get("task_id_key"):
             app.use_task_id_key(message["task_id_key"])
         started = time.perf_counter()
@@ -174,15 +243,7 @@ def _serve_lines(app: App, read_fd: int, writer: BinaryIO) -> bool:
         # How long the body took tells the parent which tasks are short.
         answer = _encode_answer(took, outcome)
         if more:
-            if not held:
-                held_since = ended
-            held.append(answer)
+            answers.hold(answer, ended)
         else:
-            if held:
-                held.append(answer)
-                writer.write(b"".join(held))
-                held.clear()
-            else:
-                writer.write(answer)
-            writer.flush()
+            answers.write(answer)
     return False
