@@ -44,9 +44,13 @@ SHORT = 0.01
 #: behind (see ``_serve_lines``).
 HOLD = 10
 HOLD_FOR = 0.001
+#: How often a child's answer watchdog looks for answers held past ``HOLD_FOR`` while a
+#: body runs: what it writes were held for at most about this long (and the body's time
+#: to give it the interpreter).
+WATCH = SHORT
 _READ_SIZE = 1 << 16
-# Polls of the answer watchdog that found nothing held before it sleeps on its event.
-_QUIET_POLLS = 10
+# Looks of the answer watchdog that found nothing held before it sleeps on its event.
+_QUIET_POLLS = 3
 _DATETIME_FIELDS = ("scheduled_at", "expires_at", "created_at", "started_at")
 # An outcome's fields, in order, as one tuple: dataclasses.astuple deep-copies every field
 # (a tenth of a child's time per no-op body), and the fields are plain values anyway.
@@ -147,7 +151,9 @@ class _Answers:
     process's death on the first job it has no answer for, so answers are held only while
     the child runs jobs already sent behind them (short tasks'), ``HOLD`` at most, and a
     watchdog thread writes those held for ``HOLD_FOR`` (a short task's body that turned
-    long). It polls while answers come held and sleeps on an event once none do.
+    long) at its next look, every ``WATCH`` seconds while answers come held (it sleeps on
+    an event once none do): its own wake-ups cost what the held writes save, so it looks
+    seldom, and a body that is still short when it looks has not held them long.
     """
 
     def __init__(self, writer: BinaryIO) -> None:
@@ -193,7 +199,7 @@ class _Answers:
             self._wake.wait()
             self._wake.clear()
             while True:
-                time.sleep(HOLD_FOR)
+                time.sleep(WATCH)
                 with self._lock:
                     if self._held:
                         quiet = 0
