@@ -71,16 +71,7 @@ from .children import (
 )
 
 # The child's side, re-exported: the commands that start children import them from here.
-from .process_child import (
-    CHILD_ENV,
-    SHORT,
-    STOP,
-    child_number,
-    decode_answer,
-    encode_row,
-    is_child,
-    serve,
-)
+from .process_child import CHILD_ENV, STOP, child_number, decode_answer, encode_row, is_child, serve
 
 __all__ = ["AHEAD", "AHEAD_BUDGET", "CHILD_ENV", "DEPTH", "SHORT", "ProcessPool", "child_number",
            "is_child", "serve"]
@@ -96,11 +87,12 @@ YOUNG = 10.0
 MAX_RESTART_DELAY = 10.0
 # One message is one JSON line; a job's args and result may be large.
 _LINE_LIMIT = 1 << 30
-# A task is short when its last SHORT_RUNS bodies each took less than SHORT seconds (as the
-# child measured them, its own log lines included; SHORT is the child's figure, which it
-# holds its answers by too). Waking a sleeping process costs a few hundred microseconds on a
-# busy machine: for the shortest tasks that is most of each job. A job sent behind such runs
-# waits for at most DEPTH - 1 of them (~0.1 s), unless a short task suddenly takes long.
+#: A task is short when its last SHORT_RUNS bodies each took less than SHORT seconds (as
+#: the child measured them, its own log lines included). Waking a sleeping process costs a
+#: few hundred microseconds on a busy machine: for the shortest tasks that is most of each
+#: job. A job sent behind such runs waits for at most DEPTH - 1 of them (~0.1 s), unless a
+#: short task suddenly takes long.
+SHORT = 0.01
 SHORT_RUNS = 3
 #: Jobs of short tasks a process may have been sent at once: one running, the rest waiting
 #: in its pipe. The jobs sent to a process in one loop turn go in one write, and each write

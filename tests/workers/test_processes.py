@@ -251,24 +251,3 @@ def test_children_that_cannot_load_the_app_stop_the_worker_with_one_line(
     assert "before it was ready" in log, log
     assert "KeyError" not in log, log
     assert "replacing it" not in log, log
-
-
-def test_answers_held_behind_a_body_that_turns_long_are_written_within_the_bound(
-        app: App, db: psycopg.Connection, start) -> None:
-    # A child holds a short job's answer while it runs the next one already sent behind
-    # it; when a short task's body turns long, its watchdog writes the held answers.
-    start("--processes", "1", "--slots", "1")
-    warm = [app.tasks["whoami"].enqueue() for _ in range(30)]
-    wait_until(lambda: finished(db, *warm), what="the short jobs to finish", timeout=30)
-    with psycopg.connect(db.info.dsn) as connection:
-        # One short job before it: its answer is held as the long body starts (with more
-        # before it, HOLD_FOR may have passed and they go before the long body).
-        short = [app.tasks["whoami"].using(session=connection).enqueue()]
-        long = app.tasks["whoami"].using(session=connection).enqueue(pause=4.0)
-    wait_until(lambda: finished(db, *short, long), what="the jobs to finish", timeout=30)
-    bodies = {job_id: job(db, job_id)["result"] for job_id in (*short, long)}
-    assert len({pid for pid, _, _ in bodies.values()}) == 1
-    assert max(end for _, _, end in (bodies[job_id] for job_id in short)) <= bodies[long][1]
-    # Their outcomes were written seconds before the long one's, not with it.
-    written = max(job(db, job_id)["finished_at"] for job_id in short)
-    assert (job(db, long)["finished_at"] - written).total_seconds() > 2.5
