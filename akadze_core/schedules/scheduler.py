@@ -351,10 +351,12 @@ RUNTIME_READ_BATCH = 500
 RUNTIME_LOAD_SLICE = 25
 #: Seconds of trigger evaluation in one slice of the work moved off a boundary (the tick
 #: after the next of each schedule that fired), and slices per pass: a pass, about once a
-#: second after a boundary until done, spends at most ~10 ms on it. A boundary's dozens of
-#: distinct cron triggers cost about half a millisecond each.
+#: second from ``RUNTIME_PREPARE_DELAY`` after a boundary until done, spends at most ~10 ms
+#: on it. A boundary's dozens of distinct cron triggers cost about half a millisecond each.
 RUNTIME_PREPARE_SLICE = 0.002
 RUNTIME_PREPARE_SLICES = 5
+#: Seconds after a pass that enqueued ticks before that work starts.
+RUNTIME_PREPARE_DELAY = 2.0
 #: A worker that hears of a changed runtime schedule looks this many seconds later, so that
 #: a burst of changes (a bulk add) makes one pass.
 SCHEDULE_CHANGE_GRACE = 0.05
@@ -379,6 +381,7 @@ class Scheduler:
         self._resync = True  # compare every version (at the first pass: load them all)
         self._next_poll = 0.0
         self._conflicts: set[str] = set()
+        self._prepare_after = 0.0  # monotonic; see RUNTIME_PREPARE_DELAY
 
     @property
     def pending(self) -> bool:
@@ -520,12 +523,13 @@ class Scheduler:
         following = self.timetable.next_fire()
         if following is not None:
             wait = min(wait, (following - now).total_seconds())
+        if took:
+            # Not in the seconds of the boundary's own work: those are the busiest.
+            self._prepare_after = time.monotonic() + RUNTIME_PREPARE_DELAY
+        elif self.timetable.unprepared and time.monotonic() >= self._prepare_after:
+            await self._prepare()
         if self.timetable.unprepared:
-            # Not in a pass that enqueued: its second already holds the boundary's work.
-            if not took:
-                await self._prepare()
-            if self.timetable.unprepared:
-                wait = min(wait, MIN_CHECK_INTERVAL)
+            wait = min(wait, max(MIN_CHECK_INTERVAL, self._prepare_after - time.monotonic()))
         return wait
 
     async def _prepare(self) -> None:
