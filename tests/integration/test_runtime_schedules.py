@@ -24,6 +24,7 @@ from click.testing import CliRunner, Result
 from akadze_core import App, Cron, Every, InvalidArgs, Scheduler, Worker
 from akadze_core.cli.main import cli
 from akadze_core.schedules import scheduler as schedules
+from akadze_core.store import ticks
 from tests.integration.outcome_helpers import FAST, running, wait_until
 from tests.integration.schedule_helpers import check, db_now, jobs, rewind, schedule_row
 
@@ -91,6 +92,32 @@ async def test_after_downtime_only_the_latest_missed_tick_runs(
     [job] = jobs(db)
     assert datetime.fromisoformat(job["meta"]["tick"]) == Cron("* * * * *").latest(db_now(db)) \
         or db_now(db).second < 2  # the minute may just have turned
+
+
+async def test_a_boundary_pass_leaves_evaluating_the_tick_after_to_a_later_pass(
+    app: App, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trigger = Cron("*/2 * * * *", timezone="Europe/Berlin")
+    for number in range(3):
+        app.runtime_schedules.add(f"berlin{number}", "t", trigger=trigger)
+    scheduler = Scheduler(app)
+    async with await app.connections.connect_async(autocommit=True) as connection:
+        now = await ticks.schedule_clock(connection)
+        await scheduler._runtime_due(connection, now)  # loads the timetable
+        boundary = trigger.next(now)
+        wait = await scheduler._runtime_due(connection, boundary + timedelta(milliseconds=50))
+        assert len(jobs(db)) == 3 and scheduler.timetable.unprepared
+        assert wait <= schedules.RUNTIME_PREPARE_DELAY
+        await scheduler._runtime_due(connection, boundary + timedelta(seconds=1))
+        assert scheduler.timetable.unprepared  # still in the boundary's seconds
+        monkeypatch.setattr(scheduler, "_prepare_after", 0.0)
+        await scheduler._runtime_due(connection, boundary + timedelta(seconds=3))
+        assert not scheduler.timetable.unprepared
+        following = boundary + timedelta(minutes=2)
+        assert scheduler.timetable.next_fire() == following
+        await scheduler._runtime_due(connection, following + timedelta(milliseconds=50))
+    ticked = sorted(datetime.fromisoformat(job["meta"]["tick"]) for job in jobs(db))
+    assert ticked == [boundary] * 3 + [following] * 3
 
 
 async def test_a_scheduler_that_missed_the_notification_finds_the_change_by_polling(

@@ -5,10 +5,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pytest
+
 from akadze_core.schedules.timetable import Timetable
+from akadze_core.schedules.triggers import Cron, Every, parse_spec
 
 T0 = datetime(2030, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 MINUTE = timedelta(minutes=1)
+ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo")
 
 
 def row(name: str, spec: str = "every 60s", *, version: int = 1, paused: bool = False,
@@ -103,8 +107,123 @@ def test_stale_and_fingerprint_compare_with_the_stored_versions() -> None:
     assert table.stale({"a": 3}) == ([], ["b"])
 
 
-def test_stale_heap_items_are_compacted() -> None:
+def test_stale_bucket_entries_are_compacted() -> None:
     table = Timetable()
     for version in range(1, 3000):
         table.load([row("a", "every 3600s", version=version)], T0)
-    assert len(table._heap) < 2000  # the point of the test
+    assert table._items < 2000 and len(table._instants) < 2000  # the point of the test
+
+
+def _fire_through(table: Timetable, start: datetime, end: datetime, *,
+                  prepare: bool) -> list[tuple[str, datetime]]:
+    """Every tick the table gives out from ``start`` to ``end``, passes at each next tick
+    (plus 50 ms), advancing each and preparing between passes when ``prepare``."""
+    fired: list[tuple[str, datetime]] = []
+    now = start
+    while (following := table.next_fire()) is not None and following <= end:
+        now = following + timedelta(milliseconds=50)
+        due = table.take_due(now)
+        fired += [(tick.name, tick.tick) for tick in due]
+        table.advance(due)
+        if prepare:
+            while not table.prepare(1.0):
+                pass
+    return fired
+
+
+def _reference(spec: str, start: datetime, end: datetime) -> list[datetime]:
+    trigger = parse_spec(spec)
+    ticks, tick = [], trigger.next(start)
+    while tick <= end:
+        ticks.append(tick)
+        tick = trigger.next(tick)
+    return ticks
+
+
+def test_ticks_moved_on_without_evaluating_match_the_trigger_across_dst_changes() -> None:
+    # Berlin falls back on 2030-10-27 (02:00-03:00 local twice) and springs forward on
+    # 2030-03-31 (02:00-03:00 skipped); New York on 2030-11-03 and 2030-03-10.
+    specs = ["cron 30 * * * * tz=Europe/Berlin", "cron 30 2 * * * tz=Europe/Berlin",
+             "cron */20 1-3 * * * tz=America/New_York", "every 5400s"]
+    for start in (datetime(2030, 10, 26, 20, tzinfo=timezone.utc),
+                  datetime(2030, 3, 30, 20, tzinfo=timezone.utc),
+                  datetime(2030, 11, 2, 20, tzinfo=timezone.utc),
+                  datetime(2030, 3, 9, 20, tzinfo=timezone.utc)):
+        end = start + timedelta(hours=30)
+        for prepare in (True, False):
+            table = Timetable()
+            table.load([row(f"s{number}", spec, last_tick=start)
+                        for number, spec in enumerate(specs)], start)
+            fired = _fire_through(table, start, end, prepare=prepare)
+            for number, spec in enumerate(specs):
+                assert [tick for name, tick in fired if name == f"s{number}"] == \
+                    _reference(spec, start, end), (spec, start, prepare)
+
+
+def test_a_boundary_takes_its_ticks_without_evaluating_triggers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    table = Timetable()
+    table.load([row(f"every{number}") for number in range(50)]
+               + [row(f"cron{number}", f"cron */2 * * * * tz={ZONES[number % 4]}")
+                  for number in range(50)], T0)
+    assert not table.unprepared  # load computes the tick after the next one too
+    table.advance(table.take_due(T0 + MINUTE))
+    assert table.prepare(1.0)
+    evaluations: list[datetime] = []
+
+    def counting(original: Any) -> Any:
+        def evaluate(self: Any, after: datetime) -> datetime:
+            evaluations.append(after)
+            return original(self, after)  # type: ignore[no-any-return]
+        return evaluate
+
+    monkeypatch.setattr(Cron, "next", counting(Cron.next))
+    monkeypatch.setattr(Every, "next", counting(Every.next))
+    due = table.take_due(T0 + 2 * MINUTE)
+    assert len(due) == 100 and evaluations == []
+    assert {(tick.tick, tick.following) for tick in due if tick.name == "cron1"} == \
+        {(T0 + 2 * MINUTE, T0 + 4 * MINUTE)}
+    table.advance(due)
+    assert table.unprepared and table.prepare(1.0) and not table.unprepared
+    assert len(evaluations) == 5  # once per distinct trigger and tick, not per schedule
+    assert {tick.following for tick in table.take_due(T0 + 3 * MINUTE)} == {T0 + 4 * MINUTE}
+
+
+def test_prepare_stops_after_its_budget_and_resumes() -> None:
+    table = Timetable()
+    table.load([row(f"s{number}", f"cron {number} * * * * tz=Asia/Tokyo")
+                for number in range(60)], T0)
+    due = table.take_due(T0 + timedelta(hours=1))
+    table.advance(due)
+    assert table.prepare(0.0) is False  # one evaluation, then out of budget
+    while not table.prepare(0.0):
+        pass
+    assert not table.unprepared
+
+
+def test_a_schedule_changed_or_removed_before_it_was_prepared_keeps_its_new_definition() -> None:
+    table = Timetable()
+    table.load([row("changed"), row("removed"), row("kept")], T0)
+    due = table.take_due(T0 + MINUTE)
+    table.advance(due)
+    assert table.unprepared
+    table.load([row("changed", "every 300s", version=2, last_tick=T0 + MINUTE)],
+               T0 + MINUTE + timedelta(seconds=5))
+    table.drop(["removed"])
+    assert table.prepare(1.0)
+    due = table.take_due(T0 + 5 * MINUTE + timedelta(seconds=1))
+    assert sorted((tick.name, tick.version, tick.tick, tick.following) for tick in due) == [
+        ("changed", 2, T0 + 5 * MINUTE, T0 + 10 * MINUTE),
+        ("kept", 1, T0 + 5 * MINUTE, T0 + 6 * MINUTE),  # a stalled pass: the latest tick
+    ]
+
+
+def test_a_pass_before_prepare_ran_still_computes_the_following_tick() -> None:
+    table = Timetable()
+    table.load([row("a", "cron */2 * * * * tz=America/New_York")], T0)
+    due = table.take_due(T0 + 2 * MINUTE)
+    table.advance(due)  # at T0 + 4 min, its tick after not computed yet
+    [due_again] = table.take_due(T0 + 4 * MINUTE)
+    assert (due_again.tick, due_again.following) == (T0 + 4 * MINUTE, T0 + 6 * MINUTE)
+    table.put_back([due_again])
+    assert table.take_due(T0 + 4 * MINUTE)[0].following == T0 + 6 * MINUTE
