@@ -118,6 +118,20 @@ class AsyncResult(ResultBase):
         self._cache: Job | None = None
         self.ignored = False
 
+    @classmethod
+    def of_job(cls, app: Celery, task_name: str, job_id: int, *,
+               ignored: bool) -> AsyncResult:
+        """The result of a job sent without a task id, whose id is derived from ``job_id``
+        when first read (``id``): the object ``AsyncResult("", app=app, task_name=...,
+        job_id=...)`` with ``id = None`` and ``ignored`` set is, made without ``__init__``'s
+        per-argument checks and two ``id`` setter calls (a plain ``delay()`` makes one per
+        call)."""
+        result = cls.__new__(cls)
+        result.__dict__.update(app=app, _id=None, backend=app.backend, parent=None,
+                               task_name=task_name, _job_id=job_id, _cache=None,
+                               ignored=ignored)
+        return result
+
     @property
     def id(self) -> str:
         """The task id."""

@@ -43,10 +43,10 @@ if TYPE_CHECKING:
     from .context import Context
     from .task import Task
 
-__all__ = ["AMQP", "FOREVER", "MESSAGE_PROPERTIES", "ROUTE_KEYS", "STANDARD_HEADERS", "Message",
-           "PublishConnectionLost", "PublishUnavailable", "current_session",
-           "enclosing_session", "max_attempts_for", "message_meta", "prepare", "publish_retry",
-           "to_datetime", "transaction"]
+__all__ = ["AMQP", "FOREVER", "MESSAGE_PROPERTIES", "ROUTE_KEYS", "STANDARD_HEADERS", "UNSENT",
+           "Message", "PublishConnectionLost", "PublishUnavailable", "current_session",
+           "enclosing_session", "max_attempts_for", "message_meta", "prepare",
+           "publish_retried", "publish_retry", "to_datetime", "transaction"]
 
 logger = logging.getLogger("akadze_compat.publish")
 
@@ -91,7 +91,7 @@ T = TypeVar("T")
 
 #: Failures before anything was sent: retried under the publish retry policy. A pool timeout
 #: is one (no connection was handed out, so no statement went).
-_UNSENT = (DatabaseUnavailable, psycopg_pool.PoolTimeout)
+UNSENT = (DatabaseUnavailable, psycopg_pool.PoolTimeout)
 
 
 def publish_with_retry(app: Celery, send: Callable[[], T], retry: Any = None,
@@ -104,8 +104,15 @@ def publish_with_retry(app: Celery, send: Callable[[], T], retry: Any = None,
     sent is never retried (``PublishConnectionLost``, raised by the caller)."""
     try:
         return send()  # the first try costs nothing more than this try
-    except _UNSENT as exc:
-        error: Exception = exc
+    except UNSENT as exc:
+        return publish_retried(app, send, exc, retry, retry_policy)
+
+
+def publish_retried(app: Celery, send: Callable[[], T], error: Exception, retry: Any = None,
+                    retry_policy: Mapping[str, Any] | None = None) -> T:
+    """``publish_with_retry`` after its first ``send()`` failed with ``error`` (one of
+    ``UNSENT``): a caller that makes the first try itself, without a closure for it (a
+    plain ``delay()``), goes on here."""
     conf = app.conf
     if retry is None:
         retry = conf["task_publish_retry"]
@@ -123,7 +130,7 @@ def publish_with_retry(app: Celery, send: Callable[[], T], retry: Any = None,
             time.sleep(delay)
             try:
                 return send()
-            except _UNSENT as exc:
+            except UNSENT as exc:
                 error = exc
     raise PublishUnavailable(str(error)) from error
 

@@ -192,10 +192,14 @@ class _ClassProperty:
     def __init__(self, getter: Any, setter: Any) -> None:
         self.getter = getter
         self.setter = setter
+        # The classmethod's function, called with the class: the same call as binding the
+        # classmethod first, without making a bound method at every read (every send
+        # reads ``task.app``).
+        self._get = getter.__func__
         self.__doc__ = "The app this task belongs to (the current app for an unbound class)."
 
     def __get__(self, obj: Any, owner: type | None = None) -> Any:
-        return self.getter.__get__(obj, owner if owner is not None else type(obj))()
+        return self._get(owner if owner is not None else type(obj))
 
     def __set__(self, obj: Any, value: Any) -> None:
         self.setter.__get__(obj, type(obj))(value)

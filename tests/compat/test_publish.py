@@ -412,6 +412,39 @@ def test_plain_calls_follow_changes_to_the_task_and_the_settings(
     assert expiring[0] is not None and expiring[1] > expiring[0]
 
 
+def test_a_kept_plain_calls_result_is_the_one_the_full_path_makes(
+        celery: Celery, db: psycopg.Connection) -> None:
+    @celery.task(name="proj.kept_result")
+    def kept_result(x: int) -> None: ...
+
+    def shape(result: Any) -> dict[str, Any]:
+        return {key: value for key, value in vars(result).items() if key not in ("_id",
+                                                                                "_job_id")}
+
+    full = kept_result.delay(1)  # the full path, which keeps the call
+    assert akadze_compat.app.publish.PLAIN_CALL in kept_result.__dict__
+    kept = kept_result.delay(2)
+    assert type(kept) is type(full) and shape(kept) == shape(full)
+    assert kept.ignored is False and kept.parent is None and kept.backend is celery.backend
+    assert is_uuid4(kept.id) and celery.core.task_ids().job_id(kept.id) == kept.job_id
+    assert job(db, kept.job_id)["args"] == {"args": [2], "kwargs": {}}
+    # ignore_result: the task's own, else task_ignore_result, read at each kept call.
+    celery.conf.task_ignore_result = True
+    assert kept_result.delay(3).ignored is True
+    kept_result.ignore_result = False
+    assert kept_result.delay(4).ignored is False
+
+
+def test_of_job_makes_what_the_constructor_does(celery: Celery) -> None:
+    from akadze_compat.result import AsyncResult
+
+    made = AsyncResult("", app=celery, task_name="proj.t", job_id=42)
+    made.id = None  # type: ignore[assignment]
+    made.ignored = True
+    quick = AsyncResult.of_job(celery, "proj.t", 42, ignored=True)
+    assert vars(quick) == vars(made) and quick.id == made.id
+
+
 def test_plain_calls_and_a_router_function_see_each_call(celery: Celery,
                                                          db: psycopg.Connection) -> None:
     def by_argument(name: str, args: Any, kwargs: Any, options: Any, task: Any = None,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from akadze_core import App, InvalidArgs
-from akadze_core.enqueue.encoding import BULK_CHUNK, encode_many
+from akadze_core.enqueue.encoding import BULK_CHUNK, encode_fast, encode_many
 from akadze_core.model.serialization import encode_args, strict_dumps
 
 VALUES: list[dict[str, Any]] = [
@@ -166,3 +166,14 @@ def test_insert_params_refuse_what_encode_args_refuses() -> None:
             error_of(lambda b=bad: encode_args(dict(b), strict_dumps, 20))
     with pytest.raises(InvalidArgs, match="NUL"):
         call.configure(meta={"m": "\x00"})._insert_params({})
+
+
+class _Key(str):
+    """A str subclass: not a plain str key, so encode_args decides."""
+
+
+@pytest.mark.parametrize("args", [*VALUES, *BAD.values(), {_Key("k"): 1},
+                                  {"a": 1, _Key("b"): 2}, {"v": "x" * 50}])
+def test_the_single_path_encodes_and_refuses_as_encode_args(args: dict[Any, Any]) -> None:
+    assert outcome_of(lambda: encode_fast(args, strict_dumps, 40)) == \
+        outcome_of(lambda: encode_args(dict(args), strict_dumps, 40))

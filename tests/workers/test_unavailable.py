@@ -16,6 +16,7 @@ import pytest
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from akadze_compat import Celery
+from akadze_compat.app.publish import PLAIN_CALL
 from akadze_core import ConfigurationError, DatabaseUnavailable
 from tests.workers.conftest import SpawnWorker
 from tests.workers.support import PrivateCluster, started_cluster
@@ -160,6 +161,34 @@ def test_a_down_server_is_kombus_operational_error_after_the_retry_policy(
     with psycopg.connect(small.url(), autocommit=True) as connection:
         count = connection.execute("SELECT count(*) FROM akadze.jobs").fetchone()
     assert count == (3,)
+
+
+def test_a_kept_plain_call_is_retried_under_the_policy(small: SmallCluster) -> None:
+    """A plain ``delay()`` reusing its kept core call makes its first try itself; a server
+    down at that try sends it on under the retry policy, as the full path does."""
+    policy = {"max_retries": 4, "interval_start": 0.25, "interval_step": 0,
+              "interval_max": 0.25}
+    celery, add = _celery(_role_url(small), task_publish_retry_policy=policy)
+    try:
+        add.delay(1, 1)  # the full path, which keeps the call
+        assert PLAIN_CALL in add.__dict__  # type: ignore[operator]
+        small.stop()
+        started = time.monotonic()
+        with pytest.raises(KombuOperationalError):
+            add.delay(2, 2)
+        # Four retries 0.25 s apart, each try also waiting out the reconnect window of
+        # the app's connection found dead.
+        assert time.monotonic() - started >= 1.0
+        threading.Timer(0.4, small.start).start()
+        result = add.delay(3, 3)
+        assert result.job_id is not None and PLAIN_CALL in add.__dict__  # type: ignore[operator]
+    finally:
+        if not small.running:
+            small.start()
+        celery.close()
+    with psycopg.connect(small.url(), autocommit=True) as connection:
+        rows = connection.execute("SELECT args FROM akadze.jobs ORDER BY id").fetchall()
+    assert [row[0]["args"] for row in rows] == [[1, 1], [3, 3]]
 
 
 def test_wrong_settings_stay_a_configuration_error_at_once(small: SmallCluster) -> None:
