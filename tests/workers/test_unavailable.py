@@ -166,9 +166,12 @@ def test_a_down_server_is_kombus_operational_error_after_the_retry_policy(
 def test_a_kept_plain_call_is_retried_under_the_policy(small: SmallCluster) -> None:
     """A plain ``delay()`` reusing its kept core call makes its first try itself; a server
     down at that try sends it on under the retry policy, as the full path does."""
-    policy = {"max_retries": 4, "interval_start": 0.25, "interval_step": 0,
+    # Eight retries: the third call's window (2 s and more) must cover a server start
+    # on a loaded machine.
+    policy = {"max_retries": 8, "interval_start": 0.25, "interval_step": 0,
               "interval_max": 0.25}
     celery, add = _celery(_role_url(small), task_publish_retry_policy=policy)
+    restart = threading.Timer(0.4, small.start)
     try:
         add.delay(1, 1)  # the full path, which keeps the call
         assert PLAIN_CALL in add.__dict__  # type: ignore[operator]
@@ -176,13 +179,15 @@ def test_a_kept_plain_call_is_retried_under_the_policy(small: SmallCluster) -> N
         started = time.monotonic()
         with pytest.raises(KombuOperationalError):
             add.delay(2, 2)
-        # Four retries 0.25 s apart, each try also waiting out the reconnect window of
+        # Eight retries 0.25 s apart, each try also waiting out the reconnect window of
         # the app's connection found dead.
-        assert time.monotonic() - started >= 1.0
-        threading.Timer(0.4, small.start).start()
+        assert time.monotonic() - started >= 2.0
+        restart.start()
         result = add.delay(3, 3)
         assert result.job_id is not None and PLAIN_CALL in add.__dict__  # type: ignore[operator]
     finally:
+        if restart.is_alive():
+            restart.join()  # a start under way: a second one would fail
         if not small.running:
             small.start()
         celery.close()
