@@ -145,7 +145,7 @@ def outcome_of(context: JobContext, *, value: Any = None,
     result encoded by the app's encoder and held to its ``max_result_bytes``, the error
     entry redacted by the app, the claim's fencing token carried (``outcomes.succeeded`` and
     ``outcomes.raised``, as the executor calls them)."""
-    job, app = context.job, context.app
+    job, app = context, context.app  # its fields, without building the Job
     policy = app.tasks[job.task].backoff
     if exc is not None:
         return raised(job.id, job.run_count, job.attempt, exc, policy, app.redact,

@@ -30,7 +30,7 @@ import logging
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from akadze_core import Cancel, Fail, Snooze, current
 from akadze_core import Retry as CoreRetry
@@ -45,7 +45,7 @@ from akadze_core.integration import (
 from .. import signals, states
 from ..app import trace as trace_module
 from ..app.context import Context
-from ..app.flow import ERRBACK
+from ..app.flow import ERRBACK, PASS
 from ..app.publish import FOREVER, task_limits
 from ..app.trace import (
     ExceptionInfo,
@@ -56,7 +56,6 @@ from ..app.trace import (
     trace_async,
     worker_run,
 )
-from ..backends.base import celery_meta
 from ..exceptions import (
     MaxRetriesExceededError,
     SoftTimeLimitExceeded,
@@ -129,10 +128,34 @@ class _Run:
     new_style_errback: bool = False
 
 
-def build_request(task: Task, job: Job, meta: dict[str, Any], args: list[Any],
+class JobFields(Protocol):
+    """What a request is built from: a ``Job``, or the running ``JobContext`` (which reads
+    them off the claimed row, so a run builds no ``Job`` unless something else asks)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def run_count(self) -> int: ...
+    @property
+    def expires_at(self) -> datetime | None: ...
+    @property
+    def position(self) -> int | None: ...
+    @property
+    def meta(self) -> dict[str, Any]: ...
+
+
+def build_request(task: Task, job: JobFields, meta: dict[str, Any], args: list[Any],
                   kwargs: dict[str, Any]) -> Context:
     """``self.request`` for a run of ``job``."""
-    task_id = task.app.core.task_id_of(job)
+    task_id = task.app.core.task_ids().of(job.id, job.meta)
     custom_headers = dict(meta.get("headers") or {})
     hard, soft = meta.get("time_limit"), meta.get("soft_time_limit")
     ignore_result = meta.get("ignore_result")
@@ -169,13 +192,15 @@ def build_request(task: Task, job: Job, meta: dict[str, Any], args: list[Any],
     return Context.from_attributes({**custom_headers, **fields} if custom_headers else fields)
 
 
-def _revived_meta(job: Job) -> dict[str, Any]:
+def _revived_meta(job: JobFields) -> dict[str, Any]:
     """``dict(revive(celery_meta(job)))``: a new dict, without a call per scalar.
 
     Most of the meta is None, strings and booleans, which ``revive`` returns as they are,
     and an empty container (the usual ``headers``) revives to a new empty one of its kind.
     """
-    source = celery_meta(job)
+    source = job.meta.get("celery") if isinstance(job.meta, dict) else None  # celery_meta
+    if not isinstance(source, dict):
+        source = {}
     if len(source) == 2 and "__type__" in source and "__value__" in source:
         return dict(revive(source))  # the whole meta is one typed value: as revive sees it
     meta = dict(source)
@@ -192,17 +217,18 @@ def _prepare(app: Celery, name: str, args: Any, kwargs: Any, unexpected: dict[st
                    f"'kwargs': {{...}}}}, got the keys {sorted(unexpected)}")
     task = app.registry[name]
     context = current()
-    job = context.job
-    meta = _revived_meta(job)
+    meta = _revived_meta(context)
     # decided on the row's own args (an errback signature's), not on a retry's
     new_style = is_new_style_errback(task, meta, list(args or []), dict(kwargs or {}))
     override = meta.get("retry_args")
     if isinstance(override, dict):
         args, kwargs = override.get("args"), override.get("kwargs")
     args, kwargs = list(args or []), dict(kwargs or {})
-    if not isinstance(override, dict):
-        args = step_args(task, job, meta, args, kwargs)
-    request = build_request(task, job, meta, args, kwargs)
+    if not isinstance(override, dict) and (meta.get(ERRBACK) is not None or meta.get(PASS)):
+        # a canvas step (errback, or passed its upstreams' results): the only runs that
+        # need the whole Job (step_args returns the args as they are for any other)
+        args = step_args(task, context.job, meta, args, kwargs)
+    request = build_request(task, context, meta, args, kwargs)
     task_hard, task_soft = task_limits(task)
     hard = meta.get("time_limit") or task_hard
     soft = meta.get("soft_time_limit") or task_soft
@@ -257,10 +283,10 @@ def _history_matters(run: _Run) -> bool:
     differently from the core: on the core's timeout (the backstop of the hard limit), or by
     a lost worker under an unbounded attempt budget (the job was sent by a process that does
     not know the task, so the core does not bound its reruns)."""
-    job = run.context.job
-    if job.attempt <= 1:
+    context = run.context
+    if context.attempt <= 1:
         return False
-    return TimeLimitExceeded in run.limits.values() or job.max_attempts >= FOREVER
+    return TimeLimitExceeded in run.limits.values() or context.max_attempts >= FOREVER
 
 
 def _needs_lost_count(run: _Run) -> bool:
@@ -298,7 +324,7 @@ def _check_deadline(run: _Run) -> None:
     its meta: a periodic task's ``options={"expires": datetime}`` holds for every run, so
     it cannot be the job's ``expires_at``, which the claim would have checked."""
     text = run.meta.get("expires")
-    if run.context.job.expires_at is not None or not text:
+    if run.context.expires_at is not None or not text:
         return
     try:
         deadline = text if isinstance(text, datetime) else datetime.fromisoformat(str(text))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Mapping
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -23,13 +24,16 @@ _current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("akadze_cu
 class JobContext:
     """The running job as its task sees it."""
 
-    __slots__ = ("_claim", "_job", "app", "completed", "last_error", "worker_id")
+    __slots__ = ("_claim", "_job", "_meta", "_row", "app", "completed", "last_error", "worker_id")
 
     def __init__(self, app: App, job: Job | None = None, worker_id: int | None = None,
                  last_error: dict[str, Any] | None = None) -> None:
         self.app = app
         self._job = job
         self._claim: tuple[Mapping[str, Any], Any, Any] | None = None
+        #: The claimed row while no ``Job`` is built: the fields below read it directly.
+        self._row: Mapping[str, Any] | None = None
+        self._meta: dict[str, Any] | None = None
         self.worker_id = worker_id
         #: The newest ``errors`` entry of the job when it was claimed (None on a clean
         #: record): what went wrong on the previous attempt, without another query.
@@ -47,6 +51,7 @@ class JobContext:
         for a frozen dataclass of 27 fields (the biggest part of a no-op's run)."""
         context = cls(app, None, worker_id, last_error)
         context._claim = (row, args, upstream_results)
+        context._row = row
         return context
 
     @property
@@ -55,7 +60,8 @@ class JobContext:
         job = self._job
         if job is None:
             assert self._claim is not None, "a JobContext needs a job or a claimed row"
-            job = self._job = Job.from_claim(*self._claim)
+            job = self._job = Job.from_claim(*self._claim, meta=self._meta)
+            self._row = None
         return job
 
     def __repr__(self) -> str:
@@ -65,33 +71,74 @@ class JobContext:
     @property
     def id(self) -> int:
         """The job id."""
-        return self.job.id
+        row = self._row
+        return row["id"] if row is not None else self.job.id
 
     @property
     def attempt(self) -> int:
         """This run's attempt number (1 for the first)."""
-        return self.job.attempt
+        row = self._row
+        return row["attempt"] if row is not None else self.job.attempt
 
     @property
     def max_attempts(self) -> int:
         """The job's attempt budget, the first run included."""
-        return self.job.max_attempts
+        row = self._row
+        return row["max_attempts"] if row is not None else self.job.max_attempts
 
     @property
     def run_count(self) -> int:
         """How many times the job was claimed, this run included (with the claim's random
         token, the run's fencing token)."""
-        return self.job.run_count
+        row = self._row
+        return row["run_count"] if row is not None else self.job.run_count
 
     @property
     def task(self) -> str:
         """The task name."""
-        return self.job.task
+        row = self._row
+        return row["task"] if row is not None else self.job.task
 
     @property
     def queue(self) -> str:
         """The queue the job was claimed from."""
-        return self.job.queue
+        row = self._row
+        return row["queue"] if row is not None else self.job.queue
+
+    @property
+    def priority(self) -> int:
+        """The job's priority."""
+        row = self._row
+        return row["priority"] if row is not None else self.job.priority
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """When the job expires (None: never)."""
+        row = self._row
+        return row.get("expires_at") if row is not None else self.job.expires_at
+
+    @property
+    def position(self) -> int | None:
+        """The job's position among the members sent in one bulk call (None outside one)."""
+        row = self._row
+        return row.get("position") if row is not None else self.job.position
+
+    @property
+    def claim_token(self) -> int | None:
+        """The claim's random token (with ``run_count``, the run's fence)."""
+        row = self._row
+        return row.get("claim_token") if row is not None else self.job.claim_token
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The job's meta as claimed (the same dict as ``job.meta``): read without building
+        the whole ``Job``, which a run that needs a few fields does not pay for."""
+        if self._row is None:
+            return self.job.meta
+        meta = self._meta
+        if meta is None:
+            meta = self._meta = Job.claimed_meta(self._row)
+        return meta
 
     @property
     def args(self) -> Any:
@@ -111,7 +158,7 @@ class JobContext:
 
         async def run(connection: psycopg.AsyncConnection) -> bool:
             return await database.update_job_meta_async(connection, self.id, self.run_count,
-                                                        patch_text, self.job.claim_token)
+                                                        patch_text, self.claim_token)
 
         return bool(await self.app.connections.run_pooled_async(run))
 
@@ -119,7 +166,7 @@ class JobContext:
         """Sync twin of ``update_meta`` (for plain ``def`` tasks)."""
         patch_text = self._encode(patch)
         return bool(self.app.connections.run_pooled(lambda connection: database.update_job_meta(
-            connection, self.id, self.run_count, patch_text, self.job.claim_token)))
+            connection, self.id, self.run_count, patch_text, self.claim_token)))
 
     def hand_over(self, connection: psycopg.Connection, to: int) -> None:
         """Pass what waits on this job (a chain's next step, a fan-in's callback, link
@@ -130,7 +177,7 @@ class JobContext:
         again). Raises ``NotOwner`` when this run no longer owns the job."""
         row = database.fetch_one(connection, "job_hand_over", id=self.id,
                                  run_count=self.run_count,
-                                 claim_token=self.job.claim_token, to=to)
+                                 claim_token=self.claim_token, to=to)
         if row is None:
             raise NotOwner(f"job {self.id} run {self.run_count} no longer owns the job; "
                            "nothing was handed over")
@@ -139,7 +186,7 @@ class JobContext:
         """Async twin of ``hand_over``."""
         row = await database.fetch_one_async(connection, "job_hand_over", id=self.id,
                                              run_count=self.run_count,
-                                             claim_token=self.job.claim_token, to=to)
+                                             claim_token=self.claim_token, to=to)
         if row is None:
             raise NotOwner(f"job {self.id} run {self.run_count} no longer owns the job; "
                            "nothing was handed over")

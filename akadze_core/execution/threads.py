@@ -37,7 +37,8 @@ class ThreadRunner:
         self._results = collections.deque()
         # Threads done with a body and about to take the next item (ThreadPoolExecutor's
         # idle semaphore as a count under ``_lock``, which a result takes anyway: the
-        # Semaphore's Python-level Condition cost a few µs a job).
+        # Semaphore's Python-level Condition cost a few µs a job). Read only until every
+        # thread is started.
         self._idle = 0
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -54,12 +55,17 @@ class ThreadRunner:
             self._loop = asyncio.get_running_loop()
         future = self._loop.create_future()
         self._work.put((future, func, args, kwargs))
+        if len(self._threads) >= self._max_threads:
+            # Every thread is started: nothing to decide. Not taking ``_lock`` here keeps
+            # the loop off the lock each finished body takes (a contended acquire drops
+            # and retakes the GIL).
+            return future
         # Like ThreadPoolExecutor: reuse an idle thread when there is one, else start one.
         with self._lock:
             idle = self._idle > 0
             if idle:
                 self._idle -= 1
-        if not idle and len(self._threads) < self._max_threads:
+        if not idle:
             thread = threading.Thread(target=self._serve, daemon=True,
                                       name=f"{self._name}-{len(self._threads)}")
             self._threads.append(thread)

@@ -64,22 +64,31 @@ class Job:
         return cls(**values)
 
     @classmethod
-    def from_claim(cls, row: Mapping[str, Any], args: Any, upstream_results: Any = None) -> Job:
+    def from_claim(cls, row: Mapping[str, Any], args: Any, upstream_results: Any = None,
+                   meta: dict[str, Any] | None = None) -> Job:
         """The Job of a claimed row whose ``args`` (and workflow ``upstream_results``) are
-        decoded already."""
+        decoded already; ``meta``: the row's meta when already decoded (``claimed_meta``)."""
         # Field by field rather than from_row: this runs once per job on the hot path, and
         # the generic form (a dict copy, a comprehension over every field) cost a tenth of a
-        # busy worker's time. Most jobs carry no meta: skip decoding the empty object.
-        meta = row.get("meta")
-        if isinstance(meta, str):
-            meta = {} if meta == "{}" else json.loads(meta)
+        # busy worker's time.
+        if meta is None:
+            meta = cls.claimed_meta(row)
         return cls(row["id"], row["task"], row["queue"], args, row["state"], row["priority"],
                    row["scheduled_at"], row["attempt"], row["max_attempts"], row["run_count"],
-                   meta=meta if meta is not None else {}, expires_at=row.get("expires_at"),
+                   meta=meta, expires_at=row.get("expires_at"),
                    cancel_requested=row.get("cancel_requested", False),
                    created_at=row.get("created_at"), started_at=row.get("started_at"),
                    upstreams=row.get("upstreams"), upstream_results=upstream_results,
                    position=row.get("position"), claim_token=row.get("claim_token"))
+
+    @staticmethod
+    def claimed_meta(row: Mapping[str, Any]) -> dict[str, Any]:
+        """The meta of a claimed row, decoded (``{}`` for none)."""
+        meta = row.get("meta")
+        if isinstance(meta, str):
+            # Most jobs carry no meta: skip decoding the empty object.
+            meta = {} if meta == "{}" else json.loads(meta)
+        return meta if meta is not None else {}
 
     def to_json(self) -> dict[str, Any]:
         """The job's fields by their plain names, times in ISO 8601."""

@@ -252,3 +252,24 @@ def test_the_pools_limits_skip_parsing_only_metas_without_limits(meta: Any) -> N
     hard = parsed.get("time_limit") or 60
     soft = parsed.get("soft_time_limit") or None
     assert pool.limits(app.core, row) == (soft and float(soft), float(hard))
+
+
+async def test_a_run_with_nothing_asking_for_the_job_builds_none(
+        celery: Celery, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request, limits and outcome come off the claimed row: no ``Job`` per run."""
+    built: list[int] = []
+    make = Job.from_claim.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(Job, "from_claim", classmethod(
+        lambda cls, *args, **kwargs: built.append(1) or make(cls, *args, **kwargs)))
+    seen: list[Any] = []
+
+    @celery.task(bind=True)
+    def echo(self: Task, x: int) -> int:
+        seen.append((self.request.id, self.request.retries, self.request.delivery_info))
+        return x
+
+    sent = echo.delay(5)
+    await work(celery, sent.ready)
+    assert sent.get() == 5 and built == []
+    assert seen == [(sent.id, 0, {"exchange": "", "routing_key": "celery", "queue": "celery",
+                                  "priority": 0, "redelivered": False})]

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from akadze_core import App, current
+from akadze_core.execution.context import JobContext
 from akadze_core.execution.executor import decode_job, execute
 from akadze_core.execution.threads import ThreadRunner
 from akadze_core.model.jobs import Job
@@ -47,7 +48,7 @@ def test_a_body_that_never_asks_for_its_job_runs_without_one(monkeypatch: Any) -
     built: list[int] = []
     make = Job.from_claim.__func__  # type: ignore[attr-defined]
     monkeypatch.setattr(Job, "from_claim", classmethod(
-        lambda cls, *args: built.append(1) or make(cls, *args)))
+        lambda cls, *args, **kwargs: built.append(1) or make(cls, *args, **kwargs)))
 
     @app.task
     async def noop(n: int) -> int:
@@ -87,3 +88,25 @@ def test_a_row_that_cannot_run_fails_from_the_row_alone() -> None:
     for outcome in (bad_args, unknown):
         assert (outcome.job_id, outcome.run_count, outcome.kind) == (41, 3, FAIL)
         assert outcome.claim_token == 99
+
+
+def test_the_contexts_fields_are_the_jobs_without_building_it(monkeypatch: Any) -> None:
+    app = _app()
+    row = _row("t", expires_at=NOW, position=4, meta='{"celery": {"headers": {}}}')
+    built: list[int] = []
+    make = Job.from_claim.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(Job, "from_claim", classmethod(
+        lambda cls, *args, **kwargs: built.append(1) or make(cls, *args, **kwargs)))
+    context = JobContext.claimed(app, row, {"n": 3}, None, 7, None)
+    names = ("id", "task", "queue", "priority", "attempt", "max_attempts", "run_count",
+             "expires_at", "position", "claim_token", "meta")
+    fields = {name: getattr(context, name) for name in names}
+    assert built == []
+    assert fields["meta"] == {"celery": {"headers": {}}} and fields["position"] == 4
+    job = context.job
+    assert built == [1]
+    assert {name: getattr(job, name) for name in names} == fields
+    # The meta decoded before is the Job's own (one dict: a change through either is seen).
+    assert job.meta is fields["meta"]
+    assert {name: getattr(context, name) for name in names} == fields
+    assert job == decode_job(app, row)[0]

@@ -90,3 +90,39 @@ async def test_closed_runner_refuses_work_and_lets_threads_end() -> None:
         thread.join(2)
         assert not thread.is_alive()
         assert thread.daemon
+
+
+async def test_once_every_thread_is_started_submit_takes_no_lock() -> None:
+    """The loop does not contend for the lock each finished body takes."""
+    runner = ThreadRunner(max_threads=4)
+    barrier = threading.Barrier(4)
+    await asyncio.gather(*(runner.submit(barrier.wait, 5) for _ in range(4)))
+    assert len(runner._threads) == 4
+    real = runner._lock
+    loop_thread = threading.get_ident()
+    taken_by_loop = 0
+
+    class Counted:
+        def __enter__(self) -> None:
+            nonlocal taken_by_loop
+            taken_by_loop += threading.get_ident() == loop_thread
+            real.acquire()
+
+        def __exit__(self, *exc_info: object) -> None:
+            real.release()
+
+    deliveries = 0
+    deliver = runner._deliver
+
+    def counted_deliver() -> None:
+        nonlocal deliveries
+        deliveries += 1
+        deliver()
+
+    runner._lock = Counted()  # type: ignore[assignment]
+    runner._deliver = counted_deliver  # type: ignore[method-assign]
+    assert await asyncio.gather(*(runner.submit(lambda i=i: i) for i in range(50))) == \
+        list(range(50))
+    # The loop takes the lock once a delivery (a batch of results), never a submit.
+    assert taken_by_loop == deliveries and len(runner._threads) == 4
+    runner.close()
