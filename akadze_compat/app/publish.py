@@ -232,16 +232,8 @@ def send_plain(task: Task, kept: _Plain, args: Any, kwargs: Any) -> AsyncResult 
         raise EncodeError(str(exc)) from exc
     except ConnectionLost as exc:
         raise PublishConnectionLost(str(exc)) from exc.__cause__
-    ignore_result = task.ignore_result  # task.option(), without its two calls
-    if ignore_result is None:
-        ignore_result = conf.get("task_ignore_result")
-    return AsyncResult.of_job(app, str(task.name), job_id, ignored=bool(ignore_result))
-
-
-def _derived_result(app: Celery, name: str, job_id: int) -> AsyncResult:
-    """The result of a job sent without a task id: its id is derived from ``job_id`` when
-    first asked for (``AsyncResult.id``), which costs nothing to a caller that never asks."""
-    return AsyncResult.of_job(app, name, job_id, ignored=False)
+    return AsyncResult.of_job(app, str(task.name), job_id,
+                              ignored=bool(task.option("ignore_result", "task_ignore_result")))
 
 
 #: Classes whose ``send_task`` was checked: class -> (its send_task, whether it is stock).
@@ -433,7 +425,7 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
     except ConnectionLost as exc:
         raise PublishConnectionLost(str(exc)) from exc.__cause__
     if task_id is None:
-        result = _derived_result(app, name, job_id)
+        result = AsyncResult.of_job(app, name, job_id, ignored=False)
         if message.headers is not None:  # a receiver connected since the check above
             message.published(result.id)
     else:

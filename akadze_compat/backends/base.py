@@ -13,7 +13,7 @@ import re
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from akadze_core import current
 
@@ -83,7 +83,14 @@ _made_types: dict[tuple[str, str], type[Exception]] = {}
 _made_types_lock = threading.Lock()
 
 
-def celery_meta(job: Job) -> dict[str, Any]:
+class _WithMeta(Protocol):
+    """A ``Job``, or a running job's ``JobContext``: anything holding a job's meta."""
+
+    @property
+    def meta(self) -> Any: ...
+
+
+def celery_meta(job: _WithMeta) -> dict[str, Any]:
     """The Celery part of a job's meta (``{}`` for jobs not sent by the facade)."""
     meta = job.meta.get("celery") if isinstance(job.meta, dict) else None
     return meta if isinstance(meta, dict) else {}

@@ -56,6 +56,7 @@ from ..app.trace import (
     trace_async,
     worker_run,
 )
+from ..backends.base import celery_meta
 from ..exceptions import (
     MaxRetriesExceededError,
     SoftTimeLimitExceeded,
@@ -198,9 +199,7 @@ def _revived_meta(job: JobFields) -> dict[str, Any]:
     Most of the meta is None, strings and booleans, which ``revive`` returns as they are,
     and an empty container (the usual ``headers``) revives to a new empty one of its kind.
     """
-    source = job.meta.get("celery") if isinstance(job.meta, dict) else None  # celery_meta
-    if not isinstance(source, dict):
-        source = {}
+    source = celery_meta(job)
     if len(source) == 2 and "__type__" in source and "__value__" in source:
         return dict(revive(source))  # the whole meta is one typed value: as revive sees it
     meta = dict(source)
