@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..model import outcomes
 from ..model.errors import Fail, JobTimeout
 from ..model.jobs import Job
+from ..model.serialization import fast_loads
 from .context import JobContext, reset_current, set_current
 from .threads import ThreadRunner
 
@@ -33,8 +34,11 @@ def decode_job(app: App, row: dict[str, Any]) -> tuple[Job, str | None]:
 def _decode(app: App, row: dict[str, Any]) -> tuple[Any, Any, str | None]:
     """The args and upstream results of a claimed row, decoded, and why they are unusable
     (None: they are usable)."""
+    loads = app.json_loads
+    if loads is json.loads:
+        loads = fast_loads  # the same values and errors, without json.loads's Python layer
     try:
-        args = app.json_loads(row["args"])
+        args = loads(row["args"])
     except Exception as exc:
         return None, None, f"cannot decode the job's args: {exc}"
     if not isinstance(args, dict):
@@ -44,7 +48,7 @@ def _decode(app: App, row: dict[str, Any]) -> tuple[Any, Any, str | None]:
         return args, None, None
     # A workflow job released with its upstreams' results (see akadze_core.enqueue.workflow).
     try:
-        value = app.json_loads(results)
+        value = loads(results)
     except Exception as exc:
         return args, None, f"cannot decode the job's upstream results: {exc}"
     result_arg = row.get("result_arg")
@@ -74,7 +78,7 @@ def _prepare(
             claim_token=row.get("claim_token")), None, None, None
     last_error = row.get("last_error")
     context = JobContext.claimed(app, row, args, results, worker_id,
-                                 json.loads(last_error) if isinstance(last_error, str) else None)
+                                 fast_loads(last_error) if isinstance(last_error, str) else None)
     return None, task, context, args
 
 

@@ -56,6 +56,24 @@ def strict_dumps(value: Any) -> str:
         return _ENCODER.encode(value)
 
 
+# json.loads() of a str is a Python-level decode() around the C scanner: two whitespace
+# regex matches and a call chain, three quarters of the time of a job's small args.
+_SCAN = json.JSONDecoder().scan_once
+
+
+def fast_loads(text: str) -> Any:
+    """``json.loads(text)``: the same value, or the same error, for any ``text``. JSON
+    text that is one value with nothing around it (what Postgres gives for a jsonb or
+    json column) is scanned directly; anything else goes through ``json.loads``."""
+    try:
+        value, end = _SCAN(text, 0)
+    except (StopIteration, TypeError):  # leading whitespace or a BOM, bytes, not JSON
+        return json.loads(text)
+    if end != len(text):  # whitespace after the value, or extra data
+        return json.loads(text)
+    return value
+
+
 #: The dumps functions marked by ``extends_strict_dumps``.
 _EXTENDING: set[Dumps] = set()
 

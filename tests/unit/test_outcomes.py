@@ -294,3 +294,10 @@ def test_error_summary_is_type_and_message_with_the_reason_of_fail_from() -> Non
     assert error_summary({"type": "X", "message": "a\n\tb  c"}, limit=7) == "X: a b\u2026"
     assert error_summary({"type": "X", "message": "pw=1"}, lambda text: text.upper()) == "X: PW=1"
     assert parse_error(None) == {} and parse_error("not json") == {"message": "not json"}
+
+
+def test_a_body_returning_none_succeeds_with_null_as_the_dumps_would_say() -> None:
+    fast = succeeded(1, 1, 1, None, None, claim_token=5)
+    assert fast == Outcome(1, 1, SUCCESS, result="null", claim_token=5)
+    # A limit below "null"'s four bytes still refuses it, as for any other result.
+    assert succeeded(1, 1, 1, None, None, max_bytes=3).kind == FAIL

@@ -16,6 +16,7 @@ from akadze_core import InvalidArgs
 from akadze_core.model.serialization import (
     DEFAULT_MAX_ARGS_BYTES,
     check_storable,
+    fast_loads,
     encode_args,
     sanitize_text,
     strict_dumps,
@@ -160,3 +161,18 @@ def test_sanitize_text(text: str, clean: str) -> None:
     assert result == clean
     result.encode("utf-8")
     assert "\x00" not in result
+
+
+def test_fast_loads_gives_what_json_loads_gives_value_or_error() -> None:
+    texts = ['{"n": 1}', ' {"n":1}', '{"n":1} ', '{"n":1}x', "", "nul", "\ufeff{}", "[1,2",
+             '"\\ud800"', "1e400", "NaN", '{"a": {"b": [1, 2.5, null, true]}}',
+             '{"a": 1, "a": 2}', b'{"x": 1}', '{"a":}', "  ", "0", "-", '"abc']
+
+    def outcome(loads: Any, text: Any) -> str:
+        try:
+            return repr(loads(text))
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    for text in texts:
+        assert outcome(fast_loads, text) == outcome(json.loads, text), text
