@@ -58,7 +58,7 @@ def strict_dumps(value: Any) -> str:
 
 # json.loads() of a str is a Python-level decode() around the C scanner: two whitespace
 # regex matches and a call chain, three quarters of the time of a job's small args.
-_SCAN = json.JSONDecoder().scan_once
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def fast_loads(text: str) -> Any:

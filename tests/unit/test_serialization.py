@@ -16,8 +16,8 @@ from akadze_core import InvalidArgs
 from akadze_core.model.serialization import (
     DEFAULT_MAX_ARGS_BYTES,
     check_storable,
-    fast_loads,
     encode_args,
+    fast_loads,
     sanitize_text,
     strict_dumps,
 )
