@@ -100,6 +100,8 @@ def _meta_of(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _seconds(value: Any) -> float | None:
+    if value is None:  # no limit, the usual case: not a caught TypeError per job
+        return None
     try:
         seconds = float(value)
     except (TypeError, ValueError):
