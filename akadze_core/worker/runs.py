@@ -337,8 +337,9 @@ class Runs:
         """A cancel of running job ``job_id`` was requested (NOTIFY): any worker hears it;
         only the one holding it claimed ahead does something."""
         if job_id in self.running and not self.drop(job_id, "was cancelled"):
-            # Started, or claimed so recently that its run's task has not handed it to the
-            # pool or the body slots yet: once more on the next loop turn, for the latter.
+            # Started, or a run in a task claimed so recently that the task has not reached
+            # the body slots yet: once more on the next loop turn, for the latter. (A run
+            # driven by callbacks is in the pool's or the gate's line from its claim on.)
             asyncio.get_running_loop().call_soon(self._cancelled_handed, job_id)
 
     def _cancelled_handed(self, job_id: int) -> None:
@@ -359,9 +360,9 @@ class Runs:
                     if job_id in self.running:  # not dropped (and so ended) by it
                         self.terminating.add(job_id)
                 else:
-                    # Claimed, but its run's task has not handed it to the pool yet (the
-                    # request came in between): again once it has. Not marked acted on, so
-                    # the heartbeat's check still covers it if that finds nothing either.
+                    # Held here, but not by the pool (the request came in between): again
+                    # on the next turn. Not marked acted on, so the heartbeat's check still
+                    # covers it if that finds nothing either.
                     asyncio.get_running_loop().call_soon(self._terminate_handed, job_id,
                                                          signum)
         elif not self.drop(job_id, "was cancelled") and job_id not in self.terminating:
