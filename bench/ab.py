@@ -7,7 +7,9 @@ same backlogs with both builds, taking turns, each drain in a fresh database:
 
 - core: ``akadze worker bench.apps.core_app:app --slots 64`` on ``--jobs`` async no-ops;
 - compat: ``akadze-compat -A bench.apps.celery_app worker -P prefork -c 2`` on ``--jobs``
-  no-ops with their result ignored (one real ``delay()`` row, cloned).
+  no-ops with their result ignored (one real ``delay()`` row, cloned);
+- threads (only when asked, ``--only threads``): the same jobs drained by
+  ``akadze-compat ... worker -P threads -c 50`` (``--threads``).
 
 Both builds run the harness of this tree (``bench/``: the fill, the drain, the window read
 from the jobs table); only the package under test differs. The base's workers are its
@@ -73,7 +75,9 @@ from . import db, procs
 from .drain import REPO_ROOT, DrainError, DrainResult, drain
 
 DEFAULT_CACHE = Path("/tmp/akadze-ab")
-KINDS = ("core", "compat")
+KINDS = ("core", "compat", "threads")
+#: The kinds run when ``--only`` is not given.
+DEFAULT_KINDS = ("core", "compat")
 _READY = ".ab-ready"
 
 
@@ -194,11 +198,14 @@ def prepare(url: str, kind: str, jobs: int, delay_seconds: float = 0.0) -> None:
 
 
 def worker_argv(build: Build, kind: str, url: str, slots: int, prefork: int,
-                log_level: str | None) -> list[str]:
+                log_level: str | None, threads: int = 50) -> list[str]:
     """The worker command of ``kind`` for ``build``."""
     if kind == "core":
         argv = [build.script("akadze"), "--database-url", url, "worker",
                 "bench.apps.core_app:app", "--slots", str(slots)]
+    elif kind == "threads":
+        argv = [build.script("akadze-compat"), "-A", "bench.apps.celery_app", "worker",
+                "-P", "threads", "-c", str(threads)]
     else:
         argv = [build.script("akadze-compat"), "-A", "bench.apps.celery_app", "worker",
                 "-P", "prefork", "-c", str(prefork)]
@@ -273,11 +280,11 @@ class Runner:
             self._prepare(build, kind, url, self.options.jobs, tag,
                           AHEAD_OF_BACKLOG if self.options.backlog else 0.0)
             argv = worker_argv(build, kind, url, self.options.slots, self.options.prefork,
-                               self.options.log_level)
+                               self.options.log_level, self.options.threads)
             try:
                 return drain(url, argv, jobs=self.options.jobs,
                              log=self.run_dir / f"{tag}.log", timeout=self.options.timeout,
-                             whole_tree=kind == "compat", env=build.env(url), cwd=build.path,
+                             whole_tree=kind != "core", env=build.env(url), cwd=build.path,
                              after_id=after_id)
             except OSError as exc:  # e.g. a base too old to have this console script
                 raise DrainError(f"cannot start {argv[0]}: {exc}") from exc
@@ -423,9 +430,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              " a round (200 is the full bench's)")
     parser.add_argument("--latency-slots", type=int, default=10,
                         help="the latency worker's --slots (10, as python -m bench)")
-    parser.add_argument("--only", default=",".join(KINDS), help="core,compat (both)")
+    parser.add_argument("--only", default=",".join(DEFAULT_KINDS),
+                        help="of core,compat,threads (core,compat)")
     parser.add_argument("--slots", type=int, default=64, help="core worker --slots (64)")
     parser.add_argument("--prefork", type=int, default=2, help="compat prefork -c (2)")
+    parser.add_argument("--threads", type=int, default=50, help="compat threads -c (50)")
     parser.add_argument("--log-level", help="the workers' log level (their CLI default)")
     parser.add_argument("--threshold", type=float, default=0.95,
                         help="exit 1 below this median ratio of jobs/s (0.95)")

@@ -10,7 +10,7 @@ import contextlib
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,16 +41,24 @@ class Terminated(Exception):
         self.signum = signum
 
 
-@dataclass
+#: ``ProcessPool.submit``'s callback: (row, outcome, error), error an internal one.
+Done = Callable[[Mapping[str, Any], "Outcome | None", "Exception | None"], None]
+
+
+@dataclass(slots=True)
 class Run:
-    """A job handed to the pool: waiting for a process, or sent to one."""
+    """A job handed to the pool: waiting for a process, or sent to one. Its end goes to
+    ``future`` (``ProcessPool.run``), else to ``done`` (``ProcessPool.submit``)."""
 
     row: Mapping[str, Any]
     worker_id: int | None
     timeout: float | None
-    future: asyncio.Future[Outcome | None]
+    future: asyncio.Future[Outcome | None] | None
     soft: float | None = None  # the soft limit: soft_signal is sent to the child then
     terminate: int | None = None  # a terminate request's signal, heard before it started
+    done: Done | None = None
+    app: Any = None  # the App of a submitted run (its lost outcome is the pool's to make)
+    ended: bool = False  # its end was told, or it was cancelled: nothing more is told
 
 
 @dataclass

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Callable
+from typing import Any
+
+#: A waiter that is called back instead of awaiting: ``(callback, key)``, called as
+#: ``callback(key, True)`` when handed a slot, ``callback(key, False)`` when dropped.
+_Callback = tuple[Callable[[Any, bool], None], Any]
 
 
 class BodyGate:
@@ -21,7 +27,7 @@ class BodyGate:
         self._free = slots
         self._slots = slots
         # Waiting runs by job id, in arrival order; a result of True hands over a slot.
-        self._waiters: collections.OrderedDict[int, asyncio.Future[bool]] = (
+        self._waiters: collections.OrderedDict[int, asyncio.Future[bool] | _Callback] = (
             collections.OrderedDict())
 
     def resize(self, slots: int) -> None:
@@ -33,13 +39,36 @@ class BodyGate:
         self._slots = slots
         while self._free > 0 and self._waiters:
             _, waiter = self._waiters.popitem(last=False)
-            if not waiter.done():
+            if _live(waiter):
                 self._free -= 1
-                waiter.set_result(True)
+                _hand(waiter, True)
 
     def waiting(self, job_id: int) -> bool:
         """Whether the run of ``job_id`` waits for a slot (claimed, its body not started)."""
         return job_id in self._waiters
+
+    def try_enter(self) -> bool:
+        """Take a slot if one is free and nobody waits: True then (call ``release`` when
+        the body ends); False leaves the gate as it was."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
+    def wait(self, job_id: int, callback: Callable[[Any, bool], None], key: Any) -> None:
+        """``enter`` without a coroutine, for a run that ``try_enter`` turned away: it waits
+        in line, and ``callback(key, True)`` runs when it is handed a slot (it holds one
+        then), ``callback(key, False)`` when it is dropped. ``leave`` takes it out of line
+        without a call."""
+        self._waiters[job_id] = (callback, key)
+
+    def leave(self, job_id: int) -> bool:
+        """Take a run waiting through ``wait`` out of line, without calling it back."""
+        waiter = self._waiters.get(job_id)
+        if waiter is None or not isinstance(waiter, tuple):
+            return False
+        del self._waiters[job_id]
+        return True
 
     async def enter(self, job_id: int) -> bool:
         """Take a slot for the run of ``job_id``: True once it holds one (call ``release``
@@ -62,9 +91,9 @@ class BodyGate:
         """Turn the run of ``job_id`` away if it still waits (its ``enter`` returns False);
         False when it holds a slot already or is unknown here."""
         waiter = self._waiters.pop(job_id, None)
-        if waiter is None or waiter.done():
+        if waiter is None or not _live(waiter):
             return False
-        waiter.set_result(False)
+        _hand(waiter, False)
         return True
 
     def release(self) -> None:
@@ -75,7 +104,21 @@ class BodyGate:
             return
         while self._waiters:
             _, waiter = self._waiters.popitem(last=False)
-            if not waiter.done():
-                waiter.set_result(True)
+            if _live(waiter):
+                _hand(waiter, True)
                 return
         self._free += 1
+
+
+def _live(waiter: asyncio.Future[bool] | _Callback) -> bool:
+    """Whether ``waiter`` still waits (a future may have been cancelled meanwhile)."""
+    return isinstance(waiter, tuple) or not waiter.done()
+
+
+def _hand(waiter: asyncio.Future[bool] | _Callback, slot: bool) -> None:
+    """Tell a live ``waiter`` whether it holds a slot (True) or was dropped (False)."""
+    if isinstance(waiter, tuple):
+        callback, key = waiter
+        callback(key, slot)
+    else:
+        waiter.set_result(slot)

@@ -61,6 +61,7 @@ from ..model.errors import JobTimeout
 from ..model.outcomes import CANCEL, UNSTARTED, Outcome, error_entry, raised
 from .children import (
     Child,
+    Done,
     NotStarted,
     ProcessLost,
     ProcessPoolError,
@@ -186,8 +187,7 @@ class ProcessPool:
             if run.row["id"] == job_id:
                 self._pending.remove(run)
                 self._waiting.discard(job_id)
-                if not run.future.done():
-                    run.future.set_exception(NotStarted())
+                self._end(run, None, NotStarted())
                 return True
         return False
 
@@ -258,12 +258,13 @@ class ProcessPool:
         it). ``soft``: the child gets ``soft_signal`` after that many seconds. Raises
         ``JobTimeout``, ``ProcessLost`` or ``Terminated``; on cancellation the child running
         it is ended, since its body cannot be stopped any other way."""
-        run = Run(row, worker_id, timeout, asyncio.get_running_loop().create_future(), soft)
+        future: asyncio.Future[Outcome | None] = asyncio.get_running_loop().create_future()
+        run = Run(row, worker_id, timeout, future, soft)
         self._pending.append(run)
         self._waiting.add(row["id"])
         self._dispatch()
         try:
-            return await run.future
+            return await future
         except asyncio.CancelledError:
             if row["id"] in self._waiting:
                 self._pending.remove(run)
@@ -276,6 +277,77 @@ class ProcessPool:
                         child.sent.popleft()
                         self._lost(child)
             raise
+
+    def submit(self, app: App, row: Mapping[str, Any], worker_id: int | None,
+               done: Done) -> None:
+        """``execute`` without a coroutine: ``done(row, outcome, None)`` is called on the
+        loop once the run ended, with the outcome ``execute`` would return, or
+        ``done(row, None, error)`` if making that outcome raised ``error`` (a bug). It may
+        be called from any of the pool's methods that end runs (``drop``, ``terminate``),
+        never from ``submit`` itself. ``cancel`` takes the run back without a call."""
+        soft, hard = self.limits(app, row)
+        self._pending.append(Run(row, worker_id, hard, None, soft, None, done, app))
+        self._waiting.add(row["id"])
+        self._dispatch()
+
+    def cancel(self, job_id: int) -> bool:
+        """Take back a run handed to ``submit`` as cancelling ``run`` would (the worker is
+        stopping): one still waiting leaves the line, a running one ends with its process
+        (nothing else stops its body), one sent behind another stays in that process's
+        pipe, unheard. Its ``done`` is not called. False when the pool does not hold it."""
+        if job_id in self._waiting:
+            for run in self._pending:
+                if run.row["id"] == job_id:
+                    self._pending.remove(run)
+                    self._waiting.discard(job_id)
+                    run.ended = True
+                    return True
+            return False
+        for child in list(self._children.values()):
+            for position, run in enumerate(child.sent):
+                if run.row["id"] != job_id:
+                    continue
+                run.ended = True
+                if position == 0:
+                    child.sent.popleft()
+                    self._lost(child)
+                return True
+        return False
+
+    def _end(self, run: Run, outcome: Outcome | None, error: Exception | None) -> None:
+        """Tell the end of ``run``: its ``outcome``, or the ``error`` (``NotStarted``, or
+        how its process ended) that ended it without one."""
+        if run.ended:
+            return
+        run.ended = True
+        future = run.future
+        if future is not None:
+            if not future.done():
+                if error is None:
+                    future.set_result(outcome)
+                else:
+                    future.set_exception(error)
+            return
+        internal: Exception | None = None
+        if error is not None:
+            try:
+                outcome = self._outcome_of(run.app, run.row, error)
+            except Exception as exc:
+                internal = exc
+        assert run.done is not None
+        try:
+            run.done(run.row, outcome, internal)
+        except Exception:  # the pool's reader must go on whatever its caller does
+            logger.exception("job %s: the end of its run could not be handled", run.row["id"])
+
+    def _outcome_of(self, app: App, row: Mapping[str, Any], error: Exception) -> Outcome:
+        """The outcome of a run that ended without an answer (``execute``'s mapping)."""
+        if isinstance(error, NotStarted):
+            return Outcome(row["id"], row["run_count"], UNSTARTED,
+                           claim_token=row.get("claim_token"))
+        if isinstance(error, (JobTimeout, ProcessLost, Terminated)):
+            return self.lost_outcome(app, row, error)
+        raise error
 
     async def execute(self, app: App, row: Mapping[str, Any],
                       worker_id: int | None) -> Outcome | None:
@@ -299,7 +371,9 @@ class ProcessPool:
             task.cancel()
         await asyncio.gather(*self._replacing, return_exceptions=True)
         for run in self._pending:
-            run.future.cancel()
+            run.ended = True
+            if run.future is not None:
+                run.future.cancel()
         self._pending.clear()
         self._waiting.clear()
         children = list(self._children.values())
@@ -450,8 +524,7 @@ class ProcessPool:
             else:
                 self._short_streak[task] = self._short_in_row = 0
             child.done += 1
-            if not run.future.done():
-                run.future.set_result(outcome)
+            self._end(run, outcome, None)
             if child.timed_out is not None:
                 # It answered just as its timeout ended its process: the jobs behind it
                 # (if one started, it was at its very first instant) go elsewhere.
@@ -505,8 +578,7 @@ class ProcessPool:
             error = ProcessLost(f"the process running the job (pid {child.process.pid}) "
                                 f"{describe_exit(code)} before it answered")
         self._lost(child)
-        if not running.future.done():
-            running.future.set_exception(error)
+        self._end(running, None, error)
 
     def _lost(self, child: Child) -> None:
         """End and replace ``child``; the jobs sent behind its running one never started:
@@ -516,8 +588,9 @@ class ProcessPool:
         child.outbox.clear()  # sent but not written yet: they wait for a process again
         for run in reversed(behind):
             if run.terminate is not None:  # asked to terminate before it started: dropped
-                if not run.future.done():
-                    run.future.set_exception(NotStarted())
+                self._end(run, None, NotStarted())
+                continue
+            if run.ended:  # cancelled (the worker stops): it must not run after all
                 continue
             self._pending.appendleft(run)
             self._waiting.add(run.row["id"])

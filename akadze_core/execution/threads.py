@@ -12,12 +12,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import threading
 from collections.abc import Callable
 from queue import SimpleQueue
 from typing import Any
 
-_Item = tuple["asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+logger = logging.getLogger("akadze.worker")
+
+#: Called on the loop with (key, value, error) once a body ended.
+Done = Callable[[Any, Any, "BaseException | None"], None]
+_Item = tuple[Done, Any, Callable[..., Any], tuple[Any, ...], dict[str, Any]]
 
 
 class ThreadRunner:
@@ -33,7 +38,7 @@ class ThreadRunner:
         self._max_threads = max_threads
         self._name = name
         self._work: SimpleQueue[_Item | None] = SimpleQueue()
-        self._results: collections.deque[tuple[asyncio.Future[Any], Any, BaseException | None]]
+        self._results: collections.deque[tuple[Done, Any, Any, BaseException | None]]
         self._results = collections.deque()
         # Threads done with a body and about to take the next item (ThreadPoolExecutor's
         # idle semaphore as a count under ``_lock``, which a result takes anyway: the
@@ -49,17 +54,28 @@ class ThreadRunner:
     def submit(self, func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
         """Run ``func(*args, **kwargs)`` on a thread; the returned future resolves on the
         running loop. Cancelling the future does not stop the body, its result is dropped."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        future = self._loop.create_future()
+        self.call(_settle, future, func, *args, **kwargs)
+        return future
+
+    def call(self, done: Done, key: Any, func: Callable[..., Any], /, *args: Any,
+             **kwargs: Any) -> None:
+        """Run ``func(*args, **kwargs)`` on a thread; ``done(key, value, error)`` is called
+        on the running loop once it ended (``error``: what it raised, else None). No future:
+        a caller that keeps its own record of the run saves one per call. ``done`` must not
+        raise (what it raises is logged)."""
         if self._closed:
             raise RuntimeError("the thread runner is closed")
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        future = self._loop.create_future()
-        self._work.put((future, func, args, kwargs))
+        self._work.put((done, key, func, args, kwargs))
         if len(self._threads) >= self._max_threads:
             # Every thread is started: nothing to decide. Not taking ``_lock`` here keeps
             # the loop off the lock each finished body takes (a contended acquire drops
             # and retakes the GIL).
-            return future
+            return
         # Like ThreadPoolExecutor: reuse an idle thread when there is one, else start one.
         with self._lock:
             idle = self._idle > 0
@@ -70,7 +86,6 @@ class ThreadRunner:
                                       name=f"{self._name}-{len(self._threads)}")
             self._threads.append(thread)
             thread.start()
-        return future
 
     def close(self) -> None:
         """Let idle threads end; bodies still running finish on their own (not waited for)."""
@@ -83,15 +98,15 @@ class ThreadRunner:
             item = self._work.get()
             if item is None:
                 return
-            future, func, args, kwargs = item
-            outcome: tuple[asyncio.Future[Any], Any, BaseException | None]
+            done, key, func, args, kwargs = item
+            outcome: tuple[Done, Any, Any, BaseException | None]
             try:
-                outcome = (future, func(*args, **kwargs), None)
+                outcome = (done, key, func(*args, **kwargs), None)
             except BaseException as exc:  # SystemExit from a body is its outcome, not ours
-                outcome = (future, None, exc)
+                outcome = (done, key, None, exc)
             del item, func, args, kwargs
             self._results.append(outcome)
-            del outcome, future
+            del outcome, done, key
             with self._lock:
                 wake = not self._delivery_scheduled
                 self._delivery_scheduled = True
@@ -108,10 +123,18 @@ class ThreadRunner:
             self._delivery_scheduled = False
         results = self._results
         while results:
-            future, value, error = results.popleft()
-            if future.done():  # cancelled by a timeout or a stop: the result is dropped
-                continue
-            if error is None:
-                future.set_result(value)
-            else:
-                future.set_exception(error)
+            done, key, value, error = results.popleft()
+            try:
+                done(key, value, error)
+            except Exception:  # the results after it must still be delivered
+                logger.exception("a thread body's result could not be delivered")
+
+
+def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    """``submit``'s ``done``: the body's result or exception to its future."""
+    if future.done():  # cancelled by a timeout or a stop: the result is dropped
+        return
+    if error is None:
+        future.set_result(value)
+    else:
+        future.set_exception(error)

@@ -42,7 +42,7 @@ from .panel import ControlPanel
 from .producer import Producer
 from .prune import Prune
 from .rescue import Rescue
-from .run_log import log_outcomes
+from .run_log import Run, log_outcomes
 from .runs import Runs
 from .schedules import Schedules
 from .signals import Signals
@@ -453,11 +453,10 @@ class Worker:
         # Celery's warm shutdown releases its reserved (prefetched) tasks.
         held_back = [run for run in running.values() if self._runs.waiting(run.job_id)]
         for run in held_back:
-            run.future.cancel()
-        await asyncio.gather(*(run.future for run in held_back), return_exceptions=True)
+            self._runs.cancel(run)
+        await asyncio.gather(*_tasks(held_back), return_exceptions=True)
         if running and not stop_now.is_set():
-            all_done = asyncio.ensure_future(
-                asyncio.wait([run.future for run in running.values()]))
+            all_done = asyncio.ensure_future(self._runs.ended())
             stopped_now = asyncio.ensure_future(stop_now.wait())
             # Keep the lease while waiting: a shutdown_timeout longer than the TTL must not
             # let another worker rescue (and run again) a job that is still finishing here.
@@ -473,8 +472,8 @@ class Worker:
         # Once: a body's own cleanup after its cancel may take its time (cancel_and_wait
         # would cancel that cleanup too).
         for run in unfinished:
-            run.future.cancel()
-        await asyncio.gather(*(run.future for run in unfinished), return_exceptions=True)
+            self._runs.cancel(run)
+        await asyncio.gather(*_tasks(unfinished), return_exceptions=True)
         # After the heartbeat was lost the database is likely gone: try briefly, then leave
         # the jobs to the rescue, which other workers may have started already.
         timeout = 5.0 if self._signals.exit_code == 0 \
@@ -579,3 +578,8 @@ class Worker:
 async def _maybe_await(value: Any) -> None:
     if inspect.isawaitable(value):
         await value
+
+
+def _tasks(runs: list[Run]) -> list[asyncio.Task[None]]:
+    """The tasks of those ``runs`` that run in one (the others end when cancelled)."""
+    return [run.future for run in runs if run.future is not None]

@@ -4,6 +4,7 @@ and what happens next (the traceback at DEBUG only)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import sys
 import time
@@ -28,12 +29,21 @@ class Run:
     attempt: int
     max_attempts: int
     started: float
-    future: asyncio.Task[None]
+    #: The task running it, for a run that needs one (an async body, a timeout); None
+    #: for the runs ``Runs`` drives by callbacks (a process pool's, a sync body's).
+    future: asyncio.Task[None] | None = None
     #: The claim's fencing token (the row's claim_token).
     claim_token: int | None = None
     # Fires when the job expires (a job with expires_at only): if it still waits, it is
     # dropped unstarted.
     timer: asyncio.TimerHandle | None = None
+    #: The claimed row.
+    row: dict[str, Any] | None = None
+    #: A sync body run by callbacks: its task, its JobContext and the context variables
+    #: its thread runs in.
+    body: Any = None
+    context: Any = None
+    variables: contextvars.Context | None = None
 
     @property
     def fence(self) -> tuple[int, int, int | None]:

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..execution.executor import execute
+from ..execution.context import set_current
+from ..execution.executor import _prepare, _raised, _returned, execute
 from ..execution.gate import BodyGate
 from ..model.outcomes import RETRY, UNSTARTED, Outcome, error_entry, raised
 from ..model.retry import default_backoff
@@ -40,6 +42,10 @@ if TYPE_CHECKING:
     from .signals import Signals
 
 logger = logging.getLogger("akadze.worker")
+
+# complete_tx (a success), or a Celery task that stored its own outcome before
+# task_postrun (any outcome): not known here.
+_WRITTEN_BY_TASK = "job %s %s ended in %.6fs (attempt %s, outcome written by the task)"
 
 
 class Runs:
@@ -70,6 +76,8 @@ class Runs:
         self.metrics: WorkerMetrics | None = None
         self._completer: Completer | None = None
         self._threads: ThreadRunner | None = None
+        # Set while ``ended`` waits: a run driven by callbacks ended.
+        self._emptied: asyncio.Future[None] | None = None
 
     def open(self, completer: Completer, threads: ThreadRunner) -> None:
         """Runs start from now on: outcomes go to ``completer``, sync bodies to ``threads``."""
@@ -90,31 +98,187 @@ class Runs:
     # --- from the claim to the outcome --------------------------------------------------------
 
     def start(self, row: dict[str, Any]) -> None:
-        """Start the run of a claimed job ``row``."""
+        """Start the run of a claimed job ``row``.
+
+        A process pool's run and a sync body without a timeout are driven by callbacks
+        (the pool's reader, the thread runner's delivery, the body gate's hand-over): no
+        task and no coroutine per job, the worker's biggest per-job costs after the
+        claim. The others (async bodies, a task timeout) run in a task (``_run_job``)."""
+        job_id = row["id"]
         queue = row["queue"]
-        self.accepted[row["task"]] += 1
+        name = row["task"]
+        self.accepted[name] += 1
         if self.metrics is not None:
             self.metrics.claimed(row)
         self.busy[queue] += 1
-        future = asyncio.create_task(self._run_job(row), name=f"job-{row['id']}")
-        run = self.running[row["id"]] = Run(row["id"], row["run_count"], queue, row["task"],
-                                            row["attempt"], row["max_attempts"],
-                                            time.monotonic(), future, row["claim_token"])
+        run = self.running[job_id] = Run(job_id, row["run_count"], queue, name,
+                                         row["attempt"], row["max_attempts"],
+                                         time.monotonic(), None, row["claim_token"], row=row)
         expires_at = row.get("expires_at")
         if expires_at is not None:
             # Both times are the database's (the claim's now() is started_at): only the
             # duration is carried over to this clock, and the database judges when it fires.
             left = (expires_at - row["started_at"]).total_seconds()
-            run.timer = asyncio.get_running_loop().call_later(left, self.expired, row["id"])
+            run.timer = asyncio.get_running_loop().call_later(left, self.expired, job_id)
+        pool = self._process_pool
+        if pool is not None:
+            try:
+                pool.submit(self._app, row, self._lease.worker_id, self._pool_ended)
+            except Exception as exc:
+                self._end_soon(run, self._internal(row, exc))
+            return
+        task = self._app.tasks.get(name)
+        if task is None or task.is_async or task.timeout is not None:
+            run.future = asyncio.create_task(self._run_job(row), name=f"job-{job_id}")
+            return
+        # The body's thread runs in a copy of the claimer's context variables, as a task
+        # made here would have.
+        run.variables = contextvars.copy_context()
+        bodies = self.bodies
+        if bodies is None or bodies.try_enter():
+            self._begin(run)
+        else:
+            bodies.wait(job_id, self._handed, run)
+
+    def _handed(self, run: Run, slot: bool) -> None:
+        """The body gate's answer to a run waiting in it: a slot (it starts now), or
+        dropped (it ends unstarted)."""
+        if slot:
+            self._begin(run)
+        else:
+            self._end(run, Outcome(run.job_id, run.run_count, UNSTARTED,
+                                   claim_token=run.claim_token))
+
+    def _begin(self, run: Run) -> None:
+        """Hand the sync body of ``run`` (holding a body slot, if there is a gate) to a
+        thread; a run that cannot start ends on the next loop turn (never inside the
+        gate's hand-over, which a run's end calls)."""
+        row = run.row
+        assert row is not None and self._threads is not None and run.variables is not None
+        try:
+            early, task, context, args = _prepare(self._app, row, self._lease.worker_id)
+            if context is None:
+                self._end_soon(run, early, True)
+                return
+            run.variables.run(set_current, context)
+            run.body = task
+            run.context = context
+            self._threads.call(self._body_ended, run, run.variables.run, task.func, **args)
+        except Exception as exc:
+            self._end_soon(run, self._internal(row, exc), True)
+
+    def _body_ended(self, run: Run, value: Any, error: BaseException | None) -> None:
+        """A sync body's thread ended: its outcome, as ``execute`` and ``_run_job`` make it."""
+        if self.running.get(run.job_id) is not run:
+            return  # taken back while its body ran (the worker stops): its result is dropped
+        row = run.row
+        assert row is not None
+        app = self._app
+        try:
+            if error is None:
+                outcome = _returned(app, run.context, run.body, row, value)
+            elif isinstance(error, asyncio.CancelledError):
+                if self._signals.stop.is_set():
+                    # As a task's run cancelled while stopping: back to the queue unspent.
+                    self._end(run, None, True, unspent=True)
+                    return
+                outcome = raised(row["id"], row["run_count"], row["attempt"], error, None,
+                                 app.redact, claim_token=row["claim_token"])
+            else:
+                outcome = _raised(run.context, run.body, row, error)
+        except Exception as exc:
+            outcome = self._internal(row, exc)
+        self._end(run, outcome, True)
+
+    def _pool_ended(self, row: Mapping[str, Any], outcome: Outcome | None,
+                    error: Exception | None) -> None:
+        """The process pool's word on a submitted run: its outcome, or an internal error."""
+        run = self.running.get(row["id"])
+        if run is None or run.row is not row:
+            return
+        if error is not None:
+            outcome = self._internal(row, error)
+        self._end(run, outcome)
+
+    def _internal(self, row: Mapping[str, Any], exc: BaseException) -> Outcome:
+        """A bug in akadze itself while running ``row``: keep the job, spend the attempt."""
+        logger.error("job %s: internal error while running it", row["id"], exc_info=exc)
+        return Outcome(row["id"], row["run_count"], RETRY,
+                       delay=default_backoff(row["attempt"]),
+                       error=error_entry(exc, redact=self._app.redact),
+                       claim_token=row["claim_token"])
+
+    def _end_soon(self, run: Run, outcome: Outcome | None, slot: bool = False) -> None:
+        """``_end`` on the next loop turn, unless the run is taken back before."""
+        def end() -> None:
+            if self.running.get(run.job_id) is run:
+                self._end(run, outcome, slot)
+        asyncio.get_running_loop().call_soon(end)
+
+    def _end(self, run: Run, outcome: Outcome | None, slot: bool = False, *,
+             unspent: bool = False) -> None:
+        """A run driven by callbacks ended: what ``_run_job`` does after its body.
+        ``slot``: it holds a body slot, passed on now; ``unspent``: taken back while the
+        worker stops, no outcome (the job goes back to the queue)."""
+        job_id = run.job_id
+        del self.running[job_id]
+        self.terminating.discard(job_id)
+        if run.timer is not None:
+            run.timer.cancel()
+        self.busy[run.queue] -= 1
+        self._signals.wake.set()
+        if self._emptied is not None and not self._emptied.done():
+            self._emptied.set_result(None)
+        if slot and self.bodies is not None:
+            self.bodies.release()  # may begin a waiting run now
+        if unspent:
+            return
+        if self.metrics is not None:
+            self.metrics.ran(run, outcome)
+        if outcome is not None:
+            assert self._completer is not None and run.row is not None
+            self.finished[(job_id, run.run_count)] = run
+            self._completer.submit(outcome, urgent=bool(run.row.get("releases")))
+        else:
+            logger.log(self.outcome_log_level, _WRITTEN_BY_TASK, job_id, run.task,
+                       time.monotonic() - run.started, run.attempt)
+
+    def cancel(self, run: Run) -> None:
+        """The worker stops: take ``run`` back (it waits to start, or its body runs too long
+        to wait for). No outcome: the job goes back to the queue unspent. A process pool's
+        running body ends with its process; a sync body's thread cannot be stopped, it runs
+        on and its result is dropped. A task's run is cancelled (await its ``future``)."""
+        if run.future is not None:
+            run.future.cancel()
+            return
+        if self.running.get(run.job_id) is not run:
+            return
+        slot = False
+        if self._process_pool is not None:
+            self._process_pool.cancel(run.job_id)
+        elif self.bodies is not None:
+            slot = not self.bodies.leave(run.job_id)
+        self._end(run, None, slot, unspent=True)
+
+    async def ended(self) -> None:
+        """Wait until no run is held (the worker stops and takes no more)."""
+        while self.running:
+            tasks = [run.future for run in self.running.values() if run.future is not None]
+            if tasks:
+                await asyncio.wait(tasks)
+                continue
+            self._emptied = asyncio.get_running_loop().create_future()
+            try:
+                await self._emptied
+            finally:
+                self._emptied = None
 
     async def _run_job(self, row: dict[str, Any]) -> None:
         app = self._app
         worker_id = self._lease.worker_id
         assert self._completer is not None and self._threads is not None
         try:
-            if self._process_pool is not None:
-                outcome = await self._process_pool.execute(app, row, worker_id)
-            elif self.bodies is not None:
+            if self.bodies is not None:
                 if await self.bodies.enter(row["id"]):
                     try:
                         outcome = await execute(app, row, worker_id, self._threads)
@@ -151,22 +315,20 @@ class Runs:
                 self.finished[(run.job_id, run.run_count)] = run
             self._completer.submit(outcome, urgent=bool(row.get("releases")))
         elif run is not None:
-            logger.log(self.outcome_log_level,
-                       # complete_tx (a success), or a Celery task that stored its own
-                       # outcome before task_postrun (any outcome): not known here
-                       "job %s %s ended in %.6fs (attempt %s, outcome written by the task)",
-                       run.job_id, run.task, time.monotonic() - run.started, run.attempt)
+            logger.log(self.outcome_log_level, _WRITTEN_BY_TASK, run.job_id, run.task,
+                       time.monotonic() - run.started, run.attempt)
 
     # --- cancel and expiry of runs claimed ahead ------------------------------------------------
 
     def drop(self, job_id: int, why: str) -> bool:
         """Drop the run of ``job_id`` if it still waits to start: it ends unstarted."""
+        # Read first: a run driven by callbacks has ended once dropped.
+        run = self.running.get(job_id)
         if self._process_pool is not None:
             dropped = self._process_pool.drop(job_id)
         else:
             dropped = self.bodies is not None and self.bodies.drop(job_id)
         if dropped:
-            run = self.running.get(job_id)
             logger.info("job %s %s %s while claimed ahead: it is not started", job_id,
                         run.task if run else "", why)
         return dropped
@@ -175,8 +337,9 @@ class Runs:
         """A cancel of running job ``job_id`` was requested (NOTIFY): any worker hears it;
         only the one holding it claimed ahead does something."""
         if job_id in self.running and not self.drop(job_id, "was cancelled"):
-            # Started, or claimed so recently that its run's task has not handed it to the
-            # pool or the body slots yet: once more on the next loop turn, for the latter.
+            # Started, or a run in a task claimed so recently that the task has not reached
+            # the body slots yet: once more on the next loop turn, for the latter. (A run
+            # driven by callbacks is in the pool's or the gate's line from its claim on.)
             asyncio.get_running_loop().call_soon(self._cancelled_handed, job_id)
 
     def _cancelled_handed(self, job_id: int) -> None:
@@ -194,11 +357,12 @@ class Runs:
         if self._process_pool is not None:
             if job_id not in self.terminating:
                 if self._process_pool.terminate(job_id, signum):
-                    self.terminating.add(job_id)
+                    if job_id in self.running:  # not dropped (and so ended) by it
+                        self.terminating.add(job_id)
                 else:
-                    # Claimed, but its run's task has not handed it to the pool yet (the
-                    # request came in between): again once it has. Not marked acted on, so
-                    # the heartbeat's check still covers it if that finds nothing either.
+                    # Held here, but not by the pool (the request came in between): again
+                    # on the next turn. Not marked acted on, so the heartbeat's check still
+                    # covers it if that finds nothing either.
                     asyncio.get_running_loop().call_soon(self._terminate_handed, job_id,
                                                          signum)
         elif not self.drop(job_id, "was cancelled") and job_id not in self.terminating:
@@ -210,7 +374,7 @@ class Runs:
         if job_id not in self.running or job_id in self.terminating:
             return
         if self._process_pool is not None:
-            if self._process_pool.terminate(job_id, signum):
+            if self._process_pool.terminate(job_id, signum) and job_id in self.running:
                 self.terminating.add(job_id)
         elif not self.drop(job_id, "was cancelled"):
             self.terminating.add(job_id)

@@ -556,3 +556,44 @@ async def test_a_terminate_heard_before_the_run_reaches_the_body_gate_drops_it_u
     worker._runs.terminate(43, signal.SIGTERM)
     assert await asyncio.wait_for(entered, 2) is False  # dropped: its body never starts
     assert 43 not in worker._runs.terminating
+
+
+async def test_a_warm_stop_returns_a_sync_run_waiting_at_the_gate_and_waits_for_the_running_one(
+    app: App, db: psycopg.Connection
+) -> None:
+    """Sync bodies at ``concurrency=1`` run without a task per job: stopping returns the run
+    claimed ahead (waiting for the body slot) unspent at once, and the running body's
+    outcome is still written when it ends within the shutdown timeout."""
+    release = threading.Event()
+    started: list[str] = []
+
+    @app.task("step")
+    def step(name: str) -> str:
+        started.append(name)
+        if name == "first":
+            release.wait(10)
+        return name
+
+    first = step.enqueue(name="first")
+    worker = fast_worker(app, slots=2, concurrency=1, shutdown_timeout=10)
+    runner = asyncio.create_task(worker.run())
+    try:
+        await wait_until(lambda: started == ["first"])
+        waiting = step.enqueue(name="second")
+        await wait_until(lambda: job(db, waiting)["state"] == "running")
+        assert worker.running() == {first: True, waiting: False}
+        worker.request_stop()
+        await asyncio.sleep(0.2)
+        assert not runner.done()  # waits for the running body
+        release.set()
+        assert await asyncio.wait_for(runner, 10) == 0
+    finally:
+        release.set()
+        if not runner.done():
+            worker.request_stop()
+            await asyncio.wait_for(runner, 15)
+    assert started == ["first"], "the run claimed ahead must not start while stopping"
+    assert (job(db, first)["state"], job(db, first)["result"]) == ("succeeded", "first")
+    row = job(db, waiting)
+    assert (row["state"], row["attempt"], row["errors"], row["worker_id"]) == (
+        "queued", 0, [], None), row

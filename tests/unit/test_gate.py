@@ -66,3 +66,43 @@ async def test_resize_hands_new_slots_to_waiters_and_takes_slots_back_as_bodies_
     assert waiters[2].done() and await waiters[2]
     with pytest.raises(ValueError):
         gate.resize(0)
+
+
+async def test_callback_waiters_share_the_line_with_awaiting_ones() -> None:
+    """``wait`` (a run driven by callbacks) queues behind ``enter``'s awaiting runs in claim
+    order, is called back with True when handed a slot and False when dropped, and
+    ``leave`` takes it out of line without a call."""
+    gate = BodyGate(1)
+    assert gate.try_enter()
+    assert not gate.try_enter()  # no free slot: the gate is unchanged
+    told: list[tuple[int, bool]] = []
+
+    def tell(job_id: int, slot: bool) -> None:
+        told.append((job_id, slot))
+
+    awaiting = asyncio.create_task(gate.enter(2))
+    await asyncio.sleep(0)
+    for job_id in (3, 4, 5):
+        gate.wait(job_id, tell, job_id)
+    assert all(gate.waiting(job_id) for job_id in (2, 3, 4, 5))
+    assert not gate.try_enter()  # others wait: no jumping the line
+    assert gate.drop(4) is True and told == [(4, False)]
+    assert gate.leave(5) is True and not gate.waiting(5) and gate.leave(5) is False
+    assert gate.leave(2) is False  # an awaiting run leaves by its cancellation
+    gate.release()
+    assert await awaiting is True
+    gate.release()
+    assert told == [(4, False), (3, True)]
+    gate.release()
+    assert told == [(4, False), (3, True)]  # 5 left the line: the slot came back
+    assert gate.try_enter() and not gate.try_enter()
+
+
+async def test_resize_hands_new_slots_to_callback_waiters() -> None:
+    gate = BodyGate(1)
+    assert gate.try_enter()
+    told: list[int] = []
+    for job_id in (1, 2, 3):
+        gate.wait(job_id, lambda key, slot: told.append(key), job_id)
+    gate.resize(3)
+    assert told == [1, 2] and gate.waiting(3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -125,4 +126,33 @@ async def test_once_every_thread_is_started_submit_takes_no_lock() -> None:
         list(range(50))
     # The loop takes the lock once a delivery (a batch of results), never a submit.
     assert taken_by_loop == deliveries and len(runner._threads) == 4
+    runner.close()
+
+
+async def test_call_delivers_key_value_and_error_on_the_loop_and_survives_a_raising_done(
+) -> None:
+    """``call`` hands ``done(key, value, error)`` the body's end on the loop's thread, with
+    no future; a ``done`` that raises is logged, and the results after it still arrive."""
+    runner = ThreadRunner(2)
+    loop_thread = threading.get_ident()
+    got: dict[int, tuple[Any, BaseException | None, bool]] = {}
+    finished = asyncio.Event()
+
+    def done(key: int, value: Any, error: BaseException | None) -> None:
+        got[key] = (value, error, threading.get_ident() == loop_thread)
+        if len(got) == 20:
+            finished.set()
+        if key == 0:
+            raise RuntimeError("a broken callback")
+
+    def body(n: int) -> int:
+        if n == 3:
+            raise ValueError(n)
+        return n * 2
+
+    for n in range(20):
+        runner.call(done, n, body, n=n)
+    await asyncio.wait_for(finished.wait(), 5)
+    assert all(on_loop for _, _, on_loop in got.values())
+    assert got[1][:2] == (2, None) and isinstance(got[3][1], ValueError)
     runner.close()
