@@ -31,6 +31,8 @@ class ConcurrentEnqueueResult:
     rounds: int
     delay: dict[int, float] = field(default_factory=dict)
     bare: dict[int, float] = field(default_factory=dict)
+    #: Insert notices heard per job of the ``.delay()`` turns (all of them together).
+    notices: dict[int, float] = field(default_factory=dict)
 
 
 def concurrent_enqueue(url: str, *, clients: tuple[int, ...] = CLIENTS, seconds: float = 1.0,
@@ -45,16 +47,19 @@ def concurrent_enqueue(url: str, *, clients: tuple[int, ...] = CLIENTS, seconds:
              for side in (("delay", "bare") if n % 2 == 0 else ("bare", "delay"))]
     for count in clients:
         db.reset(url)
-        rates = _run(context, url, turns, count, seconds)
+        rates, jobs, notices = _run(context, url, turns, count, seconds)
         for side, target in (("delay", result.delay), ("bare", result.bare)):
             mine = [rate for turn, rate in zip(turns, rates, strict=True) if turn == side]
             target[count] = statistics.median(mine)
+        result.notices[count] = notices / max(jobs, 1)
     db.reset(url)
     return result
 
 
-def _run(context: Any, url: str, turns: list[str], count: int, seconds: float) -> list[float]:
-    """Total jobs per second of each turn, ``count`` clients."""
+def _run(context: Any, url: str, turns: list[str], count: int,
+         seconds: float) -> tuple[list[float], int, int]:
+    """Total jobs per second of each turn, ``count`` clients; and the jobs of the
+    ``.delay()`` turns with the insert notices heard during them."""
     ready = context.Barrier(count + 1)
     done = context.Queue()
     workers = [context.Process(target=_client, args=(url, turns, seconds, ready, done))
@@ -62,17 +67,25 @@ def _run(context: Any, url: str, turns: list[str], count: int, seconds: float) -
     for worker in workers:
         worker.start()
     rates = []
+    jobs = notices = 0
     try:
-        for _ in turns:
-            ready.wait(timeout=120)
-            calls = [done.get(timeout=60 + seconds) for _ in workers]
-            rates.append(sum(n for n, _ in calls) / max(spent for _, spent in calls))
+        with psycopg.connect(url, autocommit=True) as listener:
+            listener.execute("LISTEN akadze_jobs")
+            for turn in turns:
+                for _ in listener.notifies(timeout=0.2):  # the warm-up's, the last turn's
+                    pass
+                ready.wait(timeout=120)
+                calls = [done.get(timeout=60 + seconds) for _ in workers]
+                rates.append(sum(n for n, _ in calls) / max(spent for _, spent in calls))
+                if turn == "delay":
+                    jobs += sum(n for n, _ in calls)
+                    notices += sum(1 for _ in listener.notifies(timeout=0.2))
     finally:
         for worker in workers:
             worker.join(timeout=10)
             if worker.is_alive():
                 worker.kill()
-    return rates
+    return rates, jobs, notices
 
 
 def _client(url: str, turns: list[str], seconds: float, ready: Any, done: Any) -> None:

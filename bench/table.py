@@ -325,7 +325,8 @@ def _concurrent_rows(results: dict[str, Any]) -> list[Row]:
         return [Row(label, reason)]
     return [Row(f"{label}: N = {clients}", rate(value.delay[clients]),
                 f"bare INSERT of its row, no NOTIFY: {rate(value.bare[clients])}",
-                f"{value.delay[clients] / value.bare[clients]:.0%}", "—", "—")
+                f"{value.delay[clients] / value.bare[clients]:.0%}", "—",
+                f"{value.notices.get(clients, 0.0):.1%} notified")
             for clients in value.delay]
 
 
