@@ -124,20 +124,20 @@ def insert_job_limited(target: psycopg.Connection | psycopg.Cursor[Any],
     caller's transaction), its notice skipped while ``limiter`` says this process sent one
     for the job's queue and priority moments ago; returns the id."""
     key = _quiet_key(params)
-    opened = None if key is None else limiter.quiet_since(*key)
+    started = time.monotonic()
+    opened = None if key is None else limiter.quiet_since(*key, started)
     if key is None or opened is None:
-        sent_at = time.monotonic()
         job_id = insert_job_params(target, params)
         if key is not None:
-            limiter.sent(*key, sent_at)
+            limiter.sent(*key, started)
         return job_id
     row = target.execute(query("job_insert_quiet"), params).fetchone()
     assert row is not None
-    if row[1] is not None and not limiter.covers(opened):
+    ended = time.monotonic()
+    if not limiter.quiet(opened, started, ended) and row[1] is not None:
         # Committed after the window: the follow-up claim may have run before it.
-        sent_at = time.monotonic()
         target.execute(query("job_notice_send"), {"notice": row[1]})
-        limiter.sent(*key, sent_at)
+        limiter.sent(*key, ended)
     return int(row[0])
 
 
@@ -338,20 +338,20 @@ async def insert_job_limited_async(connection: psycopg.AsyncConnection,
                                    params: dict[str, Any], limiter: NoticeLimiter) -> int:
     """Async twin of ``insert_job_limited``."""
     key = _quiet_key(params)
-    opened = None if key is None else limiter.quiet_since(*key)
+    started = time.monotonic()
+    opened = None if key is None else limiter.quiet_since(*key, started)
     if key is None or opened is None:
-        sent_at = time.monotonic()
         job_id = await insert_job_params_async(connection, params)
         if key is not None:
-            limiter.sent(*key, sent_at)
+            limiter.sent(*key, started)
         return job_id
     cursor = await connection.execute(query("job_insert_quiet"), params)
     row = await cursor.fetchone()
     assert row is not None
-    if row[1] is not None and not limiter.covers(opened):
-        sent_at = time.monotonic()
+    ended = time.monotonic()
+    if not limiter.quiet(opened, started, ended) and row[1] is not None:
         await connection.execute(query("job_notice_send"), {"notice": row[1]})
-        limiter.sent(*key, sent_at)
+        limiter.sent(*key, ended)
     return int(row[0])
 
 

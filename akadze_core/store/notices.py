@@ -17,8 +17,9 @@ notifications per queue and its producer fetches again on the trailing edge of a
 Why exact. A skipped job must be seen by that follow-up claim:
 
 * it committed before the claim: the window opens when the notifying insert is *sent* (so
-  before its notice can be heard), and an insert that skipped its notice but committed
-  later than the window's end sends the notice after all (``covers``);
+  before its notice can be heard); an insert skips only when it should commit before the
+  window's end (as long as quiet inserts took lately), and one that committed later after
+  all sends the notice then (``NoticeLimiter.quiet``);
 * the floors do not hide it: the follow-up lowers them again to the heard notice's key, and
   the skipped job's key is above it (same queue and priority, due at its own transaction's
   ``now()``, which began after that notice committed). So only jobs due at ``now()`` skip:
@@ -28,8 +29,6 @@ Why exact. A skipped job must be seen by that follow-up claim:
 """
 
 from __future__ import annotations
-
-import time
 
 #: Seconds after a committed notice during which this process's inserts of the same queue
 #: and priority skip theirs.
@@ -42,17 +41,21 @@ FOLLOW_UP = WINDOW + 0.002
 class NoticeLimiter:
     """When this process last sent a notice per (queue, priority), see the module's text."""
 
-    __slots__ = ("_sent", "window")
+    __slots__ = ("_sent", "expected", "window")
 
     def __init__(self, window: float = WINDOW) -> None:
         self.window = window
         self._sent: dict[tuple[str, int], float] = {}
+        #: How long a quiet insert takes, lately (a moving average, seconds): one that would
+        #: not commit before the window closes notifies instead of skipping (else it would
+        #: have to send its notice after its commit, a statement more).
+        self.expected = 0.0
 
-    def quiet_since(self, queue: str, priority: int) -> float | None:
-        """When the open window of ``(queue, priority)`` began, if an insert sent now may
-        skip its notice; None when it must notify."""
+    def quiet_since(self, queue: str, priority: int, now: float) -> float | None:
+        """When the open window of ``(queue, priority)`` began, if an insert sent at ``now``
+        (``time.monotonic()``) may skip its notice; None when it must notify."""
         sent = self._sent.get((queue, priority))
-        if sent is not None and time.monotonic() - sent < self.window:
+        if sent is not None and now - sent + self.expected < self.window:
             return sent
         return None
 
@@ -63,10 +66,12 @@ class NoticeLimiter:
         if at > self._sent.get(key, -1.0):
             self._sent[key] = at
 
-    def covers(self, opened: float) -> bool:
-        """Whether an insert that skipped its notice in the window opened at ``opened`` and
-        has committed by now is seen by the follow-up claim of that window's notice."""
-        return time.monotonic() - opened <= self.window
+    def quiet(self, opened: float, started: float, ended: float) -> bool:
+        """A quiet insert sent at ``started`` committed by ``ended`` in the window opened at
+        ``opened``: whether the follow-up claim of that window's notice sees it (if not,
+        its notice must be sent now)."""
+        self.expected += (ended - started - self.expected) * 0.25
+        return ended - opened <= self.window
 
 
 __all__ = ["FOLLOW_UP", "WINDOW", "NoticeLimiter"]

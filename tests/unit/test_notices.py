@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
-import pytest
-
 from akadze_core.store import notices
 from akadze_core.store.floors import Floors
 from akadze_core.store.notices import NoticeLimiter
@@ -16,52 +14,41 @@ from akadze_core.worker.followups import FollowUps
 T0 = dt.datetime(2026, 12, 6, 20, 0, tzinfo=dt.timezone.utc)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    clock = Clock()
-    monkeypatch.setattr(notices.time, "monotonic", clock)
-    return clock
-
-
-def test_a_notice_quiets_its_queue_and_priority_for_the_window_only(clock: Clock) -> None:
+def test_a_notice_quiets_its_queue_and_priority_for_the_window_only() -> None:
     limiter = NoticeLimiter(window=0.010)
-    assert limiter.quiet_since("q", 0) is None  # nothing sent yet: notify
-    limiter.sent("q", 0, at=clock.now)
-    clock.now += 0.004
-    assert limiter.quiet_since("q", 0) == 100.0
-    assert limiter.quiet_since("q", 1) is None  # another priority: its own notice
-    assert limiter.quiet_since("other", 0) is None  # another queue too
-    clock.now += 0.007  # 11 ms after the notice was sent: the window has closed
-    assert limiter.quiet_since("q", 0) is None
+    assert limiter.quiet_since("q", 0, 100.0) is None  # nothing sent yet: notify
+    limiter.sent("q", 0, at=100.0)
+    assert limiter.quiet_since("q", 0, 100.004) == 100.0
+    assert limiter.quiet_since("q", 1, 100.004) is None  # another priority: its own notice
+    assert limiter.quiet_since("other", 0, 100.004) is None  # another queue too
+    # 11 ms after the notice was sent: the window has closed.
+    assert limiter.quiet_since("q", 0, 100.011) is None
 
 
-def test_a_notice_counts_from_when_it_was_sent_and_an_older_one_does_not_move_it(
-        clock: Clock) -> None:
+def test_a_notice_counts_from_when_it_was_sent_and_an_older_one_does_not_move_it() -> None:
     limiter = NoticeLimiter(window=0.010)
-    limiter.sent("q", 0, at=clock.now - 0.008)  # sent 8 ms ago, committed just now
-    clock.now += 0.003
-    assert limiter.quiet_since("q", 0) is None
-    limiter.sent("q", 0, at=clock.now)
-    limiter.sent("q", 0, at=clock.now - 0.005)  # a slower thread's earlier notice
-    assert limiter.quiet_since("q", 0) == clock.now
+    limiter.sent("q", 0, at=99.992)  # sent 8 ms ago, committed just now
+    assert limiter.quiet_since("q", 0, 100.003) is None
+    limiter.sent("q", 0, at=100.003)
+    limiter.sent("q", 0, at=99.998)  # a slower thread's earlier notice
+    assert limiter.quiet_since("q", 0, 100.004) == 100.003
 
 
-def test_a_skipped_notice_is_covered_only_if_its_insert_committed_within_the_window(
-        clock: Clock) -> None:
+def test_an_insert_skips_only_when_it_should_commit_before_the_window_closes() -> None:
     limiter = NoticeLimiter(window=0.010)
-    opened = clock.now
-    clock.now += 0.009
-    assert limiter.covers(opened)
-    clock.now += 0.002
-    assert not limiter.covers(opened)  # the follow-up claim may have run before it
+    limiter.sent("q", 0, at=100.0)
+    # Quiet inserts lately took 4 ms: one sent 7 ms into the window would commit after it.
+    assert limiter.quiet(100.0, 100.001, 100.005)
+    limiter.expected = 0.004
+    assert limiter.quiet_since("q", 0, 100.005) == 100.0
+    assert limiter.quiet_since("q", 0, 100.007) is None
+
+
+def test_a_skipped_notice_is_covered_only_if_its_insert_committed_within_the_window() -> None:
+    limiter = NoticeLimiter(window=0.010)
+    assert limiter.quiet(100.0, 100.002, 100.009)
+    assert not limiter.quiet(100.0, 100.002, 100.011)  # the follow-up may have run before it
+    assert 0.0 < limiter.expected < 0.009  # both durations were counted
 
 
 def test_the_follow_up_comes_after_the_window_has_closed() -> None:
