@@ -28,6 +28,7 @@ from . import (
     celery_side,
     claim,
     compat,
+    concurrent,
     core,
     dashboard,
     db,
@@ -43,9 +44,9 @@ from . import (
 from .drain import DrainResult
 
 RESULTS = Path(__file__).resolve().parent / "results.md"
-WORKLOADS = ("enqueue", "bulk", "latency", "claim", "core", "ceiling", "pgbouncer", "memory",
-             "sweep", "compat", "celery", "oban", "canvas", "schedules", "metrics", "dashboard",
-             "limits")
+WORKLOADS = ("enqueue", "concurrent", "bulk", "latency", "claim", "core", "ceiling",
+             "pgbouncer", "memory", "sweep", "compat", "celery", "oban", "canvas", "schedules",
+             "metrics", "dashboard", "limits")
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,9 @@ class Bench:
 
     def _enqueue(self) -> None:
         self.results["enqueue"] = enqueue.single_enqueue(self.url, self.sizes.single_enqueue)
+
+    def _concurrent(self) -> None:
+        self.results["concurrent"] = concurrent.concurrent_enqueue(self.url)
 
     def _bulk(self) -> None:
         self.results["bulk"] = enqueue.bulk_enqueue(self.url, self.sizes.bulk_jobs,

@@ -301,6 +301,7 @@ def _enqueue_rows(results: dict[str, Any], sizes: Any) -> list[Row]:
             else:
                 found.append(Row("single `.delay()` (akadze_compat)",
                                  f"not available ({single.compat_error})"))
+    found += _concurrent_rows(results)
     bulk = results.get("bulk")
     if bulk is not None:
         label = f"bulk `enqueue_many`, {sizes.bulk_batch:,} per call, {sizes.bulk_jobs:,} jobs"
@@ -313,6 +314,20 @@ def _enqueue_rows(results: dict[str, Any], sizes: Any) -> list[Row]:
                              times(bulk.akadze / bulk.copy), f"≥ {BULK_TARGET:,} jobs/s",
                              verdict(bulk.akadze >= BULK_TARGET)))
     return found
+
+
+def _concurrent_rows(results: dict[str, Any]) -> list[Row]:
+    value = results.get("concurrent")
+    if value is None:
+        return []
+    label = "(info) concurrent `.delay()`, N client processes, one transaction each"
+    if (reason := _failed(value)) is not None:
+        return [Row(label, reason)]
+    return [Row(f"{label}: N = {clients}", rate(value.delay[clients]),
+                f"bare INSERT of its row, no NOTIFY: {rate(value.bare[clients])}",
+                f"{value.delay[clients] / value.bare[clients]:.0%}", "—",
+                f"{value.notices.get(clients, 0.0):.1%} notified")
+            for clients in value.delay]
 
 
 def _latency_rows(results: dict[str, Any]) -> list[Row]:

@@ -121,9 +121,12 @@ _UNSURE_MANY = "the jobs may or may not have been enqueued (all of them or none)
 def _insert_pooled(app: TaskHost, params: dict[str, Any]) -> int:
     """Insert one job on the app's single-call connection, or a pooled one while another
     thread uses it (autocommit: one statement, one transaction; see
-    ``Connections.run_single``), through the cursor kept for that connection."""
-    return app.connections.run_single(
-        lambda connection: database.insert_job_params(_cursor_for(connection), params),
+    ``Connections.run_single``), through the cursor kept for that connection; its notice
+    limited per process (akadze_core.store.notices)."""
+    connections = app.connections
+    return connections.run_single(
+        lambda connection: database.insert_job_limited(_cursor_for(connection), params,
+                                                       connections.notices),
         _UNSURE_ONE)
 
 
@@ -468,8 +471,10 @@ class TaskCall:
             if not isinstance(session, psycopg.AsyncConnection):
                 raise TypeError("enqueue_async needs an async session; use enqueue()")
             return await self._schema_checked(database.insert_job_params_async(session, params))
-        return int(await self._schema_checked(self.task.app.connections.run_pooled_async(
-            lambda connection: database.insert_job_params_async(connection, params),
+        connections = self.task.app.connections
+        return int(await self._schema_checked(connections.run_pooled_async(
+            lambda connection: database.insert_job_limited_async(connection, params,
+                                                                 connections.notices),
             _UNSURE_ONE)))
 
     def enqueue_many(self, kwargs_list: Iterable[Mapping[str, Any]]) -> Any:

@@ -14,6 +14,21 @@ RETURNING id, CASE WHEN scheduled_at <= now()
                    THEN pg_notify('akadze_jobs', akadze.job_notice(queue, priority, scheduled_at))
               END AS notified;
 
+-- name: job_insert_quiet
+-- job_insert without its NOTIFY, for a due job whose notice this process sent moments ago
+-- (akadze_core.store.notices); returns the notice it would have sent, in case it must be
+-- sent after all (job_notice_send).
+INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts, expires_at,
+                         meta)
+VALUES (%(task)s, %(queue)s, %(args)s::jsonb, %(priority)s,
+        coalesce(%(scheduled_at)s::timestamptz, now() + %(delay)s::float8 * interval '1 second'),
+        %(max_attempts)s, %(expires_at)s::timestamptz, %(meta)s::jsonb)
+RETURNING id, akadze.job_notice(queue, priority, scheduled_at) AS notice;
+
+-- name: job_notice_send
+-- The notice of a job inserted by job_insert_quiet, sent after its commit.
+SELECT pg_notify('akadze_jobs', %(notice)s::text) IS NULL AS notified;
+
 -- name: job_insert_unique
 -- Insert one job; with a unique_key, return the active job holding that key instead.
 -- The NOTIFY is deduplicated by Postgres per transaction, channel and payload, so a

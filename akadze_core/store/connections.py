@@ -29,6 +29,7 @@ from .dberrors import PREPARED_STATEMENT_LOST, is_too_many_connections, is_trans
 from .embedded import embedded_url
 from .liveness import UNSURE, found_dead, sent, sent_async
 from .migrations import migrate
+from .notices import NoticeLimiter
 
 logger = logging.getLogger("akadze.app")
 
@@ -103,6 +104,9 @@ class Connections:
         #: The keywords every connection of this app is opened with (``TCP_SETTINGS`` too).
         self.connection_kwargs: dict[str, Any] = {
             "autocommit": True, "prepare_threshold": self.prepare_threshold, **TCP_SETTINGS}
+        #: The notices this process's single enqueues sent lately, which let the next ones
+        #: of the same queue and priority skip theirs (akadze_core.store.notices).
+        self.notices = NoticeLimiter()
         self._redact_url: str | None = None
         self._redact_password: str | None = None
         self._no_connections()

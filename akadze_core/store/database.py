@@ -4,6 +4,7 @@ parameters; only the awaiting differs."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from ..model.retry import DEFAULT_BACKOFF_CAP
 from ..model.serialization import check_name
 from .floors import Floors
 from .migrations import MIGRATE_COMMAND, SCHEMA_EXISTS, SCHEMA_VERSION, check_version
+from .notices import NoticeLimiter
 from .queries import query
 
 NOTIFY_CHANNEL = "akadze_jobs"
@@ -105,6 +107,38 @@ def insert_job_params(target: psycopg.Connection | psycopg.Cursor[Any],
         if row is not None:
             return int(row[0])
         # The key's holder committed after our snapshot was taken: look again.
+
+
+def _quiet_key(params: dict[str, Any]) -> tuple[str, int] | None:
+    """The (queue, priority) whose notice limits this insert's, or None when it must notify:
+    only a job due at its own ``now()`` (no eta, no countdown) without a unique key may skip
+    it (akadze_core.store.notices)."""
+    if params["scheduled_at"] is not None or params["delay"] or "unique_key" in params:
+        return None
+    return params["queue"], params["priority"]
+
+
+def insert_job_limited(target: psycopg.Connection | psycopg.Cursor[Any],
+                       params: dict[str, Any], limiter: NoticeLimiter) -> int:
+    """``insert_job_params`` as its own transaction (an autocommit connection, never the
+    caller's transaction), its notice skipped while ``limiter`` says this process sent one
+    for the job's queue and priority moments ago; returns the id."""
+    key = _quiet_key(params)
+    started = time.monotonic()
+    opened = None if key is None else limiter.quiet_since(*key, started)
+    if key is None or opened is None:
+        job_id = insert_job_params(target, params)
+        if key is not None:
+            limiter.sent(*key, started)
+        return job_id
+    row = target.execute(query("job_insert_quiet"), params).fetchone()
+    assert row is not None
+    ended = time.monotonic()
+    if not limiter.quiet(opened, started, ended) and row[1] is not None:
+        # Committed after the window: the follow-up claim may have run before it.
+        target.execute(query("job_notice_send"), {"notice": row[1]})
+        limiter.sent(*key, ended)
+    return int(row[0])
 
 
 def insert_jobs(connection: psycopg.Connection, template: JobRequest,
@@ -298,6 +332,27 @@ async def insert_job_params_async(connection: psycopg.AsyncConnection,
         row = await cursor.fetchone()
         if row is not None:
             return int(row[0])
+
+
+async def insert_job_limited_async(connection: psycopg.AsyncConnection,
+                                   params: dict[str, Any], limiter: NoticeLimiter) -> int:
+    """Async twin of ``insert_job_limited``."""
+    key = _quiet_key(params)
+    started = time.monotonic()
+    opened = None if key is None else limiter.quiet_since(*key, started)
+    if key is None or opened is None:
+        job_id = await insert_job_params_async(connection, params)
+        if key is not None:
+            limiter.sent(*key, started)
+        return job_id
+    cursor = await connection.execute(query("job_insert_quiet"), params)
+    row = await cursor.fetchone()
+    assert row is not None
+    ended = time.monotonic()
+    if not limiter.quiet(opened, started, ended) and row[1] is not None:
+        await connection.execute(query("job_notice_send"), {"notice": row[1]})
+        limiter.sent(*key, ended)
+    return int(row[0])
 
 
 async def insert_jobs_async(

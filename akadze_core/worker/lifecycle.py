@@ -370,7 +370,7 @@ class Worker:
                             schedules_changed=self._schedules.changed
                             if self._schedules is not None else None,
                             control=self.control.heard, terminate=self._runs.terminate,
-                            jobs_heard=self._producer.floors.heard,
+                            jobs_heard=self._producer.followups.heard,
                             connected=self._producer.listening,
                             paused=self._producer.heard_pause),
             name="listener")
@@ -433,6 +433,7 @@ class Worker:
             if self.process_pool is not None:
                 await self.process_pool.close()
             await cancel_and_wait(self._listener_task)
+            self._producer.followups.close()
             self.app.connections.forget_async_pool(self._pool)
             # After the heartbeat was lost, connection attempts may hang in a partition
             # until their connect_timeout: do not wait for them.

@@ -21,6 +21,7 @@ import psycopg
 
 from ..store import database, limits, pauses
 from ..store.floors import Floors
+from .followups import FollowUps
 
 if TYPE_CHECKING:
     from ..execution.processes import ProcessPool
@@ -62,6 +63,8 @@ class Producer:
         self._fair_cursor: dict[str, str | None] = dict.fromkeys(self.queues)
         #: Where each queue's next claim starts reading (see ``floors``).
         self.floors = Floors()
+        #: Hears the insert notices: lowers the floors, and claims again shortly after.
+        self.followups = FollowUps(self.floors, signals.wake)
         # Claims stopped because max_pending_outcomes outcomes wait to be written: the next
         # written batch wakes the claim loop.
         self._held_back = False

@@ -9,6 +9,13 @@ SELECT id, notified FROM akadze.citus_enqueue(
     %(task)s, %(queue)s, %(args)s::jsonb, %(priority)s, %(scheduled_at)s::timestamptz,
     %(delay)s::float8, %(max_attempts)s, %(expires_at)s::timestamptz, NULL, %(meta)s::jsonb);
 
+-- name: job_insert_quiet
+-- Citus: citus_enqueue sends the notice with the insert; it is never skipped (no notice to
+-- send after the commit).
+SELECT id, NULL::text AS notice FROM akadze.citus_enqueue(
+    %(task)s, %(queue)s, %(args)s::jsonb, %(priority)s, %(scheduled_at)s::timestamptz,
+    %(delay)s::float8, %(max_attempts)s, %(expires_at)s::timestamptz, NULL, %(meta)s::jsonb);
+
 -- name: job_insert_unique
 SELECT id, notified, inserted FROM akadze.citus_enqueue(
     %(task)s, %(queue)s, %(args)s::jsonb, %(priority)s, %(scheduled_at)s::timestamptz,
