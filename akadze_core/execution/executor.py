@@ -57,7 +57,7 @@ def _decode(app: App, row: dict[str, Any]) -> tuple[Any, Any, str | None]:
     return args, value, None
 
 
-def _prepare(
+def prepare(
     app: App, row: dict[str, Any], worker_id: int | None
 ) -> tuple[outcomes.Outcome | None, Any, JobContext | None, Any]:
     """The task, context and args to run ``row`` with, or the outcome when it cannot run.
@@ -82,8 +82,9 @@ def _prepare(
     return None, task, context, args
 
 
-def _raised(context: JobContext, task: Any, row: dict[str, Any],
-            exc: BaseException) -> outcomes.Outcome | None:
+def raised_outcome(context: JobContext, task: Any, row: dict[str, Any],
+                   exc: BaseException) -> outcomes.Outcome | None:
+    """The outcome of a body of ``row`` that raised ``exc`` (None: complete_tx wrote it)."""
     if context.completed:
         logger.warning("job %s raised after complete_tx committed it: %r", row["id"], exc)
         return None
@@ -91,8 +92,9 @@ def _raised(context: JobContext, task: Any, row: dict[str, Any],
                            context.app.redact, claim_token=row.get("claim_token"))
 
 
-def _returned(app: App, context: JobContext, task: Any, row: dict[str, Any],
-              value: Any) -> outcomes.Outcome | None:
+def returned_outcome(app: App, context: JobContext, task: Any, row: dict[str, Any],
+                     value: Any) -> outcomes.Outcome | None:
+    """The outcome of a body of ``row`` that returned ``value`` (None: complete_tx wrote it)."""
     if context.completed:
         return None
     return outcomes.succeeded(row["id"], row["run_count"], row["attempt"], value, task.backoff,
@@ -105,7 +107,7 @@ async def execute(
 ) -> outcomes.Outcome | None:
     """Run the job of ``row``; returns the outcome to write, or None when nothing must be
     written (complete_tx already committed it)."""
-    early, task, context, args = _prepare(app, row, worker_id)
+    early, task, context, args = prepare(app, row, worker_id)
     if context is None:
         return early
     token = set_current(context)
@@ -114,10 +116,10 @@ async def execute(
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # a task's SystemExit must not take the worker down
-        return _raised(context, task, row, exc)
+        return raised_outcome(context, task, row, exc)
     finally:
         reset_current(token)
-    return _returned(app, context, task, row, value)
+    return returned_outcome(app, context, task, row, value)
 
 
 _loop: asyncio.AbstractEventLoop | None = None
@@ -139,7 +141,7 @@ def _child_loop() -> asyncio.AbstractEventLoop:
 def execute_here(app: App, row: dict[str, Any], worker_id: int | None) -> outcomes.Outcome | None:
     """Run the job of ``row`` in this thread, to the end (a process pool's child does this;
     its parent enforces the timeout by ending the process)."""
-    early, task, context, args = _prepare(app, row, worker_id)
+    early, task, context, args = prepare(app, row, worker_id)
     if context is None:
         return early
     token = set_current(context)
@@ -149,10 +151,10 @@ def execute_here(app: App, row: dict[str, Any], worker_id: int | None) -> outcom
         else:
             value = task.func(**args)
     except BaseException as exc:  # a task's SystemExit must not take the process down
-        return _raised(context, task, row, exc)
+        return raised_outcome(context, task, row, exc)
     finally:
         reset_current(token)
-    return _returned(app, context, task, row, value)
+    return returned_outcome(app, context, task, row, value)
 
 
 async def _call(task: Any, args: dict[str, Any], threads: ThreadRunner) -> Any:

@@ -181,15 +181,31 @@ class ProcessPool:
     def drop(self, job_id: int) -> bool:
         """Take the job out of line if it still waits for a process: its ``run`` raises
         ``NotStarted``. False when it was sent to a process already (or is unknown)."""
-        if job_id not in self._waiting:
+        run = self._take_waiting(job_id)
+        if run is None:
             return False
+        self._end(run, None, NotStarted())
+        return True
+
+    def _take_waiting(self, job_id: int) -> Run | None:
+        """Take the run of ``job_id`` out of line if it still waits for a process."""
+        if job_id not in self._waiting:
+            return None
         for run in self._pending:
             if run.row["id"] == job_id:
                 self._pending.remove(run)
                 self._waiting.discard(job_id)
-                self._end(run, None, NotStarted())
-                return True
-        return False
+                return run
+        return None
+
+    def _find_sent(self, job_id: int) -> tuple[Child, int, Run] | None:
+        """The child that the run of ``job_id`` was sent to, its place in that child's line
+        (0: running) and the run; None when no child holds it."""
+        for child in list(self._children.values()):
+            for position, run in enumerate(child.sent):
+                if run.row["id"] == job_id:
+                    return child, position, run
+        return None
 
     @property
     def pids(self) -> list[int]:
@@ -215,15 +231,14 @@ class ProcessPool:
         (its ``run`` raises ``NotStarted``). False when the pool does not hold the job."""
         if self.drop(job_id):
             return True
-        for child in list(self._children.values()):
-            for position, run in enumerate(child.sent):
-                if run.row["id"] != job_id:
-                    continue
-                run.terminate = signum
-                if position == 0:
-                    self._signal(child, signum)
-                return True
-        return False
+        found = self._find_sent(job_id)
+        if found is None:
+            return False
+        child, position, run = found
+        run.terminate = signum
+        if position == 0:
+            self._signal(child, signum)
+        return True
 
     def _signal(self, child: Child, signum: int) -> None:
         """Send a terminate request's signal to ``child``, which runs its first sent job."""
@@ -295,24 +310,21 @@ class ProcessPool:
         stopping): one still waiting leaves the line, a running one ends with its process
         (nothing else stops its body), one sent behind another stays in that process's
         pipe, unheard. Its ``done`` is not called. False when the pool does not hold it."""
+        waiting = self._take_waiting(job_id)
+        if waiting is not None:
+            waiting.ended = True
+            return True
         if job_id in self._waiting:
-            for run in self._pending:
-                if run.row["id"] == job_id:
-                    self._pending.remove(run)
-                    self._waiting.discard(job_id)
-                    run.ended = True
-                    return True
             return False
-        for child in list(self._children.values()):
-            for position, run in enumerate(child.sent):
-                if run.row["id"] != job_id:
-                    continue
-                run.ended = True
-                if position == 0:
-                    child.sent.popleft()
-                    self._lost(child)
-                return True
-        return False
+        found = self._find_sent(job_id)
+        if found is None:
+            return False
+        child, position, run = found
+        run.ended = True
+        if position == 0:
+            child.sent.popleft()
+            self._lost(child)
+        return True
 
     def _end(self, run: Run, outcome: Outcome | None, error: Exception | None) -> None:
         """Tell the end of ``run``: its ``outcome``, or the ``error`` (``NotStarted``, or

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from ..execution.context import set_current
-from ..execution.executor import _prepare, _raised, _returned, execute
+from ..execution.executor import execute, prepare, raised_outcome, returned_outcome
 from ..execution.gate import BodyGate
 from ..model.outcomes import RETRY, UNSTARTED, Outcome, error_entry, raised
 from ..model.retry import default_backoff
@@ -156,7 +156,7 @@ class Runs:
         row = run.row
         assert row is not None and self._threads is not None and run.variables is not None
         try:
-            early, task, context, args = _prepare(self._app, row, self._lease.worker_id)
+            early, task, context, args = prepare(self._app, row, self._lease.worker_id)
             if context is None:
                 self._end_soon(run, early, True)
                 return
@@ -176,7 +176,7 @@ class Runs:
         app = self._app
         try:
             if error is None:
-                outcome = _returned(app, run.context, run.body, row, value)
+                outcome = returned_outcome(app, run.context, run.body, row, value)
             elif isinstance(error, asyncio.CancelledError):
                 if self._signals.stop.is_set():
                     # As a task's run cancelled while stopping: back to the queue unspent.
@@ -185,7 +185,7 @@ class Runs:
                 outcome = raised(row["id"], row["run_count"], row["attempt"], error, None,
                                  app.redact, claim_token=row["claim_token"])
             else:
-                outcome = _raised(run.context, run.body, row, error)
+                outcome = raised_outcome(run.context, run.body, row, error)
         except Exception as exc:
             outcome = self._internal(row, exc)
         self._end(run, outcome, True)
