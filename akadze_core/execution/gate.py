@@ -30,6 +30,11 @@ class BodyGate:
         self._waiters: collections.OrderedDict[int, asyncio.Future[bool] | _Callback] = (
             collections.OrderedDict())
 
+    @property
+    def slots(self) -> int:
+        """How many bodies it holds at once."""
+        return self._slots
+
     def resize(self, slots: int) -> None:
         """Hold ``slots`` bodies from now on: more hand slots to waiting runs at once; fewer
         are taken back as bodies end (``_free`` below zero is that debt)."""

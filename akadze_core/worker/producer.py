@@ -155,10 +155,15 @@ class Producer:
         for queue in self.queues:
             if queue in self.paused:
                 continue
+            self._runs.limit(queue, self.slots[queue])
             while not stop.is_set() and health.is_set():
                 free = self.free(queue)
                 if free <= 0:
                     break
+                if self._process_pool is None:
+                    # Claims of the slots at most: what is claimed ahead of them (Runs.ahead)
+                    # is the next claim, made while the runs of this one go on.
+                    free = min(free, self.slots[queue])
                 if completer.pending >= self.max_pending_outcomes:
                     # Backpressure. The slots may all be free already (short runs finish
                     # before their outcomes are written), so no slot release will wake the
@@ -217,9 +222,17 @@ class Producer:
 
     def free(self, queue: str) -> int:
         """How many runs of ``queue`` a claim may take now."""
-        # A process pool of short runs may take jobs ahead of its slots (ProcessPool.ahead).
-        ahead = self._process_pool.ahead if self._process_pool is not None else 0
-        free = self.slots[queue] + ahead - self._runs.busy[queue]
+        # Short runs may take jobs ahead of the slots: a process pool's (ProcessPool.ahead),
+        # or the runs' own (Runs.ahead) without a pool. Not under a cap on runs across
+        # queues, which the queues' own gates would not hold.
+        slots = self.slots[queue]
+        if self._process_pool is not None:
+            ahead = self._process_pool.ahead
+        elif self.max_running is None:
+            ahead = self._runs.ahead(slots)
+        else:
+            ahead = 0
+        free = slots + ahead - self._runs.busy[queue]
         if self.max_running is not None:
             free = min(free, self.max_running + ahead - len(self._runs.running))
         return free
