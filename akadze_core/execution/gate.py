@@ -26,9 +26,16 @@ class BodyGate:
             raise ValueError("a body gate needs at least one slot")
         self._free = slots
         self._slots = slots
+        # Held (``hold``): runs arriving wait in line even for a free slot, until ``open``.
+        self._held = False
         # Waiting runs by job id, in arrival order; a result of True hands over a slot.
         self._waiters: collections.OrderedDict[int, asyncio.Future[bool] | _Callback] = (
             collections.OrderedDict())
+
+    @property
+    def slots(self) -> int:
+        """How many bodies it holds at once."""
+        return self._slots
 
     def resize(self, slots: int) -> None:
         """Hold ``slots`` bodies from now on: more hand slots to waiting runs at once; fewer
@@ -43,6 +50,20 @@ class BodyGate:
                 self._free -= 1
                 _hand(waiter, True)
 
+    def hold(self) -> None:
+        """Runs arriving from now on wait in line, even for a free slot, until ``open``
+        (a slot freed meanwhile still goes to the first in line)."""
+        self._held = True
+
+    def open(self) -> None:
+        """End a ``hold``: the free slots go to the runs in line."""
+        self._held = False
+        while self._free > 0 and self._waiters:
+            _, waiter = self._waiters.popitem(last=False)
+            if _live(waiter):
+                self._free -= 1
+                _hand(waiter, True)
+
     def waiting(self, job_id: int) -> bool:
         """Whether the run of ``job_id`` waits for a slot (claimed, its body not started)."""
         return job_id in self._waiters
@@ -50,7 +71,7 @@ class BodyGate:
     def try_enter(self) -> bool:
         """Take a slot if one is free and nobody waits: True then (call ``release`` when
         the body ends); False leaves the gate as it was."""
-        if self._free > 0 and not self._waiters:
+        if self._free > 0 and not self._waiters and not self._held:
             self._free -= 1
             return True
         return False
@@ -73,7 +94,7 @@ class BodyGate:
     async def enter(self, job_id: int) -> bool:
         """Take a slot for the run of ``job_id``: True once it holds one (call ``release``
         when its body ends), False when it was dropped while waiting (it holds none)."""
-        if self._free > 0 and not self._waiters:
+        if self._free > 0 and not self._waiters and not self._held:
             self._free -= 1
             return True
         waiter = asyncio.get_running_loop().create_future()

@@ -145,50 +145,71 @@ class Producer:
             await self._claim_queues()
 
     async def _claim_queues(self) -> None:
+        if self._paused_stale and not await self._lease.guard(self._read_paused, "claim"):
+            return
+        for queue in self.queues:
+            if queue in self.paused:
+                continue
+            self._runs.limit(queue, self.slots[queue])
+            try:
+                if not await self._claim_queue(queue):
+                    return
+            finally:
+                self._runs.unhold(queue)
+
+    async def _claim_queue(self, queue: str) -> bool:
+        """Claim ``queue`` into its free slots until it is full or drained; False when a
+        claim failed (no more claims this round)."""
         stop = self._signals.stop
         health = self._lease.health
         completer = self._completer
         assert completer is not None
         guard = self._lease.guard
-        if self._paused_stale and not await guard(self._read_paused, "claim"):
-            return
-        for queue in self.queues:
-            if queue in self.paused:
-                continue
-            while not stop.is_set() and health.is_set():
-                free = self.free(queue)
-                if free <= 0:
-                    break
-                if completer.pending >= self.max_pending_outcomes:
-                    # Backpressure. The slots may all be free already (short runs finish
-                    # before their outcomes are written), so no slot release will wake the
-                    # loop: the completer's next written batch does (written()).
-                    self._held_back = True
-                    break
-                rows: list[dict[str, Any]] = []
+        runs = self._runs
+        while not stop.is_set() and health.is_set():
+            free = self.free(queue)
+            if free <= 0:
+                return True
+            if self._process_pool is None:
+                # Claims of the slots at most: what is claimed ahead of them (Runs.ahead)
+                # is the next claim, made while the runs of this one go on.
+                free = min(free, self.slots[queue])
+            if completer.pending >= self.max_pending_outcomes:
+                # Backpressure. The slots may all be free already (short runs finish
+                # before their outcomes are written), so no slot release will wake the
+                # loop: the completer's next written batch does (written()).
+                self._held_back = True
+                return True
+            rows: list[dict[str, Any]] = []
 
-                async def claim(connection: psycopg.AsyncConnection, limit: int = free,
-                                queue: str = queue, rows: list[dict[str, Any]] = rows) -> None:
-                    worker_id = self._lease.worker_id
-                    assert worker_id is not None
-                    rows.extend(await database.claim_jobs(
-                        connection, queue, limit, worker_id, self.fair,
-                        after_task=self._fair_cursor[queue], floors=self.floors))
+            async def claim(connection: psycopg.AsyncConnection, limit: int = free,
+                            queue: str = queue, rows: list[dict[str, Any]] = rows) -> None:
+                # The runs of the last claim, held, start now: this claim is sent before
+                # their bodies take the loop, and is answered while they run.
+                runs.unhold(queue)
+                worker_id = self._lease.worker_id
+                assert worker_id is not None
+                rows.extend(await database.claim_jobs(
+                    connection, queue, limit, worker_id, self.fair,
+                    after_task=self._fair_cursor[queue], floors=self.floors))
 
-                if not await guard(claim, "claim"):
-                    return
-                if rows:
-                    self._fair_cursor[queue] = rows[-1]["task"]
-                for row in rows:
-                    if row["state"] == "cancelled":
-                        logger.info("job %s %s cancelled before it started", row["id"],
-                                    row["task"])
-                    else:
-                        self._runs.start(row)
-                if len(rows) < free:
-                    # Drained, or cut short by a limit; a full claim means claim again at once.
-                    await self._after_short_claim(queue)
-                    break
+            if not await guard(claim, "claim"):
+                return False
+            if rows:
+                self._fair_cursor[queue] = rows[-1]["task"]
+            if len(rows) == free and runs.ahead(self.slots[queue]):
+                runs.hold(queue)  # until the next claim is on its way (claim() above)
+            for row in rows:
+                if row["state"] == "cancelled":
+                    logger.info("job %s %s cancelled before it started", row["id"],
+                                row["task"])
+                else:
+                    runs.start(row)
+            if len(rows) < free:
+                # Drained, or cut short by a limit; a full claim means claim again at once.
+                await self._after_short_claim(queue)
+                return True
+        return True
 
     async def _after_short_claim(self, queue: str) -> None:
         guard = self._lease.guard
@@ -217,9 +238,17 @@ class Producer:
 
     def free(self, queue: str) -> int:
         """How many runs of ``queue`` a claim may take now."""
-        # A process pool of short runs may take jobs ahead of its slots (ProcessPool.ahead).
-        ahead = self._process_pool.ahead if self._process_pool is not None else 0
-        free = self.slots[queue] + ahead - self._runs.busy[queue]
+        # Short runs may take jobs ahead of the slots: a process pool's (ProcessPool.ahead),
+        # or the runs' own (Runs.ahead) without a pool. Not under a cap on runs across
+        # queues, which the queues' own gates would not hold.
+        slots = self.slots[queue]
+        if self._process_pool is not None:
+            ahead = self._process_pool.ahead
+        elif self.max_running is None:
+            ahead = self._runs.ahead(slots)
+        else:
+            ahead = 0
+        free = slots + ahead - self._runs.busy[queue]
         if self.max_running is not None:
             free = min(free, self.max_running + ahead - len(self._runs.running))
         return free

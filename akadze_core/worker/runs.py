@@ -9,6 +9,11 @@ runs that start at once; a run claimed ahead is dropped when the worker hears of
 'unstarted' outcome goes through the completer: the database judges cancelled (its own
 clock for the expiry) or queued again. No statement per job: runs that never wait, and
 waits nobody cancels, cost nothing.
+
+A worker with neither a process pool nor a concurrency limit claims ahead too, while its
+runs are short (``ahead``): each queue's runs then go through a body gate of that queue's
+slots, so no more than its slots run at once, and the next claim is under way while the
+runs of the last one go on.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import psycopg
 from ..execution.context import set_current
 from ..execution.executor import execute, prepare, raised_outcome, returned_outcome
 from ..execution.gate import BodyGate
+from ..execution.processes import SHORT
 from ..model.outcomes import RETRY, UNSTARTED, Outcome, error_entry, raised
 from ..model.retry import default_backoff
 from ..store import database
@@ -66,6 +72,13 @@ class Runs:
         self.terminating: set[int] = set()
         #: The concurrency gate, where the runs claimed ahead wait (claimed, not started).
         self.bodies = BodyGate(concurrency) if concurrency is not None else None
+        # No process pool and no concurrency limit: a gate of each queue's slots (made by
+        # ``limit``), where the runs claimed ahead of them wait. None: the runs wait in the
+        # pool or in ``bodies``, or not at all.
+        self._queue_gates: dict[str, BodyGate] | None = (
+            {} if process_pool is None and concurrency is None else None)
+        # How many runs in a row took less than SHORT from their claim to their end.
+        self._short_in_row = 0
         #: Runs held per queue.
         self.busy = dict.fromkeys(queues, 0)
         #: Runs whose outcome waits in the completer, for the one log line per outcome.
@@ -93,7 +106,68 @@ class Runs:
         """Whether the run was claimed ahead and has not started (no body, no attempt)."""
         if self._process_pool is not None:
             return self._process_pool.waiting(job_id)
-        return self.bodies is not None and self.bodies.waiting(job_id)
+        gate = self._gate_of(job_id)
+        return gate is not None and gate.waiting(job_id)
+
+    def _gate(self, queue: str) -> BodyGate | None:
+        """Where the runs of ``queue`` wait for a body slot, if anywhere."""
+        gates = self._queue_gates
+        return self.bodies if gates is None else gates.get(queue)
+
+    def _gate_of(self, job_id: int) -> BodyGate | None:
+        """Where the run of ``job_id`` (held, or not known) waits, if anywhere."""
+        gates = self._queue_gates
+        if gates is None:
+            return self.bodies
+        run = self.running.get(job_id)
+        return gates.get(run.queue) if run is not None else None
+
+    def limit(self, queue: str, slots: int) -> None:
+        """``queue`` runs at most ``slots`` bodies at once (its claim is about to be made):
+        a worker that claims ahead holds its runs to that in the queue's gate. More start
+        waiting runs at once; fewer take effect as runs end."""
+        gates = self._queue_gates
+        if gates is None:
+            return
+        gate = gates.get(queue)
+        if gate is None:
+            gates[queue] = BodyGate(slots)
+        elif gate.slots != slots:
+            gate.resize(slots)
+
+    def hold(self, queue: str) -> None:
+        """The runs of ``queue`` started from now on wait, claimed ahead, until ``unhold``:
+        the claim after theirs goes out before their bodies take the loop."""
+        gate = self._gate(queue) if self._queue_gates is not None else None
+        if gate is not None:
+            gate.hold()
+
+    def unhold(self, queue: str) -> None:
+        """End a ``hold``: the waiting runs of ``queue`` take the free slots."""
+        gate = self._gate(queue) if self._queue_gates is not None else None
+        if gate is not None:
+            gate.open()
+
+    def ahead(self, slots: int) -> int:
+        """How many runs of a queue of ``slots`` may be claimed beyond them now: one more
+        claim's worth while the last ``slots`` runs in a row each ended within ``SHORT`` of
+        their claim and the oldest run held is younger than that (so what waits never waits
+        long behind a slow body); else none, as for a process pool (``ProcessPool.ahead``).
+        Always none for a worker whose runs wait in a pool or a concurrency gate."""
+        if self._queue_gates is None or self._short_in_row < slots:
+            return 0
+        for run in self.running.values():  # the oldest claim first
+            if time.monotonic() - run.started >= SHORT:
+                return 0
+            break
+        return slots
+
+    def _took(self, run: Run) -> None:
+        """Count ``run``, which just ended, into the streak of short runs."""
+        if time.monotonic() - run.started < SHORT:
+            self._short_in_row += 1
+        else:
+            self._short_in_row = 0
 
     # --- from the claim to the outcome --------------------------------------------------------
 
@@ -134,7 +208,7 @@ class Runs:
         # The body's thread runs in a copy of the claimer's context variables, as a task
         # made here would have.
         run.variables = contextvars.copy_context()
-        bodies = self.bodies
+        bodies = self._gate(queue)
         if bodies is None or bodies.try_enter():
             self._begin(run)
         else:
@@ -229,8 +303,12 @@ class Runs:
         self._signals.wake.set()
         if self._emptied is not None and not self._emptied.done():
             self._emptied.set_result(None)
-        if slot and self.bodies is not None:
-            self.bodies.release()  # may begin a waiting run now
+        if self._queue_gates is not None:
+            self._took(run)
+        if slot:
+            gate = self._gate(run.queue)
+            if gate is not None:
+                gate.release()  # may begin a waiting run now
         if unspent:
             return
         if self.metrics is not None:
@@ -256,8 +334,9 @@ class Runs:
         slot = False
         if self._process_pool is not None:
             self._process_pool.cancel(run.job_id)
-        elif self.bodies is not None:
-            slot = not self.bodies.leave(run.job_id)
+        else:
+            gate = self._gate(run.queue)
+            slot = gate is not None and not gate.leave(run.job_id)
         self._end(run, None, slot, unspent=True)
 
     async def ended(self) -> None:
@@ -278,12 +357,13 @@ class Runs:
         worker_id = self._lease.worker_id
         assert self._completer is not None and self._threads is not None
         try:
-            if self.bodies is not None:
-                if await self.bodies.enter(row["id"]):
+            bodies = self._gate(row["queue"])
+            if bodies is not None:
+                if bodies.try_enter() or await bodies.enter(row["id"]):
                     try:
                         outcome = await execute(app, row, worker_id, self._threads)
                     finally:
-                        self.bodies.release()
+                        bodies.release()
                 else:  # dropped while it waited: cancelled or expired
                     outcome = Outcome(row["id"], row["run_count"], UNSTARTED,
                                       claim_token=row["claim_token"])
@@ -304,8 +384,11 @@ class Runs:
         finally:
             run = self.running.pop(row["id"], None)
             self.terminating.discard(row["id"])
-            if run is not None and run.timer is not None:
-                run.timer.cancel()
+            if run is not None:
+                if run.timer is not None:
+                    run.timer.cancel()
+                if self._queue_gates is not None:
+                    self._took(run)
             self.busy[row["queue"]] -= 1
             self._signals.wake.set()
         if self.metrics is not None and run is not None:
@@ -327,7 +410,8 @@ class Runs:
         if self._process_pool is not None:
             dropped = self._process_pool.drop(job_id)
         else:
-            dropped = self.bodies is not None and self.bodies.drop(job_id)
+            gate = self._gate_of(job_id)
+            dropped = gate is not None and gate.drop(job_id)
         if dropped:
             logger.info("job %s %s %s while claimed ahead: it is not started", job_id,
                         run.task if run else "", why)

@@ -597,3 +597,99 @@ async def test_a_warm_stop_returns_a_sync_run_waiting_at_the_gate_and_waits_for_
     row = job(db, waiting)
     assert (row["state"], row["attempt"], row["errors"], row["worker_id"]) == (
         "queued", 0, [], None), row
+
+
+# --- the core worker's own claim ahead (no process pool, no concurrency limit) ----------------
+
+def _step(app: App, started: list[str], release: asyncio.Event) -> Any:
+    """A task whose run named "first" blocks until ``release``; the others end at once."""
+
+    @app.task("step")
+    async def step(name: str) -> None:
+        started.append(name)
+        while name == "first" and not release.is_set():
+            await asyncio.sleep(0.01)
+
+    return step
+
+
+async def _warm(worker: Any, step: Any, db: psycopg.Connection) -> None:
+    """Short runs one after another until the worker claims ahead (its last run ended
+    within a short run's time of its claim, which a loaded machine may take a few to do)."""
+    for i in range(100):
+        warm = step.enqueue(name=f"warm{i}")
+        await wait_until(lambda warm=warm: job(db, warm)["state"] == "succeeded")
+        if worker._runs.ahead(1):
+            return
+    raise AssertionError("no run of a no-op ended within a short run's time")
+
+
+@pytest.mark.parametrize("how", ["run", "cancel", "stop"])
+async def test_a_worker_of_short_runs_claims_ahead_and_holds_its_bodies_to_its_slots(
+    app: App, db: psycopg.Connection, database_url: str, how: str
+) -> None:
+    """After a streak of short runs, a worker without processes or a concurrency limit
+    claims the next claim's jobs while its slots are taken: they wait, not started, and its
+    slots still bound the bodies running. A job claimed ahead is cancelled without running
+    when cancelled, and a warm stop returns it unspent."""
+    started: list[str] = []
+    release = asyncio.Event()
+    step = _step(app, started, release)
+    worker = fast_worker(app, slots=1, shutdown_timeout=10)
+    runner = asyncio.create_task(worker.run())
+    try:
+        await _warm(worker, step, db)
+        first, second = step.enqueue_many([{"name": "first"}, {"name": "second"}])
+        # The claim commits before the worker has read its answer: wait for the worker.
+        await wait_until(lambda: second in worker.running())
+        assert job(db, second)["state"] == "running"
+        assert worker.running() == {first: True, second: False}  # one slot, one body
+        assert started[-1] == "first"
+        if how == "cancel":
+            async with connect(database_url) as connection:
+                assert await request_cancel(connection, second) is True
+            await wait_until(lambda: job(db, second)["state"] != "running")
+        elif how == "stop":
+            worker.request_stop()
+            await asyncio.sleep(0.2)
+            assert not runner.done()  # waits for the running body
+        release.set()
+        await wait_until(lambda: job(db, first)["state"] == "succeeded")
+        if how != "stop":
+            await wait_until(lambda: job(db, second)["state"] != "running")
+            worker.request_stop()
+        assert await asyncio.wait_for(runner, 10) == 0
+    finally:
+        release.set()
+        if not runner.done():
+            worker.request_stop()
+            await asyncio.wait_for(runner, 15)
+    row = job(db, second)
+    if how == "run":
+        assert started[-2:] == ["first", "second"]
+        assert row["state"] == "succeeded", row
+    else:
+        assert "second" not in started, "the job claimed ahead must not run"
+        expected = "cancelled" if how == "cancel" else "queued"
+        assert (row["state"], row["attempt"], row["errors"], row["worker_id"]) == (
+            expected, 0, [], None), row
+
+
+async def test_a_long_run_stops_the_claims_ahead(app: App, db: psycopg.Connection) -> None:
+    """Once a body has run longer than a short one, the worker claims nothing beyond its
+    slots: a job another worker could run does not wait behind it here."""
+    started: list[str] = []
+    release = asyncio.Event()
+    step = _step(app, started, release)
+    worker = fast_worker(app, slots=1)
+    async with running(worker):
+        await _warm(worker, step, db)
+        first = step.enqueue(name="first")
+        await wait_until(lambda: started[-1:] == ["first"])
+        await asyncio.sleep(0.05)
+        second = step.enqueue(name="second")
+        await asyncio.sleep(0.3)
+        assert job(db, second)["state"] == "queued"
+        assert worker.running() == {first: True}
+        release.set()
+        await wait_until(lambda: job(db, second)["state"] == "succeeded")

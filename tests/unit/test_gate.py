@@ -106,3 +106,23 @@ async def test_resize_hands_new_slots_to_callback_waiters() -> None:
         gate.wait(job_id, lambda key, slot: told.append(key), job_id)
     gate.resize(3)
     assert told == [1, 2] and gate.waiting(3)
+
+
+async def test_a_held_gate_lines_up_arrivals_until_opened_and_a_dropped_one_never_enters() -> None:
+    gate = BodyGate(2)
+    gate.hold()
+    assert gate.slots == 2
+    assert gate.try_enter() is False  # a free slot, but held
+    handed: list[tuple[int, bool]] = []
+    gate.wait(1, lambda key, slot: handed.append((key, slot)), 1)
+    entered = asyncio.create_task(gate.enter(2))
+    late = asyncio.create_task(gate.enter(3))
+    await asyncio.sleep(0)
+    assert all(gate.waiting(job_id) for job_id in (1, 2, 3))
+    assert gate.drop(3) is True
+    gate.open()  # two free slots: the first two in line, in order
+    assert handed == [(1, True)]
+    assert await entered is True and await late is False
+    assert gate.try_enter() is False  # both slots held
+    gate.release()
+    assert gate.try_enter() is True  # open again: no line, a free slot
