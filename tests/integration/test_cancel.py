@@ -581,6 +581,8 @@ async def test_a_warm_stop_returns_a_sync_run_waiting_at_the_gate_and_waits_for_
         await wait_until(lambda: started == ["first"])
         waiting = step.enqueue(name="second")
         await wait_until(lambda: job(db, waiting)["state"] == "running")
+        # The claim commits before the worker reads its answer: wait for the worker too.
+        await wait_until(lambda: waiting in worker.running())
         assert worker.running() == {first: True, waiting: False}
         worker.request_stop()
         await asyncio.sleep(0.2)
