@@ -102,7 +102,9 @@ def _encode_answer(took: float, outcome: Outcome | None) -> bytes:
 def decode_answer(line: bytes) -> tuple[float, Outcome | None]:
     """A child's answer: the seconds its body took, and the outcome (None: complete_tx
     wrote it)."""
-    took, values = json.loads(line)
+    # The child's json.dumps writes ASCII: decoded here, json.loads skips its own detection
+    # of the encoding of bytes (Python code, the larger part of loading a line this short).
+    took, values = json.loads(line.decode())
     return float(took), None if values is None else Outcome(*values)
 
 
