@@ -4,9 +4,8 @@ This is Celery's prefork pool with the broker work kept in one place: the worker
 claims for every slot in one statement and writes every outcome through its batching
 completer, and each child only runs one body at a time. A child is a fresh interpreter
 started by ``argv`` (the caller's own command, which loads the same app and calls
-``serve``); parent and child talk over two pipes, jobs as marshal frames of plain values
-and answers as JSON lines, so nothing is ever unpickled
-(``akadze_core.execution.process_child``).
+``serve``); parent and child talk over two pipes, one JSON line per message, so nothing is
+ever unpickled (``akadze_core.execution.process_child``).
 
 - A body that outlives its task's timeout ends with its process: the parent kills the
   child (SIGKILL, like Celery's hard time limit) and the run ends with ``JobTimeout``.
@@ -96,7 +95,7 @@ logger = logging.getLogger("akadze.worker")
 YOUNG = 10.0
 #: Longest wait before replacing a child that keeps dying young.
 MAX_RESTART_DELAY = 10.0
-# An answer is one JSON line; a job's result may be large.
+# One message is one JSON line; a job's args and result may be large.
 _LINE_LIMIT = 1 << 30
 #: A task is short when its last SHORT_RUNS bodies each took less than SHORT seconds (as
 #: the child measured them, its own log lines included). Waking a sleeping process costs a
