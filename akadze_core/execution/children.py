@@ -73,8 +73,9 @@ class Child:
     done: int = 0
     # The runs sent to it, in order: the first is running, the others wait in its pipe.
     sent: collections.deque[Run] = field(default_factory=collections.deque)
-    # The messages of runs sent in this turn of the event loop, written together at its end.
-    outbox: list[bytes] = field(default_factory=list)
+    # The runs sent in this turn of the event loop (the end of ``sent``), written together
+    # at its end as one message.
+    outbox: list[Run] = field(default_factory=list)
     timer: asyncio.TimerHandle | None = None
     soft_timer: asyncio.TimerHandle | None = None
     run_since: float = 0.0  # when the running one (the first sent) started

@@ -2,8 +2,9 @@
 format.
 
 Parent and child talk over two pipes, one JSON line per message, so nothing is ever
-unpickled: the parent sends a claimed row (``encode_row``) or ``STOP``; the child answers
-each row with how long the body took and the outcome's fields (``decode_answer``).
+unpickled: the parent sends the claimed rows it hands a child at once, in one message
+(``encode_rows``), or ``STOP``; the child runs them in order and answers each row with how
+long the body took and the outcome's fields (``decode_answer``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ from .executor import execute_here
 if TYPE_CHECKING:
     from ..app import App
 
-__all__ = ["CHILD_ENV", "STOP", "child_number", "decode_answer", "encode_row", "is_child",
+__all__ = ["CHILD_ENV", "STOP", "child_number", "decode_answer", "encode_rows", "is_child",
            "serve"]
 
 logger = logging.getLogger("akadze.worker")
@@ -66,18 +67,19 @@ else:  # pragma: no cover - CPython has the C encoder
         return _python_encoder.encode(message)
 
 
-def encode_row(row: Mapping[str, Any], worker_id: int | None,
-               task_id_key: str | None = None) -> bytes:
-    """The message that hands the claimed ``row`` to a child (with the database's key of
-    derived task ids, so that the child never connects to read it)."""
-    if type(row) is not dict:  # the encoder writes plain dicts only
-        row = dict(row)
-    return _encode({"row": row, "worker_id": worker_id,
+def encode_rows(rows: Sequence[Mapping[str, Any]], worker_id: int | None,
+                task_id_key: str | None = None) -> bytes:
+    """The message that hands the claimed ``rows`` to a child, to run in order (with the
+    database's key of derived task ids, so that the child never connects to read it).
+    One message for every row written to a child at once: one encoder call and one decode
+    in the child for them all, not one per row."""
+    plain = [row if type(row) is dict else dict(row)  # the encoder writes plain dicts only
+             for row in rows]
+    return _encode({"rows": plain, "worker_id": worker_id,
                     "task_id_key": task_id_key}).encode() + b"\n"
 
 
-def _decode_row(message: dict[str, Any]) -> dict[str, Any]:
-    row = message["row"]
+def _decode_row(row: dict[str, Any]) -> dict[str, Any]:
     for name in _DATETIME_FIELDS:
         value = row.get(name)
         if isinstance(value, str):
@@ -93,7 +95,9 @@ def _encode_answer(took: float, outcome: Outcome | None) -> bytes:
 def decode_answer(line: bytes) -> tuple[float, Outcome | None]:
     """A child's answer: the seconds its body took, and the outcome (None: complete_tx
     wrote it)."""
-    took, values = json.loads(line)
+    # The child's json.dumps writes ASCII: decoded here, json.loads skips its own detection
+    # of the encoding of bytes (Python code, the larger part of loading a line this short).
+    took, values = json.loads(line.decode())
     return float(took), None if values is None else Outcome(*values)
 
 
@@ -108,8 +112,9 @@ def child_number() -> int:
 
 
 def serve(app: App) -> int:
-    """A pool child's life: tell the parent it is ready, then run one body per message
-    until the parent says stop (or dies). Returns the exit code (0)."""
+    """A pool child's life: tell the parent it is ready, then run the bodies of each
+    message's rows, in order, until the parent says stop (or dies). Returns the exit code
+    (0)."""
     number, read_fd, write_fd = (int(part) for part in os.environ.pop(CHILD_ENV).split(":"))
     del number
     parent = os.getppid()
@@ -122,14 +127,17 @@ def serve(app: App) -> int:
             message = json.loads(line)
             if message.get("stop"):
                 break
-            row = _decode_row(message)
             if message.get("task_id_key"):
                 app.use_task_id_key(message["task_id_key"])
-            started = time.perf_counter()
-            outcome = execute_here(app, row, message["worker_id"])
-            # How long the body took tells the parent which tasks are short.
-            writer.write(_encode_answer(time.perf_counter() - started, outcome))
-            writer.flush()
+            worker_id = message["worker_id"]
+            for row in message["rows"]:
+                row = _decode_row(row)
+                started = time.perf_counter()
+                outcome = execute_here(app, row, worker_id)
+                # How long the body took tells the parent which tasks are short; each answer
+                # goes at once, so a body that ends its process is the one it ends.
+                writer.write(_encode_answer(time.perf_counter() - started, outcome))
+                writer.flush()
         else:
             # End of file without a stop message: the worker process died (SIGKILL?).
             logger.warning("the worker process (pid %s) is gone: exiting", parent)

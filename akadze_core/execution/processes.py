@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -72,7 +73,15 @@ from .children import (
 )
 
 # The child's side, re-exported: the commands that start children import them from here.
-from .process_child import CHILD_ENV, STOP, child_number, decode_answer, encode_row, is_child, serve
+from .process_child import (
+    CHILD_ENV,
+    STOP,
+    child_number,
+    decode_answer,
+    encode_rows,
+    is_child,
+    serve,
+)
 
 __all__ = ["AHEAD", "AHEAD_BUDGET", "CHILD_ENV", "DEPTH", "SHORT", "ProcessPool", "child_number",
            "is_child", "serve"]
@@ -449,7 +458,7 @@ class ProcessPool:
             if not self._unflushed:
                 asyncio.get_running_loop().call_soon(self._flush)
             self._unflushed.append(child)
-        child.outbox.append(encode_row(run.row, run.worker_id, self.task_id_key))
+        child.outbox.append(run)
 
     def _flush(self) -> None:
         """Write every child's outbox (the jobs sent to it in the last loop turn)."""
@@ -457,13 +466,21 @@ class ProcessPool:
         for child in unflushed:
             self._flush_child(child)
 
-    @staticmethod
-    def _flush_child(child: Child) -> None:
-        if child.outbox:
-            data = b"".join(child.outbox) if len(child.outbox) > 1 else child.outbox[0]
-            child.outbox.clear()
-            if not child.writer.is_closing():
-                child.writer.write(data)
+    def _flush_child(self, child: Child) -> None:
+        """Write the jobs in ``child``'s outbox as one message (one per worker id)."""
+        runs = child.outbox
+        if not runs:
+            return
+        child.outbox = []
+        worker_id = runs[0].worker_id
+        if all(run.worker_id == worker_id for run in runs):
+            data = encode_rows([run.row for run in runs], worker_id, self.task_id_key)
+        else:  # runs handed to run() by different callers: a message per worker id in a row
+            data = b"".join(
+                encode_rows([run.row for run in group], group_id, self.task_id_key)
+                for group_id, group in itertools.groupby(runs, lambda run: run.worker_id))
+        if not child.writer.is_closing():
+            child.writer.write(data)
 
     def _started(self, child: Child) -> None:
         """The first job sent to ``child`` starts now: its limits start too."""
