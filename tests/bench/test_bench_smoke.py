@@ -135,3 +135,18 @@ def test_the_oban_workload_drains_beside_akadze(admin_url: str, tmp_path: Path) 
             "bench:8`, async no-op, 200 jobs") in table
     assert ("latency enqueue commit → task start, idle worker: `akadze worker --slots 8` vs "
             "`oban start --queues bench:8`, p99") in table
+
+
+def test_celerys_chord_program_finishes_its_rounds(tmp_path: Path) -> None:
+    """The Celery side of the canvas workload, at a small size, in Celery's virtualenv when
+    it is there: each round's body result comes back and the figures are printed."""
+    from bench import canvas, celery_side
+
+    python = celery_side.DEFAULT_VENV / "bin" / "python"
+    if not python.exists() or not celery_side.reachable(canvas.CELERY_CANVAS_URL):
+        pytest.skip("no Celery virtualenv or no Redis here")
+    run = canvas.celery_chord(python, 300, concurrency=2, run_dir=tmp_path, rounds=2,
+                              timeout=300)
+
+    assert len(run.runs) == 2 and min(run.runs) > 0
+    assert run.publish_seconds > 0
