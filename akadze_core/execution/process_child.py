@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -36,35 +36,54 @@ logger = logging.getLogger("akadze.worker")
 CHILD_ENV = "AKADZE_PROCESS_CHILD"
 #: Tells a child to exit; end of file without it means the parent died.
 STOP = b'{"stop": true}\n'
+#: The fields of a claimed row that a child reads (``execute_here``, ``JobContext``, and the
+#: ``Job`` a body may ask for), in the order a row is sent in: the claim's own bookkeeping
+#: (``releases``, ``notified``) stays in the parent.
+ROW_FIELDS = ("id", "task", "queue", "args", "state", "priority", "scheduled_at", "attempt",
+              "max_attempts", "run_count", "claim_token", "expires_at", "meta", "created_at",
+              "started_at", "cancel_requested", "last_error", "upstreams", "upstream_results",
+              "result_arg", "position")
 _DATETIME_FIELDS = ("scheduled_at", "expires_at", "created_at", "started_at")
+_row_values = operator.itemgetter(*ROW_FIELDS)
 # An outcome's fields, in order, as one tuple: dataclasses.astuple deep-copies every field
 # (a tenth of a child's time per no-op body), and the fields are plain values anyway.
 _outcome_values = operator.attrgetter(*(item.name for item in fields(Outcome)))
 
 
-def _isoformat(value: Any) -> str:
-    """The encoder's ``default``: a row's timestamps (``_DATETIME_FIELDS``) as ISO text."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+def _timestamps() -> Callable[[Any], str]:
+    """The encoder's ``default`` for one message: a row's timestamps (``_DATETIME_FIELDS``)
+    as ISO text, each distinct one formatted once. A claim's rows share their
+    ``started_at``, and a job's ``created_at`` is its ``scheduled_at`` unless it was
+    delayed: formatting was most of the cost of encoding a row."""
+    # By instant, with the zone it was written in: equal instants in two zones are two texts.
+    texts: dict[datetime, tuple[Any, str]] = {}
+
+    def isoformat(value: Any) -> str:
+        if not isinstance(value, datetime):
+            raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+        known = texts.get(value)
+        if known is not None and known[0] is value.tzinfo:
+            return known[1]
+        text = value.isoformat()
+        texts[value] = (value.tzinfo, text)
+        return text
+
+    return isoformat
 
 
-# One JSON encoder for every row, its timestamps written by ``default`` as it meets them: no
-# copy of the row and no loop over its fields first (a row's encoding is most of the
-# parent's cost of sending a job). ``c_make_encoder`` is the C encoder ``json.dumps`` builds
-# per call; without it (another interpreter), the same encoder in Python.
+# The C encoder ``json.dumps`` builds per call, built here once per message around that
+# message's ``default``: no copy of the rows and no loop over their fields first. Without
+# it (another interpreter), the same encoder in Python.
 _c_encoder = getattr(json.encoder, "c_make_encoder", None)
-if _c_encoder is not None:
-    _encode_chunks = _c_encoder(None, _isoformat, json.encoder.encode_basestring_ascii, None,
-                                ": ", ", ", False, False, True)
 
-    def _encode(message: dict[str, Any]) -> str:
-        return "".join(_encode_chunks(message, 0))
-else:  # pragma: no cover - CPython has the C encoder
-    _python_encoder = json.JSONEncoder(default=_isoformat, check_circular=False)
 
-    def _encode(message: dict[str, Any]) -> str:
-        return _python_encoder.encode(message)
+def _encode(message: Any, default: Callable[[Any], Any]) -> str:
+    if _c_encoder is not None:
+        chunks = _c_encoder(None, default, json.encoder.encode_basestring_ascii, None,
+                            ": ", ", ", False, False, True)
+        return "".join(chunks(message, 0))
+    return json.JSONEncoder(  # pragma: no cover - CPython has the C encoder
+        default=default, check_circular=False).encode(message)
 
 
 def encode_rows(rows: Sequence[Mapping[str, Any]], worker_id: int | None,
@@ -72,19 +91,44 @@ def encode_rows(rows: Sequence[Mapping[str, Any]], worker_id: int | None,
     """The message that hands the claimed ``rows`` to a child, to run in order (with the
     database's key of derived task ids, so that the child never connects to read it).
     One message for every row written to a child at once: one encoder call and one decode
-    in the child for them all, not one per row."""
-    plain = [row if type(row) is dict else dict(row)  # the encoder writes plain dicts only
-             for row in rows]
-    return _encode({"rows": plain, "worker_id": worker_id,
-                    "task_id_key": task_id_key}).encode() + b"\n"
+    in the child for them all, not one per row.
+
+    A claim's row goes as the list of its ``ROW_FIELDS`` values (no key repeated per row,
+    nothing the child does not read); a row without all of them (one made by hand) as an
+    object of those it has, so the child sees the same keys missing."""
+    sent: list[Any] = []
+    for row in rows:
+        try:
+            sent.append(_row_values(row))
+        except KeyError:
+            sent.append({name: row[name] for name in ROW_FIELDS if name in row})
+    return _encode({"rows": sent, "worker_id": worker_id, "task_id_key": task_id_key},
+                   _timestamps()).encode() + b"\n"
 
 
-def _decode_row(row: dict[str, Any]) -> dict[str, Any]:
-    for name in _DATETIME_FIELDS:
-        value = row.get(name)
-        if isinstance(value, str):
-            row[name] = datetime.fromisoformat(value)
-    return row
+def _decoder() -> Callable[[Any], dict[str, Any]]:
+    """A message's rows as the child runs them, read back from what ``encode_rows`` wrote
+    (each distinct timestamp parsed once: the rows of a claim share theirs)."""
+    times: dict[str, datetime] = {}
+
+    def decode(sent: Any) -> dict[str, Any]:
+        row: dict[str, Any] = (sent if type(sent) is dict
+                               else dict(zip(ROW_FIELDS, sent, strict=True)))
+        for name in _DATETIME_FIELDS:
+            text = row.get(name)
+            if isinstance(text, str):
+                value = times.get(text)
+                if value is None:
+                    value = times[text] = datetime.fromisoformat(text)
+                row[name] = value
+        return row
+
+    return decode
+
+
+def _decode_row(row: Any) -> dict[str, Any]:
+    """One row of a message, read back (``_decoder``)."""
+    return _decoder()(row)
 
 
 def _encode_answer(took: float, outcome: Outcome | None) -> bytes:
@@ -130,8 +174,9 @@ def serve(app: App) -> int:
             if message.get("task_id_key"):
                 app.use_task_id_key(message["task_id_key"])
             worker_id = message["worker_id"]
-            for row in message["rows"]:
-                row = _decode_row(row)
+            decode = _decoder()
+            for sent in message["rows"]:
+                row = decode(sent)
                 started = time.perf_counter()
                 outcome = execute_here(app, row, worker_id)
                 # How long the body took tells the parent which tasks are short; each answer
