@@ -86,6 +86,25 @@ def _encode(message: Any, default: Callable[[Any], Any]) -> str:
         default=default, check_circular=False).encode(message)
 
 
+def _plain(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# A child's answers: plain values only, so one C encoder for them all (json.dumps goes
+# through two Python calls and builds one per answer: most of the cost of an answer).
+if _c_encoder is not None:
+    _answer_chunks = _c_encoder(None, _plain, json.encoder.encode_basestring_ascii, None,
+                                ":", ",", False, False, True)
+
+    def _encode_plain(value: Any) -> str:
+        return "".join(_answer_chunks(value, 0))
+else:  # pragma: no cover - CPython has the C encoder
+    _plain_encoder = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+
+    def _encode_plain(value: Any) -> str:
+        return _plain_encoder.encode(value)
+
+
 def encode_rows(rows: Sequence[Mapping[str, Any]], worker_id: int | None,
                 task_id_key: str | None = None) -> bytes:
     """The message that hands the claimed ``rows`` to a child, to run in order (with the
@@ -131,18 +150,18 @@ def _decode_row(row: Any) -> dict[str, Any]:
     return _decoder()(row)
 
 
-def _encode_answer(took: float, outcome: Outcome | None) -> bytes:
-    answer = [took, None if outcome is None else _outcome_values(outcome)]
-    return json.dumps(answer).encode() + b"\n"
+def _encode_answer(took_ns: int, outcome: Outcome | None) -> bytes:
+    answer = [took_ns, None if outcome is None else _outcome_values(outcome)]
+    return _encode_plain(answer).encode() + b"\n"
 
 
 def decode_answer(line: bytes) -> tuple[float, Outcome | None]:
-    """A child's answer: the seconds its body took, and the outcome (None: complete_tx
-    wrote it)."""
-    # The child's json.dumps writes ASCII: decoded here, json.loads skips its own detection
-    # of the encoding of bytes (Python code, the larger part of loading a line this short).
-    took, values = json.loads(line.decode())
-    return float(took), None if values is None else Outcome(*values)
+    """A child's answer: the seconds its body took (sent in nanoseconds), and the outcome
+    (None: complete_tx wrote it)."""
+    # The child writes ASCII: decoded here, json.loads skips its own detection of the
+    # encoding of bytes (Python code, the larger part of loading a line this short).
+    took_ns, values = json.loads(line.decode())
+    return took_ns / 1e9, None if values is None else Outcome(*values)
 
 
 def is_child() -> bool:
@@ -177,11 +196,11 @@ def serve(app: App) -> int:
             decode = _decoder()
             for sent in message["rows"]:
                 row = decode(sent)
-                started = time.perf_counter()
+                started = time.perf_counter_ns()
                 outcome = execute_here(app, row, worker_id)
                 # How long the body took tells the parent which tasks are short; each answer
                 # goes at once, so a body that ends its process is the one it ends.
-                writer.write(_encode_answer(time.perf_counter() - started, outcome))
+                writer.write(_encode_answer(time.perf_counter_ns() - started, outcome))
                 writer.flush()
         else:
             # End of file without a stop message: the worker process died (SIGKILL?).

@@ -61,8 +61,12 @@ def test_rows_written_at_once_are_one_line_read_back_the_same_in_order() -> None
 
 def test_an_answer_reads_back_as_the_outcome_sent() -> None:
     outcome = Outcome(5, 2, "success", '"ü"', 0.0, None, None, 2 ** 60)
-    assert decode_answer(_encode_answer(0.25, outcome)) == (0.25, outcome)
-    assert decode_answer(_encode_answer(0.5, None)) == (0.5, None)
+    assert decode_answer(_encode_answer(250_000_000, outcome)) == (0.25, outcome)
+    assert decode_answer(_encode_answer(500_000_000, None)) == (0.5, None)
+    assert decode_answer(_encode_answer(1, None)) == (1e-9, None)
+    # Every kind of field an outcome holds: text (any character), a delay, an error entry.
+    retry = Outcome(6, 1, "retry", None, 2.5, '{"message": "ü\\n"}', 7, None)
+    assert decode_answer(_encode_answer(3, retry)) == (3e-9, retry)
 
 
 def test_claimed_rows_go_as_their_values_and_read_back_as_the_fields_a_child_reads() -> None:
