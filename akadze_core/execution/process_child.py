@@ -187,7 +187,8 @@ def serve(app: App) -> int:
         writer.write(json.dumps({"ready": os.getpid()}).encode() + b"\n")
         writer.flush()
         for line in reader:
-            message = json.loads(line)
+            # ASCII (``encode_rows``), decoded here as for the parent's ``decode_answer``.
+            message = json.loads(line.decode())
             if message.get("stop"):
                 break
             if message.get("task_id_key"):
