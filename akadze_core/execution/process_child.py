@@ -27,8 +27,8 @@ from .executor import execute_here
 if TYPE_CHECKING:
     from ..app import App
 
-__all__ = ["CHILD_ENV", "STOP", "child_number", "decode_answer", "encode_rows", "is_child",
-           "serve"]
+__all__ = ["CHILD_ENV", "ROW_FIELDS", "STOP", "child_number", "decode_answer", "encode_rows",
+           "is_child", "serve"]
 
 logger = logging.getLogger("akadze.worker")
 
