@@ -77,6 +77,15 @@ def touch(path: str) -> None:
         pass
 
 
+@app.task("its_job")
+def its_job() -> dict[str, object]:
+    """The job as its body sees it (``current().job``), times in ISO 8601, and the types
+    of its times."""
+    job = current().job
+    times = (job.scheduled_at, job.created_at, job.started_at, job.expires_at)
+    return {**job.to_json(), "time_types": [type(value).__name__ for value in times]}
+
+
 @app.task("looks_itself_up")
 async def looks_itself_up() -> str:
     """An async body that uses the App's async API (its async pool): returns its state."""

@@ -11,6 +11,7 @@ import re
 import signal
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import psycopg
@@ -122,6 +123,32 @@ def test_complete_tx_in_a_child_is_the_outcome(app: App, db: psycopg.Connection,
     wait_until(lambda: finished(db, job_id), what="the job to finish", timeout=30)
     row = job(db, job_id)
     assert row["state"] == "succeeded" and row["run_count"] == 1, row
+
+
+def test_a_body_in_a_child_sees_its_job_as_claimed(app: App, db: psycopg.Connection,
+                                                   start) -> None:
+    # The row reaches the child as the values of the fields it reads: the Job built there
+    # has the claim's every field, its times (one shared by two jobs) included.
+    ids = [app.tasks["its_job"].enqueue() for _ in range(2)]
+    db.execute("UPDATE akadze.jobs SET scheduled_at = now() - interval '1 minute', "
+               "expires_at = now() + interval '1 hour' WHERE id = %s", (ids[0],))
+    start("--processes", "1")
+    wait_until(lambda: finished(db, *ids), what="the jobs to finish", timeout=30)
+    for job_id in ids:
+        row = job(db, job_id)
+        seen = row["result"]
+        assert row["state"] == "succeeded", row
+        for name in ("scheduled_at", "created_at", "started_at", "expires_at"):
+            value = seen[name]
+            assert (None if value is None else datetime.fromisoformat(value)) == row[name]
+        assert (seen["id"], seen["task"], seen["queue"], seen["state"], seen["attempt"],
+                seen["run_count"], seen["max_attempts"], seen["cancel_requested"],
+                seen["claim_token"]) == (
+            job_id, "its_job", row["queue"], "running", 1, 1, row["max_attempts"], False,
+            row["claim_token"])
+        assert seen["time_types"] == ["datetime"] * 3 + [
+            "datetime" if row["expires_at"] else "NoneType"]
+    assert job(db, ids[0])["expires_at"] is not None
 
 
 def test_sigterm_stops_the_children_too(app: App, db: psycopg.Connection, start) -> None:
