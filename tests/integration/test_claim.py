@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from akadze_core import App, Worker, current
+from akadze_core.execution.process_child import ROW_FIELDS
 from akadze_core.store import database
 from tests.helpers import job
 from tests.integration.lease_support import (
@@ -356,3 +357,17 @@ async def test_cancelled_and_expired_jobs_never_run(app: App, db: psycopg.Connec
     for job_id in (requested, expired, soon):
         assert (job(db, job_id)["state"], job(db, job_id)["run_count"]) == ("cancelled", 0)
     assert job_count(db) == 4
+
+
+@pytest.mark.parametrize("fair", [False, True])
+async def test_a_process_child_is_sent_every_column_of_a_claimed_row_but_the_parents_own(
+    app: App, db: psycopg.Connection, database_url: str, fair: bool
+) -> None:
+    # A child reads a row as ROW_FIELDS' values: a column the claim gains must be sent too
+    # (or named here as the parent's own), or a body in a child would read it as missing.
+    register_noop(app).enqueue_many([{}] * 2)
+    worker_id = fake_worker(db, ttl=60)
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as claimer:
+        rows = await database.claim_jobs(claimer, "default", 2, worker_id, fair)
+    assert len(rows) == 2
+    assert set(rows[0]) == set(ROW_FIELDS) | {"releases", "notified"}
