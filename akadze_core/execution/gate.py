@@ -44,11 +44,7 @@ class BodyGate:
             raise ValueError("a body gate needs at least one slot")
         self._free += slots - self._slots
         self._slots = slots
-        while self._free > 0 and self._waiters:
-            _, waiter = self._waiters.popitem(last=False)
-            if _live(waiter):
-                self._free -= 1
-                _hand(waiter, True)
+        self._admit()
 
     def hold(self) -> None:
         """Runs arriving from now on wait in line, even for a free slot, until ``open``
@@ -58,6 +54,12 @@ class BodyGate:
     def open(self) -> None:
         """End a ``hold``: the free slots go to the runs in line."""
         self._held = False
+        self._admit()
+
+    def _admit(self) -> None:
+        """Hand the free slots to the runs in line, first come first (none while held)."""
+        if self._held:
+            return
         while self._free > 0 and self._waiters:
             _, waiter = self._waiters.popitem(last=False)
             if _live(waiter):
