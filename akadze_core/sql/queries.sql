@@ -17,8 +17,8 @@ RETURNING id, CASE WHEN scheduled_at <= now()
 -- name: job_insert_quiet
 -- job_insert without its NOTIFY, for a job due at its own now() (no eta, no countdown) whose
 -- notice this process sent moments ago (akadze_core.store.notices). Its scheduled_at is
--- that now(), written as such: the coalesce of job_insert, and the notice computed for
--- every row when hardly any sends it, were a tenth of this statement's server time.
+-- that now(), written as such, and no notice is computed per row (hardly any is sent): the
+-- coalesce of job_insert and that notice cost about a tenth of this statement's server time.
 -- owes_notice: whether a notice is due should it commit too late (job_notice_send).
 INSERT INTO akadze.jobs (task, queue, args, priority, scheduled_at, max_attempts, expires_at,
                          meta)
