@@ -134,9 +134,9 @@ def insert_job_limited(target: psycopg.Connection | psycopg.Cursor[Any],
     row = target.execute(query("job_insert_quiet"), params).fetchone()
     assert row is not None
     ended = time.monotonic()
-    if not limiter.quiet(opened, started, ended) and row[1] is not None:
+    if not limiter.quiet(opened, started, ended) and row[1]:
         # Committed after the window: the follow-up claim may have run before it.
-        target.execute(query("job_notice_send"), {"notice": row[1]})
+        target.execute(query("job_notice_send"), {"id": row[0]})
         limiter.sent(*key, ended)
     return int(row[0])
 
@@ -349,8 +349,8 @@ async def insert_job_limited_async(connection: psycopg.AsyncConnection,
     row = await cursor.fetchone()
     assert row is not None
     ended = time.monotonic()
-    if not limiter.quiet(opened, started, ended) and row[1] is not None:
-        await connection.execute(query("job_notice_send"), {"notice": row[1]})
+    if not limiter.quiet(opened, started, ended) and row[1]:
+        await connection.execute(query("job_notice_send"), {"id": row[0]})
         limiter.sent(*key, ended)
     return int(row[0])
 

@@ -48,8 +48,6 @@ CITUS_AS_IS = frozenset({
     # Pauses: a reference table, and functions that run on the coordinator (their advisory
     # lock too, which every Citus claim takes there before reading the table).
     "queue_pause", "queue_resume", "queue_paused",
-    # A notice sent after the insert's commit (not sent in Citus mode: see job_insert_quiet).
-    "job_notice_send",
 })
 
 #: The dialect in use: "postgres", or "citus" once :func:`use_dialect` chose it.

@@ -13,6 +13,7 @@ import psycopg
 
 from akadze_core import App, Worker
 from akadze_core.store.floors import parse_notice
+from akadze_core.store.notices import NoticeLimiter
 from tests.integration.lease_support import listening, running, scalar, wait_until
 
 
@@ -77,6 +78,36 @@ async def test_a_rolled_back_enqueue_does_not_quiet_the_next_one(
         send.enqueue()
         send.configure(queue="marker").enqueue()
         assert _heard(listener, "marker") == [("a", 0)]
+
+
+class _LateLimiter(NoticeLimiter):
+    """A limiter that finds every quiet insert committed after its window."""
+
+    def quiet(self, opened: float, started: float, ended: float) -> bool:
+        super().quiet(opened, started, ended)
+        return False
+
+
+async def test_a_quiet_enqueue_that_commits_too_late_sends_its_row_notice_after_all(
+        app: App, db: psycopg.Connection, database_url: str) -> None:
+    send = _task(app)
+    app.connections.notices = _LateLimiter(window=60.0)
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN akadze_jobs")
+        send.enqueue()  # notifies with the insert
+        send.enqueue()  # quiet, then late: notifies after its commit
+        await send.enqueue_async()  # the same, async
+        send.configure(queue="marker").enqueue()
+        payloads = []
+        for notify in listener.notifies(timeout=5):
+            if parse_notice(notify.payload)[0] == "marker":
+                break
+            payloads.append(notify.payload)
+    # Each the payload its own insert would have sent: the row's queue, priority and due time.
+    rows = db.execute("SELECT akadze.job_notice(queue, priority, scheduled_at) FROM akadze.jobs"
+                      " WHERE queue = 'a' ORDER BY id").fetchall()
+    assert payloads == [row[0] for row in rows]
+    assert len(payloads) == 3
 
 
 async def test_a_job_enqueued_right_after_another_is_picked_up_at_once_by_an_idle_worker(

@@ -10,9 +10,9 @@ SELECT id, notified FROM akadze.citus_enqueue(
     %(delay)s::float8, %(max_attempts)s, %(expires_at)s::timestamptz, NULL, %(meta)s::jsonb);
 
 -- name: job_insert_quiet
--- Citus: citus_enqueue sends the notice with the insert; it is never skipped (no notice to
--- send after the commit).
-SELECT id, NULL::text AS notice FROM akadze.citus_enqueue(
+-- Citus: citus_enqueue sends the notice with the insert; it is never skipped (no notice owed
+-- after the commit, so job_notice_send, which reads the row by id alone, is never run).
+SELECT id, false AS owes_notice FROM akadze.citus_enqueue(
     %(task)s, %(queue)s, %(args)s::jsonb, %(priority)s, %(scheduled_at)s::timestamptz,
     %(delay)s::float8, %(max_attempts)s, %(expires_at)s::timestamptz, NULL, %(meta)s::jsonb);
 
