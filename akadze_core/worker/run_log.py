@@ -44,6 +44,13 @@ class Run:
     body: Any = None
     context: Any = None
     variables: contextvars.Context | None = None
+    #: A run in a task behind a body gate: its task took a body slot (its body started).
+    #: Until then it waits, whether or not its task has taken its first step.
+    entered: bool = False
+    #: A run in a task, told before it took a slot to end without its body: ``"dropped"``
+    #: (cancelled or expired: the unstarted outcome) or ``"taken back"`` (the worker
+    #: stops: no outcome, the job goes back unspent).
+    turned_away: str | None = None
 
     @property
     def fence(self) -> tuple[int, int, int | None]:

@@ -52,6 +52,10 @@ logger = logging.getLogger("akadze.worker")
 # complete_tx (a success), or a Celery task that stored its own outcome before
 # task_postrun (any outcome): not known here.
 _WRITTEN_BY_TASK = "job %s %s ended in %.6fs (attempt %s, outcome written by the task)"
+_RUNS_ON = ("job %s: terminate requested, but this worker runs bodies in threads, which "
+            "cannot be stopped: it runs on (it ends cancelled if it raises)")
+# How many cancels of jobs not held a worker keeps (``Runs._hear``).
+_HEARD = 1024
 
 
 class Runs:
@@ -91,6 +95,8 @@ class Runs:
         self._threads: ThreadRunner | None = None
         # Set while ``ended`` waits: a run driven by callbacks ended.
         self._emptied: asyncio.Future[None] | None = None
+        # Cancels heard of jobs not held, oldest first: job id -> terminate signal or None.
+        self._heard: collections.OrderedDict[int, int | None] = collections.OrderedDict()
 
     def open(self, completer: Completer, threads: ThreadRunner) -> None:
         """Runs start from now on: outcomes go to ``completer``, sync bodies to ``threads``."""
@@ -107,7 +113,13 @@ class Runs:
         if self._process_pool is not None:
             return self._process_pool.waiting(job_id)
         gate = self._gate_of(job_id)
-        return gate is not None and gate.waiting(job_id)
+        if gate is None:
+            return False
+        if gate.waiting(job_id):
+            return True
+        # A run in a task waits from its claim on: its task may not have reached the gate.
+        run = self.running.get(job_id)
+        return run is not None and run.future is not None and not run.entered
 
     def _gate(self, queue: str) -> BodyGate | None:
         """Where the runs of ``queue`` wait for a body slot, if anywhere."""
@@ -188,6 +200,13 @@ class Runs:
         run = self.running[job_id] = Run(job_id, row["run_count"], queue, name,
                                          row["attempt"], row["max_attempts"],
                                          time.monotonic(), None, row["claim_token"], row=row)
+        if self._heard and job_id in self._heard:
+            del self._heard[job_id]
+            logger.info("job %s %s was cancelled while its claim was on its way: it is not "
+                        "started", job_id, name)
+            self._end_soon(run, Outcome(job_id, run.run_count, UNSTARTED,
+                                        claim_token=run.claim_token))
+            return
         expires_at = row.get("expires_at")
         if expires_at is not None:
             # Both times are the database's (the claim's now() is started_at): only the
@@ -203,7 +222,7 @@ class Runs:
             return
         task = self._app.tasks.get(name)
         if task is None or task.is_async or task.timeout is not None:
-            run.future = asyncio.create_task(self._run_job(row), name=f"job-{job_id}")
+            run.future = asyncio.create_task(self._run_job(row, run), name=f"job-{job_id}")
             return
         # The body's thread runs in a copy of the claimer's context variables, as a task
         # made here would have.
@@ -327,7 +346,8 @@ class Runs:
         running body ends with its process; a sync body's thread cannot be stopped, it runs
         on and its result is dropped. A task's run is cancelled (await its ``future``)."""
         if run.future is not None:
-            run.future.cancel()
+            if not self._turn_away(run, "taken back"):
+                run.future.cancel()
             return
         if self.running.get(run.job_id) is not run:
             return
@@ -352,18 +372,22 @@ class Runs:
             finally:
                 self._emptied = None
 
-    async def _run_job(self, row: dict[str, Any]) -> None:
+    async def _run_job(self, row: dict[str, Any], held: Run) -> None:
         app = self._app
         worker_id = self._lease.worker_id
         assert self._completer is not None and self._threads is not None
         try:
             bodies = self._gate(row["queue"])
             if bodies is not None:
-                if bodies.try_enter() or await bodies.enter(row["id"]):
+                if held.turned_away is None and (
+                        bodies.try_enter() or await bodies.enter(row["id"])):
+                    held.entered = True
                     try:
                         outcome = await execute(app, row, worker_id, self._threads)
                     finally:
                         bodies.release()
+                elif held.turned_away == "taken back":
+                    return  # the worker stops: the job goes back to the queue unspent
                 else:  # dropped while it waited: cancelled or expired
                     outcome = Outcome(row["id"], row["run_count"], UNSTARTED,
                                       claim_token=row["claim_token"])
@@ -410,26 +434,48 @@ class Runs:
         if self._process_pool is not None:
             dropped = self._process_pool.drop(job_id)
         else:
-            gate = self._gate_of(job_id)
-            dropped = gate is not None and gate.drop(job_id)
+            dropped = run is not None and self._turn_away(run, "dropped")
         if dropped:
             logger.info("job %s %s %s while claimed ahead: it is not started", job_id,
                         run.task if run else "", why)
         return dropped
 
+    def _turn_away(self, run: Run, why: str) -> bool:
+        """End a run that waits at its body gate without its body, ``why`` being
+        ``Run.turned_away``'s: a run driven by callbacks is dropped from the gate's line
+        (it is there from its claim on); a run in a task is told, whether its task waits
+        there or has not taken its first step. False when its body started, or it has no
+        gate."""
+        gate = self._gate(run.queue)
+        if gate is None:
+            return False
+        if run.future is None:
+            return gate.drop(run.job_id)
+        if run.entered or run.turned_away is not None:
+            return False
+        run.turned_away = why
+        gate.drop(run.job_id)  # its task, if it waits there, wakes and ends
+        return True
+
     def cancelled(self, job_id: int) -> None:
         """A cancel of running job ``job_id`` was requested (NOTIFY): any worker hears it;
         only the one holding it claimed ahead does something."""
-        if job_id in self.running and not self.drop(job_id, "was cancelled"):
-            # Started, or a run in a task claimed so recently that the task has not reached
-            # the body slots yet: once more on the next loop turn, for the latter. (A run
-            # driven by callbacks is in the pool's or the gate's line from its claim on.)
-            asyncio.get_running_loop().call_soon(self._cancelled_handed, job_id)
-
-    def _cancelled_handed(self, job_id: int) -> None:
-        """``cancelled``'s second try, after the run's task has started."""
         if job_id in self.running:
             self.drop(job_id, "was cancelled")
+        else:
+            self._hear(job_id, None)
+
+    def _hear(self, job_id: int, signum: int | None) -> None:
+        """Keep a cancel (``signum``: a terminate's signal, else None) of a job not held
+        here, in case this worker's claim of it is on its way: the claim committed before
+        the cancel was asked (it waited for the claim's row lock), and the notice may come
+        in before the claim's answer. The claim checked the cancel too early, and nothing
+        else would until the next heartbeat. A few are kept: a job heard of but claimed
+        by no one here only costs its place."""
+        heard = self._heard
+        heard[job_id] = signum
+        if len(heard) > _HEARD:
+            heard.popitem(last=False)
 
     def terminate(self, job_id: int, signum: int) -> None:
         """A cancel with terminate of running job ``job_id`` (NOTIFY, or the heartbeat's
@@ -437,6 +483,7 @@ class Runs:
         in this process (threads, the event loop) cannot be stopped: there it is a cancel
         request like any other."""
         if job_id not in self.running:
+            self._hear(job_id, signum)
             return
         if self._process_pool is not None:
             if job_id not in self.terminating:
@@ -450,21 +497,16 @@ class Runs:
                     asyncio.get_running_loop().call_soon(self._terminate_handed, job_id,
                                                          signum)
         elif not self.drop(job_id, "was cancelled") and job_id not in self.terminating:
-            # Running, or not handed to the body slots yet: told apart on the next turn.
-            asyncio.get_running_loop().call_soon(self._terminate_handed, job_id, signum)
+            self.terminating.add(job_id)
+            logger.warning(_RUNS_ON, job_id)
 
     def _terminate_handed(self, job_id: int, signum: int) -> None:
-        """``terminate``'s second try, after the run's task has started."""
+        """``terminate``'s second try for a process pool's run, on the next loop turn."""
         if job_id not in self.running or job_id in self.terminating:
             return
-        if self._process_pool is not None:
-            if self._process_pool.terminate(job_id, signum) and job_id in self.running:
-                self.terminating.add(job_id)
-        elif not self.drop(job_id, "was cancelled"):
+        assert self._process_pool is not None
+        if self._process_pool.terminate(job_id, signum) and job_id in self.running:
             self.terminating.add(job_id)
-            logger.warning("job %s: terminate requested, but this worker runs bodies in "
-                           "threads, which cannot be stopped: it runs on (it ends "
-                           "cancelled if it raises)", job_id)
 
     def expired(self, job_id: int) -> None:
         """The expiry timer of a run fired: drop it if it still waits."""

@@ -507,55 +507,99 @@ async def test_an_unstarted_run_neither_cancelled_nor_expired_goes_back_unspent(
     assert row["scheduled_at"] <= db_now(db)
 
 
-async def test_a_terminate_heard_before_the_run_reaches_the_process_pool_still_stops_it(
-    app: App
+@pytest.mark.parametrize("kind", ["async", "sync"])
+@pytest.mark.parametrize("terminate", [False, True])
+async def test_a_cancel_heard_while_its_claim_is_on_its_way_keeps_the_job_from_running(
+    app: App, db: psycopg.Connection, kind: str, terminate: bool
 ) -> None:
-    """A terminate request (or a plain cancel) handled after the claim but before the
-    run's task has handed the job to the process pool (the pool does not hold it yet) is
-    tried again once it does: the job, still waiting for a process, is dropped unstarted.
-    (A terminate was marked acted on and forgotten, so the job ran, and the heartbeat's
-    check skipped it as handled.)"""
-    import signal
-    import sys
-
-    from akadze_core.execution.processes import NotStarted, ProcessPool
-
-    pool = ProcessPool(1, [sys.executable, "-c", "pass"])  # never started: runs wait
-    worker = fast_worker(app, process_pool=pool)
-    row = {"id": 41, "run_count": 1, "task": "t", "args": {}, "queue": "default"}
-    run = asyncio.create_task(pool.run(row, None, None))  # its first step not taken yet
-    worker._runs.running[41] = object()  # claimed by this worker (only its key is read)
-    worker._runs.terminate(41, signal.SIGTERM)
-    assert not pool.waiting(41)  # heard in between: the pool does not hold it
-    with pytest.raises(NotStarted):
-        await asyncio.wait_for(run, 2)
-    assert 41 in worker._runs.terminating
-    # A plain cancel heard in the same gap alike.
-    row = {**row, "id": 42}
-    run = asyncio.create_task(pool.run(row, None, None))
-    worker._runs.running[42] = object()
-    worker._runs.cancelled(42)
-    assert not pool.waiting(42)
-    with pytest.raises(NotStarted):
-        await asyncio.wait_for(run, 2)
-
-
-async def test_a_terminate_heard_before_the_run_reaches_the_body_gate_drops_it_unstarted(
-    app: App
-) -> None:
-    """The same gap on a worker without processes (``concurrency=1``, its one slot taken):
-    the terminate, a cancel there, drops the run once it waits at the gate, instead of
-    warning that a running body cannot be stopped."""
+    """A cancel (or terminate) asked just after the claim committed waits for the claim's
+    row lock, so it finds the job running, and its notice may come in before the worker
+    has read the claim's answer: the worker does not hold the job yet. The job must still
+    end cancelled without running (it ran, and the heartbeat's check came too late)."""
     import signal
 
-    worker = fast_worker(app, slots=2, concurrency=1)
-    gate = worker._runs.bodies
-    assert gate is not None and await gate.enter(1)  # the running job holds the slot
-    entered = asyncio.create_task(gate.enter(43))  # its first step not taken yet
-    worker._runs.running[43] = object()  # claimed by this worker (only its key is read)
-    worker._runs.terminate(43, signal.SIGTERM)
-    assert await asyncio.wait_for(entered, 2) is False  # dropped: its body never starts
-    assert 43 not in worker._runs.terminating
+    ran: list[int] = []
+    if kind == "async":
+        @app.task("victim")
+        async def victim() -> None:
+            ran.append(1)
+    else:
+        @app.task("victim")
+        def victim() -> None:
+            ran.append(1)
+
+    worker = fast_worker(app)
+    target = victim.enqueue()
+    real_start = worker._runs.start
+
+    def start(row: dict[str, Any]) -> None:
+        if row["id"] == target:  # claimed; the cancel's notice is heard before its answer
+            assert request_cancel_sync(db, target, terminate=terminate)
+            if terminate:
+                worker._runs.terminate(target, signal.SIGTERM)
+            else:
+                worker._runs.cancelled(target)
+        real_start(row)
+
+    worker._runs.start = start  # type: ignore[method-assign]
+    async with running(worker):
+        await wait_until(lambda: job(db, target)["state"] == "cancelled")
+    assert ran == []
+    row = job(db, target)
+    assert (row["attempt"], row["errors"], row["worker_id"]) == (0, [], None), row
+
+
+@pytest.mark.parametrize("how", ["cancel", "stop"])
+async def test_a_run_in_a_task_waits_from_its_claim_before_its_task_takes_a_step(
+    app: App, db: psycopg.Connection, how: str
+) -> None:
+    """A run claimed ahead whose body runs in a task waits from its claim on, not from its
+    task's first step: the worker says so at once, a cancel heard before that step drops
+    it unstarted, and a warm stop returns it unspent."""
+    started: list[str] = []
+    release = asyncio.Event()
+    step = _step(app, started, release)
+    worker = fast_worker(app, slots=1, shutdown_timeout=10)
+    second: list[int] = []
+    seen: list[dict[int, bool]] = []
+    real_start = worker._runs.start
+
+    def start(row: dict[str, Any]) -> None:
+        real_start(row)
+        if row["id"] in second:  # its task created, its first step not taken
+            seen.append(worker.running())
+            if how == "cancel":
+                assert request_cancel_sync(db, row["id"])
+                worker._runs.cancelled(row["id"])
+            else:
+                worker.request_stop()
+
+    worker._runs.start = start  # type: ignore[method-assign]
+    runner = asyncio.create_task(worker.run())
+    try:
+        await _warm(worker, step, db)
+        first, later = step.enqueue_many([{"name": "first"}, {"name": "second"}])
+        second.append(later)
+        await wait_until(lambda: bool(seen))
+        assert seen[0].get(later) is False  # claimed ahead: not started
+        await wait_until(lambda: started[-1:] == ["first"])
+        await asyncio.sleep(0.2)
+        release.set()
+        if how == "cancel":
+            await wait_until(lambda: job(db, first)["state"] == "succeeded")
+            worker.request_stop()
+        assert await asyncio.wait_for(runner, 10) == 0
+    finally:
+        release.set()
+        if not runner.done():
+            worker.request_stop()
+            await asyncio.wait_for(runner, 15)
+    assert "second" not in started
+    assert job(db, first)["state"] == "succeeded"
+    row = job(db, later)
+    expected = "cancelled" if how == "cancel" else "queued"
+    assert (row["state"], row["attempt"], row["errors"], row["worker_id"]) == (
+        expected, 0, [], None), row
 
 
 async def test_a_warm_stop_returns_a_sync_run_waiting_at_the_gate_and_waits_for_the_running_one(
