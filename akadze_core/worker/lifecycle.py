@@ -244,7 +244,8 @@ class Worker:
         """Change, while running, how many bodies run at once (``concurrency``: the threads
         of the body gate; not a process pool's processes), the slots of every queue and the
         cap on runs. More start the runs claimed ahead at once; fewer take effect as runs
-        end (none is interrupted)."""
+        end (none is interrupted), except that runs claimed ahead beyond a new cap on runs
+        go back to the queue unstarted."""
         producer = self._producer
         if concurrency is not None:
             if self._runs.bodies is None or concurrency < 1:
@@ -256,6 +257,7 @@ class Worker:
             producer.slots = dict.fromkeys(producer.slots, max(1, slots))
         if max_running is not None:
             producer.max_running = max(1, max_running)
+            self._runs.give_back(producer.max_running)
         self._signals.wake.set()
 
     def run_sync(self, install_signal_handlers: bool = True) -> int:

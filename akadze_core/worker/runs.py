@@ -440,6 +440,23 @@ class Runs:
                         run.task if run else "", why)
         return dropped
 
+    def give_back(self, cap: int) -> int:
+        """A cap on runs was set while running: the runs claimed ahead beyond it that wait
+        at their queue's gate are dropped, newest first, and go back to the queue unspent
+        (the gates bound each queue's bodies, not the runs across queues). A process pool
+        or a concurrency gate bounds its own bodies: nothing to do there. How many went."""
+        if self._queue_gates is None:
+            return 0
+        excess = len(self.running) - cap
+        given = 0
+        for job_id in reversed(list(self.running)):  # a run driven by callbacks ends here
+            if given >= excess:
+                break
+            if self.waiting(job_id) and self.drop(job_id, "was handed back (a cap on runs "
+                                                          "was set)"):
+                given += 1
+        return given
+
     def _turn_away(self, run: Run, why: str) -> bool:
         """End a run that waits at its body gate without its body, ``why`` being
         ``Run.turned_away``'s: a run driven by callbacks is dropped from the gate's line

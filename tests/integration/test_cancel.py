@@ -670,14 +670,15 @@ async def _warm(worker: Any, step: Any, db: psycopg.Connection) -> None:
     raise AssertionError("no run of a no-op ended within a short run's time")
 
 
-@pytest.mark.parametrize("how", ["run", "cancel", "stop"])
+@pytest.mark.parametrize("how", ["run", "cancel", "stop", "cap"])
 async def test_a_worker_of_short_runs_claims_ahead_and_holds_its_bodies_to_its_slots(
     app: App, db: psycopg.Connection, database_url: str, how: str
 ) -> None:
     """After a streak of short runs, a worker without processes or a concurrency limit
     claims the next claim's jobs while its slots are taken: they wait, not started, and its
     slots still bound the bodies running. A job claimed ahead is cancelled without running
-    when cancelled, and a warm stop returns it unspent."""
+    when cancelled, a warm stop returns it unspent, and a cap on runs set meanwhile that it
+    would exceed hands it back to the queue unstarted (it runs later, within the cap)."""
     started: list[str] = []
     release = asyncio.Event()
     step = _step(app, started, release)
@@ -699,8 +700,14 @@ async def test_a_worker_of_short_runs_claims_ahead_and_holds_its_bodies_to_its_s
             worker.request_stop()
             await asyncio.sleep(0.2)
             assert not runner.done()  # waits for the running body
+        elif how == "cap":
+            worker.resize(max_running=1)
+            await wait_until(lambda: job(db, second)["state"] == "queued")
+            assert (job(db, second)["attempt"], worker.running()) == (0, {first: True})
         release.set()
         await wait_until(lambda: job(db, first)["state"] == "succeeded")
+        if how == "cap":
+            await wait_until(lambda: job(db, second)["state"] == "succeeded")
         if how != "stop":
             await wait_until(lambda: job(db, second)["state"] != "running")
             worker.request_stop()
@@ -711,7 +718,7 @@ async def test_a_worker_of_short_runs_claims_ahead_and_holds_its_bodies_to_its_s
             worker.request_stop()
             await asyncio.wait_for(runner, 15)
     row = job(db, second)
-    if how == "run":
+    if how in ("run", "cap"):
         assert started[-2:] == ["first", "second"]
         assert row["state"] == "succeeded", row
     else:
