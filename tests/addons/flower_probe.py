@@ -155,7 +155,9 @@ def probe(api: Api) -> dict[str, Any]:
     while True:
         try:
             status, workers = api.call("GET", "/api/workers?refresh=1")
-            if status == 200 and NODE in workers:
+            # Every inspect answered: on a loaded host Flower's refresh can time out on one
+            # (its inspect timeout is 1 s), and the worker is listed without that key.
+            if status == 200 and "stats" in workers.get(NODE, {}):
                 break
         except OSError:
             pass

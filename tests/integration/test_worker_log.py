@@ -153,4 +153,5 @@ async def test_a_fast_run_logs_its_real_duration(
         assert found, only_line(caplog, job_id)
         took[name] = float(found.group(1))
     # Measured, not rounded away: a body that returns at once still takes some microseconds.
-    assert 0 < took["quick"] < took["short"] and took["short"] >= 0.05
+    # (Not compared with the other: on a loaded host the quick one may wait longer.)
+    assert took["quick"] > 0 and took["short"] >= 0.05
