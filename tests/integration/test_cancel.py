@@ -591,9 +591,7 @@ async def test_a_run_in_a_task_waits_from_its_claim_before_its_task_takes_a_step
         assert await asyncio.wait_for(runner, 10) == 0
     finally:
         release.set()
-        if not runner.done():
-            worker.request_stop()
-            await asyncio.wait_for(runner, 15)
+        await _stop(worker, runner)
     assert "second" not in started
     assert job(db, first)["state"] == "succeeded"
     row = job(db, later)
@@ -635,14 +633,19 @@ async def test_a_warm_stop_returns_a_sync_run_waiting_at_the_gate_and_waits_for_
         assert await asyncio.wait_for(runner, 10) == 0
     finally:
         release.set()
-        if not runner.done():
-            worker.request_stop()
-            await asyncio.wait_for(runner, 15)
+        await _stop(worker, runner)
     assert started == ["first"], "the run claimed ahead must not start while stopping"
     assert (job(db, first)["state"], job(db, first)["result"]) == ("succeeded", "first")
     row = job(db, waiting)
     assert (row["state"], row["attempt"], row["errors"], row["worker_id"]) == (
         "queued", 0, [], None), row
+
+
+async def _stop(worker: Any, runner: asyncio.Task[int]) -> None:
+    """Stop ``worker`` if its ``runner`` still runs, and wait for it to end."""
+    if not runner.done():
+        worker.request_stop()
+        await asyncio.wait_for(runner, 15)
 
 
 # --- the core worker's own claim ahead (no process pool, no concurrency limit) ----------------
@@ -714,9 +717,7 @@ async def test_a_worker_of_short_runs_claims_ahead_and_holds_its_bodies_to_its_s
         assert await asyncio.wait_for(runner, 10) == 0
     finally:
         release.set()
-        if not runner.done():
-            worker.request_stop()
-            await asyncio.wait_for(runner, 15)
+        await _stop(worker, runner)
     row = job(db, second)
     if how in ("run", "cap"):
         assert started[-2:] == ["first", "second"]
