@@ -40,7 +40,8 @@ class Run:
     #: The claimed row.
     row: dict[str, Any] | None = None
     #: A sync body run by callbacks: its task, its JobContext and the context variables
-    #: its thread runs in.
+    #: its thread runs in (for a run in a task that waits for a body slot before its task
+    #: is made: those its task will run in).
     body: Any = None
     context: Any = None
     variables: contextvars.Context | None = None
@@ -51,6 +52,9 @@ class Run:
     #: (cancelled or expired: the unstarted outcome) or ``"taken back"`` (the worker
     #: stops: no outcome, the job goes back unspent).
     turned_away: str | None = None
+    #: A run in a task whose task was made when the body gate handed it a slot: it holds
+    #: that slot from then on (its task releases it).
+    handed: bool = False
 
     @property
     def fence(self) -> tuple[int, int, int | None]:

@@ -222,6 +222,15 @@ class Runs:
             return
         task = self._app.tasks.get(name)
         if task is None or task.is_async or task.timeout is not None:
+            bodies = self._gate(queue)
+            if bodies is not None and bodies.would_wait():
+                # It waits in line (claimed ahead, or the gate is full) with no task yet:
+                # one is made when it is handed a slot (_task_handed), in a copy of the
+                # claimer's context variables, as one made here would have been. The
+                # next claim goes out before the task steps of the runs it held.
+                run.variables = contextvars.copy_context()
+                bodies.wait(job_id, self._task_handed, run)
+                return
             run.future = asyncio.create_task(self._run_job(row, run), name=f"job-{job_id}")
             return
         # The body's thread runs in a copy of the claimer's context variables, as a task
@@ -241,6 +250,24 @@ class Runs:
         else:
             self._end(run, Outcome(run.job_id, run.run_count, UNSTARTED,
                                    claim_token=run.claim_token))
+
+    def _task_handed(self, run: Run, slot: bool) -> None:
+        """The body gate's answer to a run in a task waiting in it with no task yet: a slot
+        (its task starts now, holding it), or dropped (it ends unstarted)."""
+        if not slot:
+            self._end(run, Outcome(run.job_id, run.run_count, UNSTARTED,
+                                   claim_token=run.claim_token))
+            return
+        assert run.row is not None
+        # It holds the slot; it still waits (waiting(), a cancel drops it) until its task
+        # takes its first step, as a run whose task was made at its claim.
+        run.handed = True
+        run.future = asyncio.get_running_loop().create_task(
+            self._run_job(run.row, run), name=f"job-{run.job_id}", context=run.variables)
+        run.variables = None
+        # ended() waits on the runs' tasks: this run has one now.
+        if self._emptied is not None and not self._emptied.done():
+            self._emptied.set_result(None)
 
     def _begin(self, run: Run) -> None:
         """Hand the sync body of ``run`` (holding a body slot, if there is a gate) to a
@@ -379,16 +406,20 @@ class Runs:
         try:
             bodies = self._gate(row["queue"])
             if bodies is not None:
+                # A run handed a slot before its task was made (_task_handed) holds one.
                 if held.turned_away is None and (
-                        bodies.try_enter() or await bodies.enter(row["id"])):
+                        held.handed or bodies.try_enter() or await bodies.enter(row["id"])):
                     held.entered = True
                     try:
                         outcome = await execute(app, row, worker_id, self._threads)
                     finally:
                         bodies.release()
-                elif held.turned_away == "taken back":
-                    return  # the worker stops: the job goes back to the queue unspent
-                else:  # dropped while it waited: cancelled or expired
+                else:
+                    if held.handed:
+                        bodies.release()  # turned away before its first step: unused
+                    if held.turned_away == "taken back":
+                        return  # the worker stops: the job goes back to the queue unspent
+                    # Dropped while it waited: cancelled or expired.
                     outcome = Outcome(row["id"], row["run_count"], UNSTARTED,
                                       claim_token=row["claim_token"])
             else:

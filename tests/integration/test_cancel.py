@@ -600,6 +600,70 @@ async def test_a_run_in_a_task_waits_from_its_claim_before_its_task_takes_a_step
         expected, 0, [], None), row
 
 
+@pytest.mark.parametrize("how", ["run", "cancel"])
+async def test_an_async_run_handed_a_slot_waits_until_its_task_takes_a_step(
+    app: App, db: psycopg.Connection, how: str
+) -> None:
+    """An async run waiting at the body gate gets its task when it is handed a slot: until
+    that task's first step it still waits (a cancel drops it unstarted and the slot passes
+    on); run, its body has a task of its own and its context."""
+    release = threading.Event()
+    started: list[str] = []
+    seen: list[tuple[bool, int]] = []
+
+    @app.task("step")
+    async def step(name: str) -> None:
+        started.append(name)
+        seen.append((asyncio.current_task() is not None, current().job.id))
+        while name == "first" and not release.is_set():
+            await asyncio.sleep(0.01)
+
+    first = step.enqueue(name="first")
+    worker = fast_worker(app, slots=2, concurrency=1, shutdown_timeout=10)
+    waiting: list[int] = []
+    handed: list[dict[int, bool]] = []
+    real_handed = worker._runs._task_handed
+
+    def task_handed(run: Any, slot: bool) -> None:
+        real_handed(run, slot)
+        if slot and run.job_id in waiting:  # its task made, its first step not taken
+            handed.append(worker.running())
+            if how == "cancel":
+                assert request_cancel_sync(db, run.job_id)
+                worker._runs.cancelled(run.job_id)
+
+    worker._runs._task_handed = task_handed  # type: ignore[method-assign]
+    runner = asyncio.create_task(worker.run())
+    try:
+        await wait_until(lambda: started == ["first"])
+        second = step.enqueue(name="second")
+        waiting.append(second)
+        await wait_until(lambda: second in worker.running())
+        assert worker.running() == {first: True, second: False}
+        release.set()
+        await wait_until(lambda: bool(handed))
+        assert handed[0].get(second) is False  # handed a slot: not started yet
+        await wait_until(lambda: job(db, first)["state"] == "succeeded"
+                         and job(db, second)["state"] != "running")
+        worker.request_stop()
+        assert await asyncio.wait_for(runner, 10) == 0
+    finally:
+        release.set()
+        if not runner.done():
+            worker.request_stop()
+            await asyncio.wait_for(runner, 15)
+    row = job(db, second)
+    if how == "run":
+        assert started == ["first", "second"]
+        assert seen[-1] == (True, second)
+        assert row["state"] == "succeeded", row
+    else:
+        assert started == ["first"], "the run handed a slot must not start"
+        assert (row["state"], row["attempt"], row["errors"], row["worker_id"]) == (
+            "cancelled", 0, [], None), row
+    assert worker._runs.bodies is not None and worker._runs.bodies.try_enter()  # slot back
+
+
 async def test_a_warm_stop_returns_a_sync_run_waiting_at_the_gate_and_waits_for_the_running_one(
     app: App, db: psycopg.Connection
 ) -> None:
