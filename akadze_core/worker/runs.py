@@ -262,8 +262,11 @@ class Runs:
         # It holds the slot; it still waits (waiting(), a cancel drops it) until its task
         # takes its first step, as a run whose task was made at its claim.
         run.handed = True
-        run.future = asyncio.get_running_loop().create_task(
-            self._run_job(run.row, run), name=f"job-{run.job_id}", context=run.variables)
+        # Made inside the claimer's context variables (a task copies the current context;
+        # create_task's context= needs Python 3.11).
+        assert run.variables is not None
+        run.future = run.variables.run(asyncio.create_task, self._run_job(run.row, run),
+                                       name=f"job-{run.job_id}")
         run.variables = None
         # ended() waits on the runs' tasks: this run has one now.
         if self._emptied is not None and not self._emptied.done():
