@@ -23,6 +23,7 @@ from .retry import FAIL, RETRY, SNOOZE, BackoffPolicy, backoff_delay, decide_ret
 from .serialization import (
     DEFAULT_MAX_RESULT_BYTES,
     check_storable,
+    is_strict,
     sanitize_text,
     strict_dumps,
 )
@@ -161,8 +162,9 @@ def succeeded(
     """The outcome of a body that returned ``value``: a result that can never be stored (a
     NUL, a lone surrogate, over ``max_bytes`` as JSON) fails the job, with no retry
     (``claim_token``: the run's, see ``Outcome``)."""
-    if value is None and dumps is strict_dumps and max_bytes >= 4:
-        # Most bodies return nothing: "null", which the checks below always let through.
+    if value is None and max_bytes >= 4 and is_strict(dumps):
+        # Most bodies return nothing: "null", which the checks below always let through
+        # (an encoder extending strict_dumps, the Celery facade's, gives the same text).
         return Outcome(job_id, run_count, SUCCESS, claim_token=claim_token, result="null")
     try:
         text = dumps(value)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from typing import Any
 
 __all__ = ["TaskIds"]
 
@@ -40,19 +41,24 @@ class TaskIds:
     key: str
     _mask: int = dataclasses.field(init=False, repr=False)
     _salt: bytes = dataclasses.field(init=False, repr=False)
+    # The MD5 state after the salt, copied per id: cheaper than hashing the salt again.
+    _salted: Any = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.key) != 32 or not set(self.key) <= _HEX:
             raise ValueError("a task id key is 32 lowercase hex digits")
         object.__setattr__(self, "_mask", int(self.key[:16], 16) & _LOW_BITS)
         object.__setattr__(self, "_salt", self.key[16:].encode())
+        object.__setattr__(self, "_salted", hashlib.md5(self._salt, usedforsecurity=False))
 
     def derive(self, job_id: int) -> str:
         """The task id of job ``job_id``."""
-        tag = hashlib.md5(self._salt + str(job_id).encode(), usedforsecurity=False).hexdigest()
-        low = _VARIANT | (((job_id * _SPREAD) & _LOW_BITS) ^ self._mask)
-        return (f"{tag[:8]}-{tag[8:12]}-4{tag[13:16]}-"
-                f"{low >> 48:04x}-{low & 0xFFFFFFFFFFFF:012x}")
+        digest = self._salted.copy()
+        digest.update(b"%d" % job_id)
+        tag = digest.hexdigest()
+        # The second half's 16 hex digits at once, split: one format, not two.
+        low = "%016x" % (_VARIANT | (((job_id * _SPREAD) & _LOW_BITS) ^ self._mask))
+        return f"{tag[:8]}-{tag[8:12]}-4{tag[13:16]}-{low[:4]}-{low[4:]}"
 
     def of(self, job_id: int, meta: object) -> str:
         """The id a job is known by: its ``meta["task_id"]`` when it has one, else its

@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import datetime, timezone
 from typing import Any
+
+import pytest
 
 from akadze_core import App, current
 from akadze_core.execution.context import JobContext
@@ -110,3 +113,15 @@ def test_the_contexts_fields_are_the_jobs_without_building_it(monkeypatch: Any) 
     assert job.meta is fields["meta"]
     assert {name: getattr(context, name) for name in names} == fields
     assert job == decode_job(app, row)[0]
+
+
+def test_a_claimed_meta_reads_as_json_loads_reads_it() -> None:
+    texts = ['{}', '{"k": 1}', '{"celery": {"ignore_result": true, "headers": {}}}',
+             ' {"k": [1, 2.5, null, "\\u00e9"]} ', '{"k": 1}\n']
+    for text in texts:
+        assert Job.claimed_meta({"meta": text}) == json.loads(text)
+    assert Job.claimed_meta({"meta": None}) == {} and Job.claimed_meta({}) == {}
+    assert Job.claimed_meta({"meta": {"k": 2}}) == {"k": 2}  # decoded already
+    for bad in ('{"k": 1} x', '{"k":', ''):
+        with pytest.raises(json.JSONDecodeError):
+            Job.claimed_meta({"meta": bad})

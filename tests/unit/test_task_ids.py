@@ -26,6 +26,18 @@ def test_an_id_is_a_uuid4_and_leads_back_to_its_job(job_id: int) -> None:
     assert codec.derive(job_id + 1) != task_id
 
 
+@pytest.mark.parametrize(("job_id", "task_id"), [
+    (1, "685f7e45-113f-431b-9a6f-688f38dd9120"),
+    (12345, "7499ebdc-43ae-4743-9544-2f216f03e748"),
+    ((1 << 62) - 1, "67b32e90-ea7e-4ada-a590-9770c7226ede"),
+])
+def test_an_id_is_the_same_in_every_version(job_id: int, task_id: str) -> None:
+    # Nothing stores a derived id: every process (old and new workers, clients, the
+    # dashboard) computes it, so the same job must get the same id from any of them.
+    assert TaskIds(KEY).derive(job_id) == task_id
+    assert TaskIds(KEY).job_id(task_id) == job_id
+
+
 def test_ids_differ_per_job_and_per_database() -> None:
     codec, other = TaskIds(KEY), TaskIds("0" * 32)
     mine = [codec.derive(job_id) for job_id in range(1, 2001)]
