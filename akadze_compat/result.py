@@ -127,9 +127,10 @@ class AsyncResult(ResultBase):
         per-argument checks and two ``id`` setter calls (a plain ``delay()`` makes one per
         call)."""
         result = cls.__new__(cls)
-        result.__dict__.update(app=app, _id=None, backend=app.backend, parent=None,
-                               task_name=task_name, _job_id=job_id, _cache=None,
-                               ignored=ignored)
+        # Its attributes as one dict literal, not update(**): no keyword dict to build first.
+        result.__dict__ = {"app": app, "_id": None, "backend": app.backend, "parent": None,
+                           "task_name": task_name, "_job_id": job_id, "_cache": None,
+                           "ignored": ignored}
         return result
 
     @property

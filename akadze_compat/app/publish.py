@@ -162,6 +162,10 @@ class _Plain(NamedTuple):
     # stock one; an override is called, and reaches the kept call through super()).
     typed: bool
     direct: bool
+    # What the key fixes of the result: the task's name as a str, and its ignore_result
+    # (None: the task leaves it to task_ignore_result, read at each call as Celery does).
+    name: str
+    ignored: bool | None
 
 
 def _plain_key(task: Task, app: Celery, conf: Settings) -> tuple[Any, ...]:
@@ -232,8 +236,10 @@ def send_plain(task: Task, kept: _Plain, args: Any, kwargs: Any) -> AsyncResult 
         raise EncodeError(str(exc)) from exc
     except ConnectionLost as exc:
         raise PublishConnectionLost(str(exc)) from exc.__cause__
-    return AsyncResult.of_job(app, str(task.name), job_id,
-                              ignored=bool(task.option("ignore_result", "task_ignore_result")))
+    ignored = kept.ignored
+    if ignored is None:
+        ignored = bool(task.option("ignore_result", "task_ignore_result"))
+    return AsyncResult.of_job(app, kept.name, job_id, ignored=ignored)
 
 
 #: Classes whose ``send_task`` was checked: class -> (its send_task, whether it is stock).
@@ -409,9 +415,11 @@ def _send(app: Celery, name: str, args: Any, kwargs: Any, options: dict[str, Any
         # Checked again here: a receiver connected by another thread since _plain_key ran
         # may have added headers to this call's meta.
         typing = task_type.typing if task_type.typing is not None else app.strict_typing
+        own_ignore = task_type.ignore_result
         task_type.__dict__[PLAIN_CALL] = _Plain(
             plain_key, call, (app, app.conf), typed=bool(typing),
-            direct=not overrides_default(task_type, "apply_async"))
+            direct=not overrides_default(task_type, "apply_async"), name=str(task_type.name),
+            ignored=None if own_ignore is None else bool(own_ignore))
     if session is not None:
         call = call.using(session=session)
     args_list, kwargs_dict = list(message.args), dict(message.kwargs)

@@ -27,7 +27,7 @@ from ..model.dsn import prepare_threshold as resolve_prepare_threshold
 from ..model.errors import AkadzeError, ConfigurationError, DatabaseUnavailable
 from .dberrors import PREPARED_STATEMENT_LOST, is_too_many_connections, is_transient
 from .embedded import embedded_url
-from .liveness import UNSURE, found_dead, sent, sent_async
+from .liveness import UNSURE, found_dead, sent, sent_async, watch
 from .migrations import migrate
 from .notices import NoticeLimiter
 
@@ -116,9 +116,10 @@ class Connections:
         """Start with no connection: at creation, and in a forked child (``_after_fork``)."""
         self._lock = threading.Lock()
         self._pool: psycopg_pool.ConnectionPool | None = None
-        # run_single's own connection (with when it was opened) and the lock that says who
-        # is using it: a caller finding it in use takes a pooled connection instead.
-        self._single: tuple[psycopg.Connection, float] | None = None
+        # run_single's own connection (with when it was opened and its socket's poller,
+        # liveness.watch) and the lock that says who is using it: a caller finding it in
+        # use takes a pooled connection instead.
+        self._single: tuple[psycopg.Connection, float, Any] | None = None
         # The last single-call connection broke during a call: the server was there a
         # moment ago, so the next connect waits out refusals as for one found dead.
         self._single_broke = False
@@ -384,7 +385,7 @@ class Connections:
         try:
             single = self._single
             retry_for = 0.0
-            if single is not None and found_dead(single[0]):
+            if single is not None and found_dead(single[0], single[2]):
                 # Killed while idle: nothing was sent on it, so a new one may run the call.
                 self._single = None
                 single[0].close()
@@ -394,8 +395,8 @@ class Connections:
                     # Lost mid-call (ConnectionLost) in a restart or failover that may still
                     # be under way: no writable server for a few seconds is expected.
                     self._single_broke, retry_for = False, RECONNECT_WINDOW
-                single = self._single = (self.connect_checked(self.database_url, retry_for),
-                                         time.monotonic())
+                opened = self.connect_checked(self.database_url, retry_for)
+                single = self._single = (opened, time.monotonic(), watch(opened))
             connection = single[0]
             try:
                 return sent(self, call, connection, unsure)

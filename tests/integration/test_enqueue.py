@@ -445,6 +445,30 @@ async def test_single_enqueues_share_one_connection_that_close_ends(
     assert send.enqueue(n=5) > ids[-1]  # a closed app connects again, like its pool
 
 
+async def test_the_single_connections_kept_poller_sees_its_backend_terminated(
+    app: App, db: psycopg.Connection
+) -> None:
+    """The single-call connection is checked before each call with a poller kept for its
+    socket (``liveness.watch``): one killed while idle is found dead and replaced, and the
+    call runs once, on the new one; a live one is not found dead."""
+    from akadze_core.store.liveness import found_dead, watch
+
+    send = make_tasks(app)
+    first = app.run_single(_pid)
+    with psycopg.connect(app.database_url, autocommit=True) as other:
+        watcher = watch(other)
+        assert not found_dead(other, watcher)
+        db.execute("SELECT pg_terminate_backend(%s)", (_pid(other),))
+        await wait_until(lambda: found_dead(other, watcher))
+    db.execute("SELECT pg_terminate_backend(%s)", (first,))
+    await wait_until(lambda: scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
+                                    (first,)) == 0)
+    sent = send.enqueue(n=1)
+    assert app.run_single(_pid) != first
+    assert [job(db, sent)["args"]] == [{"n": 1}]
+    assert scalar(db, "SELECT count(*) FROM akadze.jobs") == 1
+
+
 async def test_a_call_made_while_the_single_connection_is_busy_takes_a_pooled_one(
     database_url: str, db: psycopg.Connection
 ) -> None:
