@@ -70,11 +70,6 @@ class BodyGate:
         """Whether the run of ``job_id`` waits for a slot (claimed, its body not started)."""
         return job_id in self._waiters
 
-    def would_wait(self) -> bool:
-        """Whether a run arriving now would wait in line (no free slot, others wait, or the
-        gate is held); nothing is taken."""
-        return self._free <= 0 or bool(self._waiters) or self._held
-
     def try_enter(self) -> bool:
         """Take a slot if one is free and nobody waits: True then (call ``release`` when
         the body ends); False leaves the gate as it was."""

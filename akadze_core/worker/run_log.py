@@ -52,9 +52,6 @@ class Run:
     #: (cancelled or expired: the unstarted outcome) or ``"taken back"`` (the worker
     #: stops: no outcome, the job goes back unspent).
     turned_away: str | None = None
-    #: A run in a task whose task was made when the body gate handed it a slot: it holds
-    #: that slot from then on (its task releases it).
-    handed: bool = False
 
     @property
     def fence(self) -> tuple[int, int, int | None]:

@@ -223,15 +223,16 @@ class Runs:
         task = self._app.tasks.get(name)
         if task is None or task.is_async or task.timeout is not None:
             bodies = self._gate(queue)
-            if bodies is not None and bodies.would_wait():
-                # It waits in line (claimed ahead, or the gate is full) with no task yet:
-                # one is made when it is handed a slot (_task_handed), in a copy of the
-                # claimer's context variables, as one made here would have been. The
-                # next claim goes out before the task steps of the runs it held.
-                run.variables = contextvars.copy_context()
-                bodies.wait(job_id, self._task_handed, run)
+            if bodies is None or bodies.try_enter():  # its task holds the slot taken here
+                run.future = asyncio.create_task(self._run_job(row, run),
+                                                 name=f"job-{job_id}")
                 return
-            run.future = asyncio.create_task(self._run_job(row, run), name=f"job-{job_id}")
+            # It waits in line (claimed ahead, or the gate is full) with no task yet: one
+            # is made when it is handed a slot (_task_handed), in a copy of the claimer's
+            # context variables, as one made here would have been. The next claim goes
+            # out before the task steps of the runs it held.
+            run.variables = contextvars.copy_context()
+            bodies.wait(job_id, self._task_handed, run)
             return
         # The body's thread runs in a copy of the claimer's context variables, as a task
         # made here would have.
@@ -261,7 +262,6 @@ class Runs:
         assert run.row is not None
         # It holds the slot; it still waits (waiting(), a cancel drops it) until its task
         # takes its first step, as a run whose task was made at its claim.
-        run.handed = True
         # Made inside the claimer's context variables (a task copies the current context;
         # create_task's context= needs Python 3.11).
         assert run.variables is not None
@@ -409,17 +409,15 @@ class Runs:
         try:
             bodies = self._gate(row["queue"])
             if bodies is not None:
-                # A run handed a slot before its task was made (_task_handed) holds one.
-                if held.turned_away is None and (
-                        held.handed or bodies.try_enter() or await bodies.enter(row["id"])):
+                # Its task was made holding a body slot (start, _task_handed).
+                if held.turned_away is None:
                     held.entered = True
                     try:
                         outcome = await execute(app, row, worker_id, self._threads)
                     finally:
                         bodies.release()
                 else:
-                    if held.handed:
-                        bodies.release()  # turned away before its first step: unused
+                    bodies.release()  # turned away before its first step: unused
                     if held.turned_away == "taken back":
                         return  # the worker stops: the job goes back to the queue unspent
                     # Dropped while it waited: cancelled or expired.
