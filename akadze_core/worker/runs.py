@@ -95,8 +95,8 @@ class Runs:
         self._threads: ThreadRunner | None = None
         # Set while ``ended`` waits: a run driven by callbacks ended.
         self._emptied: asyncio.Future[None] | None = None
-        # Cancels heard of jobs not held, oldest first: job id -> terminate signal or None.
-        self._heard: collections.OrderedDict[int, int | None] = collections.OrderedDict()
+        # The ids of jobs not held whose cancel was heard, oldest first (a bounded set).
+        self._heard: collections.OrderedDict[int, None] = collections.OrderedDict()
 
     def open(self, completer: Completer, threads: ThreadRunner) -> None:
         """Runs start from now on: outcomes go to ``completer``, sync bodies to ``threads``."""
@@ -512,17 +512,17 @@ class Runs:
         if job_id in self.running:
             self.drop(job_id, "was cancelled")
         else:
-            self._hear(job_id, None)
+            self._hear(job_id)
 
-    def _hear(self, job_id: int, signum: int | None) -> None:
-        """Keep a cancel (``signum``: a terminate's signal, else None) of a job not held
-        here, in case this worker's claim of it is on its way: the claim committed before
+    def _hear(self, job_id: int) -> None:
+        """Keep a cancel (plain or with terminate: either keeps it from starting) of a job
+        not held here, in case this worker's claim of it is on its way: the claim committed before
         the cancel was asked (it waited for the claim's row lock), and the notice may come
         in before the claim's answer. The claim checked the cancel too early, and nothing
         else would until the next heartbeat. A few are kept: a job heard of but claimed
         by no one here only costs its place."""
         heard = self._heard
-        heard[job_id] = signum
+        heard[job_id] = None
         if len(heard) > _HEARD:
             heard.popitem(last=False)
 
@@ -532,7 +532,7 @@ class Runs:
         in this process (threads, the event loop) cannot be stopped: there it is a cancel
         request like any other."""
         if job_id not in self.running:
-            self._hear(job_id, signum)
+            self._hear(job_id)
             return
         if self._process_pool is not None:
             if job_id not in self.terminating:
