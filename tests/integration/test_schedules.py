@@ -130,16 +130,17 @@ async def test_a_changed_trigger_starts_over_without_running(
 async def test_after_downtime_only_the_latest_missed_tick_runs(
     app: App, db: psycopg.Connection, database_url: str
 ) -> None:
-    trigger = Every(timedelta(minutes=1))
-    app.add_schedule("minutely", "t", trigger=trigger)
+    # Hourly: a tick boundary crossed between the two checks would rightly run a new tick.
+    trigger = Every(HOUR)
+    app.add_schedule("hourly", "t", trigger=trigger)
     await check(app, database_url)
-    rewind(db, "minutely", timedelta(days=3))  # 4320 missed ticks
+    rewind(db, "hourly", timedelta(days=3))  # 72 missed ticks
     before = db_now(db)
     await check(app, database_url)
     await check(app, database_url)
     [job] = jobs(db)
-    tick = schedule_row(db, "minutely")["last_tick"]  # type: ignore[index]
-    assert before - timedelta(minutes=1) < tick <= db_now(db)
+    tick = schedule_row(db, "hourly")["last_tick"]  # type: ignore[index]
+    assert before - HOUR < tick <= db_now(db)
     assert trigger.latest(tick) == tick
     assert datetime.fromisoformat(job["meta"]["tick"]) == tick
 
@@ -428,15 +429,16 @@ class ListSource:
 
 async def test_a_source_schedule_with_since_runs_a_passed_tick_and_records_it(
         app: App, database_url: str, db: psycopg.Connection) -> None:
-    since = db_now(db) - timedelta(seconds=30)
-    declared = app.add_schedule("source.every10", "t", trigger=Every(10))
-    app.remove_schedule("source.every10")
+    # Hourly: a tick boundary crossed between the two checks would rightly run a new tick.
+    since = db_now(db) - 2 * HOUR
+    declared = app.add_schedule("source.hourly", "t", trigger=Every(HOUR))
+    app.remove_schedule("source.hourly")
     source = ListSource([replace(declared, since=since)])
     app.schedule_sources.append(source)
     wait = await check(app, database_url)
     assert wait <= 1.0
     [(name, tick, job_id)] = source.seen
-    assert name == "source.every10" and tick > since
+    assert name == "source.hourly" and tick > since
     assert [job["id"] for job in jobs(db)] == [job_id]
     await check(app, database_url)  # the same tick again: nothing
     assert len(jobs(db)) == 1 and len(source.seen) == 1
