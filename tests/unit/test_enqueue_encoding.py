@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from akadze_core import App, InvalidArgs
-from akadze_core.enqueue.encoding import BULK_CHUNK, encode_fast, encode_many
-from akadze_core.model.serialization import encode_args, strict_dumps
+from akadze_core.enqueue.encoding import BULK_CHUNK, encode_fast, encode_many, storable
+from akadze_core.model.serialization import encode_args, extends_strict_dumps, strict_dumps
 
 VALUES: list[dict[str, Any]] = [
     {}, {"n": 1}, {"s": "plain"}, {"unicode": "😀 ünï 日本", "é": "clé"},
@@ -177,3 +177,26 @@ class _Key(str):
 def test_the_single_path_encodes_and_refuses_as_encode_args(args: dict[Any, Any]) -> None:
     assert outcome_of(lambda: encode_fast(args, strict_dumps, 40)) == \
         outcome_of(lambda: encode_args(dict(args), strict_dumps, 40))
+
+
+def test_the_single_path_asks_an_extending_encoder_only_what_strict_dumps_cannot() -> None:
+    calls: list[Any] = []
+
+    @extends_strict_dumps
+    def dumps(value: Any) -> str:  # strict_dumps, and datetimes as text (what kombu adds)
+        calls.append(value)
+        try:
+            return strict_dumps(value)
+        except TypeError:
+            return json.dumps(value, default=str, separators=(",", ":"), allow_nan=False)
+
+    for args in [*VALUES, {"at": datetime(2030, 1, 1)}, *BAD.values(), {"v": "x" * 500}]:
+        calls.clear()
+        fast = outcome_of(lambda a=args: encode_fast(a, dumps, 400))
+        asked = list(calls)
+        assert fast == outcome_of(lambda a=args: encode_args(dict(a), dumps, 400))
+        if args in VALUES and storable(strict_dumps(args), 400):
+            assert asked == []  # its text is strict_dumps', without the call
+    calls.clear()
+    assert encode_fast({"at": datetime(2030, 1, 1)}, dumps, 40) == '{"at":"2030-01-01 00:00:00"}'
+    assert calls  # encoded by the encoder itself
