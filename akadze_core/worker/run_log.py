@@ -116,7 +116,7 @@ def _line_writer(level: int) -> Callable[[list[str]], None] | None:
     logging integration wraps ``callHandlers`` to see every record). Else None: each line
     is a record, as any logging call's."""
     if (type(logger) is not logging.Logger or logger.disabled or logger.filters
-            or not all(method.__code__.co_filename == logging.__file__
+            or not all(_logging_own(method)
                        for method in (logging.Logger.handle, logging.Logger.callHandlers,
                                       logging.Logger.makeRecord))):
         return None
@@ -127,6 +127,12 @@ def _line_writer(level: int) -> Callable[[list[str]], None] | None:
         current = current.parent if current.propagate else None
     offer = getattr(handlers[0], "line_writer", None) if len(handlers) == 1 else None
     return offer(logger.name, level) if offer is not None else None
+
+
+def _logging_own(method: Any) -> bool:
+    # A wrapper (a function of another module, a partial) is someone watching the records.
+    code = getattr(method, "__code__", None)
+    return code is not None and code.co_filename == logging.__file__
 
 
 def _log(level: int, msg: str, *args: Any) -> None:
