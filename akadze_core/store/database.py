@@ -84,18 +84,10 @@ def _outcome_params(outcomes: Sequence[Outcome],
         "lock_timeout": lock_timeout,
         "id": [o.job_id for o in outcomes], "run_count": [o.run_count for o in outcomes],
         "claim_token": [o.claim_token for o in outcomes],
-        "kind": [o.kind for o in outcomes], "result": _nulls([o.result for o in outcomes]),
-        "delay": [o.delay for o in outcomes], "error": _nulls([o.error for o in outcomes]),
-        "max_attempts": _nulls([o.max_attempts for o in outcomes]),
+        "kind": [o.kind for o in outcomes], "result": [o.result for o in outcomes],
+        "delay": [o.delay for o in outcomes], "error": [o.error for o in outcomes],
+        "max_attempts": [o.max_attempts for o in outcomes],
     }
-
-
-def _nulls(column: list[Any]) -> list[Any] | None:
-    """``column``, or None (one NULL) when it holds only NULLs: akadze.complete_jobs reads
-    its arrays through one ``unnest``, which reads a NULL array as that many NULLs, and
-    psycopg dumps an array of NULLs element by element (no results, no errors: a batch of
-    successes sends three)."""
-    return None if column.count(None) == len(column) else column
 
 
 # --- sync face (enqueue from sync code, CLI) -------------------------------------------------

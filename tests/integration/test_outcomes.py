@@ -27,10 +27,7 @@ from typing import Any
 import psycopg
 
 from akadze_core import App, Cancel, Fail, Retry, Snooze, current
-from akadze_core.model.outcomes import RETRY, SUCCESS, Outcome
-from akadze_core.store import database
 from tests.helpers import job
-from tests.integration.lease_support import claim, fake_worker
 from tests.integration.outcome_helpers import (
     fast_worker,
     hurried,
@@ -453,33 +450,3 @@ async def test_graceful_stop_returns_the_job_without_spending_the_attempt(
     row = job(db, job_id)
     assert (row["state"], row["attempt"], row["run_count"]) == ("queued", 0, 1)
     assert row["errors"] == [] and row["worker_id"] is None
-
-
-async def test_a_batch_whose_results_errors_and_budgets_are_all_null_writes_each_row(
-        app: App, db: psycopg.Connection, database_url: str) -> None:
-    # Such a column goes to the database as one NULL, not an array of NULLs: every row of
-    # the batch still gets its outcome, and a batch with one value in it gets that value.
-    @app.task("quiet")
-    async def quiet() -> None:
-        return None
-
-    ids = [quiet.enqueue() for _ in range(5)]
-    worker_id = fake_worker(db, ttl=60)
-    rows = await claim(database_url, worker_id, 5)
-    first, *others = sorted(rows, key=lambda row: row["id"])
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        written = await database.complete_many(conn, [
-            Outcome(row["id"], row["run_count"], SUCCESS, claim_token=row["claim_token"])
-            for row in others[:2]])
-        assert sorted(row["state"] for row in written) == ["succeeded", "succeeded"]
-        written = await database.complete_many(conn, [
-            Outcome(first["id"], first["run_count"], RETRY, delay=60.0, error='{"type": "E"}',
-                    max_attempts=7, claim_token=first["claim_token"]),
-            *(Outcome(row["id"], row["run_count"], SUCCESS, claim_token=row["claim_token"])
-              for row in others[2:])])
-    assert sorted(row["state"] for row in written) == ["queued", "succeeded", "succeeded"]
-    assert [job(db, job_id)["state"] for job_id in ids] == [
-        "queued", "succeeded", "succeeded", "succeeded", "succeeded"]
-    assert all(job(db, job_id)["result"] is None for job_id in ids)
-    retried = job(db, first["id"])
-    assert retried["max_attempts"] == 7 and retried["errors"][0]["type"] == "E"
