@@ -17,51 +17,17 @@ from typing import Any, ClassVar, NoReturn
 import click
 
 from ..model.dsn import password_of, redact_password
-from .stdio import ScrubbedOutput, StderrHandler, flush_held_log_lines, scrubbed_stdio
+from .stdio import (
+    ScrubbedOutput,
+    StderrHandler,
+    cache_pid_in_log_records,
+    flush_held_log_lines,
+    scrubbed_stdio,
+)
 
 __all__ = ["OneLineErrorGroup", "ScrubbedOutput", "ScrubbingFormatter", "Secrets", "StderrHandler",
            "cache_pid_in_log_records", "exit_now", "flush_held_log_lines", "logging_to_stderr",
            "one_line", "scrubbed_stdio"]
-
-# This process's id, for log records (see cache_pid_in_log_records); a fork updates it.
-_pid = os.getpid()
-
-
-def _forked() -> None:
-    global _pid
-    _pid = os.getpid()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
-
-
-def cache_pid_in_log_records() -> Callable[[], None]:
-    """Make log records take the process id from a cache; returns the undo.
-
-    ``logging.LogRecord`` calls ``os.getpid()`` for every record, a system call since glibc
-    stopped caching it: 7 % of a core worker's samples at a line per job. Records still
-    carry the right ``process`` (a forked child updates the cache), built by whatever
-    record factory was installed. Nothing changes if process ids were turned off already.
-    """
-    if not logging.logProcesses:
-        return lambda: None
-    make = logging.getLogRecordFactory()
-
-    def record(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        made = make(*args, **kwargs)
-        made.process = _pid
-        return made
-
-    logging.logProcesses = False  # the factory below fills it in
-    logging.setLogRecordFactory(record)
-
-    def undo() -> None:
-        logging.setLogRecordFactory(make)
-        logging.logProcesses = True
-
-    return undo
-
 
 def exit_now(code: int) -> NoReturn:
     """Leave the process with ``code`` even if a task thread is still running.
@@ -148,6 +114,15 @@ class Secrets:
         return text
 
 
+#: The fields of the records a logger makes at one level, in one thread and at one time,
+#: that are the same in each whatever the message (their caller's file and line, and their
+#: ``relativeCreated``, are not: ``ScrubbingFormatter.message_lines``).
+SHARED_FIELDS = frozenset({"name", "levelno", "levelname", "asctime", "created", "msecs",
+                           "process", "processName", "thread", "threadName", "message"})
+# A field a %-style format names.
+_FIELD = re.compile(r"%\((\w+)\)")
+
+
 class ScrubbingFormatter(logging.Formatter):
     """A ``logging.Formatter`` whose finished text (messages of other libraries, exception
     text and tracebacks included) goes through ``secrets.scrub``."""
@@ -156,6 +131,8 @@ class ScrubbingFormatter(logging.Formatter):
     # worker logs a line per job; the text of a second never changes. One attribute, so
     # threads logging at once read a matching pair.
     _second: tuple[int, str] = (-1, "")
+    # (format, the fields it names), for message_lines.
+    _fields: tuple[str | None, frozenset[str]] = (None, frozenset())
 
     def __init__(self, secrets: Secrets, fmt: str | None = None,
                  datefmt: str | None = None) -> None:
@@ -166,6 +143,37 @@ class ScrubbingFormatter(logging.Formatter):
         """The record's line, scrubbed, its control characters (but newlines) escaped:
         lines quote task and queue names from rows, and tasks' own output."""
         return printable(self.secrets.scrub(super().format(record)), lines=True)
+
+    def message_lines(self) -> Callable[[logging.LogRecord, list[str]], list[str]] | None:
+        """``lines(record, messages)``: the lines ``format`` makes of ``record`` (one without
+        exception or stack) with each of ``messages`` in turn as its message, the time
+        formatted once; or None when those would not be ``format``'s lines for records
+        made one by one: a subclass formatting its own way (Celery's task formatter fills
+        fields per record), or a format naming a field not in ``SHARED_FIELDS`` (every
+        record has those, so the style's defaults never apply)."""
+        cls = type(self)
+        style = self._style
+        if (cls.format is not ScrubbingFormatter.format
+                or cls.formatMessage is not logging.Formatter.formatMessage
+                or cls.usesTime is not logging.Formatter.usesTime
+                or type(style) is not logging.PercentStyle):
+            return None
+        fields = self._fields
+        if fields[0] is not style._fmt:
+            fields = self._fields = (style._fmt, frozenset(_FIELD.findall(style._fmt)))
+        return self._message_lines if fields[1] <= SHARED_FIELDS else None
+
+    def _message_lines(self, record: logging.LogRecord, messages: list[str]) -> list[str]:
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        values = record.__dict__
+        fmt = self._style._fmt
+        scrub = self.secrets.scrub
+        lines = []
+        for message in messages:
+            values["message"] = message
+            lines.append(printable(scrub(fmt % values), lines=True))
+        return lines
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         """``logging.Formatter.formatTime``'s text, the seconds part made once a second."""

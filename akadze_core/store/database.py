@@ -526,18 +526,19 @@ async def claim_jobs(
     moved on by the rows claimed; without, the queue is read from its head.
     """
     # The claim bounds its own lock waits (akadze.claim_jobs, akadze.claim_jobs_fair): one
-    # statement, no pipeline.
+    # statement, no pipeline. Its rows come in binary: the same values and types as in text,
+    # without the server writing and psycopg parsing their timestamps as text.
     if fair:
         async with connection.cursor(row_factory=dict_row) as cursor:
             await cursor.execute(query("job_claim_fair"), {
                 "lock_timeout": _bound(), "queue": queue, "limit": limit,
-                "worker_id": worker_id, "after_task": after_task})
+                "worker_id": worker_id, "after_task": after_task}, binary=True)
             return await cursor.fetchall()
     priorities, ats, ids = floors.bounds(queue) if floors is not None else ([], [], [])
     async with connection.cursor(row_factory=dict_row) as cursor:
         await cursor.execute(query("job_claim"), {
             "lock_timeout": _bound(), "queue": queue, "limit": limit, "worker_id": worker_id,
-            "floor_priority": priorities, "floor_at": ats, "floor_id": ids})
+            "floor_priority": priorities, "floor_at": ats, "floor_id": ids}, binary=True)
         rows = await cursor.fetchall()
     if floors is not None:
         floors.claimed(queue, rows)
@@ -550,7 +551,8 @@ async def complete_many(
     """Write a batch of fenced outcomes; returns the rows that changed."""
     # The write bounds its own lock waits (akadze.complete_jobs): one statement, no pipeline.
     async with connection.cursor(row_factory=dict_row) as cursor:
-        await cursor.execute(query("job_complete_many"), _outcome_params(outcomes, _bound()))
+        await cursor.execute(query("job_complete_many"), _outcome_params(outcomes, _bound()),
+                             binary=True)
         return await cursor.fetchall()
 
 

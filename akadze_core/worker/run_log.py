@@ -69,6 +69,10 @@ def log_outcomes(batch: Iterable[Outcome], rows: list[dict[str, Any]],
     changed = {(row["id"], row["run_count"]): row["state"] for row in rows}
     # Checked once per batch: when the level is off, the lines cost nothing to skip.
     info = logger.isEnabledFor(level)
+    write = _line_writer(level) if info else None
+    # The success lines for ``write``, written before any other line so that they stay in
+    # order.
+    lines: list[str] = []
     now = time.monotonic()
     for outcome in batch:
         key = (outcome.job_id, outcome.run_count)
@@ -78,19 +82,57 @@ def log_outcomes(batch: Iterable[Outcome], rows: list[dict[str, Any]],
         if state is not None and not info and outcome.kind != FAIL:
             continue
         label = f"job {outcome.job_id} {run.task if run else ''}".rstrip()
+        # Microseconds: a fast body takes well under a millisecond.
+        took = f" in {now - run.started:.6f}s" if run else ""
+        if state is not None and (outcome.error is None or outcome.kind == SUCCESS):
+            args = (label, state, took, run.attempt if run else "?", outcome.kind)
+            if write is not None:
+                lines.append(SUCCEEDED % args)
+            else:
+                # _log skips the level check: made once per batch above.
+                (_log if info else logger.log)(level, SUCCEEDED, *args)
+            continue
+        if lines and write is not None:
+            write(lines)
+            lines = []
         if state is None:
             logger.warning("%s: outcome of run %s rejected, the run no longer owns the job",
                            label, outcome.run_count)
-            continue
-        # Microseconds: a fast body takes well under a millisecond.
-        took = f" in {now - run.started:.6f}s" if run else ""
-        if outcome.error is None or outcome.kind == SUCCESS:  # the hot path: one check
-            # _log skips the level check: made once per batch above.
-            (_log if info else logger.log)(level, "%s %s%s (attempt %s, %s)", label, state,
-                                           took, run.attempt if run else "?", outcome.kind)
         else:
             log_failure(outcome, run, state, label, took, info, level, redact,
                         on_unregistered)
+    if lines and write is not None:
+        write(lines)
+
+
+#: The line of a run that ended without an error (or succeeded despite one).
+SUCCEEDED = "%s %s%s (attempt %s, %s)"
+
+
+def _line_writer(level: int) -> Callable[[list[str]], None] | None:
+    """The writer of lines (``StderrHandler.line_writer``) of the one handler that would
+    see the records ``logger`` makes at ``level``, when nothing else would: no filter on
+    ``logger``, no other handler up its chain, ``logging.Logger``'s own methods (Sentry's
+    logging integration wraps ``callHandlers`` to see every record). Else None: each line
+    is a record, as any logging call's."""
+    if (type(logger) is not logging.Logger or logger.disabled or logger.filters
+            or not all(_logging_own(method)
+                       for method in (logging.Logger.handle, logging.Logger.callHandlers,
+                                      logging.Logger.makeRecord))):
+        return None
+    handlers: list[logging.Handler] = []
+    current: logging.Logger | None = logger
+    while current is not None:
+        handlers.extend(handler for handler in current.handlers if level >= handler.level)
+        current = current.parent if current.propagate else None
+    offer = getattr(handlers[0], "line_writer", None) if len(handlers) == 1 else None
+    return offer(logger.name, level) if offer is not None else None
+
+
+def _logging_own(method: Any) -> bool:
+    # A wrapper (a function of another module, a partial) is someone watching the records.
+    code = getattr(method, "__code__", None)
+    return code is not None and code.co_filename == logging.__file__
 
 
 def _log(level: int, msg: str, *args: Any) -> None:

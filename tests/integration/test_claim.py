@@ -371,3 +371,30 @@ async def test_a_process_child_is_sent_every_column_of_a_claimed_row_but_the_par
         rows = await database.claim_jobs(claimer, "default", 2, worker_id, fair)
     assert len(rows) == 2
     assert set(rows[0]) == set(ROW_FIELDS) | {"releases", "notified"}
+
+
+async def test_claimed_rows_hold_what_a_claim_read_as_text_holds(
+    app: App, db: psycopg.Connection, database_url: str
+) -> None:
+    # The claim reads its rows in binary: the same values, of the same types (timestamps in
+    # the session's time zone, arrays as lists), as the statement's text rows.
+    noop = register_noop(app)
+    soon = datetime.now(timezone.utc) + timedelta(hours=1)
+    for _ in range(2):
+        noop.configure(priority=3, at=BASE, expires_at=soon).enqueue(label="same")
+    db.execute("UPDATE akadze.jobs SET upstreams = '{1,2}', upstream_results = '[1, 2]',"
+               " position = 4")
+    worker_id = fake_worker(db, ttl=60)
+    [binary] = await claim(database_url, worker_id, 1)
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as text:
+        cursor = text.cursor(row_factory=psycopg.rows.dict_row)
+        await cursor.execute(database.query("job_claim"), {
+            "lock_timeout": None, "queue": "default", "limit": 1, "worker_id": worker_id,
+            "floor_priority": [], "floor_at": [], "floor_id": []})
+        [as_text] = await cursor.fetchall()
+    varying = {"id", "claim_token", "started_at", "created_at"}
+    assert {key: (value, type(value)) for key, value in binary.items() if key not in varying} \
+        == {key: (value, type(value)) for key, value in as_text.items() if key not in varying}
+    assert {key: type(value) for key, value in binary.items()} \
+        == {key: type(value) for key, value in as_text.items()}
+    assert binary["expires_at"] == soon and binary["upstreams"] == [1, 2]
