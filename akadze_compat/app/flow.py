@@ -14,6 +14,7 @@ inserted by the database when the job fails; the worker calls it Celery's way
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from json.encoder import encode_basestring
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal
@@ -255,15 +256,25 @@ class Builder:
                           extra_meta={ERRBACK: {"immutable": bool(sig.immutable)}})
         return OnFailure.from_request(message.request(), pass_error=True)
 
-    def enqueue(self, retry: Any = None, retry_policy: Any = None) -> None:
-        """Insert every node in one statement; the results learn their job ids. While the
+    def enqueue(self, retry: Any = None, retry_policy: Any = None, *,
+                meanwhile: Callable[[], None] | None = None) -> None:
+        """Insert every node in one transaction; the results learn their job ids. While the
         database cannot be reached the insert is retried as Celery retries a publish
-        (``retry``, ``retry_policy``: ``apply_async``'s, else the settings)."""
+        (``retry``, ``retry_policy``: ``apply_async``'s, else the settings). ``meanwhile``:
+        called while the database inserts (``Workflow.enqueue``), or when a try fails
+        before that (before a retry waits): it must do nothing when called again."""
         workflow = self.workflow
         if self.session is not None:
             workflow = workflow.using(session=self.session)
+        def send() -> Any:
+            try:
+                return workflow.enqueue(meanwhile=meanwhile)
+            finally:
+                if meanwhile is not None:
+                    meanwhile()
+
         try:
-            publish_with_retry(self.app, workflow.enqueue, retry, retry_policy)
+            publish_with_retry(self.app, send, retry, retry_policy)
         except InvalidArgs as exc:
             raise EncodeError(str(exc)) from exc
         except ConnectionLost as exc:
@@ -387,8 +398,11 @@ class MemberAdder:
         builder = self.builder
         workflow = builder.workflow
         try:
-            nodes = workflow.add_many(row.numbered, payloads[:-1], first_position=start) \
-                if len(members) > 1 else []
+            # Encoded as the insert goes (deferred): a big group's parts are encoded while
+            # the database inserts the ones before, its first bad member's error raised by
+            # the insert (Builder.enqueue), nothing inserted.
+            nodes = workflow.add_many(row.numbered, payloads[:-1], first_position=start,
+                                      deferred=True) if len(members) > 1 else []
             nodes += workflow.add_many(
                 message.call, payloads[-1:],
                 meta_texts=[f'{row.head}{start + len(members) - 1}{row.tail}"{last}"}}'])
@@ -501,10 +515,13 @@ def send_canvas(app: Celery, sig: Signature, args: Any, kwargs: Any,
     ``apply_async`` of that canvas does."""
     options = dict(options)
     builder = Builder(app, current_session(options.pop("connection", None)))
-    with collector_paused():  # a big group's rows: see akadze_core.enqueue.gcpause
+    # A big group's rows built with the collector paused (akadze_core.enqueue.gcpause)
+    # until its insert is sent, the young collection over them made while the database
+    # inserts; the pause ends with the first try at the latest (never over a retry's wait).
+    with collector_paused() as resume:
         planned = sig.to_flow(builder, args, kwargs, after=[], many=False, failure="cancel",
                               options=options)
-    builder.enqueue()
+        builder.enqueue(meanwhile=resume)
     return planned.result
 
 
