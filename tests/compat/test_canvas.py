@@ -724,7 +724,8 @@ def fast_group_id(builder: Any) -> str:
 def _results_by_node(builder: Any) -> list[tuple[Any, Any]]:
     """Each node of ``builder``'s workflow with its result, in node order."""
     found = {id(node): result for node, result, _ in builder._sent}
-    found.update({id(node): result for node, result in builder._derived})
+    for nodes, results in builder._derived:
+        found.update({id(node): result for node, result in zip(nodes, results, strict=True)})
     return [(node, found[id(node)]) for node in builder.workflow.nodes]
 
 
