@@ -669,7 +669,7 @@ def test_a_deferred_fan_out_is_sent_in_parts_and_keeps_every_job_in_order(
     expected += [("urgent", 7, {"x": 5000 + i}, {"n": i}, None) for i in range(777)]
     nodes += flow.add_many(add, [{"x": 9000 + i} for i in range(3)], deferred=True)
     expected += [("default", 0, {"x": 9000 + i}, {}, None) for i in range(3)]
-    assert [len(part["nodes"]) for part in flow._parts()] == [5, 10, 8]  # 13 + 1 + 8 + 1
+    assert [len(part["nodes"]) for part in flow._parts()] == [5, 18]  # 13 + 1 + 8 + 1
     with psycopg.connect(database_url, autocommit=True) as listener:
         listener.execute("LISTEN akadze_jobs")
         ids = flow.enqueue()
