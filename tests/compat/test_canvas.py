@@ -722,10 +722,13 @@ def fast_group_id(builder: Any) -> str:
 
 
 def _results_by_node(builder: Any) -> list[tuple[Any, Any]]:
-    """Each node of ``builder``'s workflow with its result, in node order."""
+    """Each node of ``builder``'s workflow with its result, in node order (the results
+    made while an insert would run, made now)."""
+    builder._make_results()
     found = {id(node): result for node, result, _ in builder._sent}
     for nodes, results in builder._derived:
-        found.update({id(node): result for node, result in zip(nodes, results, strict=True)})
+        # The last node of a run is in _sent: its results are one fewer than its nodes.
+        found.update({id(node): result for node, result in zip(nodes, results, strict=False)})
     return [(node, found[id(node)]) for node in builder.workflow.nodes]
 
 
