@@ -468,6 +468,7 @@ class group(Signature):
             # fails it with ChordError.
             workflow.mark_inputs(workflow.nodes[first])
         result = GroupResult(group_id, results, app=builder.app)
+        adder.place(result.results)
         return Planned(tails, True, result, lists=lists)
 
     def count_tasks(self) -> int:

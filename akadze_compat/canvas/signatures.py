@@ -111,7 +111,12 @@ class MemberAdding(Protocol):
             kwargs: Any) -> tuple[list[Any], list[AsyncResult]]:
         """Add runs of members (what ``take`` gave for each member of the run, the index
         of its first member in the group, its members) with the group's partial
-        ``args``/``kwargs``; their nodes and their results, in order."""
+        ``args``/``kwargs``; their nodes and their results, in order (some of them not
+        made yet: see ``place``)."""
+
+    def place(self, results: list[Any]) -> None:
+        """Say where the results ``add`` gave are kept (the group's result list, in its
+        order): those not made yet are made there while the insert runs."""
 
 
 @dataclass

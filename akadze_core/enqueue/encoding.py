@@ -9,8 +9,7 @@ stay exactly its.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from itertools import chain
 from typing import Any
 
@@ -166,7 +165,11 @@ def encode_many(kwargs_list: Iterable[Mapping[str, Any]], dumps: Dumps = strict_
             for start in range(0, len(items), BULK_CHUNK)]
 
 
-@dataclass(frozen=True, slots=True)
+#: One JSON array (or object) of up to ``BULK_CHUNK`` jobs, with its jobs' own texts when they
+#: were encoded one by one (see ``encode_chunk_items``).
+Chunk = tuple[str, list[Any] | None]
+
+
 class Rows:
     """Many jobs of one call, encoded in bulk (``TaskCall.rows``): the row template, how many
     jobs, and per JSON array of up to ``BULK_CHUNK`` jobs its text with, when they were
@@ -174,13 +177,48 @@ class Rows:
     array's jobs are ``[args, meta]``, or the chunk is ``{"args": [...], "meta": [...]}``),
     else each job is its args. ``first_position``: the jobs' positions in their fan-out
     (the ``position`` column) are this and one more per job (the chunk is ``{"args": [...],
-    "index": <its first job's position>}``)."""
+    "index": <its first job's position>}``).
 
-    template: JobRequest
-    count: int
-    chunks: list[tuple[str, list[Any] | None]]
-    pairs: bool
-    first_position: int | None = None
+    ``encode(k)`` makes array ``k``; all of them are made at once unless ``deferred``, when
+    each is made when first asked for (``chunk``, ``encoded``): a big fan-out's arrays
+    encoded while the database inserts the first ones (``Workflow.enqueue``), the error of
+    a bad job raised then."""
+
+    __slots__ = ("_chunks", "_encode", "count", "first_position", "pairs", "template")
+
+    def __init__(self, template: JobRequest, count: int, pairs: bool,
+                 encode: Callable[[int], Chunk], *, first_position: int | None = None,
+                 deferred: bool = False) -> None:
+        self.template, self.count, self.pairs = template, count, pairs
+        self.first_position = first_position
+        self._encode = encode
+        self._chunks: list[Chunk] = []
+        if not deferred:
+            self.encoded()
+
+    @property
+    def chunk_count(self) -> int:
+        """How many arrays these jobs are sent in."""
+        return -(-self.count // BULK_CHUNK)
+
+    @property
+    def deferred(self) -> bool:
+        """Whether some of the arrays are still to be encoded."""
+        return len(self._chunks) < self.chunk_count
+
+    def chunk(self, index: int) -> Chunk:
+        """Array ``index`` (and the arrays before it, encoded in order: the first bad job's
+        error is the one raised)."""
+        chunks = self._chunks
+        while len(chunks) <= index:
+            chunks.append(self._encode(len(chunks)))
+        return chunks[index]
+
+    def encoded(self) -> list[Chunk]:
+        """Every array, in order."""
+        if self.deferred:
+            self.chunk(self.chunk_count - 1)
+        return self._chunks
 
     def job(self, position: int, decoded: dict[int, Any]) -> tuple[str, str]:
         """Job ``position``'s (args, meta) texts. An array made by one ``strict_dumps`` call
@@ -188,7 +226,7 @@ class Rows:
         item decoded from it gives the same JSON value as the item's text inside it (the same
         text but for keys that collided in the array, of which jsonb keeps the last too)."""
         chunk, offset = divmod(position, BULK_CHUNK)
-        text, items = self.chunks[chunk]
+        text, items = self.chunk(chunk)
         if items is not None:
             item = items[offset]
             return item if self.pairs else (item, self.template.meta)

@@ -13,21 +13,41 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 __all__ = ["collector_paused"]
 
 
+def _nothing() -> None:
+    """The ``resume`` of a pause that did not disable the collector: nothing to resume."""
+
+
 @contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[Callable[[], None]]:
     """Pause the cyclic collector for the block (a CPU-bound build, never around I/O). Left
     alone when it is disabled already (by the caller or a nested pause): only the pause that
-    disabled it enables it again. Reference counting frees what it frees meanwhile."""
+    disabled it enables it again. Reference counting frees what it frees meanwhile.
+
+    Yields ``resume``: it ends the pause before the block does (once; later calls do nothing)
+    and makes at once the young collection that the next allocation would start, over what
+    was allocated while paused. Called when the process is about to wait (an insert sent),
+    it moves that pass (~2 ms after a 10,000-member group) into the wait."""
     if not gc.isenabled():
-        yield
+        yield _nothing
         return
     gc.disable()
+    paused = True
+
+    def resume() -> None:
+        nonlocal paused
+        if paused:
+            paused = False
+            gc.enable()
+            gc.collect(0)
+
     try:
-        yield
+        yield resume
     finally:
-        gc.enable()
+        if paused:
+            paused = False
+            gc.enable()

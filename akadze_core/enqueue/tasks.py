@@ -30,6 +30,7 @@ from ..store.queries import dialect
 from .encoding import (
     BULK_CHUNK,
     POSITIONS,
+    Chunk,
     Rows,
     checked_meta_texts,
     encode_chunk_items,
@@ -388,7 +389,7 @@ class TaskCall:
     def rows(self, kwargs_list: Iterable[Mapping[str, Any]],
              metas: Iterable[Mapping[str, Any]] | None = None, *,
              meta_texts: Iterable[str] | None = None,
-             first_position: int | None = None) -> Rows:
+             first_position: int | None = None, deferred: bool = False) -> Rows:
         """``requests`` for a workflow (``Workflow.add_many``): every call checked, then every
         job's args (and, with ``metas``, its own meta, in place of the options' meta) encoded
         in JSON arrays of up to ``BULK_CHUNK`` jobs, a job being its args object or, with
@@ -399,43 +400,56 @@ class TaskCall:
         insert fail, with nothing inserted. ``first_position``: each job's ``position`` (the
         column, ``Job.position``: its index in a fan-out, a Celery group member's
         ``group_index``) is this, then one more per job, and every job has the call's meta
-        (nothing per job to encode, send or parse but its args and a number)."""
+        (nothing per job to encode, send or parse but its args and a number).
+        ``deferred``: the arrays are encoded when first read (``Rows``), ``InvalidArgs``
+        raised then: the jobs' arguments must not change until then."""
         if sum(given is not None for given in (metas, meta_texts, first_position)) > 1:
             raise ValueError("give one of metas, meta_texts and first_position")
         template, items = self._checked(kwargs_list)
         app = self.task.app
         dumps, limit = app.json_dumps, app.max_args_bytes
-        chunks: list[tuple[str, list[Any] | None]]
+        count = len(items)
+        encode: Callable[[int], Chunk]
         if first_position is not None:
             if type(first_position) is not int:
                 raise TypeError(f"first_position is an int, not {first_position!r}")
-            if first_position < POSITIONS.start or first_position + len(items) > POSITIONS.stop:
-                raise ValueError(f"positions from {first_position} for {len(items)} jobs do "
+            if first_position < POSITIONS.start or first_position + count > POSITIONS.stop:
+                raise ValueError(f"positions from {first_position} for {count} jobs do "
                                  "not fit the position column (a Postgres integer)")
-            chunks = []
-            for start in range(0, len(items), BULK_CHUNK):
+            first = first_position
+
+            def encode(index: int) -> Chunk:
+                start = index * BULK_CHUNK
                 args_text, each = encode_chunk_items(items[start:start + BULK_CHUNK], dumps,
                                                       limit)
-                chunks.append((f'{{"args":{args_text},"index":{first_position + start}}}',
-                               each))
-            return Rows(template, len(items), chunks, False, first_position)
+                return f'{{"args":{args_text},"index":{first + start}}}', each
+
+            return Rows(template, count, False, encode, first_position=first_position,
+                        deferred=deferred)
         if meta_texts is not None:
-            texts = checked_meta_texts(meta_texts, len(items), limit)
-            chunks = [encode_split(items[start:start + BULK_CHUNK],
+            texts = checked_meta_texts(meta_texts, count, limit)
+
+            def encode(index: int) -> Chunk:
+                start = index * BULK_CHUNK
+                return encode_split(items[start:start + BULK_CHUNK],
                                     texts[start:start + BULK_CHUNK], dumps, limit)
-                      for start in range(0, len(items), BULK_CHUNK)]
-            return Rows(template, len(items), chunks, True)
+
+            return Rows(template, count, True, encode, deferred=deferred)
         if metas is None:
-            chunks = [encode_chunk_items(items[start:start + BULK_CHUNK], dumps, limit)
-                      for start in range(0, len(items), BULK_CHUNK)]
+            def encode(index: int) -> Chunk:
+                start = index * BULK_CHUNK
+                return encode_chunk_items(items[start:start + BULK_CHUNK], dumps, limit)
         else:
             own = metas if isinstance(metas, list) else list(metas)
-            if len(own) != len(items):
-                raise ValueError(f"{len(own)} metas for {len(items)} jobs")
-            chunks = [encode_pairs(items[start:start + BULK_CHUNK],
+            if len(own) != count:
+                raise ValueError(f"{len(own)} metas for {count} jobs")
+
+            def encode(index: int) -> Chunk:
+                start = index * BULK_CHUNK
+                return encode_pairs(items[start:start + BULK_CHUNK],
                                     own[start:start + BULK_CHUNK], dumps, limit)
-                      for start in range(0, len(items), BULK_CHUNK)]
-        return Rows(template, len(items), chunks, metas is not None)
+
+        return Rows(template, count, metas is not None, encode, deferred=deferred)
 
     def enqueue(self, **kwargs: Any) -> Any:
         """Insert a job; returns its id (an awaitable of it when using an async session).

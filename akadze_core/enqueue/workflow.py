@@ -18,9 +18,10 @@ retried, rescued or fenced-off run cannot release it twice.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import psycopg
@@ -120,18 +121,23 @@ class Workflow:
     def add_many(self, call: TaskCall, kwargs_list: Iterable[Mapping[str, Any]], *,
                  metas: Iterable[Mapping[str, Any]] | None = None,
                  meta_texts: Iterable[str] | None = None,
-                 first_position: int | None = None) -> list[Node]:
+                 first_position: int | None = None, deferred: bool = False) -> list[Node]:
         """Add one job of ``call`` per argument set (a fan-out), checked and encoded in bulk
         as ``enqueue_many`` does (``TypeError`` or ``InvalidArgs`` for the first bad one, and
         nothing is added then). ``metas``: each job's own meta, in place of the call's (an
         integration's per-job ids), encoded and checked with its args; or ``meta_texts``,
         those metas encoded already; or ``first_position``: each job's index in the
         fan-out, stored in its row (``Job.position``: ``first_position``, then one more
-        per job), the call's meta shared by all (``TaskCall.rows``)."""
+        per job), the call's meta shared by all (``TaskCall.rows``).
+
+        ``deferred``: the args are encoded by ``enqueue``, as its insert goes: a big
+        fan-out is sent in parts, each encoded while the database inserts the one before
+        (in one transaction). ``enqueue`` raises the ``InvalidArgs`` of the first bad job
+        then, with nothing inserted; the arguments must not change until it is called."""
         if call.options.unique_key is not None:
             raise ValueError("a workflow job cannot have a unique_key")
         return self.add_rows(call.rows(kwargs_list, metas, meta_texts=meta_texts,
-                                       first_position=first_position))
+                                       first_position=first_position, deferred=deferred))
 
     def add_rows(self, rows: Rows) -> list[Node]:
         """``add_many`` of jobs encoded already (``TaskCall.rows``; integrations such as
@@ -302,13 +308,58 @@ class Workflow:
         """The insert statement's parameters: the templates, and the nodes as JSON arrays of
         up to ``CHUNK``, each of one template (``job_insert_rows``, and ``job_insert_graph``
         with the graph's parameters when a job waits on another or has errbacks)."""
-        graph = bool(self._outside) or any(self._pending) or any(self._flow) \
+        graph = self._graph()
+        chunks: list[str] = []
+        chunk_template: list[int] = []
+        for text, template in self._chunks(graph):
+            chunks.append(text)
+            chunk_template.append(template)
+        params: dict[str, Any] = {"templates": f"[{','.join(self._template_json)}]",
+                                  "nodes": chunks, "chunk_template": chunk_template}
+        if graph:
+            params["external"] = sorted({ref for ref, _ in self._outside})
+            params["external_ref"] = [ref for ref, _ in self._outside]
+            params["external_node"] = [node for _, node in self._outside]
+        return params
+
+    def _graph(self) -> bool:
+        """Whether a job waits on another or has errbacks (``job_insert_graph``)."""
+        return bool(self._outside) or any(self._pending) or any(self._flow) \
             or any(self._on_failure)
+
+    def _streamed(self) -> bool:
+        """Whether ``enqueue`` sends the insert in parts (``_parts``): jobs of a deferred
+        ``add_many`` to encode, more than a first part's worth, none waiting on another."""
+        return len(self.nodes) > FIRST_PART * CHUNK \
+            and any(block.rows.deferred for block in self._blocks.values()) \
+            and not self._graph()
+
+    def _parts(self) -> Iterator[dict[str, Any]]:
+        """``params`` of ``job_insert_rows`` for a part of the arrays at a time, each part
+        made (its deferred arrays encoded, the collector paused) once the one before it was
+        sent: ``FIRST_PART`` arrays first, so that the database starts early, then
+        ``PART_GROWTH`` times as many as the part before, so that a part is encoded well
+        within the insert of the one before (a job's encoding is a tenth of its insert) in
+        few statements (a 10,000-job group in three)."""
+        templates = f"[{','.join(self._template_json)}]"
+        chunks = self._chunks(False)
+        size = FIRST_PART
+        while True:
+            with collector_paused():
+                part = list(itertools.islice(chunks, size))
+            if not part:
+                return
+            yield {"templates": templates, "nodes": [text for text, _ in part],
+                   "chunk_template": [template for _, template in part]}
+            size *= PART_GROWTH
+
+    def _chunks(self, graph: bool) -> Iterator[tuple[str, int]]:
+        """The nodes as the insert statements take them, in order: each JSON array of up to
+        ``CHUNK`` nodes with its template's number (counted from 1); a deferred block's
+        arrays encoded as they are reached."""
         template_of, template_meta = self._template_of, self._template_meta
         upstreams, dependents = self._upstreams, self._dependents
         nodes, blocks = self.nodes, self._blocks
-        chunks: list[str] = []
-        chunk_template: list[int] = []
         run: list[str] = []
         current = -1
         index, count = 0, len(nodes)
@@ -318,16 +369,14 @@ class Workflow:
             if block is not None and downs is not None:
                 # Its arrays as add_many encoded them: no text per node here.
                 if run:
-                    chunks.append(f"[{','.join(run)}]")
-                    chunk_template.append(current + 1)
+                    yield f"[{','.join(run)}]", current + 1
                     run = []
                 current = -1
-                texts = [text for text, _ in block.rows.chunks]
-                if downs:
-                    texts = [_with_downs(text, downs) for text in texts]
-                chunks.extend(texts)
-                chunk_template.extend([block.template + 1] * len(texts))
-                index += block.rows.count
+                rows = block.rows
+                for chunk in range(rows.chunk_count):
+                    text = rows.chunk(chunk)[0]
+                    yield (_with_downs(text, downs) if downs else text), block.template + 1
+                index += rows.count
                 continue
             end = min((start for start in blocks if start > index), default=count)
             for index in range(index, end):  # noqa: B020  # the while loop goes on from end
@@ -337,8 +386,7 @@ class Workflow:
                 template = template_of[index]
                 if template != current or len(run) == CHUNK:
                     if run:
-                        chunks.append(f"[{','.join(run)}]")
-                        chunk_template.append(current + 1)  # the statement counts from 1
+                        yield f"[{','.join(run)}]", current + 1  # the statement counts from 1
                     run = []
                     current = template
                 meta = request.meta
@@ -355,15 +403,7 @@ class Workflow:
                     run.append(request.args)
             index = end
         if run:
-            chunks.append(f"[{','.join(run)}]")
-            chunk_template.append(current + 1)
-        params: dict[str, Any] = {"templates": f"[{','.join(self._template_json)}]",
-                                  "nodes": chunks, "chunk_template": chunk_template}
-        if graph:
-            params["external"] = sorted({ref for ref, _ in self._outside})
-            params["external_ref"] = [ref for ref, _ in self._outside]
-            params["external_node"] = [node for _, node in self._outside]
-        return params
+            yield f"[{','.join(run)}]", current + 1
 
     def _direct(self, block: Block) -> str | None:
         """How ``block``'s arrays are sent as they are: ``""`` when none of its nodes is
@@ -407,15 +447,28 @@ class Workflow:
             node.id = job_id
         return ids
 
-    def enqueue(self) -> Any:
-        """Insert every job in one statement; returns their ids in add order (an awaitable
-        of them on an async session). Raises ``UpstreamFailed`` when ``after=`` names a job
-        that failed, was cancelled or does not exist; nothing is inserted then."""
+    def enqueue(self, *, meanwhile: Callable[[], object] | None = None) -> Any:
+        """Insert every job in one transaction; returns their ids in add order (an
+        awaitable of them on an async session). Raises ``UpstreamFailed`` when ``after=``
+        names a job that failed, was cancelled or does not exist; nothing is inserted then.
+
+        ``meanwhile``: work to do while the database inserts, called once the insert is
+        sent in full (a ``deferred`` fan-out sent in parts: once its last part is), else
+        just before it is sent (again if it is sent again); not called when the insert
+        fails before that."""
         if not self.nodes:
             return []
+        session = self._session
+        if session is None and self._streamed():
+            with self._translated():
+                ids = self.app.connections.run_pooled(
+                    lambda connection: database.insert_rows_pipelined(
+                        connection, self._parts(), meanwhile), UNSURE)
+            return self._assign(ids)
         with collector_paused():
             params = self.params()
-        session = self._session
+        if meanwhile is not None:
+            meanwhile()
         if isinstance(session, psycopg.AsyncConnection):
             return self._async_on(session, params)
         with self._translated():
@@ -432,14 +485,18 @@ class Workflow:
             ids = await database.insert_graph_async(session, params)
         return self._assign(ids)
 
-    async def enqueue_async(self) -> list[int]:
-        """Async twin of ``enqueue``."""
+    async def enqueue_async(self, *, meanwhile: Callable[[], object] | None = None
+                            ) -> list[int]:
+        """Async twin of ``enqueue`` (its insert always one statement: ``meanwhile`` is
+        called just before it is sent)."""
         if not self.nodes:
             return []
         if self._session is not None and not isinstance(self._session, psycopg.AsyncConnection):
             raise TypeError("enqueue_async needs an async session; use enqueue()")
         with collector_paused():
             params = self.params()
+        if meanwhile is not None:
+            meanwhile()
         if self._session is not None:
             return await self._async_on(self._session, params)
         with self._translated():
@@ -465,6 +522,10 @@ UNSURE = "the workflow may or may not have been enqueued (all of it or none)"
 
 #: Nodes per JSON array of the insert statements (as enqueue_many's arrays).
 CHUNK = 100
+#: Arrays in the first statement of an insert sent in parts (``Workflow._parts``), and
+#: how many times as many each next statement takes.
+FIRST_PART = 5
+PART_GROWTH = 4
 
 
 def _literal(numbers: list[int]) -> str:

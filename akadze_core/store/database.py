@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
@@ -162,6 +162,28 @@ def insert_graph(connection: psycopg.Connection, params: dict[str, Any]) -> list
     order."""
     row = connection.execute(_graph_statement(params), params).fetchone()
     return list(row[0]) if row else []
+
+
+def insert_rows_pipelined(connection: psycopg.Connection, parts: Iterable[dict[str, Any]],
+                          meanwhile: Callable[[], object] | None = None) -> list[int]:
+    """``job_insert_rows`` of each of ``parts`` (a workflow's jobs in parts: ``Workflow``'s
+    params of each), in one transaction, each statement sent as soon as its part is made
+    (pipeline mode) so that the database inserts a part while the next one is made; the ids
+    in order. An error making a part rolls back what was sent: nothing is inserted.
+    ``meanwhile`` is called once every part is sent, before the results are waited for."""
+    statement = query("job_insert_rows")
+    cursors = []
+    with connection.pipeline(), connection.transaction():
+        for params in parts:
+            cursors.append(connection.execute(statement, params))
+        if meanwhile is not None:
+            meanwhile()
+    ids: list[int] = []
+    for cursor in cursors:
+        row = cursor.fetchone()
+        if row:
+            ids.extend(row[0])
+    return ids
 
 
 def fetch_one(connection: psycopg.Connection, name: str, /, **params: Any) -> dict[str, Any] | None:

@@ -722,9 +722,13 @@ def fast_group_id(builder: Any) -> str:
 
 
 def _results_by_node(builder: Any) -> list[tuple[Any, Any]]:
-    """Each node of ``builder``'s workflow with its result, in node order."""
+    """Each node of ``builder``'s workflow with its result, in node order (the results
+    made while an insert would run, made now)."""
+    builder._make_results()
     found = {id(node): result for node, result, _ in builder._sent}
-    found.update({id(node): result for node, result in builder._derived})
+    for nodes, results in builder._derived:
+        # The last node of a run is in _sent: its results are one fewer than its nodes.
+        found.update({id(node): result for node, result in zip(nodes, results, strict=False)})
     return [(node, found[id(node)]) for node in builder.workflow.nodes]
 
 
@@ -908,6 +912,30 @@ def test_a_big_groups_members_store_the_meta_built_in_full(celery: Celery,
         assert mine == full, index
         assert mine["celery"]["group_index"] == index
     assert [i for i, meta in enumerate(stored) if "task_id" in meta] == [249, 250, 370]
+
+
+def test_a_big_group_is_sent_in_parts_and_a_bad_member_far_in_inserts_nothing(
+        celery: Celery, db: psycopg.Connection) -> None:
+    """A big group's plain members are encoded as its insert goes, in parts (the core's
+    ``add_many(deferred=True)``): its results learn their job ids in order and each row
+    holds its member's args and group index; a bad member far into it raises kombu's
+    EncodeError, with the parts before it sent, and nothing is inserted."""
+    from kombu.exceptions import EncodeError
+
+    t = tasks(celery)
+    result = group(t["add"].s(i, i) for i in range(1500)).apply_async()
+    rows = db.execute("SELECT id, args, position FROM akadze.jobs ORDER BY id").fetchall()
+    assert [member.job_id for member in result.results] == [row[0] for row in rows]
+    assert [row[1]["args"] for row in rows] == [[i, i] for i in range(1500)]
+    assert [row[2] for row in rows] == [*range(1499), None]  # the last: its own meta
+    assert len({member.id for member in result.results}) == 1500
+    db.execute("DELETE FROM akadze.jobs")
+    members = [t["add"].s(i, i) for i in range(1500)]
+    members[1300] = t["add"].s(object(), 1)
+    members[1400] = t["add"].s("a\x00", 1)
+    with pytest.raises(EncodeError, match="not JSON"):
+        group(members).apply_async()
+    assert db.execute("SELECT count(*) FROM akadze.jobs").fetchone() == (0,)
 
 
 def test_reused_rows_equal_rows_built_in_full(celery: Celery) -> None:

@@ -648,6 +648,86 @@ def test_add_many_refuses_a_bad_job_and_adds_nothing(app: App, tasks: dict[str, 
     assert flow.add_many(tasks["add"], []) == []
 
 
+def test_a_deferred_fan_out_is_sent_in_parts_and_keeps_every_job_in_order(
+        app: App, db: psycopg.Connection, database_url: str, tasks: dict[str, Any]) -> None:
+    """``add_many(deferred=True)``: its arrays are encoded by ``enqueue``, the insert sent in
+    parts (pipelined, one transaction) while the next are encoded. Runs of several
+    templates, plain nodes between them and numbered jobs across part boundaries come back
+    in the order added, each row holding what was added for it, and each queue with due
+    jobs is woken once."""
+    add = tasks["add"]
+    urgent = add.configure(priority=7, queue="urgent")
+    flow = app.workflow()
+    expected: list[tuple[str, int, dict[str, Any], dict[str, Any], int | None]] = []
+    nodes = flow.add_many(add, [{"x": i} for i in range(1234)], first_position=10,
+                          deferred=True)
+    expected += [("default", 0, {"x": i}, {}, 10 + i) for i in range(1234)]
+    nodes.append(flow.add(urgent, x=-1))
+    expected.append(("urgent", 7, {"x": -1}, {}, None))
+    nodes += flow.add_many(urgent, [{"x": 5000 + i} for i in range(777)],
+                           metas=[{"n": i} for i in range(777)], deferred=True)
+    expected += [("urgent", 7, {"x": 5000 + i}, {"n": i}, None) for i in range(777)]
+    nodes += flow.add_many(add, [{"x": 9000 + i} for i in range(3)], deferred=True)
+    expected += [("default", 0, {"x": 9000 + i}, {}, None) for i in range(3)]
+    assert [len(part["nodes"]) for part in flow._parts()] == [5, 18]  # 13 + 1 + 8 + 1
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN akadze_jobs")
+        ids = flow.enqueue()
+        add.configure(queue="marker").enqueue(x=0)
+        heard = []
+        for notify in listener.notifies(timeout=5):
+            queue, _ = parse_notice(notify.payload)
+            if queue == "marker":
+                break
+            heard.append(queue)
+    assert sorted(heard) == ["default", "urgent"]
+    assert ids == [node.id for node in nodes] and ids == sorted(ids)
+    stored = {row[0]: row[1:] for row in db.execute(
+        "SELECT id, queue, priority, args, meta, position FROM akadze.jobs "
+        "WHERE queue <> 'marker'").fetchall()}
+    assert [stored[i] for i in ids] == expected
+
+
+def test_a_bad_job_of_a_deferred_fan_out_fails_its_enqueue_and_inserts_nothing(
+        app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
+    """A deferred fan-out is checked as it is encoded: its first bad job raises its own
+    ``InvalidArgs`` from ``enqueue``, though the parts before it were sent, and nothing is
+    inserted (one transaction); as when the database refuses a later part."""
+    add = tasks["add"]
+    kwargs: list[dict[str, Any]] = [{"x": i} for i in range(2000)]
+    kwargs[1700] = {"x": "a\x00"}
+    kwargs[1900] = {"x": object()}
+    flow = app.workflow()
+    flow.add(add, x=0)
+    flow.add_many(add, kwargs, deferred=True)
+    with pytest.raises(InvalidArgs, match="NUL"):
+        flow.enqueue()
+    assert db.execute("SELECT count(*) FROM akadze.jobs").fetchone() == (0,)
+    flow = app.workflow()
+    texts = ['{"a": 1}'] * 1500
+    texts[1400] = "{oops}"
+    flow.add_many(add, [{"x": i} for i in range(1500)], meta_texts=texts, deferred=True)
+    with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+        flow.enqueue()
+    assert db.execute("SELECT count(*) FROM akadze.jobs").fetchone() == (0,)
+
+
+def test_meanwhile_runs_once_while_the_insert_is_sent(app: App, db: psycopg.Connection,
+                                                      tasks: dict[str, Any]) -> None:
+    """``enqueue(meanwhile=...)`` calls it once: after the last part of an insert sent in
+    parts (its rows not yet visible to others), else just before the one statement."""
+    seen: list[int] = []
+
+    def meanwhile() -> None:
+        seen.append(db.execute("SELECT count(*) FROM akadze.jobs").fetchone()[0])
+
+    for count, deferred in ((3000, True), (30, True), (3000, False)):
+        flow = app.workflow()
+        flow.add_many(tasks["add"], [{"x": i} for i in range(count)], deferred=deferred)
+        assert len(flow.enqueue(meanwhile=meanwhile)) == count
+    assert seen == [0, 3000, 3030]
+
+
 def test_a_meta_text_that_is_not_json_fails_the_insert_and_inserts_nothing(
         app: App, db: psycopg.Connection, tasks: dict[str, Any]) -> None:
     # meta_texts are spliced unparsed (the integration's own encoding): a bad one is the
