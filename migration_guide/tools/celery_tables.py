@@ -87,7 +87,7 @@ print(json.dumps({"version": celery.__version__, "settings": settings, "modules"
 
 S, D, IGN, M = "supported", "different", "ignored", "missing"
 
-_CANVAS = ("Celery's composition and results; sent as one workflow (one INSERT): every task "
+_CANVAS = ("Celery's composition and results; sent as one workflow in one transaction: every task "
            "is a job at once, released by the database in the transaction that stores what "
            "it waits on; a chain step after a failure never runs and reads FAILURE with that "
            "failure, and `get()` checks the parents first, as Celery "
