@@ -76,6 +76,11 @@ def test_a_filter_on_the_logger_still_applies(caplog: pytest.LogCaptureFixture) 
 NOW = 1_764_583_200.5  # time.time(), fixed: each record's and the one batch time agree
 
 
+def _stamp() -> str:
+    """NOW as the formatter writes it: in local time, which another test may have moved (TZ)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S,500", time.localtime(NOW))
+
+
 class Stderr:
     """``sys.stderr`` for a test, the handlers of ``akadze.worker``, and how many records
     the ``StderrHandler`` emitted."""
@@ -158,17 +163,17 @@ def test_the_lines_written_without_records_are_the_records_lines(
     assert cli_logging.emitted == 2 + 6
     assert fast == cli_logging.text.getvalue()
     assert fast.splitlines() == [
-        "2025-12-01 10:00:00,500 INFO akadze.worker: job 1 t.quick succeeded in 0.250000s "
+        f"{_stamp()} INFO akadze.worker: job 1 t.quick succeeded in 0.250000s "
         "(attempt 1, success)",
-        "2025-12-01 10:00:00,500 INFO akadze.worker: job 2 t.*** succeeded in 0.250000s "
+        f"{_stamp()} INFO akadze.worker: job 2 t.*** succeeded in 0.250000s "
         "(attempt 1, success)",
-        "2025-12-01 10:00:00,500 INFO akadze.worker: job 3 t.flaky failed attempt 1/3 in "
+        f"{_stamp()} INFO akadze.worker: job 3 t.flaky failed attempt 1/3 in "
         "0.250000s: ValueError: bad (retry in 2.0s)",
-        "2025-12-01 10:00:00,500 WARNING akadze.worker: job 4 t.gone: outcome of run 1 "
+        f"{_stamp()} WARNING akadze.worker: job 4 t.gone: outcome of run 1 "
         "rejected, the run no longer owns the job",
-        "2025-12-01 10:00:00,500 INFO akadze.worker: job 5 t.\\x1bquick succeeded in "
+        f"{_stamp()} INFO akadze.worker: job 5 t.\\x1bquick succeeded in "
         "0.250000s (attempt 1, success)",
-        "2025-12-01 10:00:00,500 INFO akadze.worker: job 6 t.quick succeeded in 0.250000s "
+        f"{_stamp()} INFO akadze.worker: job 6 t.quick succeeded in 0.250000s "
         "(attempt 1, success)"]
 
 
