@@ -337,12 +337,13 @@ class ScheduleSource(Protocol):
 #: even without a notification (a lost LISTEN connection, PgBouncer in transaction mode):
 #: one aggregate over the rows, and the versions only when it differs.
 RUNTIME_POLL_INTERVAL = 10.0
-#: Runtime ticks per enqueue statement. Small, so that a minute boundary's thousands of
-#: ticks hold the event loop ~0.4 ms at a time (taking and encoding them) and each
-#: statement a server core for a fifth of what 500 did: the claims of the same worker and
-#: server wait behind less (bench.schedules, load 6-11, the claims sent in the 2 s after a
-#: boundary, p99 of two runs each: 24 and 44 ms at 100 against 57 and 82 ms at 500).
-RUNTIME_BATCH = 100
+#: Runtime ticks per enqueue statement. Each statement costs the worker ~0.4 ms of CPU
+#: however few ticks it carries (psycopg, the lock timeout's pipeline, the pause, the pass's
+#: bookkeeping) against ~2.5 µs a tick, so a minute boundary's thousands of ticks go in a
+#: few large statements: each holds the event loop ~2.5 ms (taking, encoding and advancing
+#: its ticks) and a server core ~15 ms, and the whole boundary takes about half the wall
+#: time and the server work of statements of 100 (bench.schedules, see bench/PROFILE.md).
+RUNTIME_BATCH = 1000
 #: Seconds between two tick statements of one pass.
 RUNTIME_BATCH_PAUSE = 0.002
 #: Runtime schedules per timing read (loading the timetable).
