@@ -25,7 +25,9 @@ The groups, in the order of a job's path:
   transaction (the facade's ``django-db`` result backend).
 - **Remote control, schedules, the command line**: the pieces a framework's own worker and
   beat commands reuse (control replies, schedule clocks, log scrubbing, worker defaults,
-  the migration hint, the dashboard).
+  the migration hint, the dashboard), and ``LoopThreads``, the default executor of a loop
+  that runs a worker: a framework's own ``asyncio.run`` of ``Worker.run`` then exits as
+  promptly as ``Worker.run_sync`` does.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ from .store.migrations import MIGRATE_COMMAND, schema_missing
 from .store.queries import dialect, load_queries
 from .worker.completer import store_outcome, store_outcome_sync
 from .worker.config import DEFAULTS, seconds
+from .worker.loop_threads import LoopThreads
 from .worker.panel import NO_REPLY
 
 if TYPE_CHECKING:
@@ -93,6 +96,7 @@ __all__ = [
     "SCHEMA_ERRORS",
     "SHORT",
     "JobRequest",
+    "LoopThreads",
     "OneLineErrorGroup",
     "Outcome",
     "OutcomeWriter",

@@ -36,6 +36,7 @@ import click
 from akadze_core import Worker, WorkerConfig
 from akadze_core.integration import (
     DEFAULTS,
+    LoopThreads,
     ProcessPool,
     scrubbed_stdio,
     serve,
@@ -227,6 +228,9 @@ def _run_worker(worker: Worker, on_signal: Callable[[int], None]) -> int:
 
     async def main() -> int:
         loop = asyncio.get_running_loop()
+        # Not asyncio's: its shutdown would wait, without a timeout, for a thread a
+        # cancelled task left waiting in the network.
+        loop.set_default_executor(LoopThreads())
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
             loop.add_signal_handler(signum, on_signal, signum)
         return await worker.run()

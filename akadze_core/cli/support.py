@@ -106,9 +106,10 @@ class Secrets:
         """``text`` without any known password (URL-shaped ones are masked anyway)."""
         text = redact_password(text, None)
         # Longest first, so a password that contains another one is replaced whole.
-        for password in sorted(self.passwords, key=len, reverse=True):
-            if password in text:
-                text = text.replace(password, "***")
+        if self.passwords:
+            for password in sorted(self.passwords, key=len, reverse=True):
+                if password in text:
+                    text = text.replace(password, "***")
         for redact in self.redactors:
             text = redact(text)
         return text
@@ -170,6 +171,14 @@ class ScrubbingFormatter(logging.Formatter):
         fmt = self._style._fmt
         scrub = self.secrets.scrub
         lines = []
+        around = _around_message(fmt, values)
+        if around is not None:
+            # The other fields are the same in every line: the format applied once.
+            before, after = around
+            for message in messages:
+                lines.append(printable(scrub(before + message + after), lines=True))
+            values["message"] = messages[-1]
+            return lines
         for message in messages:
             values["message"] = message
             lines.append(printable(scrub(fmt % values), lines=True))
@@ -185,6 +194,27 @@ class ScrubbingFormatter(logging.Formatter):
             cached = self._second = (
                 second, time.strftime(self.default_time_format, self.converter(second)))
         return self.default_msec_format % (cached[1], record.msecs)
+
+
+# Two messages no record holds, to find where a format puts the message.
+_MARKERS = ("\x00akadze-message-a\x00", "\x00akadze-message-b\x00")
+
+
+def _around_message(fmt: str, values: dict[str, Any]) -> tuple[str, str] | None:
+    """What ``fmt % values`` writes before and after the message, when the message is
+    written as it is: the format names it once, as a plain ``%(message)s`` (no width, no
+    precision), and it comes out once, in the same place for two different messages.
+    None otherwise (then each line is formatted whole)."""
+    if fmt.count("%(message)") != 1 or "%(message)s" not in fmt:
+        return None
+    parts = []
+    for marker in _MARKERS:
+        values["message"] = marker
+        text = fmt % values
+        if text.count(marker) != 1:
+            return None
+        parts.append(tuple(text.split(marker)))
+    return (parts[0][0], parts[0][1]) if parts[0] == parts[1] else None
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ from ..store.listener import listen_for_jobs
 from .completer import Completer
 from .config import WorkerConfig, seconds
 from .lease import Lease
+from .loop_threads import LoopThreads
 from .maintenance import Service
 from .metrics import WorkerMetrics
 from .orphans import Orphans
@@ -261,11 +262,15 @@ class Worker:
         self._signals.wake.set()
 
     def run_sync(self, install_signal_handlers: bool = True) -> int:
-        """Run in a new event loop until stopped; returns the exit code (0, or 1)."""
+        """Run in a new event loop until stopped; returns the exit code (0, or 1). The
+        loop's leftover ``asyncio.to_thread`` threads are not waited for (``LoopThreads``)."""
 
         async def main() -> int:
+            loop = asyncio.get_running_loop()
+            # asyncio.run joins the default executor's threads on its way out, without a
+            # timeout: one a cancelled task left waiting in the network would hold the exit.
+            loop.set_default_executor(LoopThreads())
             if install_signal_handlers:
-                loop = asyncio.get_running_loop()
                 for signum in (signal.SIGINT, signal.SIGTERM):
                     loop.add_signal_handler(signum, self.request_stop)
             return await self.run()

@@ -22,6 +22,7 @@ import asyncio
 import collections
 import contextvars
 import logging
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -224,8 +225,10 @@ class Runs:
         if task is None or task.is_async or task.timeout is not None:
             bodies = self._gate(queue)
             if bodies is None or bodies.try_enter():  # its task holds the slot taken here
-                run.future = asyncio.create_task(self._run_job(row, run),
-                                                 name=f"job-{job_id}")
+                # asyncio.create_task without its layer: the loop's own create_task, which
+                # names the task as it makes it (a task factory still applies).
+                run.future = asyncio.get_running_loop().create_task(
+                    self._run_job(row, run), name=f"job-{job_id}")
                 return
             # It waits in line (claimed ahead, or the gate is full) with no task yet: one
             # is made when it is handed a slot (_task_handed), in a copy of the claimer's
@@ -262,12 +265,19 @@ class Runs:
         assert run.row is not None
         # It holds the slot; it still waits (waiting(), a cancel drops it) until its task
         # takes its first step, as a run whose task was made at its claim.
-        # Made inside the claimer's context variables (a task copies the current context;
-        # create_task's context= needs Python 3.11).
-        assert run.variables is not None
-        run.future = run.variables.run(asyncio.create_task, self._run_job(run.row, run),
-                                       name=f"job-{run.job_id}")
+        # It runs in the copy of the claimer's context variables made at the claim, as a
+        # task made there would have (that copy is this run's alone).
+        variables = run.variables
+        assert variables is not None
         run.variables = None
+        if sys.version_info >= (3, 11):
+            # The loop's create_task takes the context and the name as it makes the task:
+            # no second copy of the context, no asyncio.create_task layer.
+            run.future = asyncio.get_running_loop().create_task(
+                self._run_job(run.row, run), name=f"job-{run.job_id}", context=variables)
+        else:
+            run.future = variables.run(asyncio.create_task, self._run_job(run.row, run),
+                                       name=f"job-{run.job_id}")
         # ended() waits on the runs' tasks: this run has one now.
         if self._emptied is not None and not self._emptied.done():
             self._emptied.set_result(None)

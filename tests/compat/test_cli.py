@@ -539,6 +539,43 @@ def test_what_a_task_prints_is_scrubbed_of_the_broker_password(
     assert f"connecting to postgresql://{params['user']}:***@" in log
 
 
+def test_a_cold_shutdown_does_not_wait_for_a_thread_its_cancelled_task_left(
+        database_url: str, spawn_compat: SpawnCompat, tmp_path: Path) -> None:
+    """An ``async def`` task blocked in ``asyncio.to_thread`` (a call that never returns):
+    after a cold shutdown cancels it, the worker exits (1, as Celery after a cold shutdown)
+    without waiting for that thread."""
+    (tmp_path / "stuckproj.py").write_text(textwrap.dedent('''
+        import asyncio
+        import threading
+
+        from akadze_compat import Celery
+
+        app = Celery("stuckproj")
+        never = threading.Event()
+
+        @app.task(name="stuckproj.stuck")
+        async def stuck():
+            print("stuck in its thread", flush=True)
+            await asyncio.to_thread(never.wait)
+    '''))
+    worker = spawn_compat("-b", database_url, "-A", "stuckproj", "worker", "-P", "threads",
+                          "-l", "INFO", cwd=tmp_path)
+    worker.wait_ready()
+    from akadze_compat import Celery
+
+    client = Celery("client", broker=database_url, set_as_current=False)
+    try:
+        client.send_task("stuckproj.stuck")
+    finally:
+        if client._core is not None:
+            client._core.close()
+        client.close()
+    worker.wait_log("stuck in its thread")
+    worker.terminate(signal.SIGQUIT)
+    assert worker.wait_exit(timeout=15) == 1, worker.log()
+    assert "not waiting for 1 thread(s) of asyncio.to_thread" in worker.log()
+
+
 def _real_celery_project(root: Path) -> None:
     """A project still importing ``celery``, with a stand-in for the real package installed
     beside akadze (its class is ``celery.app.base.Celery``, as the real one's)."""

@@ -3,8 +3,9 @@
 The tasks of ``tests/workers/worker_app.py`` (sleep, sleep_sync, quick: each records its start
 in ``runs``) plus the ones the fault scenarios need: a poison pill that SIGKILLs its own
 process, results and errors that cannot be stored as they are, a soak task, a task that
-fails on its first attempt, and the workflow tasks of ``workflow_tasks.py``. Same exit
-protocol as worker_app: the worker's exit code, or ``akadze: error: <message>`` and 1.
+fails on its first attempt, one whose ``asyncio.to_thread`` thread sleeps in the server,
+and the workflow tasks of ``workflow_tasks.py``. Same exit protocol as worker_app: the
+worker's exit code, or ``akadze: error: <message>`` and 1.
 
 ``AKADZE_FAKE_CLOCK_OFFSET=<seconds>`` skews this process's wall clock (``fake_clock``) before
 akadze is imported; the worker then logs ``fake clock offset ...`` once at start.
@@ -35,7 +36,11 @@ from akadze_core import App, ConfigurationError, Worker, WorkerError, current  #
 from akadze_core.execution.processes import ProcessPool, is_child, serve  # noqa: E402
 from akadze_core.model.serialization import strict_dumps  # noqa: E402
 from tests.faults.workflow_tasks import register_workflow_tasks  # noqa: E402
-from tests.workers.worker_app import _record_start, build_app  # noqa: E402
+from tests.workers.worker_app import (  # noqa: E402
+    TASK_APPLICATION_NAME,
+    _record_start,
+    build_app,
+)
 
 #: A result of the ``raw_result`` task: the app's dumps writes this text as is, and it is not
 #: JSON, so the database refuses it when the outcome is written (the completer's fallback).
@@ -97,6 +102,14 @@ def build_fault_app(url: str) -> App:
         await asyncio.to_thread(_record_start, url)
         if current().run_count == 1:
             await asyncio.sleep(seconds)
+        return "done"
+
+    @app.task("sleep_in_thread")
+    async def sleep_in_thread(seconds: float) -> str:
+        """Record the start and then sleep ``seconds`` in the server, both on one connection
+        of the task's own, in an ``asyncio.to_thread`` thread: through a partition, that thread
+        waits for an answer until it heals, whatever becomes of the task."""
+        await asyncio.to_thread(_record_start_and_sleep, url, seconds)
         return "done"
 
     @app.task("nul_result")
@@ -220,6 +233,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--processes", type=int, default=0,
                         help="run bodies in this many child processes (akadze --processes)")
     return parser.parse_args(argv)
+
+
+def _record_start_and_sleep(url: str, seconds: float) -> None:
+    context = current()
+    with psycopg.connect(url, autocommit=True, application_name=TASK_APPLICATION_NAME) as conn:
+        conn.execute("INSERT INTO runs (job_id, run_count, pid) VALUES (%s, %s, %s)",
+                     (context.id, context.run_count, os.getpid()))
+        conn.execute("SELECT pg_sleep(%s)", (seconds,))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -203,3 +203,31 @@ def test_a_partition_longer_than_the_ttl_stops_the_worker_and_its_late_writes_ch
                           ).fetchone() == (0,)
     rescuer.signal(signal.SIGTERM)
     assert rescuer.wait_exit()[0] == 0, rescuer.log()
+
+
+def test_a_thread_a_task_left_waiting_in_the_partition_does_not_hold_the_exit(
+    cluster: PrivateCluster, proxy: PartitionProxy, app: App, direct: psycopg.Connection,
+    spawn_worker: SpawnWorker,
+) -> None:
+    """A task's ``asyncio.to_thread`` thread that waits for an answer through the partition
+    (it never comes while the partition lasts) ends with nothing: the worker past its TTL
+    exits 1 as promptly as without that thread, and says it did not wait for it."""
+    ttl, interval = 3.0, 0.3
+    options = ("--heartbeat-interval", str(interval), "--heartbeat-ttl", str(ttl))
+    partitioned = spawn_worker(with_application_name(proxy.url()), *options)
+    partitioned.wait_started()
+    # The thread records the run, then sleeps in the server on the same connection: once
+    # the run is seen, the thread waits for an answer held up in the partition.
+    job_id = app.tasks["sleep_in_thread"].enqueue(seconds=60.0)
+    wait_until(lambda: len(runs(direct, job_id)) == 1, what="the run to start")
+    proxy.pause()
+    paused = time.monotonic()
+
+    code, ended = partitioned.wait_exit(timeout=ttl + 15)
+    took = ended - paused
+    print(f"the partitioned worker exited {took:.2f}s after the partition began")
+    assert code == 1, partitioned.log()
+    # The bound of the test above: the TTL, then the shutdown's tries, 1 s each.
+    assert took < ttl + 4.5, (took, partitioned.log())
+    assert "not waiting for 1 thread(s) of asyncio.to_thread" in partitioned.log()
+    proxy.resume()

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -662,6 +663,53 @@ async def test_an_async_run_handed_a_slot_waits_until_its_task_takes_a_step(
         assert (row["state"], row["attempt"], row["errors"], row["worker_id"]) == (
             "cancelled", 0, [], None), row
     assert worker._runs.bodies is not None and worker._runs.bodies.try_enter()  # slot back
+
+
+_CLAIMER = contextvars.ContextVar("claimer", default="unset")
+_OWN = contextvars.ContextVar("own", default=0)
+
+
+@pytest.mark.parametrize("concurrency", [None, 1])
+async def test_each_async_run_has_a_task_named_for_its_job_in_its_own_copy_of_the_claimers_context(
+    app: App, db: psycopg.Connection, concurrency: int | None
+) -> None:
+    """An async body runs in a task of its own named ``job-<id>``, in a copy of the claimer's
+    context variables made at its claim: it sees what the claimer set, and what it sets
+    stays its own. Whether it starts at its claim or waits for a slot at the gate first
+    (claimed ahead of ``concurrency`` 1)."""
+    seen: list[tuple[int, str, str, int]] = []
+    release = asyncio.Event()
+
+    @app.task("context_probe")
+    async def probe(number: int) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        seen.append((current().job.id, task.get_name(), _CLAIMER.get(), _OWN.get()))
+        _OWN.set(number + 1)
+        if number == 0:
+            await release.wait()
+
+    ids = probe.enqueue_many([{"number": number} for number in range(4)])
+    worker = fast_worker(app, slots=4, concurrency=concurrency, shutdown_timeout=10)
+    token = _CLAIMER.set("the worker's")
+    try:
+        runner = asyncio.create_task(worker.run())
+    finally:
+        _CLAIMER.reset(token)
+    try:
+        await wait_until(lambda: all(job_id in worker.running() for job_id in ids)
+                         or len(seen) == 4)
+        if concurrency == 1:
+            assert worker.running() == {ids[0]: True, ids[1]: False, ids[2]: False,
+                                        ids[3]: False}  # waiting at the gate, no task yet
+        release.set()
+        await wait_until(lambda: all(job(db, job_id)["state"] == "succeeded" for job_id in ids))
+        worker.request_stop()
+        assert await asyncio.wait_for(runner, 10) == 0
+    finally:
+        release.set()
+        await _stop(worker, runner)
+    assert sorted(seen) == [(job_id, f"job-{job_id}", "the worker's", 0) for job_id in ids]
 
 
 async def test_a_warm_stop_returns_a_sync_run_waiting_at_the_gate_and_waits_for_the_running_one(

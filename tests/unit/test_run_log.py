@@ -188,6 +188,35 @@ def test_the_lines_are_held_for_the_loop_turn_as_records_are(cli_logging: Stderr
     assert len(cli_logging.text.getvalue().splitlines()) == 6
 
 
+@pytest.mark.parametrize("fmt", [
+    LOG_FORMAT, "%(message)s", "%(asctime)s [%(message)s] %(levelname)s",
+    "%(message)-40s|%(levelname)s", "%(levelname)s %(message).10s", "%%(message)s %(message)s",
+    "%(message)s / %(message)s", "100%% %(name)s: %(message)s"])
+def test_the_lines_of_one_record_are_its_format_with_each_message(fmt: str) -> None:
+    # message_lines formats the fields but the message once where the message goes in
+    # as it is; any other format of it (a width, a precision, twice) still gives format's.
+    formatter = CommandFormatter(fmt)
+    lines = formatter.message_lines()
+    assert lines is not None
+    messages = ["job 1 t.quick succeeded", "job 22 t.\x1bq (attempt 1, success)", "",
+                "100% postgresql://u:hunter2@db/x"]
+    SECRETS.add_url("postgresql://u:hunter2@db/x")
+    try:
+        record = logging.LogRecord("akadze.worker", logging.INFO, __file__, 0, "x", None,
+                                   None)
+        made = lines(record, messages)
+        expected = []
+        for message in messages:
+            one = logging.LogRecord("akadze.worker", logging.INFO, __file__, 0, message, None,
+                                    None)
+            one.created, one.msecs = record.created, record.msecs
+            expected.append(formatter.format(one))
+    finally:
+        SECRETS.clear()
+    assert made == expected
+    assert "hunter2" not in "".join(made)
+
+
 class Kept(logging.Handler):
     """A handler of the user's: the records it was handed."""
 
