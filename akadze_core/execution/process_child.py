@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 from ..model.outcomes import Outcome
 from ..model.serialization import fast_loads
 from .executor import execute_here
-from .heap import settle_heap
 
 if TYPE_CHECKING:
     from ..app import App
@@ -186,9 +185,6 @@ def serve(app: App) -> int:
     parent = os.getppid()
     # The parent decides when children stop: Ctrl-C in a terminal is for the parent.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Start-up is over (the project imported, its start-up signals sent): this process
-    # only runs bodies from now on.
-    settle_heap()
     with os.fdopen(read_fd, "rb") as reader, os.fdopen(write_fd, "wb") as writer:
         writer.write(json.dumps({"ready": os.getpid()}).encode() + b"\n")
         writer.flush()

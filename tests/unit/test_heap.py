@@ -27,21 +27,6 @@ def test_start_up_is_frozen_and_the_thresholds_kept() -> None:
         """) == ["False", "True", "500", "5", "5"]
 
 
-def test_a_pool_child_settles_before_it_says_it_is_ready() -> None:
-    # serve() in a process of its own, fed the stop message at once.
-    assert _run("""
-        import gc, os
-        from akadze_core.execution.process_child import CHILD_ENV, STOP, serve
-        to_child, from_parent = os.pipe()
-        from_child, to_parent = os.pipe()
-        os.environ[CHILD_ENV] = f"1:{to_child}:{to_parent}"
-        os.write(from_parent, STOP)
-        assert serve(None) == 0
-        print(os.read(from_child, 100).startswith(b'{"ready"'))
-        print(gc.get_freeze_count() > 1000)
-        """) == ["True", "True"]
-
-
 def test_the_library_leaves_its_callers_collector_alone() -> None:
     # Importing the worker and the facade (as an application embedding them does) changes
     # nothing: only the commands settle the heap of the process they own.
