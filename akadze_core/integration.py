@@ -13,7 +13,8 @@ The groups, in the order of a job's path:
   Citus form of its own), what a transient database error is, the strict JSON encoder the
   core stores with.
 - **Running a job's body**: ``decode_job`` (a claimed row into a ``Job`` and its call),
-  the process pool and its child-side helpers, the job context (``akadze_core.current``).
+  the process pool and its child-side helpers, the job context (``akadze_core.current``),
+  ``settle_heap`` for the process a framework's worker command owns.
 - **Storing its outcome**: ``outcome_of`` classifies how a body ended exactly as the core's
   worker does (the size and storability checks, the redaction of error entries, the claim's
   fencing token); ``store_outcome_sync``/``store_outcome`` write it at once through the
@@ -48,6 +49,7 @@ from .enqueue.gcpause import collector_paused
 from .execution.children import Terminated
 from .execution.context import JobContext
 from .execution.executor import decode_job
+from .execution.heap import settle_heap
 from .execution.processes import (
     AHEAD,
     AHEAD_BUDGET,
@@ -135,6 +137,7 @@ __all__ = [
     "scrubbed_stdio",
     "seconds",
     "serve",
+    "settle_heap",
     "show_schedules",
     "signal_number",
     "store_outcome",

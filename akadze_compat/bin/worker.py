@@ -34,7 +34,14 @@ from typing import Any
 import click
 
 from akadze_core import Worker, WorkerConfig
-from akadze_core.integration import DEFAULTS, LoopThreads, ProcessPool, scrubbed_stdio, serve
+from akadze_core.integration import (
+    DEFAULTS,
+    LoopThreads,
+    ProcessPool,
+    scrubbed_stdio,
+    serve,
+    settle_heap,
+)
 
 from .. import beat, bootsteps, signals
 from .._billiard import pool as billiard_pool
@@ -228,6 +235,8 @@ def _run_worker(worker: Worker, on_signal: Callable[[int], None]) -> int:
             loop.add_signal_handler(signum, on_signal, signum)
         return await worker.run()
 
+    # The command owns this process, whose start-up is over: it only runs jobs now.
+    settle_heap()
     try:
         return asyncio.run(main())
     except Exception as exc:  # WorkerError: schema missing, permission denied, ...

@@ -117,12 +117,16 @@ class ThreadRunner:
                     self._loop.call_soon_threadsafe(self._deliver)
 
     def _deliver(self) -> None:
-        # Clear the flag before draining: a result appended after this point either is
-        # drained below or schedules the next delivery itself.
+        # Clear the flag before draining: a result appended after this point schedules the
+        # next delivery itself (or is drained below, when it comes before the count).
         with self._lock:
             self._delivery_scheduled = False
         results = self._results
-        while results:
+        # Only the results here now, not those appended while these are delivered: a done
+        # callback that starts the next body (the body gate's hand-over) would otherwise
+        # keep this callback going for as long as the threads keep up, and the claim and
+        # the outcome writes waiting for their turn of the loop would wait with it.
+        for _ in range(len(results)):
             done, key, value, error = results.popleft()
             try:
                 done(key, value, error)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 import math
 import uuid
 from datetime import date, datetime, time, timezone
@@ -104,6 +105,34 @@ def test_loads_decodes_exactly_as_kombu(text: str) -> None:
     decoded = loads(text)
     assert decoded == kombu_json.loads(text)
     assert type(decoded) is type(kombu_json.loads(text))
+
+
+def _refuse(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON (Postgres cannot store it)")
+
+
+def test_loads_gives_what_the_strict_json_decoder_gives_value_or_error() -> None:
+    # The plain path scans the text with the C scanner alone, falling back to the whole
+    # decoder for whitespace or extra data: the value or the error must be the same.
+    texts = ['{"args": [0], "kwargs": {}}', ' {"n":1}', '{"n":1} ', '{"n":1}x', "", "nul",
+             "\ufeff{}", "[1,2", '"\\ud800"', "1e400", "NaN", "[1, -Infinity]", "  ", "0",
+             '{"a": {"b": [1, 2.5, null, true]}}', '{"a": 1, "a": 2}', '{"a":}', "-",
+             '"abc', "[] []", "\n[1]\n"]
+
+    def outcome(text: str) -> str:
+        try:
+            return repr(loads(text))
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    def strict(text: str) -> str:
+        try:
+            return repr(json.JSONDecoder(parse_constant=_refuse).decode(text))
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    for text in texts:
+        assert outcome(text) == strict(text), text
 
 
 @pytest.mark.parametrize("text", ["NaN", "[Infinity]", '{"a": -Infinity, "__type__": 1}'])

@@ -156,3 +156,31 @@ async def test_call_delivers_key_value_and_error_on_the_loop_and_survives_a_rais
     assert all(on_loop for _, _, on_loop in got.values())
     assert got[1][:2] == (2, None) and isinstance(got[3][1], ValueError)
     runner.close()
+
+
+async def test_a_delivery_leaves_results_that_came_during_it_to_the_next_loop_turn() -> None:
+    """A done callback that starts the next body (the body gate's hand-over) does not keep
+    the delivery going: what the loop has ready meanwhile (a claim's answer, an outcome
+    write) runs before the next body's result is delivered."""
+    runner = ThreadRunner(1)
+    loop = asyncio.get_running_loop()
+    order: list[str] = []
+    finished = asyncio.Event()
+
+    def second_done(key: str, value: Any, error: BaseException | None) -> None:
+        order.append(key)
+        finished.set()
+
+    def first_done(key: str, value: Any, error: BaseException | None) -> None:
+        order.append(key)
+        runner.call(second_done, "second", lambda: None)
+        loop.call_soon(order.append, "other callback")
+        deadline = time.monotonic() + 5
+        while not runner._results and time.monotonic() < deadline:
+            time.sleep(0.001)  # until the second body's result is in, during this delivery
+        assert runner._results
+
+    runner.call(first_done, "first", lambda: None)
+    await asyncio.wait_for(finished.wait(), 5)
+    assert order == ["first", "other callback", "second"]
+    runner.close()
