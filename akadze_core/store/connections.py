@@ -440,14 +440,14 @@ class Connections:
                 raise psycopg_pool.PoolTimeout(
                     f"no live connection in pool {pool.name!r} within {limit:g}s")
             connection = await pool.getconn(left)
-            if self.usable_async(connection):
+            if self.usable(connection):
                 return connection
             if on_dead is not None:
                 on_dead()
             await connection.close()
             await pool.putconn(connection)
 
-    def usable_async(self, connection: psycopg.AsyncConnection) -> bool:
+    def usable(self, connection: psycopg.AsyncConnection) -> bool:
         """Whether ``connection``, idle (just taken from a pool, or held by its user between
         two calls), may be sent the next call: not found dead (``found_dead``). One opened
         before ``stop_preparing`` stops preparing here."""

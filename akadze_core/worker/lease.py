@@ -203,7 +203,7 @@ class Lease:
             dead += 1
 
         connection = self._kept.pop(keep, None) if keep is not None else None
-        if connection is not None and not self._app.connections.usable_async(connection):
+        if connection is not None and not self._app.connections.usable(connection):
             found()
             await connection.close()
             await pool.putconn(connection)
