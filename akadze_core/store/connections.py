@@ -440,14 +440,22 @@ class Connections:
                 raise psycopg_pool.PoolTimeout(
                     f"no live connection in pool {pool.name!r} within {limit:g}s")
             connection = await pool.getconn(left)
-            if not found_dead(connection):
-                if self.prepare_threshold is None and connection.prepare_threshold is not None:
-                    connection.prepare_threshold = None  # opened before stop_preparing
+            if self.usable(connection):
                 return connection
             if on_dead is not None:
                 on_dead()
             await connection.close()
             await pool.putconn(connection)
+
+    def usable(self, connection: psycopg.AsyncConnection) -> bool:
+        """Whether ``connection``, idle (just taken from a pool, or held by its user between
+        two calls), may be sent the next call: not found dead (``found_dead``). One opened
+        before ``stop_preparing`` stops preparing here."""
+        if found_dead(connection):
+            return False
+        if self.prepare_threshold is None and connection.prepare_threshold is not None:
+            connection.prepare_threshold = None
+        return True
 
     def async_pool(self) -> psycopg_pool.AsyncConnectionPool:
         """The async pool of autocommit connections for the running event loop."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import signal
@@ -361,7 +362,8 @@ class Worker:
         await self.app.connections.use_async_pool(pool)
         lease = self._lease
         self._completer = completer = Completer(
-            lease.connection, self._outcomes_written, lock_timeout=lease.lock_timeout,
+            functools.partial(lease.connection, keep="write"), self._outcomes_written,
+            lock_timeout=lease.lock_timeout,
             on_lock=lease.lock_seen, lease_end=lease.end, cap=lease.answer_cap(),
             redact=self.app.redact, writers=self.app.outcome_writers)
         self._completer_task = asyncio.create_task(completer.run(), name="completer")
@@ -441,6 +443,7 @@ class Worker:
                 await self.process_pool.close()
             await cancel_and_wait(self._listener_task)
             self._producer.followups.close()
+            await self._lease.release_kept()
             self.app.connections.forget_async_pool(self._pool)
             # After the heartbeat was lost, connection attempts may hang in a partition
             # until their connect_timeout: do not wait for them.

@@ -193,7 +193,7 @@ class Producer:
                     connection, queue, limit, worker_id, self.fair,
                     after_task=self._fair_cursor[queue], floors=self.floors))
 
-            if not await guard(claim, "claim"):
+            if not await guard(claim, "claim", keep=True):
                 return False
             if rows:
                 self._fair_cursor[queue] = rows[-1]["task"]
