@@ -523,15 +523,7 @@ def test_what_a_task_prints_is_scrubbed_of_the_broker_password(
     worker = spawn_compat("-b", broker, "-A", "printproj", "worker", *pool, "-l", "INFO",
                           cwd=tmp_path)
     worker.wait_ready()
-    from akadze_compat import Celery
-
-    client = Celery("client", broker=database_url, set_as_current=False)
-    try:
-        client.send_task("printproj.show")
-    finally:
-        if client._core is not None:
-            client._core.close()
-        client.close()
+    _send_task(database_url, "printproj.show")
     worker.wait_log("done printing")
     worker.wait_log("the secret is ***")
     log = worker.log()
@@ -561,19 +553,24 @@ def test_a_cold_shutdown_does_not_wait_for_a_thread_its_cancelled_task_left(
     worker = spawn_compat("-b", database_url, "-A", "stuckproj", "worker", "-P", "threads",
                           "-l", "INFO", cwd=tmp_path)
     worker.wait_ready()
-    from akadze_compat import Celery
-
-    client = Celery("client", broker=database_url, set_as_current=False)
-    try:
-        client.send_task("stuckproj.stuck")
-    finally:
-        if client._core is not None:
-            client._core.close()
-        client.close()
+    _send_task(database_url, "stuckproj.stuck")
     worker.wait_log("stuck in its thread")
     worker.terminate(signal.SIGQUIT)
     assert worker.wait_exit(timeout=15) == 1, worker.log()
     assert "not waiting for 1 thread(s) of asyncio.to_thread" in worker.log()
+
+
+def _send_task(database_url: str, name: str) -> None:
+    """Send task ``name`` by name from a client app of its own, closed afterwards."""
+    from akadze_compat import Celery
+
+    client = Celery("client", broker=database_url, set_as_current=False)
+    try:
+        client.send_task(name)
+    finally:
+        if client._core is not None:
+            client._core.close()
+        client.close()
 
 
 def _real_celery_project(root: Path) -> None:

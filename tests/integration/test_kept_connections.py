@@ -8,7 +8,6 @@ back to the pool at each heartbeat and before the pool closes.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +19,7 @@ from akadze_core import App, Worker
 from akadze_core.store import database
 from akadze_core.worker.lease import Lease
 from akadze_core.worker.signals import Signals
+from tests.helpers import run_worker_until
 
 
 async def test_a_drain_claims_on_one_backend_and_writes_on_one(
@@ -50,16 +50,8 @@ async def test_a_drain_claims_on_one_backend_and_writes_on_one(
     await app.tasks["kept.noop"].enqueue_many_async([{"n": n} for n in range(jobs)])
     # No heartbeat during the drain: each step's connection is kept from its first call on.
     worker = Worker(app, schedules=False, slots=8, heartbeat_interval=30, heartbeat_ttl=60)
-    runner = asyncio.create_task(worker.run())
-    deadline = time.monotonic() + 60
-    try:
-        while len(ran) < jobs:
-            assert not runner.done(), f"the worker stopped: {runner.result()}"
-            assert time.monotonic() < deadline, f"{len(ran)} of {jobs} ran in 60 s"
-            await asyncio.sleep(0.01)
-    finally:
-        worker.request_stop()
-        await asyncio.wait_for(runner, 30)
+    assert await run_worker_until(worker, lambda: len(ran) >= jobs, timeout=60) == 0
+    assert len(ran) == jobs
     assert len(claims) >= jobs // 8 and len(writes) >= 2
     assert len(set(claims)) == 1, f"claims on backends {sorted(set(claims))}"
     assert len(set(writes)) == 1, f"writes on backends {sorted(set(writes))}"
