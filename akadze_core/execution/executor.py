@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import json
 import logging
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from ..model import outcomes
@@ -112,11 +113,7 @@ async def execute(
         return early
     token = set_current(context)
     try:
-        if task.is_async and task.timeout is None:
-            # Awaited here rather than through _call: a coroutine frame less per job.
-            value = await task.func(**args)
-        else:
-            value = await _call(task, args, threads)
+        value = await _call(task, args, threads)
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # a task's SystemExit must not take the worker down
@@ -161,7 +158,9 @@ def execute_here(app: App, row: dict[str, Any], worker_id: int | None) -> outcom
     return returned_outcome(app, context, task, row, value)
 
 
-async def _call(task: Any, args: dict[str, Any], threads: ThreadRunner) -> Any:
+def _call(task: Any, args: dict[str, Any], threads: ThreadRunner) -> Awaitable[Any]:
+    # The body's awaitable itself when there is no timeout: no coroutine frame of its own
+    # between the run and the body.
     if task.is_async:
         call = task.func(**args)
     else:
@@ -169,9 +168,13 @@ async def _call(task: Any, args: dict[str, Any], threads: ThreadRunner) -> Any:
         context = contextvars.copy_context()
         call = threads.submit(context.run, task.func, **args)
     if task.timeout is None:
-        return await call
+        return call
+    return _within(call, task.timeout)
+
+
+async def _within(call: Awaitable[Any], timeout: float) -> Any:
     try:
-        return await asyncio.wait_for(call, task.timeout)
+        return await asyncio.wait_for(call, timeout)
     except asyncio.TimeoutError:
         # A sync body's thread cannot be killed: it runs on, and its result is discarded.
-        raise JobTimeout(f"the task ran longer than its timeout of {task.timeout:g}s") from None
+        raise JobTimeout(f"the task ran longer than its timeout of {timeout:g}s") from None

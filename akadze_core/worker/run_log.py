@@ -82,12 +82,6 @@ def log_outcomes(batch: Iterable[Outcome], rows: list[dict[str, Any]],
         if state is not None and not info and outcome.kind != FAIL:
             continue
         label = f"job {outcome.job_id} {run.task if run else ''}".rstrip()
-        if (write is not None and run is not None and state is not None
-                and (outcome.error is None or outcome.kind == SUCCESS)):
-            # SUCCEEDED's line, in one step (the common case: a success of a run held here).
-            lines.append(f"{label} {state} in {now - run.started:.6f}s "
-                         f"(attempt {run.attempt}, {outcome.kind})")
-            continue
         # Microseconds: a fast body takes well under a millisecond.
         took = f" in {now - run.started:.6f}s" if run else ""
         if state is not None and (outcome.error is None or outcome.kind == SUCCESS):
