@@ -110,8 +110,10 @@ def test_workers_run_django_celery_beat_tasks_once_per_tick(
 
     interval = runs(db, ids, "interval")
     ticks = [run["tick"] for run in interval]
-    assert all(b - a == timedelta(seconds=3) for a, b in pairwise(ticks)), \
-        ticks
+    # One run a tick, on the 3 s grid. A tick the scheduler reached late (a busy host) runs
+    # once, as the latest: the gaps are whole intervals, never shorter.
+    gaps = [(b - a) / timedelta(seconds=3) for a, b in pairwise(ticks)]
+    assert all(gap >= 1 and gap == int(gap) for gap in gaps), ticks
     assert all(tick.timestamp() % 3 == 0 for tick in ticks), ticks  # on the epoch's grid
     first = interval[0]
     assert first["args"] == {"args": [], "kwargs": {"label": "interval"}}

@@ -119,6 +119,7 @@ def test_a_down_server_is_kombus_operational_error_after_the_retry_policy(
         small: SmallCluster) -> None:
     url = _role_url(small)
     celery, add = _celery(url)
+    restarts: list[threading.Timer] = []
     small.stop()
     try:
         started = time.monotonic()
@@ -144,17 +145,24 @@ def test_a_down_server_is_kombus_operational_error_after_the_retry_policy(
             add.delay(1, 1)
         assert 1.4 <= time.monotonic() - started < 5
         # Back within the policy: the call goes through, once.
-        threading.Timer(0.5, small.start).start()
+        restarts.append(threading.Timer(0.5, small.start))
+        restarts[-1].start()
         celery.conf.task_publish_retry_policy = {"max_retries": 60, "interval_start": 0.25,
                                                  "interval_step": 0, "interval_max": 0.25}
         result = add.delay(20, 22)
         assert result.job_id is not None
+        restarts[-1].join()
         # A canvas is sent under the same policy.
         small.stop()
-        threading.Timer(0.5, small.start).start()
+        restarts.append(threading.Timer(0.5, small.start))
+        restarts[-1].start()
         group_result = (add.s(1, 1) | add.s(2)).apply_async()
         assert group_result.id
     finally:
+        # A publish goes through as soon as the server accepts connections, which can be
+        # before pg_ctl, in the timer's thread, has returned and marked it running.
+        for restart in restarts:
+            restart.join()
         if not small.running:
             small.start()
         celery.close()
