@@ -192,10 +192,16 @@ class Completer:
     def submit(self, outcome: Outcome, *, urgent: bool = False) -> None:
         """Queue an outcome for the next flush. ``urgent``: another job waits on this one (a
         workflow's next step), so the flush does not wait ``gather`` for company."""
-        self._pending.append(outcome)
-        self._urgent = self._urgent or urgent
-        self._idle.clear()
-        self._arrived.set()
+        pending = self._pending
+        pending.append(outcome)
+        if urgent:
+            self._urgent = True
+        if len(pending) == 1:
+            # Only the first of a batch: while outcomes are pending, ``_idle`` stays clear
+            # and ``_arrived`` set (``run`` changes them only with none pending), and two
+            # events' calls per outcome are spared.
+            self._idle.clear()
+            self._arrived.set()
 
     async def run(self) -> None:
         """Flush until ``close`` is called and everything is written."""
