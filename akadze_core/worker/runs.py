@@ -224,8 +224,9 @@ class Runs:
                 self._end_soon(run, self._internal(row, exc))
             return
         task = self._app.tasks.get(name)
+        gates = self._queue_gates  # _gate, written out (once a job)
+        bodies = self.bodies if gates is None else gates.get(queue)
         if task is None or task.is_async or task.timeout is not None:
-            bodies = self._gate(queue)
             if bodies is None or bodies.try_enter():  # its task holds the slot taken here
                 # asyncio.create_task without its layer: the loop's own create_task, which
                 # names the task as it makes it (a task factory still applies).
@@ -242,7 +243,6 @@ class Runs:
         # The body's thread runs in a copy of the claimer's context variables, as a task
         # made here would have.
         run.variables = contextvars.copy_context()
-        bodies = self._gate(queue)
         if bodies is None or bodies.try_enter():
             self._begin(run)
         else:
@@ -419,7 +419,8 @@ class Runs:
         worker_id = self._lease.worker_id
         assert self._completer is not None and self._threads is not None
         try:
-            bodies = self._gate(row["queue"])
+            gates = self._queue_gates  # _gate, written out (once a job)
+            bodies = self.bodies if gates is None else gates.get(row["queue"])
             if bodies is not None and held.turned_away is not None:
                 bodies.release()  # turned away before its first step: unused
                 if held.turned_away == "taken back":
@@ -466,13 +467,18 @@ class Runs:
                               error=error_entry(exc, redact=app.redact),
                               claim_token=row["claim_token"])
         finally:
-            run = self.running.pop(row["id"], None)
-            self.terminating.discard(row["id"])
+            job_id = row["id"]
+            run = self.running.pop(job_id, None)
+            self.terminating.discard(job_id)
             if run is not None:
                 if run.timer is not None:
                     run.timer.cancel()
                 if self._queue_gates is not None:
-                    self._took(run)
+                    # _took, written out (once a job).
+                    if time.monotonic() - run.started < SHORT:
+                        self._short_in_row += 1
+                    else:
+                        self._short_in_row = 0
             self.busy[row["queue"]] -= 1
             self._signals.wake.set()
         if self.metrics is not None and run is not None:
