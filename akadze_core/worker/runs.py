@@ -418,6 +418,7 @@ class Runs:
         app = self._app
         worker_id = self._lease.worker_id
         assert self._completer is not None and self._threads is not None
+        outcome: Outcome | None
         try:
             gates = self._queue_gates  # _gate, written out (once a job)
             bodies = self.bodies if gates is None else gates.get(row["queue"])
