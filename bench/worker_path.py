@@ -8,6 +8,11 @@ handed its outcome to a ``Completer``; then the completer's written batch as the
 handles it (``log_outcomes`` through the CLI's own logging, stderr sent to /dev/null).
 Prints the process time per job of each piece, best of ``--repeat``: start, open, run,
 line, and their total. No SQL is timed: the claim and the outcome write are left out.
+
+Process times move with the machine's load; a count does not. For instructions a job, run
+it under ``valgrind --tool=callgrind --callgrind-out-file=/dev/null`` with ``--repeat 1
+--jobs 6400`` and again with ``--jobs 640``, and divide the difference of the two
+``Collected`` totals by 5,760 (start-up cancels out); ``PYTHONPATH`` picks the tree measured.
 """
 
 from __future__ import annotations
@@ -49,15 +54,24 @@ class _Threads:
 
 async def _drain(claims: list[list[dict[str, Any]]], times: dict[str, float]) -> None:
     from akadze_core.cli.base import SECRETS
+    from bench.apps.core_app import make_app
+
+    app = make_app("postgresql://bench@127.0.0.1/unused")
+    # As the CLI's worker: each line is scrubbed by the app's redact too (until the end).
+    SECRETS.redactors.append(app.redact)
+    try:
+        await _claims(app, claims, times)
+    finally:
+        SECRETS.redactors.remove(app.redact)
+
+
+async def _claims(app: Any, claims: list[list[dict[str, Any]]],
+                  times: dict[str, float]) -> None:
     from akadze_core.worker.completer import Completer
     from akadze_core.worker.run_log import log_outcomes
     from akadze_core.worker.runs import Runs
     from akadze_core.worker.signals import Signals
-    from bench.apps.core_app import make_app
 
-    app = make_app("postgresql://bench@127.0.0.1/unused")
-    # As the CLI's worker: each line is scrubbed by the app's redact too.
-    SECRETS.redactors[:] = [app.redact]
     signals = Signals()
     runs = Runs(app, signals, _Lease(), queues=[QUEUE], process_pool=None,  # type: ignore[arg-type]
                 concurrency=None, outcome_log_level=logging.INFO)
