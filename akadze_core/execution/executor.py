@@ -107,14 +107,13 @@ async def execute(
     app: App, row: dict[str, Any], worker_id: int | None, threads: ThreadRunner
 ) -> outcomes.Outcome | None:
     """Run the job of ``row``; returns the outcome to write, or None when nothing must be
-    written (complete_tx already committed it). The worker's runs do the same, written out
-    in their task (``Runs._run_job``): keep the two alike."""
+    written (complete_tx already committed it)."""
     early, task, context, args = prepare(app, row, worker_id)
     if context is None:
         return early
     token = set_current(context)
     try:
-        value = await call_body(task, args, threads)
+        value = await _call(task, args, threads)
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # a task's SystemExit must not take the worker down
@@ -159,10 +158,9 @@ def execute_here(app: App, row: dict[str, Any], worker_id: int | None) -> outcom
     return returned_outcome(app, context, task, row, value)
 
 
-def call_body(task: Any, args: dict[str, Any], threads: ThreadRunner) -> Awaitable[Any]:
-    """What a run awaits for the body of ``task`` with ``args``: the body's own awaitable
-    when there is no timeout (no coroutine frame of its own between the run and the
-    body); a sync body's in a thread, with the caller's context variables."""
+def _call(task: Any, args: dict[str, Any], threads: ThreadRunner) -> Awaitable[Any]:
+    # The body's awaitable itself when there is no timeout: no coroutine frame of its own
+    # between the run and the body.
     if task.is_async:
         call = task.func(**args)
     else:

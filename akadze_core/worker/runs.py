@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..execution.context import reset_current, set_current
-from ..execution.executor import call_body, prepare, raised_outcome, returned_outcome
+from ..execution.context import set_current
+from ..execution.executor import execute, prepare, raised_outcome, returned_outcome
 from ..execution.gate import BodyGate
 from ..execution.processes import SHORT
 from ..model.outcomes import RETRY, UNSTARTED, Outcome, error_entry, raised
@@ -57,8 +57,6 @@ _RUNS_ON = ("job %s: terminate requested, but this worker runs bodies in threads
             "cannot be stopped: it runs on (it ends cancelled if it raises)")
 # How many cancels of jobs not held a worker keeps (``Runs._hear``).
 _HEARD = 1024
-# A body's value in ``Runs._run_job`` when it raised (no value is this object).
-_RAISED: Any = object()
 
 
 class Runs:
@@ -224,9 +222,8 @@ class Runs:
                 self._end_soon(run, self._internal(row, exc))
             return
         task = self._app.tasks.get(name)
-        gates = self._queue_gates  # _gate, written out (once a job)
-        bodies = self.bodies if gates is None else gates.get(queue)
         if task is None or task.is_async or task.timeout is not None:
+            bodies = self._gate(queue)
             if bodies is None or bodies.try_enter():  # its task holds the slot taken here
                 # asyncio.create_task without its layer: the loop's own create_task, which
                 # names the task as it makes it (a task factory still applies).
@@ -243,6 +240,7 @@ class Runs:
         # The body's thread runs in a copy of the claimer's context variables, as a task
         # made here would have.
         run.variables = contextvars.copy_context()
+        bodies = self._gate(queue)
         if bodies is None or bodies.try_enter():
             self._begin(run)
         else:
@@ -418,43 +416,25 @@ class Runs:
         app = self._app
         worker_id = self._lease.worker_id
         assert self._completer is not None and self._threads is not None
-        outcome: Outcome | None
         try:
-            gates = self._queue_gates  # _gate, written out (once a job)
-            bodies = self.bodies if gates is None else gates.get(row["queue"])
-            if bodies is not None and held.turned_away is not None:
-                bodies.release()  # turned away before its first step: unused
-                if held.turned_away == "taken back":
-                    return  # the worker stops: the job goes back to the queue unspent
-                # Dropped while it waited: cancelled or expired.
-                outcome = Outcome(row["id"], row["run_count"], UNSTARTED,
-                                  claim_token=row["claim_token"])
-            else:
-                if bodies is not None:
-                    # Its task was made holding a body slot (start, _task_handed).
+            bodies = self._gate(row["queue"])
+            if bodies is not None:
+                # Its task was made holding a body slot (start, _task_handed).
+                if held.turned_away is None:
                     held.entered = True
-                # ``execute``, written out here: a coroutine of its own between the task
-                # and the body cost 0.27 µs a job. Keep the two alike.
-                try:
-                    early, task, context, args = prepare(app, row, worker_id)
-                    if context is None:
-                        outcome = early
-                    else:
-                        token = set_current(context)
-                        try:
-                            value = await call_body(task, args, self._threads)
-                        except asyncio.CancelledError:
-                            raise
-                        except BaseException as exc:  # a task's SystemExit included
-                            outcome = raised_outcome(context, task, row, exc)
-                            value = _RAISED
-                        finally:
-                            reset_current(token)
-                        if value is not _RAISED:
-                            outcome = returned_outcome(app, context, task, row, value)
-                finally:
-                    if bodies is not None:
+                    try:
+                        outcome = await execute(app, row, worker_id, self._threads)
+                    finally:
                         bodies.release()
+                else:
+                    bodies.release()  # turned away before its first step: unused
+                    if held.turned_away == "taken back":
+                        return  # the worker stops: the job goes back to the queue unspent
+                    # Dropped while it waited: cancelled or expired.
+                    outcome = Outcome(row["id"], row["run_count"], UNSTARTED,
+                                      claim_token=row["claim_token"])
+            else:
+                outcome = await execute(app, row, worker_id, self._threads)
         except asyncio.CancelledError as exc:
             if self._signals.stop.is_set():
                 return  # stopping: the job goes back to the queue unspent
@@ -468,18 +448,13 @@ class Runs:
                               error=error_entry(exc, redact=app.redact),
                               claim_token=row["claim_token"])
         finally:
-            job_id = row["id"]
-            run = self.running.pop(job_id, None)
-            self.terminating.discard(job_id)
+            run = self.running.pop(row["id"], None)
+            self.terminating.discard(row["id"])
             if run is not None:
                 if run.timer is not None:
                     run.timer.cancel()
                 if self._queue_gates is not None:
-                    # _took, written out (once a job).
-                    if time.monotonic() - run.started < SHORT:
-                        self._short_in_row += 1
-                    else:
-                        self._short_in_row = 0
+                    self._took(run)
             self.busy[row["queue"]] -= 1
             self._signals.wake.set()
         if self.metrics is not None and run is not None:
