@@ -49,9 +49,16 @@ class JobContext:
         """The context of a claimed ``row`` whose args (and upstream results) are decoded:
         its ``job`` is built on first use, so a body that never asks for it does not pay
         for a frozen dataclass of 27 fields (the biggest part of a no-op's run)."""
-        context = cls(app, None, worker_id, last_error)
+        # Each field set once, without ``__init__``'s call (once per job on the hot path).
+        context = cls.__new__(cls)
+        context.app = app
+        context._job = None
         context._claim = (row, args, upstream_results)
         context._row = row
+        context._meta = None
+        context.worker_id = worker_id
+        context.last_error = last_error
+        context.completed = False
         return context
 
     @property

@@ -60,11 +60,16 @@ class BodyGate:
         """Hand the free slots to the runs in line, first come first (none while held)."""
         if self._held:
             return
-        while self._free > 0 and self._waiters:
-            _, waiter = self._waiters.popitem(last=False)
-            if _live(waiter):
+        waiters = self._waiters
+        while self._free > 0 and waiters:
+            _, waiter = waiters.popitem(last=False)
+            # _live and _hand, written out: a claim-ahead hands every run a slot here.
+            if isinstance(waiter, tuple):
                 self._free -= 1
-                _hand(waiter, True)
+                waiter[0](waiter[1], True)
+            elif not waiter.done():
+                self._free -= 1
+                waiter.set_result(True)
 
     def waiting(self, job_id: int) -> bool:
         """Whether the run of ``job_id`` waits for a slot (claimed, its body not started)."""

@@ -140,10 +140,6 @@ async def store_outcome(app: Pooled, outcome: Outcome) -> bool:
     return bool(await app.run_pooled_async(write))
 
 
-def _size(outcome: Outcome) -> int:
-    return len(outcome.result or "") + len(outcome.error or "")
-
-
 class Completer:
     """Batches outcomes and writes them with ``job_complete_many``.
 
@@ -192,10 +188,16 @@ class Completer:
     def submit(self, outcome: Outcome, *, urgent: bool = False) -> None:
         """Queue an outcome for the next flush. ``urgent``: another job waits on this one (a
         workflow's next step), so the flush does not wait ``gather`` for company."""
-        self._pending.append(outcome)
-        self._urgent = self._urgent or urgent
-        self._idle.clear()
-        self._arrived.set()
+        pending = self._pending
+        pending.append(outcome)
+        if urgent:
+            self._urgent = True
+        if len(pending) == 1:
+            # Only the first of a batch: while outcomes are pending, ``_idle`` stays clear
+            # and ``_arrived`` set (``run`` changes them only with none pending), and two
+            # events' calls per outcome are spared.
+            self._idle.clear()
+            self._arrived.set()
 
     async def run(self) -> None:
         """Flush until ``close`` is called and everything is written."""
@@ -238,7 +240,8 @@ class Completer:
         batch = self._pending[: self._max_batch]
         total = 0
         for index, outcome in enumerate(batch):
-            total += _size(outcome)
+            # Its result and error, inline (a call per outcome was most of this loop).
+            total += len(outcome.result or "") + len(outcome.error or "")
             if total > MAX_BATCH_CHARS and index > 0:
                 return batch[:index]
         return batch

@@ -64,6 +64,49 @@ async def test_without_a_gather_window_the_first_outcome_is_written_alone(
     assert flushes[0] == 1 and sum(flushes) == 3
 
 
+async def test_outcomes_submitted_while_a_write_is_in_flight_are_written_next_and_waited_for(
+        app: App, database_url: str, db: psycopg.Connection) -> None:
+    """Only the first outcome of a batch wakes the completer and marks it busy: those
+    arriving while a write is in flight go out in the next write, urgent or not, and
+    ``wait_idle`` returns only once they are written."""
+
+    @app.task("batch.inflight")
+    async def noop() -> None: ...
+
+    ids = [noop.enqueue() for _ in range(3)]
+    rows = await claim(database_url, fake_worker(db), 3)
+    entered, go = asyncio.Event(), asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def connection() -> AsyncIterator[psycopg.AsyncConnection]:
+        entered.set()
+        await go.wait()
+        async with await psycopg.AsyncConnection.connect(database_url,
+                                                         autocommit=True) as opened:
+            yield opened
+
+    flushes: list[list[int]] = []
+    completer = Completer(connection, lambda batch, written: flushes.append(
+        sorted(outcome.job_id for outcome in batch)), gather=0.0)
+    runner = asyncio.create_task(completer.run())
+    outcomes = [succeeded(row["id"], row["run_count"], row["attempt"], None, None,
+                          claim_token=row["claim_token"]) for row in rows]
+    completer.submit(outcomes[0])
+    await asyncio.wait_for(entered.wait(), 10)  # the first write is in flight
+    completer.submit(outcomes[1])
+    completer.submit(outcomes[2], urgent=True)
+    idle = asyncio.create_task(completer.wait_idle())
+    await asyncio.sleep(0.05)
+    assert not idle.done() and completer.pending == 3
+    go.set()
+    await asyncio.wait_for(idle, 10)
+    assert completer.pending == 0
+    assert flushes == [[rows[0]["id"]], sorted(row["id"] for row in rows[1:])]
+    assert [job(db, job_id)["state"] for job_id in ids] == ["succeeded"] * 3
+    assert await completer.close(timeout=10)
+    await runner
+
+
 async def test_a_batch_postgres_refuses_is_split_until_the_bad_outcomes_fail_alone(
         app: App, database_url: str, db: psycopg.Connection,
         monkeypatch: pytest.MonkeyPatch) -> None:

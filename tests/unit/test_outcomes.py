@@ -7,7 +7,10 @@ tests/integration/test_outcomes.py.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
+import pickle
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -301,3 +304,26 @@ def test_a_body_returning_none_succeeds_with_null_as_the_dumps_would_say() -> No
     assert fast == Outcome(1, 1, SUCCESS, result="null", claim_token=5)
     # A limit below "null"'s four bytes still refuses it, as for any other result.
     assert succeeded(1, 1, 1, None, None, max_bytes=3).kind == FAIL
+
+
+def test_an_outcome_is_a_frozen_dataclass_made_from_its_fields_in_order() -> None:
+    """Its ``__init__`` is written by hand (sets the slots directly): the same parameters,
+    order and defaults as the fields, and the instance as frozen as the dataclass's."""
+    names = [item.name for item in dataclasses.fields(Outcome)]
+    assert names == ["job_id", "run_count", "kind", "result", "delay", "error",
+                     "max_attempts", "claim_token"]
+    parameters = list(inspect.signature(Outcome).parameters.values())
+    assert [parameter.name for parameter in parameters] == names
+    assert [parameter.default for parameter in parameters] == [
+        inspect.Parameter.empty if item.default is dataclasses.MISSING else item.default
+        for item in dataclasses.fields(Outcome)]
+    outcome = Outcome(7, 2, RETRY, delay=1.5, error="{}", max_attempts=4, claim_token=9)
+    assert dataclasses.astuple(outcome) == (7, 2, RETRY, None, 1.5, "{}", 4, 9)
+    assert outcome == Outcome(*dataclasses.astuple(outcome))
+    assert hash(outcome) == hash(Outcome(7, 2, RETRY, None, 1.5, "{}", 4, 9))
+    assert repr(outcome) == ("Outcome(job_id=7, run_count=2, kind='retry', result=None, "
+                             "delay=1.5, error='{}', max_attempts=4, claim_token=9)")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        outcome.kind = FAIL  # type: ignore[misc]
+    assert dataclasses.replace(outcome, kind=FAIL).kind == FAIL
+    assert pickle.loads(pickle.dumps(outcome)) == outcome
