@@ -77,16 +77,33 @@ async def within_lease(lease_end: Callable[[], float], cap: float,
     each time the wait reaches it: renewed meanwhile (a heartbeat got through on another
     connection, so the server answers and is only busy), the call goes on waiting; not
     renewed (no answer to the heartbeats either), it is abandoned."""
-    task = asyncio.ensure_future(call)
+    loop = asyncio.get_running_loop()
+    # What the caller waits on: rung by the call's own task as its last step, so the caller
+    # resumes on the next loop turn (through the task's done callbacks, as asyncio.wait
+    # has it, it took two turns, each behind every callback ready meanwhile: a claim's
+    # answer waited behind the bodies of two batches of runs), or by the timer.
+    bell: list[asyncio.Future[None]] = [loop.create_future()]
+
+    async def run() -> T:
+        try:
+            return await call
+        finally:
+            _ring(bell[0])
+
+    task = loop.create_task(run())
     started = time.monotonic()
     give_up = started + cap
     end = max(lease_end(), started + LAST_CHANCE)
     while True:
+        timer = loop.call_later(max(0.0, min(end, give_up) - time.monotonic()), _ring,
+                                bell[0])
         try:
-            await asyncio.wait({task}, timeout=max(0.0, min(end, give_up) - time.monotonic()))
+            await bell[0]
         except asyncio.CancelledError:
             await _abandon(connection, task)
             raise
+        finally:
+            timer.cancel()
         if task.done():
             return task.result()
         now = time.monotonic()
@@ -94,6 +111,7 @@ async def within_lease(lease_end: Callable[[], float], cap: float,
         if now >= give_up or renewed <= now:
             break
         end = renewed
+        bell[0] = loop.create_future()
     await _abandon(connection, task)
     waited = time.monotonic() - started
     if now >= give_up:
@@ -101,6 +119,11 @@ async def within_lease(lease_end: Callable[[], float], cap: float,
                        "the server answers other calls; its connection was abandoned")
     raise NoAnswer(f"no answer from the database to {what} within {waited:.1f}s, nor to the "
                    "heartbeats (network partition?); its connection was abandoned")
+
+
+def _ring(bell: asyncio.Future[None]) -> None:
+    if not bell.done():
+        bell.set_result(None)
 
 
 async def _abandon(connection: psycopg.AsyncConnection, task: asyncio.Future[Any]) -> None:

@@ -151,11 +151,8 @@ class Producer:
             if queue in self.paused:
                 continue
             self._runs.limit(queue, self.slots[queue])
-            try:
-                if not await self._claim_queue(queue):
-                    return
-            finally:
-                self._runs.unhold(queue)
+            if not await self._claim_queue(queue):
+                return
 
     async def _claim_queue(self, queue: str) -> bool:
         """Claim ``queue`` into its free slots until it is full or drained; False when a
@@ -166,50 +163,74 @@ class Producer:
         assert completer is not None
         guard = self._lease.guard
         runs = self._runs
-        while not stop.is_set() and health.is_set():
-            free = self.free(queue)
-            if free <= 0:
-                return True
-            if self._process_pool is None:
-                # Claims of the slots at most: what is claimed ahead of them (Runs.ahead)
-                # is the next claim, made while the runs of this one go on.
-                free = min(free, self.slots[queue])
-            if completer.pending >= self.max_pending_outcomes:
-                # Backpressure. The slots may all be free already (short runs finish
-                # before their outcomes are written), so no slot release will wake the
-                # loop: the completer's next written batch does (written()).
-                self._held_back = True
-                return True
-            rows: list[dict[str, Any]] = []
+        loop = asyncio.get_running_loop()
+        # The rows of a full claim made ahead of the slots (Runs.ahead), not started yet:
+        # they start once the next claim is sent, so that claim goes out before their runs
+        # are made and their bodies take the loop, and is answered while they run. Started
+        # at the latest when this round ends, however it ends.
+        ahead: list[dict[str, Any]] = []
 
-            async def claim(connection: psycopg.AsyncConnection, limit: int = free,
-                            queue: str = queue, rows: list[dict[str, Any]] = rows) -> None:
-                # The runs of the last claim, held, start now: this claim is sent before
-                # their bodies take the loop, and is answered while they run.
-                runs.unhold(queue)
-                worker_id = self._lease.worker_id
-                assert worker_id is not None
-                rows.extend(await database.claim_jobs(
-                    connection, queue, limit, worker_id, self.fair,
-                    after_task=self._fair_cursor[queue], floors=self.floors))
+        def begin() -> None:
+            rows = ahead[:]
+            ahead.clear()
+            self._start(rows)
 
-            if not await guard(claim, "claim", keep=True):
-                return False
-            if rows:
-                self._fair_cursor[queue] = rows[-1]["task"]
-            if len(rows) == free and runs.ahead(self.slots[queue]):
-                runs.hold(queue)  # until the next claim is on its way (claim() above)
-            for row in rows:
-                if row["state"] == "cancelled":
-                    logger.info("job %s %s cancelled before it started", row["id"],
-                                row["task"])
+        try:
+            while not stop.is_set() and health.is_set():
+                # The rows not started yet take their slots too.
+                free = self.free(queue) - len(ahead)
+                if free <= 0:
+                    return True
+                if self._process_pool is None:
+                    # Claims of the slots at most: what is claimed ahead of them
+                    # (Runs.ahead) is the next claim, made while the runs of this one go on.
+                    free = min(free, self.slots[queue])
+                if completer.pending >= self.max_pending_outcomes:
+                    # Backpressure. The slots may all be free already (short runs finish
+                    # before their outcomes are written), so no slot release will wake the
+                    # loop: the completer's next written batch does (written()).
+                    self._held_back = True
+                    return True
+                rows: list[dict[str, Any]] = []
+
+                async def claim(connection: psycopg.AsyncConnection, limit: int = free,
+                                queue: str = queue, rows: list[dict[str, Any]] = rows) -> None:
+                    worker_id = self._lease.worker_id
+                    assert worker_id is not None
+                    if ahead:
+                        # psycopg sends the claim within the call, before it first waits
+                        # for the answer: the rows of the last claim start right after.
+                        loop.call_soon(begin)
+                    rows.extend(await database.claim_jobs(
+                        connection, queue, limit, worker_id, self.fair,
+                        after_task=self._fair_cursor[queue], floors=self.floors))
+
+                if not await guard(claim, "claim", keep=True):
+                    return False
+                if rows:
+                    self._fair_cursor[queue] = rows[-1]["task"]
+                if len(rows) == free and runs.ahead(self.slots[queue]):
+                    ahead.extend(rows)  # until the next claim is on its way (claim() above)
                 else:
-                    runs.start(row)
-            if len(rows) < free:
-                # Drained, or cut short by a limit; a full claim means claim again at once.
-                await self._after_short_claim(queue)
-                return True
-        return True
+                    begin()  # the rows of the last claim first, if any are left
+                    self._start(rows)
+                if len(rows) < free:
+                    # Drained, or cut short by a limit; a full claim means claim again at
+                    # once.
+                    await self._after_short_claim(queue)
+                    return True
+            return True
+        finally:
+            begin()
+
+    def _start(self, rows: list[dict[str, Any]]) -> None:
+        """Start the runs of claimed ``rows``, in their order."""
+        runs = self._runs
+        for row in rows:
+            if row["state"] == "cancelled":
+                logger.info("job %s %s cancelled before it started", row["id"], row["task"])
+            else:
+                runs.start(row)
 
     async def _after_short_claim(self, queue: str) -> None:
         guard = self._lease.guard

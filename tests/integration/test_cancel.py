@@ -859,3 +859,53 @@ async def test_a_long_run_stops_the_claims_ahead(app: App, db: psycopg.Connectio
         assert worker.running() == {first: True}
         release.set()
         await wait_until(lambda: job(db, second)["state"] == "succeeded")
+
+
+async def test_the_runs_of_a_claim_made_ahead_start_once_the_next_claim_is_sent(
+    app: App, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full claim made ahead of the slots does not start its runs before the next claim
+    is on its way: that claim is sent first (its reply comes while they run), then they
+    start, in their claim's order, and every job runs once."""
+    from akadze_core.store import database
+
+    started: list[str] = []
+    release = asyncio.Event()
+    step = _step(app, started, release)
+    events: list[tuple[str, Any]] = []
+    claim_jobs = database.claim_jobs
+
+    async def recorded(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        events.append(("sent", None))
+        rows = await claim_jobs(*args, **kwargs)
+        events.append(("answered", [row["id"] for row in rows]))
+        return rows
+
+    monkeypatch.setattr(database, "claim_jobs", recorded)
+    worker = fast_worker(app, slots=2)
+    async with running(worker):
+        start = worker._runs.start
+
+        def start_recorded(row: dict[str, Any]) -> None:
+            events.append(("start", row["id"]))
+            start(row)
+
+        monkeypatch.setattr(worker._runs, "start", start_recorded)
+        for _ in range(20):  # a loaded machine may need a few tries to claim ahead
+            await _warm(worker, step, db)
+            events.clear()
+            ids = [int(i) for i in step.enqueue_many([{"name": f"n{i}"} for i in range(40)])]
+            await wait_until(lambda ids=ids: all(job(db, i)["state"] == "succeeded"
+                                                  for i in ids))
+            starts = [value for what, value in events if what == "start"]
+            assert sorted(starts) == sorted(ids)  # each once
+            later = 0  # full claims whose runs started after the next claim was sent
+            for index, (what, value) in enumerate(events):
+                if what != "answered" or len(value) != 2:
+                    continue
+                first = events.index(("start", value[0]))
+                assert events[first:first + 2] == [("start", value[0]), ("start", value[1])]
+                later += ("sent", None) in events[index:first]
+            if later:
+                return
+        raise AssertionError("no full claim made ahead started its runs after the next one")
