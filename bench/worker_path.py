@@ -1,13 +1,13 @@
 """``python -m bench.worker_path``: the core worker's own CPU per job, without a database.
 
 The path of a ``--slots 64`` drain's async no-op from its claimed row to its log line, in
-this process: claims of 64 rows (as ``akadze.claim_jobs`` returns them) held at the queue's
-body gate as the claim-ahead does, each row ``Runs.start``-ed; the gate opened (each held run
-gets its task); the loop run until every body (``bench.apps.core_app``'s no-op) ended and
+this process: claims of 64 rows (as ``akadze.claim_jobs`` returns them), each row
+``Runs.start``-ed into a free slot of the queue's body gate (its run and its task), as the
+claim loop starts a claim's rows once the next claim is sent; the loop run until every body (``bench.apps.core_app``'s no-op) ended and
 handed its outcome to a ``Completer``; then the completer's written batch as the worker
 handles it (``log_outcomes`` through the CLI's own logging, stderr sent to /dev/null).
-Prints the process time per job of each piece, best of ``--repeat``: start, open, run,
-line, and their total. No SQL is timed: the claim and the outcome write are left out.
+Prints the process time per job of each piece, best of ``--repeat``: start, run, line,
+and their total. No SQL is timed: the claim and the outcome write are left out.
 
 Process times move with the machine's load; a count does not. For instructions a job, run
 it under ``valgrind --tool=callgrind --callgrind-out-file=/dev/null`` with ``--repeat 1
@@ -83,16 +83,13 @@ async def _claims(app: Any, claims: list[list[dict[str, Any]]],
 
     completer = Completer(lambda: None, on_written)
     runs.open(completer, _Threads())  # type: ignore[arg-type]
-    runs._short_in_row = SLOTS  # a drain of short runs: every claim is held, then opened
+    runs._short_in_row = SLOTS  # a drain of short runs: claims are made ahead
     clock = time.process_time
     for rows in claims:
         t0 = clock()
         runs.limit(QUEUE, SLOTS)
-        runs.hold(QUEUE)
         for row in rows:
             runs.start(row)
-        t1 = clock()
-        runs.unhold(QUEUE)
         t2 = clock()
         while runs.running:
             await asyncio.sleep(0)
@@ -106,8 +103,7 @@ async def _claims(app: Any, claims: list[list[dict[str, Any]]],
         del completer._pending[: len(batch)]
         await asyncio.sleep(0)  # the handler's held lines are written at the turn's end
         t5 = clock()
-        times["start"] += t1 - t0
-        times["open"] += t2 - t1
+        times["start"] += t2 - t0
         times["run"] += t3 - t2
         times["line"] += t5 - t4
 
@@ -115,7 +111,7 @@ async def _claims(app: Any, claims: list[list[dict[str, Any]]],
 def measure(jobs: int) -> dict[str, float]:
     """Process seconds per job of each piece for one drain of ``jobs`` no-ops."""
     claims = [claimed_rows(1 + start, SLOTS) for start in range(0, jobs, SLOTS)]
-    times = dict.fromkeys(("start", "open", "run", "line"), 0.0)
+    times = dict.fromkeys(("start", "run", "line"), 0.0)
     asyncio.run(_drain(claims, times))
     count = len(claims) * SLOTS
     return {name: value / count for name, value in times.items()}

@@ -26,8 +26,6 @@ class BodyGate:
             raise ValueError("a body gate needs at least one slot")
         self._free = slots
         self._slots = slots
-        # Held (``hold``): runs arriving wait in line even for a free slot, until ``open``.
-        self._held = False
         # Waiting runs by job id, in arrival order; a result of True hands over a slot.
         self._waiters: collections.OrderedDict[int, asyncio.Future[bool] | _Callback] = (
             collections.OrderedDict())
@@ -46,20 +44,8 @@ class BodyGate:
         self._slots = slots
         self._admit()
 
-    def hold(self) -> None:
-        """Runs arriving from now on wait in line, even for a free slot, until ``open``
-        (a slot freed meanwhile still goes to the first in line)."""
-        self._held = True
-
-    def open(self) -> None:
-        """End a ``hold``: the free slots go to the runs in line."""
-        self._held = False
-        self._admit()
-
     def _admit(self) -> None:
-        """Hand the free slots to the runs in line, first come first (none while held)."""
-        if self._held:
-            return
+        """Hand the free slots to the runs in line, first come first."""
         waiters = self._waiters
         while self._free > 0 and waiters:
             _, waiter = waiters.popitem(last=False)
@@ -78,7 +64,7 @@ class BodyGate:
     def try_enter(self) -> bool:
         """Take a slot if one is free and nobody waits: True then (call ``release`` when
         the body ends); False leaves the gate as it was."""
-        if self._free > 0 and not self._waiters and not self._held:
+        if self._free > 0 and not self._waiters:
             self._free -= 1
             return True
         return False
@@ -101,7 +87,7 @@ class BodyGate:
     async def enter(self, job_id: int) -> bool:
         """Take a slot for the run of ``job_id``: True once it holds one (call ``release``
         when its body ends), False when it was dropped while waiting (it holds none)."""
-        if self._free > 0 and not self._waiters and not self._held:
+        if self._free > 0 and not self._waiters:
             self._free -= 1
             return True
         waiter = asyncio.get_running_loop().create_future()

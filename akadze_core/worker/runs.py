@@ -148,19 +148,6 @@ class Runs:
         elif gate.slots != slots:
             gate.resize(slots)
 
-    def hold(self, queue: str) -> None:
-        """The runs of ``queue`` started from now on wait, claimed ahead, until ``unhold``:
-        the claim after theirs goes out before their bodies take the loop."""
-        gate = self._gate(queue) if self._queue_gates is not None else None
-        if gate is not None:
-            gate.hold()
-
-    def unhold(self, queue: str) -> None:
-        """End a ``hold``: the waiting runs of ``queue`` take the free slots."""
-        gate = self._gate(queue) if self._queue_gates is not None else None
-        if gate is not None:
-            gate.open()
-
     def ahead(self, slots: int) -> int:
         """How many runs of a queue of ``slots`` may be claimed beyond them now: one more
         claim's worth while the last ``slots`` runs in a row each ended within ``SHORT`` of

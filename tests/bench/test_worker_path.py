@@ -20,7 +20,7 @@ def test_every_job_of_the_path_ends_with_the_workers_success_line(
     monkeypatch.setattr(sys, "stderr", stderr)
     with stderr_logging("INFO"):
         figures = worker_path.measure(2 * worker_path.SLOTS)
-    assert set(figures) == {"start", "open", "run", "line"}
+    assert set(figures) == {"start", "run", "line"}
     assert all(value >= 0 for value in figures.values())
     lines = stderr.getvalue().splitlines()
     assert len(lines) == 2 * worker_path.SLOTS
@@ -34,4 +34,4 @@ def test_every_job_of_the_path_ends_with_the_workers_success_line(
 def test_the_command_prints_each_piece_per_job(capsys: pytest.CaptureFixture[str]) -> None:
     worker_path.main(["--jobs", "128", "--repeat", "1"])
     out = capsys.readouterr().out
-    assert re.search(r"start [\d.]+ · open [\d.]+ · run [\d.]+ · line [\d.]+ · total", out), out
+    assert re.search(r"start [\d.]+ · run [\d.]+ · line [\d.]+ · total", out), out

@@ -108,11 +108,10 @@ async def test_resize_hands_new_slots_to_callback_waiters() -> None:
     assert told == [1, 2] and gate.waiting(3)
 
 
-async def test_a_held_gate_lines_up_arrivals_until_opened_and_a_dropped_one_never_enters() -> None:
+async def test_a_full_gate_lines_up_arrivals_in_order_and_a_dropped_one_never_enters() -> None:
     gate = BodyGate(2)
-    gate.hold()
-    assert gate.slots == 2
-    assert gate.try_enter() is False  # a free slot, but held
+    assert gate.try_enter() and gate.try_enter()
+    assert gate.try_enter() is False  # no free slot
     handed: list[tuple[int, bool]] = []
     gate.wait(1, lambda key, slot: handed.append((key, slot)), 1)
     entered = asyncio.create_task(gate.enter(2))
@@ -120,9 +119,10 @@ async def test_a_held_gate_lines_up_arrivals_until_opened_and_a_dropped_one_neve
     await asyncio.sleep(0)
     assert all(gate.waiting(job_id) for job_id in (1, 2, 3))
     assert gate.drop(3) is True
-    gate.open()  # two free slots: the first two in line, in order
+    gate.release()
+    gate.release()  # two free slots: the first two in line, in order
     assert handed == [(1, True)]
     assert await entered is True and await late is False
-    assert gate.try_enter() is False  # both slots held
+    assert gate.try_enter() is False  # both slots taken again
     gate.release()
-    assert gate.try_enter() is True  # open again: no line, a free slot
+    assert gate.try_enter() is True  # no line, a free slot
