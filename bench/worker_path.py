@@ -3,11 +3,12 @@
 The path of a ``--slots 64`` drain's async no-op from its claimed row to its log line, in
 this process: claims of 64 rows (as ``akadze.claim_jobs`` returns them), each row
 ``Runs.start``-ed into a free slot of the queue's body gate (its run and its task), as the
-claim loop starts a claim's rows once the next claim is sent; the loop run until every body (``bench.apps.core_app``'s no-op) ended and
-handed its outcome to a ``Completer``; then the completer's written batch as the worker
-handles it (``log_outcomes`` through the CLI's own logging, stderr sent to /dev/null).
-Prints the process time per job of each piece, best of ``--repeat``: start, run, line,
-and their total. No SQL is timed: the claim and the outcome write are left out.
+claim loop starts a claim's rows once the next claim is sent; the loop run until every body
+(``bench.apps.core_app``'s no-op) ended and handed its outcome to a ``Completer``; then the
+completer's written batch as the worker handles it (``log_outcomes`` through the CLI's own
+logging, stderr sent to /dev/null). Prints the process time per job of each piece, best of
+``--repeat``: start, run, line, and their total. No SQL is timed: the claim and the outcome
+write are left out.
 
 Process times move with the machine's load; a count does not. For instructions a job, run
 it under ``valgrind --tool=callgrind --callgrind-out-file=/dev/null`` with ``--repeat 1
