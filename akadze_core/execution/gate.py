@@ -46,16 +46,11 @@ class BodyGate:
 
     def _admit(self) -> None:
         """Hand the free slots to the runs in line, first come first."""
-        waiters = self._waiters
-        while self._free > 0 and waiters:
-            _, waiter = waiters.popitem(last=False)
-            # _live and _hand, written out: a claim-ahead hands every run a slot here.
-            if isinstance(waiter, tuple):
+        while self._free > 0 and self._waiters:
+            _, waiter = self._waiters.popitem(last=False)
+            if _live(waiter):
                 self._free -= 1
-                waiter[0](waiter[1], True)
-            elif not waiter.done():
-                self._free -= 1
-                waiter.set_result(True)
+                _hand(waiter, True)
 
     def waiting(self, job_id: int) -> bool:
         """Whether the run of ``job_id`` waits for a slot (claimed, its body not started)."""

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg_pool
 
-from ..model.dsn import configured_url, listen_url, password_of, redact
+from ..model.dsn import configured_url, listen_url, password_of, redact_password
 from ..model.dsn import prepare_threshold as resolve_prepare_threshold
 from ..model.errors import AkadzeError, ConfigurationError, DatabaseUnavailable
 from .dberrors import PREPARED_STATEMENT_LOST, is_too_many_connections, is_transient
@@ -177,10 +177,7 @@ class Connections:
         url = self._url or configured_url(self._explicit_url) or ""
         if url != self._redact_url:  # parse the DSN once, not on every log line
             self._redact_url, self._redact_password = url, password_of(url)
-        # redact_password written out: this runs for each of a worker's lines per job.
-        text = redact(text)
-        password = self._redact_password
-        return text.replace(password, "***") if password else text
+        return redact_password(text, self._redact_password)
 
     # --- prepared statements behind a transaction pooler ----------------------------------
 
