@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -35,6 +36,10 @@ Written = Callable[[Sequence[Outcome], list[dict[str, Any]]], None]
 #: -c 2). Only the write waits: the job's slot is free as soon as its run ends.
 GATHER = 0.002
 
+
+#: Seconds of writes one step makes back to back on its connection (``Completer._write``)
+#: before it gives way to a new one.
+WRITES_PER_STEP = 0.2
 
 #: The completer's step, as ``on_lock`` names it.
 WRITING = "writing outcomes"
@@ -175,6 +180,8 @@ class Completer:
         self._idle.set()
         self._closing = False
         self._urgent = False
+        # The size of the batch taken last (``_take``), for its failure's line.
+        self._writing = 0
 
     @property
     def pending(self) -> int:
@@ -212,10 +219,8 @@ class Completer:
                 if self._gather > 0 and not self._closing and not self._urgent:
                     await asyncio.sleep(self._gather)
                 continue
-            batch = self._next_batch()
-            self._urgent = False
             try:
-                await self._write(batch)
+                await self._write()
             except Exception as exc:
                 if not is_transient(exc):
                     raise
@@ -226,13 +231,18 @@ class Completer:
                     await asyncio.sleep(delay)
                     continue
                 logger.warning("writing %d outcomes failed (%s); retrying in %.2fs",
-                               len(batch), type(exc).__name__, delay)
+                               self._writing, type(exc).__name__, delay)
                 await asyncio.sleep(delay)
                 continue
             failures = 0
-            del self._pending[: len(batch)]
-            if self._on_lock is not None:
-                self._on_lock(WRITING, False)
+
+    def _take(self) -> list[Outcome]:
+        """The next batch to write (``_next_batch``): it carries any urgent outcome
+        pending, and its size is the one a failure's line gives."""
+        self._urgent = False
+        batch = self._next_batch()
+        self._writing = len(batch)
+        return batch
 
     def _next_batch(self) -> list[Outcome]:
         """The pending outcomes the next write sends: at most ``max_batch`` of them, with at
@@ -246,16 +256,32 @@ class Completer:
                 return batch[:index]
         return batch
 
-    async def _write(self, batch: list[Outcome]) -> None:
+    async def _write(self) -> None:
+        """Write the pending outcomes, a batch a statement (the first taken now, before the
+        connection), back to back on one connection while more are pending (at most
+        ``WRITES_PER_STEP`` seconds): each next statement goes out in the turn the last
+        answer is read. A failed write raises with its batch still pending; those written
+        before it are dropped from the list."""
+        batch = self._take()
         async with self._connection() as connection:
             with database.lock_timeout(self._lock_timeout):
                 if self._lease_end is None:
-                    rows = await self._store(connection, batch)
+                    await self._writes(connection, batch)
                 else:
-                    rows = await within_lease(self._lease_end, self._cap, connection,
-                                              self._store(connection, batch),
-                                              "the outcome write")
-        self._on_written(batch, rows)
+                    await within_lease(self._lease_end, self._cap, connection,
+                                       self._writes(connection, batch), "the outcome write")
+
+    async def _writes(self, connection: Any, batch: list[Outcome]) -> None:
+        until = time.monotonic() + WRITES_PER_STEP
+        while True:
+            rows = await self._store(connection, batch)
+            self._on_written(batch, rows)
+            del self._pending[: len(batch)]
+            if self._on_lock is not None:
+                self._on_lock(WRITING, False)
+            if not self._pending or time.monotonic() >= until:
+                return
+            batch = self._take()
 
     async def _store(self, connection: Any, batch: list[Outcome]) -> list[dict[str, Any]]:
         try:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
     from .signals import Signals
 
 logger = logging.getLogger("akadze.worker")
+
+#: Seconds of claims one guarded step makes back to back (``Producer._claims``) before it
+#: gives way to a new one.
+CLAIMS_PER_STEP = 0.2
 
 
 class Producer:
@@ -157,71 +162,97 @@ class Producer:
     async def _claim_queue(self, queue: str) -> bool:
         """Claim ``queue`` into its free slots until it is full or drained; False when a
         claim failed (no more claims this round)."""
-        stop = self._signals.stop
-        health = self._lease.health
-        completer = self._completer
-        assert completer is not None
-        guard = self._lease.guard
-        runs = self._runs
-        loop = asyncio.get_running_loop()
         # The rows of a full claim made ahead of the slots (Runs.ahead), not started yet:
         # they start once the next claim is sent, so that claim goes out before their runs
         # are made and their bodies take the loop, and is answered while they run. Started
         # at the latest when this round ends, however it ends.
         ahead: list[dict[str, Any]] = []
+        # Runs start in the claim loop's context variables (not the guarded step's, which
+        # holds the statements' lock bound), however and wherever their claim was answered.
+        claimer = contextvars.copy_context()
+
+        def start(rows: list[dict[str, Any]]) -> None:
+            claimer.run(self._start, rows)
 
         def begin() -> None:
             rows = ahead[:]
             ahead.clear()
-            self._start(rows)
+            start(rows)
+
+        # Why a step returned (``_claims``): empty when it made claims for as long as one
+        # step may, and a new one goes on.
+        ended: list[str] = []
+
+        async def claims(connection: psycopg.AsyncConnection) -> None:
+            await self._claims(connection, queue, ahead, begin, start, ended)
 
         try:
-            while not stop.is_set() and health.is_set():
-                # The rows not started yet take their slots too.
-                free = self.free(queue) - len(ahead)
-                if free <= 0:
-                    return True
-                if self._process_pool is None:
-                    # Claims of the slots at most: what is claimed ahead of them
-                    # (Runs.ahead) is the next claim, made while the runs of this one go on.
-                    free = min(free, self.slots[queue])
-                if completer.pending >= self.max_pending_outcomes:
-                    # Backpressure. The slots may all be free already (short runs finish
-                    # before their outcomes are written), so no slot release will wake the
-                    # loop: the completer's next written batch does (written()).
-                    self._held_back = True
-                    return True
-                rows: list[dict[str, Any]] = []
-
-                async def claim(connection: psycopg.AsyncConnection, limit: int = free,
-                                queue: str = queue, rows: list[dict[str, Any]] = rows) -> None:
-                    worker_id = self._lease.worker_id
-                    assert worker_id is not None
-                    if ahead:
-                        # psycopg sends the claim within the call, before it first waits
-                        # for the answer: the rows of the last claim start right after.
-                        loop.call_soon(begin)
-                    rows.extend(await database.claim_jobs(
-                        connection, queue, limit, worker_id, self.fair,
-                        after_task=self._fair_cursor[queue], floors=self.floors))
-
-                if not await guard(claim, "claim", keep=True):
+            while not ended:
+                if not await self._lease.guard(claims, "claim", keep=True):
                     return False
-                if rows:
-                    self._fair_cursor[queue] = rows[-1]["task"]
-                if len(rows) == free and runs.ahead(self.slots[queue]):
-                    ahead.extend(rows)  # until the next claim is on its way (claim() above)
-                else:
-                    begin()  # the rows of the last claim first, if any are left
-                    self._start(rows)
-                if len(rows) < free:
-                    # Drained, or cut short by a limit; a full claim means claim again at
-                    # once.
-                    await self._after_short_claim(queue)
-                    return True
+            if ended[0] == "short":
+                await self._after_short_claim(queue)
             return True
         finally:
             begin()
+
+    async def _claims(self, connection: psycopg.AsyncConnection, queue: str,
+                      ahead: list[dict[str, Any]], begin: Callable[[], None],
+                      start: Callable[[list[dict[str, Any]]], None],
+                      ended: list[str]) -> None:
+        """Claim ``queue`` on ``connection`` back to back (one guarded step): each claim's
+        answer is handled and the next one sent in the turn it is read, not two turns
+        later through the guard's caller, behind every callback ready meanwhile. At most
+        ``CLAIMS_PER_STEP`` seconds of claims: the step's bounds (the lease, the answer cap)
+        count from its start. ``ended`` gets why it stopped: "full", "held", "short" or
+        "stop"; nothing when the step just reached its length."""
+        stop = self._signals.stop
+        health = self._lease.health
+        completer = self._completer
+        assert completer is not None
+        runs = self._runs
+        loop = asyncio.get_running_loop()
+        worker_id = self._lease.worker_id
+        assert worker_id is not None
+        until = time.monotonic() + CLAIMS_PER_STEP
+        while not stop.is_set() and health.is_set():
+            # The rows not started yet take their slots too.
+            free = self.free(queue) - len(ahead)
+            if free <= 0:
+                ended.append("full")
+                return
+            if self._process_pool is None:
+                # Claims of the slots at most: what is claimed ahead of them (Runs.ahead)
+                # is the next claim, made while the runs of this one go on.
+                free = min(free, self.slots[queue])
+            if completer.pending >= self.max_pending_outcomes:
+                # Backpressure. The slots may all be free already (short runs finish
+                # before their outcomes are written), so no slot release will wake the
+                # loop: the completer's next written batch does (written()).
+                self._held_back = True
+                ended.append("held")
+                return
+            if ahead:
+                # psycopg sends the claim within the call, before it first waits for the
+                # answer: the rows of the last claim start right after.
+                loop.call_soon(begin)
+            rows = await database.claim_jobs(
+                connection, queue, free, worker_id, self.fair,
+                after_task=self._fair_cursor[queue], floors=self.floors)
+            if rows:
+                self._fair_cursor[queue] = rows[-1]["task"]
+            if len(rows) == free and runs.ahead(self.slots[queue]):
+                ahead.extend(rows)  # until the next claim is on its way (above)
+            else:
+                begin()  # the rows of the last claim first, if any are left
+                start(rows)
+            if len(rows) < free:
+                # Drained, or cut short by a limit; a full claim means claim again at once.
+                ended.append("short")
+                return
+            if time.monotonic() >= until:
+                return
+        ended.append("stop")
 
     def _start(self, rows: list[dict[str, Any]]) -> None:
         """Start the runs of claimed ``rows``, in their order."""

@@ -861,18 +861,12 @@ async def test_a_long_run_stops_the_claims_ahead(app: App, db: psycopg.Connectio
         await wait_until(lambda: job(db, second)["state"] == "succeeded")
 
 
-async def test_the_runs_of_a_claim_made_ahead_start_once_the_next_claim_is_sent(
-    app: App, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A full claim made ahead of the slots does not start its runs before the next claim
-    is on its way: that claim is sent first (its reply comes while they run), then they
-    start, in their claim's order, and every job runs once."""
+def _recording(monkeypatch: pytest.MonkeyPatch, worker: Any,
+               events: list[tuple[str, Any]]) -> None:
+    """Record in ``events`` each claim sent ("sent") and answered ("answered", its ids),
+    and each run ``worker`` starts ("start", its id)."""
     from akadze_core.store import database
 
-    started: list[str] = []
-    release = asyncio.Event()
-    step = _step(app, started, release)
-    events: list[tuple[str, Any]] = []
     claim_jobs = database.claim_jobs
 
     async def recorded(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
@@ -882,15 +876,41 @@ async def test_the_runs_of_a_claim_made_ahead_start_once_the_next_claim_is_sent(
         return rows
 
     monkeypatch.setattr(database, "claim_jobs", recorded)
+    start = worker._runs.start
+
+    def start_recorded(row: dict[str, Any]) -> None:
+        events.append(("start", row["id"]))
+        start(row)
+
+    monkeypatch.setattr(worker._runs, "start", start_recorded)
+
+
+def _started_after_the_next_claim(events: list[tuple[str, Any]]) -> int:
+    """How many full claims of two (``_recording``'s events) started their runs only after
+    the next claim was sent; each claim's runs start together, in its order."""
+    later = 0
+    for index, (what, value) in enumerate(events):
+        if what != "answered" or len(value) != 2:
+            continue
+        first = events.index(("start", value[0]))
+        assert events[first:first + 2] == [("start", value[0]), ("start", value[1])]
+        later += ("sent", None) in events[index:first]
+    return later
+
+
+async def test_the_runs_of_a_claim_made_ahead_start_once_the_next_claim_is_sent(
+    app: App, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full claim made ahead of the slots does not start its runs before the next claim
+    is on its way: that claim is sent first (its reply comes while they run), then they
+    start, in their claim's order, and every job runs once."""
+    started: list[str] = []
+    release = asyncio.Event()
+    step = _step(app, started, release)
+    events: list[tuple[str, Any]] = []
     worker = fast_worker(app, slots=2)
     async with running(worker):
-        start = worker._runs.start
-
-        def start_recorded(row: dict[str, Any]) -> None:
-            events.append(("start", row["id"]))
-            start(row)
-
-        monkeypatch.setattr(worker._runs, "start", start_recorded)
+        _recording(monkeypatch, worker, events)
         for _ in range(20):  # a loaded machine may need a few tries to claim ahead
             await _warm(worker, step, db)
             events.clear()
@@ -899,13 +919,76 @@ async def test_the_runs_of_a_claim_made_ahead_start_once_the_next_claim_is_sent(
                                                   for i in ids))
             starts = [value for what, value in events if what == "start"]
             assert sorted(starts) == sorted(ids)  # each once
-            later = 0  # full claims whose runs started after the next claim was sent
-            for index, (what, value) in enumerate(events):
-                if what != "answered" or len(value) != 2:
-                    continue
-                first = events.index(("start", value[0]))
-                assert events[first:first + 2] == [("start", value[0]), ("start", value[1])]
-                later += ("sent", None) in events[index:first]
-            if later:
+            if _started_after_the_next_claim(events):
+                return
+        raise AssertionError("no full claim made ahead started its runs after the next one")
+
+
+async def test_a_full_claim_sends_the_next_one_in_the_turn_its_answer_is_read(
+    app: App, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While claims come back full, the next claim goes out in the loop turn the last
+    answer was read in: no callback made ready meanwhile (a batch's bodies, a write's
+    lines) runs between them. Every job runs once."""
+    from akadze_core.store import database
+
+    started: list[str] = []
+    release = asyncio.Event()
+    step = _step(app, started, release)
+    answers: list[int] = []  # rows of each claim answered
+    turns: list[int] = []  # the answers a loop turn has passed since
+    gaps: list[bool] = []  # for each claim after a full one: a turn passed in between
+    claim_jobs = database.claim_jobs
+
+    async def recorded(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        if answers and answers[-1] == args[2]:  # the last claim came back full
+            gaps.append(turns[-1:] == [len(answers)])
+        rows = await claim_jobs(*args, **kwargs)
+        answers.append(len(rows))
+        asyncio.get_running_loop().call_soon(turns.append, len(answers))
+        return rows
+
+    monkeypatch.setattr(database, "claim_jobs", recorded)
+    worker = fast_worker(app, slots=2)
+    async with running(worker):
+        for _ in range(20):  # a loaded machine may need a few tries to claim ahead
+            await _warm(worker, step, db)
+            gaps.clear()
+            ids = [int(i) for i in step.enqueue_many([{"name": f"n{i}"} for i in range(40)])]
+            await wait_until(lambda ids=ids: all(job(db, i)["state"] == "succeeded"
+                                                  for i in ids))
+            assert all(job(db, i)["run_count"] == 1 for i in ids)
+            if False in gaps:
+                return
+        raise AssertionError(f"no claim went out in the turn of a full answer: {gaps}")
+
+
+async def test_the_runs_of_a_claim_made_ahead_see_the_claim_loops_context_variables(
+    app: App, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run claimed ahead starts in the claim loop's context variables, as one started at
+    its claim does, not in those of the step that sent the next claim: its body never sees
+    the worker's lock bound on its own statements."""
+    from akadze_core.store import database
+
+    bounds: dict[str, str | None] = {}
+
+    @app.task("step")
+    async def step(name: str) -> None:
+        bounds[name] = database._bound()
+
+    events: list[tuple[str, Any]] = []
+    worker = fast_worker(app, slots=2)
+    async with running(worker):
+        _recording(monkeypatch, worker, events)
+        for _ in range(20):  # a loaded machine may need a few tries to claim ahead
+            await _warm(worker, step, db)
+            events.clear()
+            names = [f"n{i}" for i in range(40)]
+            ids = [int(i) for i in step.enqueue_many([{"name": name} for name in names])]
+            await wait_until(lambda ids=ids: all(job(db, i)["state"] == "succeeded"
+                                                  for i in ids))
+            assert {name: bounds[name] for name in names} == dict.fromkeys(names)
+            if _started_after_the_next_claim(events):
                 return
         raise AssertionError("no full claim made ahead started its runs after the next one")

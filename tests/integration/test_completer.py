@@ -107,6 +107,65 @@ async def test_outcomes_submitted_while_a_write_is_in_flight_are_written_next_an
     await runner
 
 
+async def test_outcomes_pending_when_a_write_answers_go_out_at_once_on_its_connection(
+        app: App, database_url: str, db: psycopg.Connection,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outcomes that arrived while a write was in flight go out in the next statement on
+    the same connection, sent in the loop turn the last answer is read in (no callback made
+    ready meanwhile runs first), each batch reported written before the next is sent."""
+    from akadze_core.store import database
+
+    @app.task("batch.steps")
+    async def noop() -> None: ...
+
+    ids = [noop.enqueue() for _ in range(3)]
+    rows = await claim(database_url, fake_worker(db), 3)
+    opened: list[int] = []
+
+    @contextlib.asynccontextmanager
+    async def connection() -> AsyncIterator[psycopg.AsyncConnection]:
+        async with await psycopg.AsyncConnection.connect(database_url,
+                                                         autocommit=True) as made:
+            opened.append(1)
+            yield made
+
+    events: list[Any] = []
+    turns: list[int] = []  # the answers a loop turn has passed since
+    answers: list[int] = []
+    sent = asyncio.Event()
+    complete_many = database.complete_many
+
+    async def recorded(connection: Any, outcomes: Any) -> list[dict[str, Any]]:
+        if answers:
+            events.append(("turned", turns[-1:] == [len(answers)]))
+        events.append(("sent", sorted(outcome.job_id for outcome in outcomes)))
+        sent.set()
+        written = await complete_many(connection, outcomes)
+        answers.append(len(written))
+        asyncio.get_running_loop().call_soon(turns.append, len(answers))
+        return written
+
+    monkeypatch.setattr(database, "complete_many", recorded)
+    completer = Completer(connection, lambda batch, written: events.append(
+        ("written", sorted(outcome.job_id for outcome in batch))), gather=0.0,
+        lease_end=lambda: asyncio.get_running_loop().time() + 60)
+    runner = asyncio.create_task(completer.run())
+    outcomes = [succeeded(row["id"], row["run_count"], row["attempt"], None, None,
+                          claim_token=row["claim_token"]) for row in rows]
+    completer.submit(outcomes[0])
+    await asyncio.wait_for(sent.wait(), 10)  # the first write is in flight
+    completer.submit(outcomes[1])
+    completer.submit(outcomes[2])
+    await asyncio.wait_for(completer.wait_idle(), 10)
+    rest = sorted(row["id"] for row in rows[1:])
+    assert events == [("sent", [rows[0]["id"]]), ("written", [rows[0]["id"]]),
+                      ("turned", False), ("sent", rest), ("written", rest)]
+    assert opened == [1]
+    assert [job(db, job_id)["state"] for job_id in ids] == ["succeeded"] * 3
+    assert await completer.close(timeout=10)
+    await runner
+
+
 async def test_a_batch_postgres_refuses_is_split_until_the_bad_outcomes_fail_alone(
         app: App, database_url: str, db: psycopg.Connection,
         monkeypatch: pytest.MonkeyPatch) -> None:
