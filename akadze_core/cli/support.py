@@ -111,6 +111,24 @@ class Secrets:
             for password in sorted(self.passwords, key=len, reverse=True):
                 if password in text:
                     text = text.replace(password, "***")
+        return self._redacted(text)
+
+    def scrub_lines(self, texts: list[str]) -> list[str]:
+        """``scrub`` of each of ``texts``. What the DSN shapes and the passwords need is
+        looked for once in all of them: a worker scrubs a line per job, and in almost none
+        is there any (each redactor still sees each text alone)."""
+        whole = "\n".join(texts)
+        # A needle without a newline is in one of the texts exactly when it is in their
+        # join: when none is, redact_dsn and the passwords leave every text as it is.
+        if ("://" in whole or "=" in whole
+                or any(password in whole for password in self.passwords)):
+            return [self.scrub(text) for text in texts]
+        if not self.redactors:
+            return list(texts)
+        return [self._redacted(text) for text in texts]
+
+    def _redacted(self, text: str) -> str:
+        """``text`` through each of the ``redactors`` in turn."""
         for redact in self.redactors:
             text = redact(text)
         return text
@@ -170,20 +188,23 @@ class ScrubbingFormatter(logging.Formatter):
             record.asctime = self.formatTime(record, self.datefmt)
         values = record.__dict__
         fmt = self._style._fmt
-        scrub = self.secrets.scrub
-        lines = []
         around = _around_message(fmt, values)
         if around is not None:
             # The other fields are the same in every line: the format applied once.
             before, after = around
-            for message in messages:
-                lines.append(printable(scrub(before + message + after), lines=True))
+            lines = [before + message + after for message in messages]
             values["message"] = messages[-1]
+        else:
+            lines = []
+            for message in messages:
+                values["message"] = message
+                lines.append(fmt % values)
+        lines = self.secrets.scrub_lines(lines)
+        # Checked once for them all: printable leaves a text without a control character
+        # (but newlines) as it is, and the join has one exactly when a line has.
+        if "".join(lines).isprintable():
             return lines
-        for message in messages:
-            values["message"] = message
-            lines.append(printable(scrub(fmt % values), lines=True))
-        return lines
+        return [printable(line, lines=True) for line in lines]
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         """``logging.Formatter.formatTime``'s text, the seconds part made once a second."""
