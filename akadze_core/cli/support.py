@@ -50,6 +50,8 @@ def exit_now(code: int) -> NoReturn:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 _HIGH_CONTROL = re.compile(r"[\x7f-\x9f]")
+# The ASCII characters of _CONTROL_BUT_NEWLINE.
+_ASCII_CONTROL_BUT_NEWLINE = bytes([*range(0x0a), *range(0x0b, 0x20), 0x7f])
 
 
 def printable(value: Any, *, lines: bool = False, json_text: bool = False) -> str:
@@ -120,7 +122,7 @@ class Secrets:
         whole = "\n".join(texts)
         # A needle without a newline is in one of the texts exactly when it is in their
         # join: when none is, redact_dsn and the passwords leave every text as it is.
-        if ("://" in whole or "=" in whole
+        if (("/" in whole and "://" in whole) or "=" in whole
                 or any(password in whole for password in self.passwords)):
             return [self.scrub(text) for text in texts]
         if not self.redactors:
@@ -202,7 +204,13 @@ class ScrubbingFormatter(logging.Formatter):
         lines = self.secrets.scrub_lines(lines)
         # Checked once for them all: printable leaves a text without a control character
         # (but newlines) as it is, and the join has one exactly when a line has.
-        if "".join(lines).isprintable():
+        whole = "".join(lines)
+        if whole.isascii():
+            # Deleting bytes is a table lookup each, a third of isprintable's cost.
+            raw = whole.encode("ascii")
+            if len(raw.translate(None, _ASCII_CONTROL_BUT_NEWLINE)) == len(raw):
+                return lines
+        elif whole.isprintable():
             return lines
         return [printable(line, lines=True) for line in lines]
 
