@@ -198,6 +198,8 @@ def test_the_lines_are_held_for_the_loop_turn_as_records_are(cli_logging: Stderr
     ["job 1 t.quick succeeded", "job 2 t.\x9bq succeeded", "job 3 t.quick"],
     ["job 1 t.quick succeeded", "job 2 says hunter2", "job 3 t.quick"],
     ["job 1 t.quick\nsucceeded", "job 2 t.\u2028q", "job 3 password=x"],
+    ["job 1 t.quick\nsucceeded", "job 2 t.\x7fq", "job 3 t.\x1fq"],
+    ["job 1 t.quick\nsucceeded", "job 2 t.quick", "job 3 t.\u00e9"],
 ])
 @pytest.mark.parametrize("fmt", [
     LOG_FORMAT, "%(message)s", "%(asctime)s [%(message)s] %(levelname)s",
