@@ -113,27 +113,25 @@ class Secrets:
             for password in sorted(self.passwords, key=len, reverse=True):
                 if password in text:
                     text = text.replace(password, "***")
-        return self._redacted(text)
+        for redact in self.redactors:
+            text = redact(text)
+        return text
 
     def scrub_lines(self, texts: list[str]) -> list[str]:
         """``scrub`` of each of ``texts``. What the DSN shapes and the passwords need is
         looked for once in all of them: a worker scrubs a line per job, and in almost none
-        is there any (each redactor still sees each text alone)."""
+        is there any. Each redactor still sees each text alone, the texts one redactor
+        after the other."""
         whole = "\n".join(texts)
         # A needle without a newline is in one of the texts exactly when it is in their
         # join: when none is, redact_dsn and the passwords leave every text as it is.
         if (("/" in whole and "://" in whole) or "=" in whole
                 or any(password in whole for password in self.passwords)):
             return [self.scrub(text) for text in texts]
-        if not self.redactors:
-            return list(texts)
-        return [self._redacted(text) for text in texts]
-
-    def _redacted(self, text: str) -> str:
-        """``text`` through each of the ``redactors`` in turn."""
-        for redact in self.redactors:
-            text = redact(text)
-        return text
+        texts = list(texts)
+        for redact in self.redactors:  # each text through each redactor, in their order
+            texts = [redact(text) for text in texts]
+        return texts
 
 
 #: The fields of the records a logger makes at one level, in one thread and at one time,
