@@ -25,8 +25,9 @@ _URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)([^@\s]*)(@)", re
 
 def redact(text: str) -> str:
     """Replace every DSN password found in ``text`` with ``***``."""
-    # Fast path: a worker logs a line per job, and almost none holds a DSN.
-    if "://" in text:
+    # Fast path: a worker logs a line per job, and almost none holds a DSN. A lone "/" is
+    # found by memchr, "://" by a search several times as slow (a line's time has colons).
+    if "/" in text and "://" in text:
         text = _URL_PASSWORD.sub(r"\1***\3", text)
     if "=" in text:
         text = _KV_PASSWORD.sub(r"\1***", text)

@@ -325,7 +325,8 @@ class Producer:
             self._signals.wake.set()
         # Retries, snoozes and runs dropped unstarted are queued again below where this
         # worker's next claims would start reading: they lower its floors.
-        self.floors.requeued(row for row in rows if row["state"] == "queued")
+        # A list, not a generator: no frame resumed per row of every batch.
+        self.floors.requeued([row for row in rows if row["state"] == "queued"])
         if rows and self._limited:
             # A run under a concurrency key just gave its slot back (committed already):
             # claim now, not at the next poll, or a key's jobs would start once a poll.

@@ -185,9 +185,11 @@ class Runs:
         if self.metrics is not None:
             self.metrics.claimed(row)
         self.busy[queue] += 1
+        # Every argument by position (no task or timer yet): a keyword made the dataclass's
+        # call a third slower, once a job.
         run = self.running[job_id] = Run(job_id, row["run_count"], queue, name,
                                          row["attempt"], row["max_attempts"],
-                                         time.monotonic(), None, row["claim_token"], row=row)
+                                         time.monotonic(), None, row["claim_token"], None, row)
         if self._heard and job_id in self._heard:
             del self._heard[job_id]
             logger.info("job %s %s was cancelled while its claim was on its way: it is not "
@@ -215,7 +217,7 @@ class Runs:
                 # asyncio.create_task without its layer: the loop's own create_task, which
                 # names the task as it makes it (a task factory still applies).
                 run.future = asyncio.get_running_loop().create_task(
-                    self._run_job(row, run), name=f"job-{job_id}")
+                    self._run_job(row, run, bodies), name=f"job-{job_id}")
                 return
             # It waits in line (claimed ahead, or the gate is full) with no task yet: one
             # is made when it is handed a slot (_task_handed), in a copy of the claimer's
@@ -257,14 +259,14 @@ class Runs:
         variables = run.variables
         assert variables is not None
         run.variables = None
+        job = self._run_job(run.row, run, self._gate(run.queue))
         if sys.version_info >= (3, 11):
             # The loop's create_task takes the context and the name as it makes the task:
             # no second copy of the context, no asyncio.create_task layer.
             run.future = asyncio.get_running_loop().create_task(
-                self._run_job(run.row, run), name=f"job-{run.job_id}", context=variables)
+                job, name=f"job-{run.job_id}", context=variables)
         else:
-            run.future = variables.run(asyncio.create_task, self._run_job(run.row, run),
-                                       name=f"job-{run.job_id}")
+            run.future = variables.run(asyncio.create_task, job, name=f"job-{run.job_id}")
         # ended() waits on the runs' tasks: this run has one now.
         if self._emptied is not None and not self._emptied.done():
             self._emptied.set_result(None)
@@ -399,12 +401,14 @@ class Runs:
             finally:
                 self._emptied = None
 
-    async def _run_job(self, row: dict[str, Any], held: Run) -> None:
+    async def _run_job(self, row: dict[str, Any], held: Run, bodies: BodyGate | None) -> None:
+        """The task of ``held``, the run of claimed ``row``: its body, then its end.
+        ``bodies``: the gate its task was made holding a slot of (its queue's, which a
+        queue keeps once made), if there is one."""
         app = self._app
         worker_id = self._lease.worker_id
         assert self._completer is not None and self._threads is not None
         try:
-            bodies = self._gate(row["queue"])
             if bodies is not None:
                 # Its task was made holding a body slot (start, _task_handed).
                 if held.turned_away is None:

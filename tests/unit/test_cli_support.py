@@ -19,6 +19,36 @@ def test_secrets_scrub_the_longest_password_first_then_the_redactors() -> None:
     assert secrets.scrub("abc") == "abc"
 
 
+@pytest.mark.parametrize("texts", [
+    ["job 1 t.quick succeeded", "job 2 t.quick succeeded", ""],
+    ["a postgresql://u:pw@h/db b", "clean"],
+    ["host=h password=pw", "clean"],
+    ["clean", "it is abcdef here", "and abc"],
+    ["ends with abc", "def starts"],  # a password split over two texts: in neither
+    ["password", "= x", "postgresql://u", ":pw@h"],  # shapes split over two texts
+    ["line\nwith a newline password", "=y", "token"],
+    [],
+])
+@pytest.mark.parametrize("redactor", [True, False])
+def test_secrets_scrub_lines_is_scrub_of_each(texts: list[str], redactor: bool) -> None:
+    # What is looked for once in the join of the texts finds what scrub finds in each
+    # alone, and nothing more; each redactor still sees each text on its own.
+    secrets = Secrets()
+    secrets.add_url("postgresql://u:abc@h/db")
+    secrets.add_url("postgresql://u:abcdef@h/db")
+    seen: list[str] = []
+    if redactor:
+        def redact(text: str) -> str:
+            seen.append(text)
+            return text.replace("token", "[token]")
+        secrets.redactors.append(redact)
+    expected = [secrets.scrub(text) for text in texts]
+    seen_alone = list(seen)
+    seen.clear()
+    assert secrets.scrub_lines(texts) == expected
+    assert seen == seen_alone
+
+
 class _Group(OneLineErrorGroup):
     prog_name = "demo"
     secrets = Secrets()

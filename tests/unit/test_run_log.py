@@ -188,18 +188,30 @@ def test_the_lines_are_held_for_the_loop_turn_as_records_are(cli_logging: Stderr
     assert len(cli_logging.text.getvalue().splitlines()) == 6
 
 
+@pytest.mark.parametrize("messages", [
+    ["job 1 t.quick succeeded", "job 22 t.\x1bq (attempt 1, success)", "",
+     "100% postgresql://u:hunter2@db/x"],
+    # Nothing to scrub or escape in any line, then in one line only (the checks made
+    # once for all the lines find it there), a newline kept, a line not printable
+    # without a control character.
+    ["job 1 t.quick succeeded", "job 2 t.quick succeeded"],
+    ["job 1 t.quick succeeded", "job 2 t.\x9bq succeeded", "job 3 t.quick"],
+    ["job 1 t.quick succeeded", "job 2 says hunter2", "job 3 t.quick"],
+    ["job 1 t.quick\nsucceeded", "job 2 t.\u2028q", "job 3 password=x"],
+    ["job 1 t.quick\nsucceeded", "job 2 t.\x7fq", "job 3 t.\x1fq"],
+    ["job 1 t.quick\nsucceeded", "job 2 t.quick", "job 3 t.\u00e9"],
+])
 @pytest.mark.parametrize("fmt", [
     LOG_FORMAT, "%(message)s", "%(asctime)s [%(message)s] %(levelname)s",
     "%(message)-40s|%(levelname)s", "%(levelname)s %(message).10s", "%%(message)s %(message)s",
     "%(message)s / %(message)s", "100%% %(name)s: %(message)s"])
-def test_the_lines_of_one_record_are_its_format_with_each_message(fmt: str) -> None:
+def test_the_lines_of_one_record_are_its_format_with_each_message(
+        fmt: str, messages: list[str]) -> None:
     # message_lines formats the fields but the message once where the message goes in
     # as it is; any other format of it (a width, a precision, twice) still gives format's.
     formatter = CommandFormatter(fmt)
     lines = formatter.message_lines()
     assert lines is not None
-    messages = ["job 1 t.quick succeeded", "job 22 t.\x1bq (attempt 1, success)", "",
-                "100% postgresql://u:hunter2@db/x"]
     SECRETS.add_url("postgresql://u:hunter2@db/x")
     try:
         record = logging.LogRecord("akadze.worker", logging.INFO, __file__, 0, "x", None,
