@@ -697,7 +697,10 @@ async def test_each_async_run_has_a_task_named_for_its_job_in_its_own_copy_of_th
     finally:
         _CLAIMER.reset(token)
     try:
-        await wait_until(lambda: all(job_id in worker.running() for job_id in ids)
+        # The first body has started (its task took its first step: a task made but not
+        # yet stepped still reads as waiting), and the others are held.
+        await wait_until(lambda: (len(seen) >= 1
+                                  and all(job_id in worker.running() for job_id in ids))
                          or len(seen) == 4)
         if concurrency == 1:
             assert worker.running() == {ids[0]: True, ids[1]: False, ids[2]: False,
