@@ -805,8 +805,9 @@ async def test_a_worker_of_short_runs_claims_ahead_and_holds_its_bodies_to_its_s
     try:
         await _warm(worker, step, db)
         first, second = step.enqueue_many([{"name": "first"}, {"name": "second"}])
-        # The claim commits before the worker has read its answer: wait for the worker.
-        await wait_until(lambda: second in worker.running())
+        # The claim commits before the worker has read its answer: wait for the worker, and
+        # for the first body to start (a task not yet stepped reads as waiting).
+        await wait_until(lambda: second in worker.running() and started[-1:] == ["first"])
         assert job(db, second)["state"] == "running"
         assert worker.running() == {first: True, second: False}  # one slot, one body
         assert started[-1] == "first"
