@@ -43,7 +43,9 @@ if _prefix:  # Celery on a shared Redis: every key of this session under one pre
     app.conf.broker_transport_options = {"global_keyprefix": _prefix}
     app.conf.result_backend_transport_options = {"global_keyprefix": _prefix}
 
-TIMEOUT = 10.0
+# A wait that should succeed (the programs that expect a timeout pass their own): room for
+# a real Celery worker on a loaded machine, where 10 s once ran out for a four-step chain.
+TIMEOUT = 30.0
 
 
 class ExpectedException(Exception):
