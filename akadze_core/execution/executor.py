@@ -113,7 +113,7 @@ async def execute(
         return early
     token = set_current(context)
     try:
-        value = await _call(task, args, threads)
+        value = await call_body(task, args, threads)
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # a task's SystemExit must not take the worker down
@@ -158,7 +158,9 @@ def execute_here(app: App, row: dict[str, Any], worker_id: int | None) -> outcom
     return returned_outcome(app, context, task, row, value)
 
 
-def _call(task: Any, args: dict[str, Any], threads: ThreadRunner) -> Awaitable[Any]:
+def call_body(task: Any, args: dict[str, Any], threads: ThreadRunner) -> Awaitable[Any]:
+    """What to await for the body of ``task`` called with ``args``: an async body's own
+    coroutine, a sync body's thread (``threads``), either within the task's timeout."""
     # The body's awaitable itself when there is no timeout: no coroutine frame of its own
     # between the run and the body.
     if task.is_async:

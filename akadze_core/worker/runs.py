@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..execution.context import set_current
-from ..execution.executor import execute, prepare, raised_outcome, returned_outcome
+from ..execution.context import reset_current, set_current
+from ..execution.executor import call_body, prepare, raised_outcome, returned_outcome
 from ..execution.gate import BodyGate
 from ..execution.processes import SHORT
 from ..model.outcomes import RETRY, UNSTARTED, Outcome, error_entry, raised
@@ -404,28 +404,46 @@ class Runs:
     async def _run_job(self, row: dict[str, Any], held: Run, bodies: BodyGate | None) -> None:
         """The task of ``held``, the run of claimed ``row``: its body, then its end.
         ``bodies``: the gate its task was made holding a slot of (its queue's, which a
-        queue keeps once made), if there is one."""
+        queue keeps once made), if there is one.
+
+        What ``execute`` does is done here inline: the body is awaited by this one frame,
+        not through two more coroutines (each of their steps resumed every frame under it)."""
         app = self._app
-        worker_id = self._lease.worker_id
         assert self._completer is not None and self._threads is not None
+        outcome: Outcome | None
         try:
-            if bodies is not None:
-                # Its task was made holding a body slot (start, _task_handed).
-                if held.turned_away is None:
-                    held.entered = True
-                    try:
-                        outcome = await execute(app, row, worker_id, self._threads)
-                    finally:
-                        bodies.release()
-                else:
-                    bodies.release()  # turned away before its first step: unused
-                    if held.turned_away == "taken back":
-                        return  # the worker stops: the job goes back to the queue unspent
-                    # Dropped while it waited: cancelled or expired.
-                    outcome = Outcome(row["id"], row["run_count"], UNSTARTED,
-                                      claim_token=row["claim_token"])
+            if bodies is not None and held.turned_away is not None:
+                bodies.release()  # turned away before its first step: unused
+                if held.turned_away == "taken back":
+                    return  # the worker stops: the job goes back to the queue unspent
+                # Dropped while it waited: cancelled or expired.
+                outcome = Outcome(row["id"], row["run_count"], UNSTARTED,
+                                  claim_token=row["claim_token"])
             else:
-                outcome = await execute(app, row, worker_id, self._threads)
+                # Its task was made holding a body slot, if there is a gate (start,
+                # _task_handed): released once the body ended, however it ended.
+                held.entered = True
+                try:
+                    early, task, context, args = prepare(app, row, self._lease.worker_id)
+                    if context is None:
+                        outcome = early
+                    else:
+                        token = set_current(context)
+                        returned = False
+                        try:
+                            value = await call_body(task, args, self._threads)
+                            returned = True
+                        except asyncio.CancelledError:
+                            raise
+                        except BaseException as exc:  # a body's SystemExit must not stop us
+                            outcome = raised_outcome(context, task, row, exc)
+                        finally:
+                            reset_current(token)
+                        if returned:
+                            outcome = returned_outcome(app, context, task, row, value)
+                finally:
+                    if bodies is not None:
+                        bodies.release()
         except asyncio.CancelledError as exc:
             if self._signals.stop.is_set():
                 return  # stopping: the job goes back to the queue unspent
