@@ -2,8 +2,9 @@
 
 The path of a ``--slots 64`` drain's async no-op from its claimed row to its log line, in
 this process: claims of 64 rows (as ``akadze.claim_jobs`` returns them), each row
-``Runs.start``-ed into a free slot of the queue's body gate (its run and its task), as the
-claim loop starts a claim's rows once the next claim is sent; the loop run until every body
+started (``Runs.start_many``, or ``Runs.start`` by row in a tree without it) into a free
+slot of the queue's body gate (its run and its task), as the claim loop starts a claim's
+rows once the next claim is sent; the loop run until every body
 (``bench.apps.core_app``'s no-op) ended and handed its outcome to a ``Completer``; then the
 completer's written batch as the worker handles it (``log_outcomes`` through the CLI's own
 logging, stderr sent to /dev/null). Prints the process time per job of each piece, best of
@@ -86,11 +87,16 @@ async def _claims(app: Any, claims: list[list[dict[str, Any]]],
     runs.open(completer, _Threads())  # type: ignore[arg-type]
     runs._short_in_row = SLOTS  # a drain of short runs: claims are made ahead
     clock = time.process_time
+    # As the claim loop starts a claim's rows (``Producer._start``), in either tree.
+    start_many = getattr(runs, "start_many", None)
     for rows in claims:
         t0 = clock()
         runs.limit(QUEUE, SLOTS)
-        for row in rows:
-            runs.start(row)
+        if start_many is not None:
+            start_many(rows)
+        else:  # a tree whose claim loop starts its rows one by one
+            for row in rows:
+                runs.start(row)
         t2 = clock()
         while runs.running:
             await asyncio.sleep(0)

@@ -256,12 +256,7 @@ class Producer:
 
     def _start(self, rows: list[dict[str, Any]]) -> None:
         """Start the runs of claimed ``rows``, in their order."""
-        runs = self._runs
-        for row in rows:
-            if row["state"] == "cancelled":
-                logger.info("job %s %s cancelled before it started", row["id"], row["task"])
-            else:
-                runs.start(row)
+        self._runs.start_many(rows)
 
     async def _after_short_claim(self, queue: str) -> None:
         guard = self._lease.guard

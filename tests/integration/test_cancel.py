@@ -531,18 +531,19 @@ async def test_a_cancel_heard_while_its_claim_is_on_its_way_keeps_the_job_from_r
 
     worker = fast_worker(app)
     target = victim.enqueue()
-    real_start = worker._runs.start
+    real_start_many = worker._runs.start_many
 
-    def start(row: dict[str, Any]) -> None:
-        if row["id"] == target:  # claimed; the cancel's notice is heard before its answer
+    def start_many(rows: list[dict[str, Any]]) -> None:
+        if any(row["id"] == target for row in rows):
+            # Claimed; the cancel's notice is heard before its answer.
             assert request_cancel_sync(db, target, terminate=terminate)
             if terminate:
                 worker._runs.terminate(target, signal.SIGTERM)
             else:
                 worker._runs.cancelled(target)
-        real_start(row)
+        real_start_many(rows)
 
-    worker._runs.start = start  # type: ignore[method-assign]
+    worker._runs.start_many = start_many  # type: ignore[method-assign]
     async with running(worker):
         await wait_until(lambda: job(db, target)["state"] == "cancelled")
     assert ran == []
@@ -563,19 +564,20 @@ async def test_a_run_in_a_task_waits_from_its_claim_before_its_task_takes_a_step
     worker = fast_worker(app, slots=1, shutdown_timeout=10)
     second: list[int] = []
     seen: list[dict[int, bool]] = []
-    real_start = worker._runs.start
+    real_start_many = worker._runs.start_many
 
-    def start(row: dict[str, Any]) -> None:
-        real_start(row)
-        if row["id"] in second:  # its task created, its first step not taken
-            seen.append(worker.running())
-            if how == "cancel":
-                assert request_cancel_sync(db, row["id"])
-                worker._runs.cancelled(row["id"])
-            else:
-                worker.request_stop()
+    def start_many(rows: list[dict[str, Any]]) -> None:
+        real_start_many(rows)
+        for row in rows:
+            if row["id"] in second:  # its task created, its first step not taken
+                seen.append(worker.running())
+                if how == "cancel":
+                    assert request_cancel_sync(db, row["id"])
+                    worker._runs.cancelled(row["id"])
+                else:
+                    worker.request_stop()
 
-    worker._runs.start = start  # type: ignore[method-assign]
+    worker._runs.start_many = start_many  # type: ignore[method-assign]
     runner = asyncio.create_task(worker.run())
     try:
         await _warm(worker, step, db)
@@ -880,13 +882,14 @@ def _recording(monkeypatch: pytest.MonkeyPatch, worker: Any,
         return rows
 
     monkeypatch.setattr(database, "claim_jobs", recorded)
-    start = worker._runs.start
+    start_many = worker._runs.start_many
 
-    def start_recorded(row: dict[str, Any]) -> None:
-        events.append(("start", row["id"]))
-        start(row)
+    def start_recorded(rows: list[dict[str, Any]]) -> None:
+        # A claim's rows start together (``Runs.start_many``), in its order.
+        events.extend(("start", row["id"]) for row in rows)
+        start_many(rows)
 
-    monkeypatch.setattr(worker._runs, "start", start_recorded)
+    monkeypatch.setattr(worker._runs, "start_many", start_recorded)
 
 
 def _started_after_the_next_claim(events: list[tuple[str, Any]]) -> int:
