@@ -73,11 +73,22 @@ def log_outcomes(batch: Iterable[Outcome], rows: list[dict[str, Any]],
     # The success lines for ``write``, written before any other line so that they stay in
     # order.
     lines: list[str] = []
+    append = lines.append
+    pop = finished.pop
     now = time.monotonic()
     for outcome in batch:
-        key = (outcome.job_id, outcome.run_count)
-        run = finished.pop(key, None)
+        job_id = outcome.job_id
+        key = (job_id, outcome.run_count)
+        run = pop(key, None)
         state = changed.get(key)
+        if write is not None and run is not None and state is not None \
+                and outcome.error is None:
+            # The common line (a run of this worker, changed, no error) made in one format:
+            # SUCCEEDED's text, with the label and the time as below.
+            label = f"job {job_id} {run.task}".rstrip()
+            append(f"{label} {state} in {now - run.started:.6f}s "
+                   f"(attempt {run.attempt}, {outcome.kind})")
+            continue
         # An unknown task is said whatever the level (a FAIL outcome: rare, never a success).
         if state is not None and not info and outcome.kind != FAIL:
             continue
@@ -87,7 +98,7 @@ def log_outcomes(batch: Iterable[Outcome], rows: list[dict[str, Any]],
         if state is not None and (outcome.error is None or outcome.kind == SUCCESS):
             args = (label, state, took, run.attempt if run else "?", outcome.kind)
             if write is not None:
-                lines.append(SUCCEEDED % args)
+                append(SUCCEEDED % args)
             else:
                 # _log skips the level check: made once per batch above.
                 (_log if info else logger.log)(level, SUCCEEDED, *args)
@@ -95,6 +106,7 @@ def log_outcomes(batch: Iterable[Outcome], rows: list[dict[str, Any]],
         if lines and write is not None:
             write(lines)
             lines = []
+            append = lines.append
         if state is None:
             logger.warning("%s: outcome of run %s rejected, the run no longer owns the job",
                            label, outcome.run_count)
