@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..execution.context import reset_current, set_current
+from ..execution.context import CURRENT, set_current
 from ..execution.executor import call_body, prepare, raised_outcome, returned_outcome
 from ..execution.gate import BodyGate
 from ..execution.processes import SHORT
@@ -492,17 +492,20 @@ class Runs:
                     if context is None:
                         outcome = early
                     else:
-                        token = set_current(context)
+                        token = CURRENT.set(context)
                         returned = False
                         try:
-                            value = await call_body(task, args, self._threads)
+                            if task.is_async and task.timeout is None:
+                                value = await task.func(**args)  # call_body's common case
+                            else:
+                                value = await call_body(task, args, self._threads)
                             returned = True
                         except asyncio.CancelledError:
                             raise
                         except BaseException as exc:  # a body's SystemExit must not stop us
                             outcome = raised_outcome(context, task, row, exc)
                         finally:
-                            reset_current(token)
+                            CURRENT.reset(token)
                         if returned:
                             outcome = returned_outcome(app, context, task, row, value)
                 finally:
@@ -527,7 +530,11 @@ class Runs:
                 if run.timer is not None:
                     run.timer.cancel()
                 if self._queue_gates is not None:
-                    self._took(run)
+                    # ``_took``, inline: once a run.
+                    if time.monotonic() - run.started < SHORT:
+                        self._short_in_row += 1
+                    else:
+                        self._short_in_row = 0
             self.busy[row["queue"]] -= 1
             self._signals.wake.set()
         if self.metrics is not None and run is not None:
