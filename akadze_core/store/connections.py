@@ -177,7 +177,13 @@ class Connections:
         url = self._url or configured_url(self._explicit_url) or ""
         if url != self._redact_url:  # parse the DSN once, not on every log line
             self._redact_url, self._redact_password = url, password_of(url)
-        return redact_password(text, self._redact_password)
+        password = self._redact_password
+        # What redact_password changes needs a "/" (a URL), a "=" (key=value) or the
+        # password: a text with none of them (a worker's line per job) is returned as it is,
+        # without its two calls.
+        if "/" not in text and "=" not in text and not (password and password in text):
+            return text
+        return redact_password(text, password)
 
     # --- prepared statements behind a transaction pooler ----------------------------------
 
