@@ -177,6 +177,37 @@ def test_the_lines_written_without_records_are_the_records_lines(
         "(attempt 1, success)"]
 
 
+def test_a_success_line_written_without_a_record_is_succeededs_text(
+        cli_logging: Stderr, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The common line is made in one f-string beside SUCCEEDED: the same text, a task name
+    # ending in blanks (the label drops them) and an attempt past the first included.
+    def log() -> str:
+        cli_logging.monkeypatch.setattr(sys, "stderr", cli_logging.text)
+        cli_logging.monkeypatch.setattr(run_log.logger, "handlers",
+                                        list(cli_logging.handlers))
+        outcomes = [Outcome(1, 1, SUCCESS), Outcome(2, 2, SUCCESS, result="1")]
+        rows = [{"id": 1, "run_count": 1, "state": "succeeded"},
+                {"id": 2, "run_count": 2, "state": "succeeded"}]
+        finished = {(1, 1): Run(1, 1, "default", "t.padded  ", 1, 3, 999.75),
+                    (2, 2): Run(2, 2, "default", "t.quick", 2, 3, 999.5)}
+        log_outcomes(outcomes, rows, finished, logging.INFO, str, None)
+        text = cli_logging.text.getvalue()
+        cli_logging.text.seek(0)
+        cli_logging.text.truncate()
+        return text
+
+    fast = log()
+    assert cli_logging.emitted == 0
+    monkeypatch.setattr(run_log, "_line_writer", lambda level: None)
+    assert log() == fast
+    assert cli_logging.emitted == 2
+    assert fast.splitlines() == [
+        f"{_stamp()} INFO akadze.worker: job 1 t.padded succeeded in 0.250000s "
+        "(attempt 1, success)",
+        f"{_stamp()} INFO akadze.worker: job 2 t.quick succeeded in 0.500000s "
+        "(attempt 2, success)"]
+
+
 def test_the_lines_are_held_for_the_loop_turn_as_records_are(cli_logging: Stderr) -> None:
     async def log_then_look() -> str:
         assert cli_logging.log_mixed()
