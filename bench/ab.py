@@ -59,6 +59,7 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -388,12 +389,34 @@ def cpu_us(result: DrainResult) -> float:
     return 1e6 * spent / max(result.succeeded, 1)
 
 
+#: Resamples of ``interval``; its generator is seeded, so the same rounds give the same
+#: interval.
+RESAMPLES = 2000
+
+
+def interval(base: Sequence[float], work: Sequence[float],
+             resamples: int = RESAMPLES) -> tuple[float, float]:
+    """The 95 % interval of the ratio of medians ``work / base`` of paired rounds (the
+    rounds resampled with replacement, a pair at a time): how far a ratio of this run's
+    rounds could move by chance, so that a ratio near the threshold is read with it."""
+    pairs = list(zip(base, work, strict=False))
+    if len(pairs) < 2:
+        ratio = work[0] / base[0] if pairs else float("nan")
+        return ratio, ratio
+    draw = random.Random(0)
+    ratios = sorted(
+        statistics.median(w for _, w in sample) / statistics.median(b for b, _ in sample)
+        for sample in ([draw.choice(pairs) for _ in pairs] for _ in range(resamples)))
+    return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
+
+
 def summarize(figures: dict[str, dict[str, list[DrainResult]]], labels: Sequence[str],
               threshold: float) -> tuple[list[str], bool]:
     """The table of medians and ratios, and whether every ratio holds ``threshold``."""
     base, work = labels
     lines = [f"{'drain':8} {'base jobs/s':>12} {'work jobs/s':>12} {'ratio':>7}"
-             f" {'cpu us/job':>17} {'ratio':>6}  ratios of jobs/s by round"]
+             f" {'95 % interval':>13} {'cpu us/job':>17} {'ratio':>6}"
+             "  ratios of jobs/s by round"]
     held = True
     for kind, sides in figures.items():
         if not sides[base] or not sides[work]:
@@ -403,9 +426,11 @@ def summarize(figures: dict[str, dict[str, list[DrainResult]]], labels: Sequence
         cpus = [statistics.median(cpu_us(r) for r in sides[side]) for side in (base, work)]
         rounds = " ".join(f"{w.rate / b.rate:.2f}" for b, w in zip(sides[base], sides[work],
                                                                  strict=False))
+        low, high = interval([r.rate for r in sides[base]], [r.rate for r in sides[work]])
         held = held and ratio >= threshold
         flag = "" if ratio >= threshold else f"  < {threshold}: REGRESSION"
         lines.append(f"{kind:8} {rates[0]:12,.0f} {rates[1]:12,.0f} {ratio:7.3f}"
+                     f" {f'{low:.3f}-{high:.3f}':>13}"
                      f" {cpus[0]:8,.0f}→{cpus[1]:<8,.0f} {cpus[1] / (cpus[0] or 1):6.3f}"
                      f"  {rounds}{flag}")
     return lines, held

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +91,31 @@ def test_a_ratio_below_the_threshold_fails_the_run() -> None:
     assert held is True  # 95 / 100
     lines, held = ab.summarize(figures, ("base", "work"), 0.96)
     assert held is False and "REGRESSION" in lines[-1]
+
+
+def test_the_interval_of_the_ratio_holds_it_and_widens_with_the_noise() -> None:
+    steady = [100.0, 102.0, 98.0, 101.0, 99.0, 100.0]
+    assert ab.interval(steady, steady) == (1.0, 1.0)
+    slower = [rate * 0.8 for rate in steady]
+    low, high = ab.interval(steady, slower)
+    assert low == pytest.approx(0.8) and high == pytest.approx(0.8)
+    noisy = [rate * factor for rate, factor in zip(steady, [0.7, 1.3, 0.9, 1.2, 0.8, 1.1],
+                                                    strict=True)]
+    low, high = ab.interval(steady, noisy)
+    ratio = statistics.median(noisy) / statistics.median(steady)
+    assert low < ratio < high and high - low > 0.1
+    assert ab.interval(steady, noisy) == (low, high)  # seeded: the same rounds, the same
+
+
+def test_the_table_prints_the_interval_beside_the_ratio() -> None:
+    def result(rate: float) -> ab.DrainResult:
+        return ab.DrainResult(jobs=10, succeeded=10, seconds=10 / rate, rate=rate)
+
+    figures = {"core": {"base": [result(100), result(100), result(100)],
+                        "work": [result(90), result(90), result(90)]}}
+    lines, held = ab.summarize(figures, ("base", "work"), 0.95)
+    assert "95 % interval" in lines[0]
+    assert "0.900-0.900" in lines[1] and "REGRESSION" in lines[1] and held is False
 
 
 def test_an_unknown_ref_is_refused() -> None:
