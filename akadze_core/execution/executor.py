@@ -107,26 +107,6 @@ def returned_outcome(app: App, context: JobContext, task: Any, row: dict[str, An
                               claim_token=row.get("claim_token"))
 
 
-async def execute(
-    app: App, row: dict[str, Any], worker_id: int | None, threads: ThreadRunner
-) -> outcomes.Outcome | None:
-    """Run the job of ``row``; returns the outcome to write, or None when nothing must be
-    written (complete_tx already committed it)."""
-    early, task, context, args = prepare(app, row, worker_id)
-    if context is None:
-        return early
-    token = set_current(context)
-    try:
-        value = await call_body(task, args, threads)
-    except asyncio.CancelledError:
-        raise
-    except BaseException as exc:  # a task's SystemExit must not take the worker down
-        return raised_outcome(context, task, row, exc)
-    finally:
-        reset_current(token)
-    return returned_outcome(app, context, task, row, value)
-
-
 _loop: asyncio.AbstractEventLoop | None = None
 
 

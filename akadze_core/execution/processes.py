@@ -304,8 +304,8 @@ class ProcessPool:
 
     def submit(self, app: App, row: Mapping[str, Any], worker_id: int | None,
                done: Done) -> None:
-        """``execute`` without a coroutine: ``done(row, outcome, None)`` is called on the
-        loop once the run ended, with the outcome ``execute`` would return, or
+        """A run without a coroutine: ``done(row, outcome, None)`` is called on the loop
+        once the run ended, with the outcome a run in the worker's loop would make, or
         ``done(row, None, error)`` if making that outcome raised ``error`` (a bug). It may
         be called from any of the pool's methods that end runs (``drop``, ``terminate``),
         never from ``submit`` itself. ``cancel`` takes the run back without a call."""
@@ -362,7 +362,8 @@ class ProcessPool:
             logger.exception("job %s: the end of its run could not be handled", run.row["id"])
 
     def _outcome_of(self, app: App, row: Mapping[str, Any], error: Exception) -> Outcome:
-        """The outcome of a run that ended without an answer (``execute``'s mapping)."""
+        """The outcome of a run that ended without an answer (as a run in the worker's
+        loop maps it)."""
         if isinstance(error, NotStarted):
             return Outcome(row["id"], row["run_count"], UNSTARTED,
                            claim_token=row.get("claim_token"))

@@ -6,8 +6,9 @@ heartbeat, health file, and the guard every database step goes through;
 flight (the window, cancel and expiry of runs claimed ahead; ``worker_runs``), and the
 maintenance services, one duty a file (``worker_rescue``, ``worker_orphans``,
 ``worker_prune``, ``worker_schedules``), so the fleet needs no separate supervisor. Beside
-them: ``executor.execute`` runs one job and classifies its outcome, the ``Completer``
-writes outcomes in batches, and a listener turns NOTIFY into wake-ups.
+them: ``Runs`` runs each job through the executor's ``prepare`` and classifies its
+outcome (``returned_outcome``, ``raised_outcome``), the ``Completer`` writes outcomes in
+batches, and a listener turns NOTIFY into wake-ups.
 """
 
 from __future__ import annotations

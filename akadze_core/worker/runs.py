@@ -354,7 +354,7 @@ class Runs:
             self._end_soon(run, self._internal(row, exc), True)
 
     def _body_ended(self, run: Run, value: Any, error: BaseException | None) -> None:
-        """A sync body's thread ended: its outcome, as ``execute`` and ``_run_job`` make it."""
+        """A sync body's thread ended: its outcome, as ``_run_job`` makes it."""
         if self.running.get(run.job_id) is not run:
             return  # taken back while its body ran (the worker stops): its result is dropped
         row = run.row
@@ -470,8 +470,8 @@ class Runs:
         ``bodies``: the gate its task was made holding a slot of (its queue's, which a
         queue keeps once made), if there is one.
 
-        What ``execute`` does is done here inline: the body is awaited by this one frame,
-        not through two more coroutines (each of their steps resumed every frame under it)."""
+        The body is awaited by this one frame, with no coroutine of the executor's between
+        them: every step of a coroutine resumes each frame under it."""
         app = self._app
         assert self._completer is not None and self._threads is not None
         outcome: Outcome | None

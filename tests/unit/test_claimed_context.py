@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import datetime, timezone
 from typing import Any
 
@@ -12,10 +13,13 @@ import pytest
 
 from akadze_core import App, current
 from akadze_core.execution.context import JobContext
-from akadze_core.execution.executor import decode_job, execute
+from akadze_core.execution.executor import decode_job
 from akadze_core.execution.threads import ThreadRunner
 from akadze_core.model.jobs import Job
 from akadze_core.model.outcomes import FAIL, SUCCESS
+from akadze_core.worker.completer import Completer
+from akadze_core.worker.runs import Runs
+from akadze_core.worker.signals import Signals
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=timezone.utc)
 
@@ -35,11 +39,25 @@ def _app() -> App:
     return App(database_url="postgresql://postgres@127.0.0.1:5432/unused")
 
 
+class _Lease:
+    worker_id = 7
+
+
 def _run(app: App, row: dict[str, Any]) -> Any:
+    """The outcome the worker's runs hand the completer for claimed ``row`` (started as the
+    claim loop starts a claim's rows)."""
     async def main() -> Any:
         threads = ThreadRunner(2)
+        runs = Runs(app, Signals(), _Lease(), queues=["default"],  # type: ignore[arg-type]
+                    process_pool=None, concurrency=None, outcome_log_level=logging.INFO)
+        completer = Completer(lambda: None, lambda batch, rows: None)
+        runs.open(completer, threads)
         try:
-            return await execute(app, row, 7, threads)
+            runs.start_many([row])
+            while runs.running:
+                await asyncio.sleep(0)
+            [outcome] = completer._next_batch()
+            return outcome
         finally:
             threads.close()
 
