@@ -240,20 +240,14 @@ class Runs:
         """Start the runs of a claim's ``rows``, in their order; a row the claim found
         cancelled is not started.
 
-        Each row is ``start``-ed, the common one (an async body with no timeout, no expiry,
-        a free body slot, no cancel heard) on a short path with every lookup made once per
-        claim, not once per row; any other row goes through ``start`` itself."""
+        Each row is ``start``-ed, the common one (no process pool, an async body with no
+        timeout, no expiry, a free body slot, no cancel heard) on a short path with every
+        lookup made once per claim, not once per row; any other row goes through ``start``
+        itself."""
         if not rows:
             return
         heard = self._heard
-        if self._process_pool is not None:
-            for row in rows:
-                if row["state"] == "cancelled":
-                    logger.info("job %s %s cancelled before it started", row["id"],
-                                row["task"])
-                else:
-                    self.start(row)
-            return
+        pooled = self._process_pool is not None
         accepted = self.accepted
         metrics = self.metrics
         busy = self.busy
@@ -278,7 +272,7 @@ class Runs:
                 continue
             name = row["task"]
             task = tasks.get(name)
-            if (task is None or not task.is_async or task.timeout is not None
+            if (pooled or task is None or not task.is_async or task.timeout is not None
                     or row.get("expires_at") is not None or (heard and job_id in heard)):
                 self.start(row)
                 continue
@@ -530,11 +524,7 @@ class Runs:
                 if run.timer is not None:
                     run.timer.cancel()
                 if self._queue_gates is not None:
-                    # ``_took``, inline: once a run.
-                    if time.monotonic() - run.started < SHORT:
-                        self._short_in_row += 1
-                    else:
-                        self._short_in_row = 0
+                    self._took(run)
             self.busy[row["queue"]] -= 1
             self._signals.wake.set()
         if self.metrics is not None and run is not None:
