@@ -25,9 +25,11 @@ The groups, in the order of a job's path:
   transaction (the facade's ``django-db`` result backend).
 - **Remote control, schedules, the command line**: the pieces a framework's own worker and
   beat commands reuse (control replies, schedule clocks, log scrubbing, worker defaults,
-  the migration hint, the dashboard), and ``LoopThreads``, the default executor of a loop
+  the migration hint, the dashboard), ``LoopThreads``, the default executor of a loop
   that runs a worker: a framework's own ``asyncio.run`` of ``Worker.run`` then exits as
-  promptly as ``Worker.run_sync`` does.
+  promptly as ``Worker.run_sync`` does, and ``run_worker_loop``, the ``asyncio.run`` that
+  ``Worker.run_sync`` uses (a loop whose runs take their first step where their task is
+  made, ``akadze_core.execution.eager``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from .cli.support import (
 from .enqueue.gcpause import collector_paused
 from .execution.children import Terminated
 from .execution.context import JobContext
+from .execution.eager import run as run_worker_loop
 from .execution.executor import decode_job
 from .execution.heap import settle_heap
 from .execution.processes import (
@@ -132,6 +135,7 @@ __all__ = [
     "run_dashboard",
     "run_statement",
     "run_statement_sync",
+    "run_worker_loop",
     "scheduled_jobs",
     "schema_missing",
     "scrubbed_stdio",

@@ -38,6 +38,7 @@ from akadze_core.integration import (
     DEFAULTS,
     LoopThreads,
     ProcessPool,
+    run_worker_loop,
     scrubbed_stdio,
     serve,
     settle_heap,
@@ -238,7 +239,7 @@ def _run_worker(worker: Worker, on_signal: Callable[[int], None]) -> int:
     # The command owns this process, whose start-up is over: it only runs jobs now.
     settle_heap()
     try:
-        return asyncio.run(main())
+        return run_worker_loop(main())
     except Exception as exc:  # WorkerError: schema missing, permission denied, ...
         return report(exc)
 

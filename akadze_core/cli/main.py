@@ -18,6 +18,7 @@ import click
 import psycopg
 
 from ..app import App
+from ..execution.heap import settle_heap
 from ..execution.processes import ProcessPool, serve
 from ..execution.processes import is_child as is_pool_child
 from ..model.dsn import ENV_VAR, prepare_threshold
@@ -317,6 +318,8 @@ def worker_command(ctx: click.Context, app_spec: str, queues: tuple[str, ...],
             worker = Worker(app, queues=names or [app.default_queue], config=config, **kwargs)
         except ValueError as exc:
             raise click.UsageError(str(exc), ctx) from None
+        # The command owns this process, whose start-up is over: it only runs jobs now.
+        settle_heap()
         try:
             code = worker.run_sync()
         except Exception as exc:  # WorkerError: schema missing, permission denied, ...

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import psycopg_pool
 
+from ..execution import eager
 from ..execution.children import ProcessPoolError
 from ..execution.threads import ThreadRunner
 from ..model.dsn import listen_url
@@ -277,7 +278,8 @@ class Worker:
                     loop.add_signal_handler(signum, self.request_stop)
             return await self.run()
 
-        return asyncio.run(main())
+        # On a loop that takes a run's first step where its task is made (eager.run).
+        return eager.run(main())
 
     async def run(self) -> int:
         """Run until stopped. Returns 0, or 1 when the database was lost for longer than the

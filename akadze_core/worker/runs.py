@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from ..execution.context import CURRENT, set_current
+from ..execution.eager import eager_maker
 from ..execution.executor import call_body, prepare, raised_outcome, returned_outcome
 from ..execution.gate import BodyGate
 from ..execution.processes import SHORT
@@ -58,6 +59,11 @@ _RUNS_ON = ("job %s: terminate requested, but this worker runs bodies in threads
             "cannot be stopped: it runs on (it ends cancelled if it raises)")
 # How many cancels of jobs not held a worker keeps (``Runs._hear``).
 _HEARD = 1024
+
+
+def _named_task(loop: asyncio.AbstractEventLoop, coro: Any, name: str) -> asyncio.Task[Any]:
+    """``loop.create_task(coro, name=name)``, for a loop that cannot make eager tasks."""
+    return loop.create_task(coro, name=name)
 
 
 class Runs:
@@ -254,12 +260,9 @@ class Runs:
         running = self.running
         tasks = self._app.tasks
         loop = asyncio.get_running_loop()
-        # asyncio's own loop makes a plain Task when no task factory or debug mode asks for
-        # more: that Task is made here as its create_task would make it, without its frame.
-        make: Any = loop.create_task
-        if (type(loop).create_task is asyncio.BaseEventLoop.create_task
-                and loop.get_task_factory() is None and not loop.get_debug()):
-            make = partial(asyncio.Task, loop=loop)
+        # Its first step taken here, where the loop allows it: a short body ends within
+        # this call, without a turn of the loop of its own.
+        make = eager_maker(loop) or partial(_named_task, loop)
         run_job = self._run_job
         monotonic = time.monotonic
         # The gate of the queue of the last row (a claim's rows share a queue).
@@ -291,7 +294,7 @@ class Runs:
             run = running[job_id] = Run(job_id, row["run_count"], queue, name, row["attempt"],
                                         row["max_attempts"], monotonic(), None,
                                         row["claim_token"], None, row)
-            run.future = make(run_job(row, run, gate), name=f"job-{job_id}")
+            run.future = make(run_job(row, run, gate), f"job-{job_id}")
 
     def _handed(self, run: Run, slot: bool) -> None:
         """The body gate's answer to a run waiting in it: a slot (it starts now), or
