@@ -307,12 +307,13 @@ SELECT * FROM akadze.claim_jobs_fair(
 -- name: job_complete_many
 -- Write a batch of run outcomes in one statement, each fenced by its run_count and
 -- claim_token: akadze.complete_jobs in functions.sql, which bounds its lock waits by
--- %(lock_timeout)s (NULL: no bound) in the same statement. The arrays go in binary: their
--- text form costs psycopg a quoting pass per element, a tenth of a busy worker's time.
+-- %(lock_timeout)s (NULL: no bound) in the same statement. The arrays come as array
+-- literals made by akadze_core.store.arrays: psycopg's dump of a list is a pass in Python
+-- per element, the biggest part of a busy worker's CPU per outcome.
 SELECT * FROM akadze.complete_jobs(
-    %(lock_timeout)s::text, %(id)b::bigint[], %(run_count)b::int[], %(claim_token)b::bigint[],
-    %(kind)b::text[], %(result)b::text[], %(delay)b::float8[], %(error)b::text[],
-    %(max_attempts)b::int[]);
+    %(lock_timeout)s::text, %(id)s::bigint[], %(run_count)s::int[], %(claim_token)s::bigint[],
+    %(kind)s::text[], %(result)s::text[], %(delay)s::float8[], %(error)s::text[],
+    %(max_attempts)s::int[]);
 
 -- name: job_complete_in_tx
 -- complete_tx: the job succeeds in the caller's transaction, whatever cancel or expiry

@@ -34,9 +34,9 @@ SELECT * FROM akadze.citus_claim_jobs(
 
 -- name: job_complete_many
 SELECT * FROM akadze.citus_complete_jobs(
-    %(lock_timeout)s::text, %(id)b::bigint[], %(run_count)b::int[], %(claim_token)b::bigint[],
-    %(kind)b::text[], %(result)b::text[], %(delay)b::float8[], %(error)b::text[],
-    %(max_attempts)b::int[]);
+    %(lock_timeout)s::text, %(id)s::bigint[], %(run_count)s::int[], %(claim_token)s::bigint[],
+    %(kind)s::text[], %(result)s::text[], %(delay)s::float8[], %(error)s::text[],
+    %(max_attempts)s::int[]);
 
 -- name: job_request_cancel
 SELECT id, state, notified FROM akadze.citus_cancel(%(id)s::bigint, %(signal)s::smallint);
