@@ -16,6 +16,7 @@ import psycopg_pool
 
 from .enqueue.tasks import Task
 from .enqueue.workflow import Workflow
+from .model.dsn import by_substrings
 from .model.jobs import Job
 from .model.limits import Rate, parse_rate
 from .model.outcomes import OutcomeWriter
@@ -318,6 +319,7 @@ class App:
         the app was built with). Only before the app has opened a pool."""
         self.connections.set_database_url(url)
 
+    @by_substrings
     def redact(self, text: str) -> str:
         """``text`` with this app's database password scrubbed out."""
         return self.connections.redact(text)

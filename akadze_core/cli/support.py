@@ -16,7 +16,7 @@ from typing import Any, ClassVar, NoReturn
 
 import click
 
-from ..model.dsn import password_of
+from ..model.dsn import BY_SUBSTRINGS, password_of
 from ..model.dsn import redact as redact_dsn
 from .stdio import (
     ScrubbedOutput,
@@ -121,7 +121,8 @@ class Secrets:
         """``scrub`` of each of ``texts``. What the DSN shapes and the passwords need is
         looked for once in all of them: a worker scrubs a line per job, and in almost none
         is there any. Each redactor still sees each text alone, the texts one redactor
-        after the other."""
+        after the other, but for one marked ``by_substrings`` (an app's ``redact``) that
+        leaves their join as it is: it would leave each of them so too."""
         whole = "\n".join(texts)
         # A needle without a newline is in one of the texts exactly when it is in their
         # join: when none is, redact_dsn and the passwords leave every text as it is.
@@ -130,7 +131,10 @@ class Secrets:
             return [self.scrub(text) for text in texts]
         texts = list(texts)
         for redact in self.redactors:  # each text through each redactor, in their order
+            if getattr(redact, BY_SUBSTRINGS, False) and redact(whole) == whole:
+                continue
             texts = [redact(text) for text in texts]
+            whole = "\n".join(texts)
         return texts
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg.conninfo
 
@@ -32,6 +32,21 @@ def redact(text: str) -> str:
     if "=" in text:
         text = _KV_PASSWORD.sub(r"\1***", text)
     return text
+
+
+#: The attribute that marks a redactor as ``by_substrings``.
+BY_SUBSTRINGS = "redacts_by_substrings"
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def by_substrings(redact: _F) -> _F:
+    """Mark ``redact`` as one that only replaces substrings it finds (a DSN's password, a
+    literal password), as ``redact_password`` does: whatever it would change in one of
+    several lines it changes in their join too, so a join it leaves as it is holds no line
+    it would change (``Secrets.scrub_lines`` then skips the lines, a call each)."""
+    setattr(redact, BY_SUBSTRINGS, True)
+    return redact
 
 
 def redact_password(text: str, password: str | None) -> str:

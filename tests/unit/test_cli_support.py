@@ -6,7 +6,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from akadze_core import App
 from akadze_core.cli.support import OneLineErrorGroup, Secrets
+from akadze_core.model.dsn import BY_SUBSTRINGS, by_substrings
 
 
 def test_secrets_scrub_the_longest_password_first_then_the_redactors() -> None:
@@ -47,6 +49,41 @@ def test_secrets_scrub_lines_is_scrub_of_each(texts: list[str], redactor: bool) 
     seen.clear()
     assert secrets.scrub_lines(texts) == expected
     assert seen == seen_alone
+
+
+@pytest.mark.parametrize("texts", [
+    ["job 1 t.quick succeeded", "job 2 t.quick succeeded"],
+    ["job 1 t.quick succeeded", "a token here", "token"],
+    ["ends with tok", "en starts"],  # a needle split over two texts: in neither
+    [],
+])
+def test_a_substring_redactor_is_asked_once_for_lines_it_leaves_as_they_are(
+        texts: list[str]) -> None:
+    secrets = Secrets()
+    seen: list[str] = []
+
+    @by_substrings
+    def redact(text: str) -> str:
+        seen.append(text)
+        return text.replace("token", "[token]")
+
+    secrets.redactors.append(redact)
+    expected = [secrets.scrub(text) for text in texts]
+    seen.clear()
+    assert secrets.scrub_lines(texts) == expected
+    joined = "\n".join(texts)
+    # The join first; each text alone only when the join changed.
+    assert seen == ([joined] if "token" not in joined else [joined, *texts])
+
+
+def test_an_apps_redact_scrubs_lines_as_it_scrubs_each() -> None:
+    app = App(database_url="postgresql://u:s3cretpw@h/db")
+    assert getattr(app.redact, BY_SUBSTRINGS)
+    secrets = Secrets()
+    secrets.redactors.append(app.redact)
+    texts = ["job 1 t succeeded", "login as s3cretpw failed", "clean"]
+    assert secrets.scrub_lines(texts) == ["job 1 t succeeded", "login as *** failed", "clean"]
+    assert secrets.scrub_lines(texts[::2]) == texts[::2]
 
 
 class _Group(OneLineErrorGroup):
