@@ -48,7 +48,7 @@ class EagerLoop(asyncio.SelectorEventLoop):
     def call_soon(self, callback: Callable[..., Any], *args: Any,  # type: ignore[override]
                   context: contextvars.Context | None = None) -> asyncio.Handle:
         held = self._held_step
-        if held is not None:
+        if held is not None and context is not None:  # a Task passes its own context
             self._held_step = None  # only the task's own step; anything after is queued
             held.append((callback, args, context))
             # The task drops what call_soon returns; nothing else asks while it is made.

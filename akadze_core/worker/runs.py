@@ -248,8 +248,9 @@ class Runs:
 
         Each row is ``start``-ed, the common one (no process pool, an async body with no
         timeout, no expiry, a free body slot, no cancel heard) on a short path with every
-        lookup made once per claim, not once per row; any other row goes through ``start``
-        itself."""
+        lookup made once per claim, not once per row, its task taking its first step here
+        (``execution.eager``: a body that does not wait has ended when the next row starts);
+        any other row goes through ``start`` itself."""
         if not rows:
             return
         heard = self._heard
