@@ -18,10 +18,11 @@ that was current (the claim loop's) set aside meanwhile, as the loop would run i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import sys
 from asyncio import tasks as _tasks
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -37,7 +38,7 @@ _call_soon = asyncio.BaseEventLoop.call_soon
 
 class EagerLoop(asyncio.SelectorEventLoop):
     """asyncio's selector loop (the default on Unix), able to make eager tasks on Python
-    3.11 (``eager_maker``). Every other call is asyncio's own."""
+    3.11 (``eager_tasks``). Every other call is asyncio's own."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -71,26 +72,45 @@ def run(main: Coroutine[Any, Any, T]) -> T:
             asyncio.set_event_loop(None)
 
 
-def eager_maker(loop: asyncio.AbstractEventLoop) -> MakeTask | None:
-    """A maker of eager tasks on ``loop``, or None where tasks are made by
+@contextlib.contextmanager
+def eager_tasks(loop: asyncio.AbstractEventLoop) -> Iterator[MakeTask | None]:
+    """A maker of eager tasks on ``loop`` for the block, or None where tasks are made by
     ``loop.create_task`` as usual: a loop that is not asyncio's own or an ``EagerLoop``
     (uvloop's, a framework's), a task factory (it may make something other than a
-    ``Task``), or debug mode (it tracks where each step was scheduled)."""
+    ``Task``), or debug mode (it tracks where each step was scheduled).
+
+    On Python 3.11 the task current when the block starts (the claim loop's, when rows
+    are started from it) is set aside for the whole block and is current again when it
+    ends: a step sets its own task current, and only one may be. Once a block, not once a
+    task: a claim's rows are made in one block. The block must not await."""
     if loop.get_task_factory() is not None or loop.get_debug():
-        return None
+        yield None
+        return
     if sys.version_info >= (3, 12):
         if type(loop).create_task is not asyncio.BaseEventLoop.create_task:
-            return None
+            yield None
+            return
         task = asyncio.Task
 
-        def made(coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        def made_here(coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
             return task(coro, loop=loop, name=name, eager_start=True)  # type: ignore[call-arg]
 
-        return made
+        yield made_here
+        return
     if not isinstance(loop, EagerLoop):
-        return None
+        yield None
+        return
+    yield from _held_steps(loop)
+
+
+def _held_steps(loop: EagerLoop) -> Iterator[MakeTask]:
+    """``eager_tasks`` on Python 3.11: each new task's first step is held back from the
+    ready queue by ``EagerLoop.call_soon`` and run at once, as the loop's Handle would run
+    it, with no task current around it."""
     task = asyncio.Task
-    current, leave, enter = _tasks._current_tasks, _tasks._leave_task, _tasks._enter_task  # type: ignore[attr-defined]
+    holder = _tasks._current_tasks.get(loop)  # type: ignore[attr-defined]
+    if holder is not None:
+        _tasks._leave_task(loop, holder)  # type: ignore[attr-defined]
 
     def made(coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         held: list[_Step] = []
@@ -99,28 +119,22 @@ def eager_maker(loop: asyncio.AbstractEventLoop) -> MakeTask | None:
             new = task(coro, loop=loop, name=name)
         finally:
             loop._held_step = None
-        if not held:
-            return new
-        # Its first step, now, as the loop's Handle would run it. The task running this
-        # call, if any, is not current meanwhile: a step sets its own task current, and
-        # only one may be.
-        callback, args, context = held[0]
-        holder = current.get(loop)  # asyncio.current_task(loop), without its Python layer
-        if holder is not None:
-            leave(loop, holder)
-        try:
-            context.run(callback, *args)
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:  # what Handle._run does with what escapes a step
-            loop.call_exception_handler({"message": f"Exception in callback {callback!r}",
-                                         "exception": exc})
-        finally:
-            if holder is not None:
-                enter(loop, holder)
+        if held:
+            callback, args, context = held[0]
+            try:
+                context.run(callback, *args)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:  # what Handle._run does with what escapes a step
+                loop.call_exception_handler({"message": f"Exception in callback {callback!r}",
+                                             "exception": exc})
         return new
 
-    return made
+    try:
+        yield made
+    finally:
+        if holder is not None:
+            _tasks._enter_task(loop, holder)  # type: ignore[attr-defined]
 
 
-__all__ = ["EagerLoop", "MakeTask", "eager_maker", "run"]
+__all__ = ["EagerLoop", "MakeTask", "eager_tasks", "run"]

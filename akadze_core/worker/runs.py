@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from ..execution.context import CURRENT, set_current
-from ..execution.eager import eager_maker
+from ..execution.eager import MakeTask, eager_tasks
 from ..execution.executor import call_body, prepare, raised_outcome, returned_outcome
 from ..execution.gate import BodyGate
 from ..execution.processes import SHORT
@@ -253,6 +253,14 @@ class Runs:
         any other row goes through ``start`` itself."""
         if not rows:
             return
+        loop = asyncio.get_running_loop()
+        # Each row's task takes its first step here, where the loop allows it: a short body
+        # ends within this call, without a turn of the loop of its own.
+        with eager_tasks(loop) as make:
+            self._start_rows(rows, make or partial(_named_task, loop))
+
+    def _start_rows(self, rows: list[dict[str, Any]], make: MakeTask) -> None:
+        """``start_many``'s rows, their tasks made by ``make``."""
         heard = self._heard
         pooled = self._process_pool is not None
         accepted = self.accepted
@@ -260,10 +268,6 @@ class Runs:
         busy = self.busy
         running = self.running
         tasks = self._app.tasks
-        loop = asyncio.get_running_loop()
-        # Its first step taken here, where the loop allows it: a short body ends within
-        # this call, without a turn of the loop of its own.
-        make = eager_maker(loop) or partial(_named_task, loop)
         run_job = self._run_job
         monotonic = time.monotonic
         # The gate of the queue of the last row (a claim's rows share a queue).
@@ -295,7 +299,12 @@ class Runs:
             run = running[job_id] = Run(job_id, row["run_count"], queue, name, row["attempt"],
                                         row["max_attempts"], monotonic(), None,
                                         row["claim_token"], None, row)
-            run.future = make(run_job(row, run, gate), f"job-{job_id}")
+            future = make(run_job(row, run, gate), f"job-{job_id}")
+            if not future.done():
+                # A task that ended in its first step is not kept: the run has ended, and
+                # its task, coroutine and row are freed now, while they are in the cache,
+                # not when its line is written.
+                run.future = future
 
     def _handed(self, run: Run, slot: bool) -> None:
         """The body gate's answer to a run waiting in it: a slot (it starts now), or
@@ -536,6 +545,7 @@ class Runs:
         if outcome is not None:
             if run is not None:
                 self.finished[(run.job_id, run.run_count)] = run
+                run.row = None  # its line needs only the run's own fields
             self._completer.submit(outcome, urgent=bool(row.get("releases")))
         elif run is not None:
             logger.log(self.outcome_log_level, _WRITTEN_BY_TASK, run.job_id, run.task,

@@ -23,10 +23,16 @@ def _run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return eager.run(main())
 
 
-def _maker() -> eager.MakeTask:
-    make = eager.eager_maker(asyncio.get_running_loop())
-    assert make is not None
-    return make
+def _make(coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+    """A task of ``coro`` made eagerly, in a block of its own."""
+    with eager.eager_tasks(asyncio.get_running_loop()) as make:
+        assert make is not None
+        return make(coro, name)
+
+
+def _maker_of(loop: asyncio.AbstractEventLoop) -> eager.MakeTask | None:
+    with eager.eager_tasks(loop) as make:
+        return make
 
 
 @needs_eager
@@ -39,7 +45,7 @@ def test_the_first_step_is_taken_inside_the_call_as_the_task_itself() -> None:
             seen.append(asyncio.current_task())
             return "done"
 
-        task = _maker()(body(), "job-1")
+        task = _make(body(), "job-1")
         assert task.done() and task.result() == "done"
         assert seen == [task] and task.get_name() == "job-1"
         assert asyncio.current_task() is caller  # the caller is current again
@@ -60,7 +66,7 @@ def test_a_body_that_awaits_goes_on_as_a_task() -> None:
             assert asyncio.current_task() is task
             return 7
 
-        task = _maker()(body(), "job-2")
+        task = _make(body(), "job-2")
         order.append("made")
         assert not task.done()
         gate.set()
@@ -81,7 +87,7 @@ def test_a_timeout_in_the_first_step_cancels_the_body_not_its_caller() -> None:
                 return "timed out"
             return "slept"
 
-        task = _maker()(body(), "job-3")
+        task = _make(body(), "job-3")
         assert await task == "timed out"
         await asyncio.sleep(0.02)  # the caller was not cancelled in its place
         assert not asyncio.current_task().cancelling()  # type: ignore[union-attr]
@@ -98,10 +104,9 @@ def test_an_error_stays_in_the_task_and_a_cancel_reaches_a_waiting_one() -> None
         async def waits() -> None:
             await asyncio.sleep(5)
 
-        make = _maker()
-        failed = make(fails(), "job-4")
+        failed = _make(fails(), "job-4")
         assert isinstance(failed.exception(), ValueError)
-        waiting = make(waits(), "job-5")
+        waiting = _make(waits(), "job-5")
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
@@ -120,7 +125,7 @@ def test_made_from_a_plain_callback_with_no_task_current() -> None:
 
         def callback() -> None:
             try:
-                task = _maker()(body(), "job-6")
+                task = _make(body(), "job-6")
                 done.set_result((task, task.result(), asyncio.current_task()))
             except Exception as exc:  # to the test, not to the loop's handler
                 done.set_exception(exc)
@@ -142,10 +147,32 @@ def test_later_calls_go_to_the_ready_queue_as_always() -> None:
             loop.call_soon(calls.append, "queued by the body")
             calls.append("body")
 
-        _maker()(body(), "job-7")
+        _make(body(), "job-7")
         assert calls == ["body"]
         await asyncio.sleep(0)
         assert calls == ["body", "queued by the body"]
+
+    _run(main)
+
+
+@needs_eager
+def test_the_caller_is_set_aside_for_the_whole_block_and_comes_back_after_it() -> None:
+    async def main() -> None:
+        caller = asyncio.current_task()
+        seen: list[Any] = []
+
+        async def body() -> None:
+            seen.append(asyncio.current_task())
+
+        with eager.eager_tasks(asyncio.get_running_loop()) as make:
+            assert make is not None
+            first, second = make(body(), "job-8"), make(body(), "job-9")
+        assert seen == [first, second]
+        assert asyncio.current_task() is caller
+        with pytest.raises(KeyError), eager.eager_tasks(asyncio.get_running_loop()):
+            raise KeyError("a bug while rows start")
+        assert asyncio.current_task() is caller  # current again, however the block ended
+        await asyncio.sleep(0)  # and the loop can still switch to it and back
 
     _run(main)
 
@@ -154,17 +181,17 @@ def test_no_maker_where_the_loop_makes_tasks_its_own_way() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
         loop.set_task_factory(lambda loop, coro, **kwargs: asyncio.Task(coro, loop=loop))
-        assert eager.eager_maker(loop) is None
+        assert _maker_of(loop) is None
         loop.set_task_factory(None)
         loop.set_debug(True)
-        assert eager.eager_maker(loop) is None
+        assert _maker_of(loop) is None
         loop.set_debug(False)
-        assert (eager.eager_maker(loop) is not None) is EAGER
+        assert (_maker_of(loop) is not None) is EAGER
 
     _run(main)
     if sys.version_info[:2] == (3, 11):
         async def plain() -> Any:
-            return eager.eager_maker(asyncio.get_running_loop())
+            return _maker_of(asyncio.get_running_loop())
 
         # asyncio.run's own loop cannot hold a task's step back on 3.11.
         assert asyncio.run(plain()) is None
