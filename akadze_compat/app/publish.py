@@ -260,8 +260,10 @@ def _stock_send_task(app: Celery) -> bool:
         return checked[1]
     code = getattr(method, "__code__", None)
     app_module = sys.modules.get("akadze_compat.app.base")
-    stock = (code is not None and app_module is not None
-             and getattr(code, "co_qualname", None) == "Celery.send_task"
+    # Python 3.10's code objects have no co_qualname: there, co_name and the file decide
+    # (base.py defines one send_task).
+    stock = (code is not None and app_module is not None and code.co_name == "send_task"
+             and getattr(code, "co_qualname", "Celery.send_task") == "Celery.send_task"
              and code.co_filename == getattr(app_module, "__file__", None))
     _send_task_checked[cls] = (method, stock)
     return stock
