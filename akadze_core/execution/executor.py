@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..model import outcomes
 from ..model.errors import Fail, JobTimeout
 from ..model.jobs import Job
-from ..model.serialization import fast_loads, strict_dumps
+from ..model.serialization import fast_loads
 from .context import JobContext, reset_current, set_current
 from .threads import ThreadRunner
 
@@ -98,10 +98,6 @@ def returned_outcome(app: App, context: JobContext, task: Any, row: dict[str, An
     """The outcome of a body of ``row`` that returned ``value`` (None: complete_tx wrote it)."""
     if context.completed:
         return None
-    if value is None and app.json_dumps is strict_dumps and app.max_result_bytes >= 4:
-        # ``succeeded``'s own first case without its call (most bodies return nothing).
-        return outcomes.Outcome(row["id"], row["run_count"], outcomes.SUCCESS,
-                                claim_token=row.get("claim_token"), result="null")
     return outcomes.succeeded(row["id"], row["run_count"], row["attempt"], value, task.backoff,
                               app.json_dumps, app.max_result_bytes,
                               claim_token=row.get("claim_token"))

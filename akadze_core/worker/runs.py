@@ -436,6 +436,7 @@ class Runs:
             assert self._completer is not None and run.row is not None
             self.finished[(job_id, run.run_count)] = run
             self._completer.submit(outcome, urgent=bool(run.row.get("releases")))
+            run.row = None  # as a task's run: its line needs only the run's own fields
         else:
             logger.log(self.outcome_log_level, _WRITTEN_BY_TASK, job_id, run.task,
                        time.monotonic() - run.started, run.attempt)
