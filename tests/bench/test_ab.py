@@ -73,10 +73,12 @@ def test_the_latency_mode_alternates_the_builds(admin_url: str, tmp_path: Path) 
         cwd=REPO, capture_output=True, text=True, timeout=880, check=False)
 
     assert done.returncode == 0, done.stdout + done.stderr
+    # A p50 may be below zero on a loaded machine: it counts from the moment enqueue()
+    # returned to the client, and the worker may start the body before the client runs on.
     for side in ("base HEAD", "work"):
-        assert len(re.findall(rf"^round \d latency {side} +p50 +[\d.]+ ms", done.stdout,
+        assert len(re.findall(rf"^round \d latency {side} +p50 +-?[\d.]+ ms", done.stdout,
                               re.M)) == 2
-    assert re.search(r"^p50 +[\d.]+ +[\d.]+ +\d+\.\d{3}", done.stdout, re.M)
+    assert re.search(r"^p50 +-?[\d.]+ +-?[\d.]+ +-?\d+\.\d{3}", done.stdout, re.M)
     saved = json.loads(figures.read_text())["latency"]
     assert [len(saved[side]) for side in ("base HEAD", "work")] == [2, 2]
 
