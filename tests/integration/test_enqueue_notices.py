@@ -13,7 +13,7 @@ import psycopg
 
 from akadze_core import App, Worker
 from akadze_core.store.floors import parse_notice
-from akadze_core.store.notices import NoticeLimiter
+from akadze_core.store.notices import FOLLOW_UP, WINDOW, NoticeLimiter
 from tests.integration.lease_support import listening, running, scalar, wait_until
 
 
@@ -121,23 +121,31 @@ async def test_a_job_enqueued_right_after_another_is_picked_up_at_once_by_an_idl
     # Nothing but a notification or the follow-up claim can wake this worker in time.
     worker = Worker(app, poll_interval=30, heartbeat_interval=10, heartbeat_ttl=30,
                     prune_interval=3600, schedules=False)
+    # The window and the follow-up ten times their defaults, kept as far apart: the second
+    # insert waits for the first's claim, which a loaded machine can take longer than the
+    # default window to make.
+    app.connections.notices.window = 10 * WINDOW
+    worker._producer.followups.delay = 10 * WINDOW + (FOLLOW_UP - WINDOW)
     with psycopg.connect(database_url, autocommit=True) as listener:
         listener.execute("LISTEN akadze_jobs")
         async with running(worker):
             await wait_until(lambda: listening(db)
                              and scalar(db, "SELECT count(*) FROM akadze.workers") == 1)
             await asyncio.sleep(0.3)  # the first round is over: the worker is idle
-            for attempt in range(20):  # a loaded machine may take the window per insert
+            for attempt in range(20):  # a loaded machine may still miss the window
                 first, second = 2 * attempt, 2 * attempt + 1
                 mark.enqueue(n=first)
+                # Claimed before the second is inserted: only the follow-up claim can find
+                # the second then.
+                await wait_until(lambda n=first: n in started, timeout=3)
                 mark.enqueue(n=second)
                 enqueued = time.monotonic()
                 mark.configure(queue="marker").enqueue(n=-1)
                 heard = _heard(listener, "marker")
                 await wait_until(lambda n=second: n in started, timeout=3)
-                if len(heard) == 1:  # the second's notice was skipped (a quiet machine)
+                if len(heard) == 1:  # the second's notice was skipped
                     break
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(app.connections.notices.window + 0.05)
             else:
                 raise AssertionError("no second enqueue ever fell within the window")
             # Picked up by the follow-up claim, not at the next poll (30 s away).
