@@ -305,7 +305,9 @@ async def test_heartbeat_updates_one_worker_row_and_no_job_row(
     other = Worker(app, queues=["elsewhere"], **FAST)
     worker = Worker(app, **FAST)
     async with running(other), running(worker):
-        await wait_until(lambda: job(db, job_id)["state"] == "running")
+        # The other worker claims nothing, so nothing but its id says it has registered.
+        await wait_until(lambda: job(db, job_id)["state"] == "running"
+                         and other.worker_id is not None)
         row_version = scalar(db, "SELECT xmin::text FROM akadze.jobs WHERE id = %s", (job_id,))
         before = job(db, job_id)
         beats: set[Any] = set()
