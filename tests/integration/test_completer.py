@@ -146,6 +146,9 @@ async def test_outcomes_pending_when_a_write_answers_go_out_at_once_on_its_conne
         return written
 
     monkeypatch.setattr(database, "complete_many", recorded)
+    # A step of writes that outlasts its length gives way to a new one, on a new turn and a
+    # connection taken again: a loaded machine's first write took that long.
+    monkeypatch.setattr(completer_module, "WRITES_PER_STEP", 60.0)
     completer = Completer(connection, lambda batch, written: events.append(
         ("written", sorted(outcome.job_id for outcome in batch))), gather=0.0,
         lease_end=lambda: asyncio.get_running_loop().time() + 60)
